@@ -1,0 +1,5 @@
+import sys
+
+from amplint.cli import main
+
+sys.exit(main())

@@ -1,0 +1,179 @@
+"""The AMP facts of one file: what the rules query.
+
+`amplint.semantics` builds these once per file; rules only read them. Names follow the AMP
+domain: an `AutocastRegion` is code that runs under `torch.autocast`, a `ScalerRef` is a name
+that holds a `GradScaler`, an `AmpCall` is one call that matters to mixed precision (a
+backward, an unscale, a clip, a step), and a `Path` is one way through a function's control
+flow as the sequence of `AmpCall`s executed along it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+
+import libcst as cst
+
+from amplint.conditions import Assumption
+
+
+class CallKind(enum.Enum):
+    TENSOR_BACKWARD = "backward"  # loss.backward(), torch.autograd.backward(loss)
+    FRAMEWORK_BACKWARD = "framework backward"  # accelerator.backward(loss): scales itself
+    SCALE = "scaler.scale"
+    UNSCALE = "scaler.unscale_"
+    CLIP = "clip"
+    SCALER_STEP = "scaler.step"
+    SCALER_UPDATE = "scaler.update"
+    OPTIMIZER_STEP = "optimizer.step"
+
+    @property
+    def is_step(self) -> bool:
+        return self in (CallKind.SCALER_STEP, CallKind.OPTIMIZER_STEP)
+
+
+@dataclass(frozen=True, eq=False)
+class AmpCall:
+    kind: CallKind
+    node: cst.Call
+    # The object the method is called on, as written: `self.scaler`, `optimizer_g`.
+    receiver: Optional[str] = None
+    # The first argument as written: the optimizer of `scaler.step(opt)`; for a backward,
+    # the tensor whose backward runs.
+    argument: Optional[str] = None
+    # Backward only: the tensor expression, and whether it is itself `scaler.scale(...)`-derived.
+    tensor: Optional[cst.BaseExpression] = None
+    scaled_inline_by: Optional[str] = None  # `scaler` in `scaler.scale(loss).backward()`
+    tensor_reads: FrozenSet[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ScalerRef:
+    """A name that holds a GradScaler: a local, a module global, a `self.` attribute, a parameter."""
+
+    name: str
+    # False only when every construction passes the literal `enabled=False`; a scaler whose
+    # state is unknown (`enabled=args.amp`, a parameter) is treated as enabled.
+    enabled: Optional[bool]
+    # What must hold on a path for the scaler to be live there: it is not None, it reports
+    # is_enabled(), and its `enabled=` expression is true.
+    live_requirements: Tuple[Assumption, ...] = ()
+
+    @property
+    def known_disabled(self) -> bool:
+        return self.enabled is False
+
+    def live_under(self, facts: FrozenSet[Assumption]) -> bool:
+        if self.known_disabled:
+            return False
+        return not any((cond, not value) in facts for cond, value in self.live_requirements)
+
+
+@dataclass(eq=False)
+class AutocastRegion:
+    """Code that runs under one `torch.autocast` context: a `with` body or a decorated function."""
+
+    anchor: cst.Call  # the autocast(...) call: where findings about the region are reported
+    unit: "CodeUnit"
+    device: Optional[str]
+    dtype: Optional[str]  # "float16", "bfloat16", ...; None when unknown at lint time
+    enabled: Optional[bool]  # False only for a literal enabled=False
+    cache_enabled: Optional[bool]
+    under_no_grad: bool  # nested in torch.no_grad()/inference_mode(): inference only
+    dtype_is_default: bool = False  # float16 because the device's default says so
+    decorator: bool = False
+    assigned: Set[str] = field(default_factory=set)  # names bound inside the region
+
+    @property
+    def active(self) -> bool:
+        return self.enabled is not False
+
+    @property
+    def is_float16(self) -> bool:
+        return self.dtype == "float16"
+
+
+@dataclass(frozen=True, eq=False)
+class CallSite:
+    call: AmpCall
+    unit: "CodeUnit"
+    region: Optional[AutocastRegion]  # the enabled autocast region it executes in, if any
+    loop_inside_region: bool  # a for/while between the region's start and the call
+    under_no_grad: bool
+
+
+@dataclass(frozen=True)
+class PathStep:
+    call: AmpCall
+    # Backward: the scaler whose scale() the tensor went through on this path, if any.
+    scaler: Optional[str] = None
+    # Whether that scaler (for scaler calls, the receiver) is live on this path: not None,
+    # not disabled. A disabled scaler's scale() is the identity.
+    scaler_live: bool = False
+
+    @property
+    def scaled(self) -> bool:
+        """Backward only: the gradients it produces carry a live scaler's factor."""
+        return self.scaler is not None and self.scaler_live
+
+
+Path = Tuple[PathStep, ...]
+
+
+@dataclass(eq=False)
+class CodeUnit:
+    """A module's top-level code or one function body: the scope of flow analysis."""
+
+    node: Union[cst.Module, cst.FunctionDef]
+    name: str
+    no_grad: bool = False
+    calls: List[CallSite] = field(default_factory=list)
+    regions: List[AutocastRegion] = field(default_factory=list)
+    # (names bound, names read) for each assignment in the unit, in source order.
+    assignments: List[Tuple[FrozenSet[str], FrozenSet[str]]] = field(default_factory=list)
+    _paths: Optional[Sequence[Path]] = None
+    _paths_done: bool = False
+    _module: Optional["ModuleFacts"] = None
+
+    def calls_of(self, *kinds: CallKind) -> List[CallSite]:
+        return [site for site in self.calls if site.call.kind in kinds]
+
+    @property
+    def paths(self) -> Optional[Sequence[Path]]:
+        """Every way through the unit, as the AMP calls executed; None when too many to enumerate."""
+        if not self._paths_done:
+            from amplint.paths import enumerate_paths
+
+            assert self._module is not None
+            self._paths = enumerate_paths(self, self._module)
+            self._paths_done = True
+        return self._paths
+
+    def values_derived_from(self, names: Set[str]) -> Set[str]:
+        """`names` plus every name assigned, directly or transitively, from one of them."""
+        derived = set(names)
+        changed = True
+        while changed:
+            changed = False
+            for targets, reads in self.assignments:
+                if reads & derived and not targets <= derived:
+                    derived |= targets
+                    changed = True
+        return derived
+
+
+@dataclass(eq=False)
+class ModuleFacts:
+    units: List[CodeUnit]
+    scalers: Dict[str, ScalerRef]
+    optimizers: Set[str]
+    calls_by_node: Dict[int, AmpCall]  # id(cst.Call) -> what it is
+
+    def amp_call(self, node: cst.Call) -> Optional[AmpCall]:
+        return self.calls_by_node.get(id(node))
+
+    @property
+    def has_live_scaler(self) -> bool:
+        """Some GradScaler in the file may be enabled (unknown counts as enabled)."""
+        return any(not ref.known_disabled for ref in self.scalers.values())

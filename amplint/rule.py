@@ -1,0 +1,103 @@
+"""What a rule is: its metadata, its documentation, its examples, and one query over the facts.
+
+A rule module reads like its documentation (Fixit's layout, ruff's doc sections): the class
+docstring is the rule's page, `VALID` and `INVALID` are its examples and its tests, and
+`check` is a short query over `ModuleFacts`. `PREDICTIONS` state what the runtime harness
+(`amplint verify`) measures when the mistake is made, and the docs quote them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from dataclasses import dataclass
+from typing import ClassVar, Iterator, Optional, Tuple
+
+import libcst as cst
+
+from amplint.facts import ModuleFacts
+
+DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead")
+DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules.md#{code}"
+
+
+@dataclass(frozen=True)
+class Report:
+    """A rule's finding before it has a file position: the node to point at and what to say."""
+
+    node: cst.CSTNode
+    message: str
+
+
+@dataclass(frozen=True)
+class Flagged:
+    """An example the rule must flag: its source, and the 1-based (line, column) of each finding."""
+
+    source: str
+    at: Tuple[Tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the harness measures when the rule's mistake is made, and what separates buggy from fixed.
+
+    The fixture pair `fixtures/<CODE>/buggy.py` and `fixed.py`, run with `--scenario scenario`,
+    each print `quantity`; the prediction holds when `buggy / fixed` (or `fixed / buggy`) is at
+    least `ratio`. `claim` is the sentence the rule's documentation quotes.
+    """
+
+    scenario: str
+    quantity: str
+    claim: str
+    ratio: float
+    direction: str = "buggy/fixed"  # or "fixed/buggy"
+    dtype: str = "float16"
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    VALID: ClassVar[Tuple[str, ...]] = ()
+    INVALID: ClassVar[Tuple[Flagged, ...]] = ()
+    PREDICTIONS: ClassVar[Tuple[Prediction, ...]] = ()
+
+    def check(self, module: ModuleFacts) -> Iterator[Report]:
+        raise NotImplementedError
+
+    # documentation, derived from the docstring
+    @classmethod
+    def documentation(cls) -> str:
+        return textwrap.dedent(inspect.getdoc(cls) or "").strip()
+
+    @classmethod
+    def summary(cls) -> str:
+        return cls.documentation().splitlines()[0].strip() if cls.documentation() else ""
+
+    @classmethod
+    def section(cls, title: str) -> Optional[str]:
+        lines = cls.documentation().splitlines()
+        try:
+            start = lines.index(f"## {title}") + 1
+        except ValueError:
+            return None
+        end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
+        return "\n".join(lines[start:end]).strip()
+
+    @classmethod
+    def url(cls) -> str:
+        return DOCS_URL.format(code=cls.code.lower())
+
+    @classmethod
+    def page(cls) -> str:
+        """The full page `amplint rule CODE` prints: docstring plus the harness's predictions."""
+        text = f"# {cls.code} {cls.name}\n\n{cls.documentation()}"
+        if cls.PREDICTIONS:
+            claims = "\n".join(
+                f"- {p.scenario} ({p.dtype}): {p.claim}" for p in cls.PREDICTIONS
+            )
+            text += (
+                "\n\n## Measured by `amplint verify`\n"
+                f"`amplint verify {cls.code}` runs `fixtures/{cls.code}/buggy.py` against `fixed.py` and checks:\n"
+                f"{claims}"
+            )
+        return text + "\n"

@@ -1,0 +1,627 @@
+"""Build a file's AMP facts (`amplint.facts`) from its LibCST tree, in two walks.
+
+The first walk collects declarations: imports, what each name is assigned, which names hold
+GradScalers and optimizers (by construction and by use). The second walk, knowing those,
+classifies every call that matters to AMP and records where it runs: in which function, under
+which autocast region, inside `torch.no_grad()` or not.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from amplint import torch_api
+from amplint.conditions import assumptions, condition
+from amplint.facts import (
+    AmpCall,
+    AutocastRegion,
+    CallKind,
+    CallSite,
+    CodeUnit,
+    ModuleFacts,
+    ScalerRef,
+)
+from amplint.names import dotted_name, names_bound, names_read, source_text
+from amplint.torch_api import ImportAliases
+
+# Receivers whose `.backward(loss)` is a framework's, which scales (or manages) the loss itself.
+_FRAMEWORK_RECEIVERS = frozenset(
+    {
+        "self",
+        "accelerator",
+        "accel",
+        "fabric",
+        "engine",
+        "model_engine",
+        "ds_engine",
+        "deepspeed",
+        "deepspeed_engine",
+        "trainer",
+        "runner",
+        "strategy",
+        "booster",
+        "learner",
+        "model",
+    }
+)
+_FRAMEWORK_FRAGMENTS = ("accelerator", "engine", "fabric", "booster")
+# Receivers whose `.clip_grad_norm_()` unscales first (accelerate, Fabric, trainers); FSDP's
+# `model.clip_grad_norm_()` does not.
+_SELF_UNSCALING_CLIP_FRAGMENTS = ("accelerator", "accel", "fabric", "trainer", "strategy", "engine", "booster")
+
+# `x.step()` on these is a schedule, an EMA or a progress bar, never an optimizer update.
+_NOT_OPTIMIZER_FRAGMENTS = ("sched", "scaler", "ema", "swa", "bar", "warmup", "progress", "option", "env")
+_OPTIMIZER_NAME = re.compile(r"(^|_)opt($|_|\d|[a-z]$)")
+_OPTIMIZER_CLASSES = frozenset(
+    {
+        "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "NAdam",
+        "RAdam", "LBFGS", "SparseAdam", "ASGD", "Adafactor", "Lion", "LAMB", "Lamb", "LARS",
+        "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "FusedAdam", "FusedLAMB",
+        "FusedSGD", "ZeroRedundancyOptimizer", "Muon", "Shampoo", "Sophia", "AdaBelief",
+    }
+)
+
+Scope = Union[cst.Module, cst.FunctionDef]
+_MAX_CONSTANT_DEPTH = 4
+
+
+def looks_like_optimizer(name: str) -> bool:
+    """`optimizer`, `self.opt_g`, `optD`, `d_optim`; not `scheduler`, `ema`, `pbar`, `env`."""
+    last = name.rsplit(".", 1)[-1].lower()
+    if any(fragment in last for fragment in _NOT_OPTIMIZER_FRAGMENTS):
+        return False
+    return "optim" in last or _OPTIMIZER_NAME.search(last) is not None
+
+
+def is_framework_receiver(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1].lower()
+    return last in _FRAMEWORK_RECEIVERS or any(f in last for f in _FRAMEWORK_FRAGMENTS)
+
+
+# --------------------------------------------------------------------------- first walk
+
+
+class _Declarations(cst.CSTVisitor):
+    """Imports, assignments per scope, and the evidence that names are scalers or optimizers."""
+
+    def __init__(self) -> None:
+        self.aliases = ImportAliases()
+        # id(scope node) -> name -> every value assigned to it there (None: not a plain value).
+        self.assigned: Dict[int, Dict[str, List[Optional[cst.BaseExpression]]]] = {}
+        self.parent_scope: Dict[int, Optional[int]] = {}
+        self._scopes: List[int] = []
+        # Module-wide view by name, for scalers and optimizers (`self.scaler` spans methods).
+        self.values_by_name: Dict[str, List[Optional[cst.BaseExpression]]] = {}
+        self.scaler_annotated: List[str] = []
+        self.scaler_uses: List[Tuple[str, str, bool]] = []  # (receiver, method, backward-ed)
+        self.scaler_step_arguments: List[Tuple[str, str]] = []  # (receiver, first argument)
+
+    # scopes
+    def visit_Module(self, node: cst.Module) -> None:
+        self._enter(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._bind(node.name.value, None)
+        self._enter(node)
+        params = node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            self._bind(param.name.value, None)
+            if param.annotation is not None and "GradScaler" in source_text(param.annotation.annotation):
+                self.scaler_annotated.append(param.name.value)
+        for star in (params.star_arg, params.star_kwarg):
+            if isinstance(star, cst.Param):
+                self._bind(star.name.value, None)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._scopes.pop()
+
+    def _enter(self, node: Scope) -> None:
+        self.parent_scope[id(node)] = self._scopes[-1] if self._scopes else None
+        self.assigned[id(node)] = {}
+        self._scopes.append(id(node))
+
+    def _bind(self, name: str, value: Optional[cst.BaseExpression]) -> None:
+        if self._scopes:
+            self.assigned[self._scopes[-1]].setdefault(name, []).append(value)
+        self.values_by_name.setdefault(name, []).append(value)
+
+    # imports and assignments
+    def visit_Import(self, node: cst.Import) -> None:
+        self.aliases.add_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.aliases.add_import_from(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        single = len(node.targets) == 1 and not isinstance(node.targets[0].target, (cst.Tuple, cst.List))
+        for target in node.targets:
+            for name in names_bound(target.target):
+                self._bind(name, node.value if single else None)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        for name in names_bound(node.target):
+            self._bind(name, node.value)
+            if "GradScaler" in source_text(node.annotation.annotation):
+                self.scaler_annotated.append(name)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        for name in names_bound(node.target):
+            self._bind(name, None)
+
+    def visit_For(self, node: cst.For) -> None:
+        for name in names_bound(node.target):
+            self._bind(name, None)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            for name in names_bound(node.asname.name):
+                self._bind(name, None)
+
+    # evidence of use
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not isinstance(func, cst.Attribute):
+            return
+        method = func.attr.value
+        if method == "backward" and isinstance(func.value, cst.Call):
+            inner = func.value.func
+            if isinstance(inner, cst.Attribute) and inner.attr.value == "scale":
+                receiver = dotted_name(inner.value)
+                if receiver is not None:
+                    self.scaler_uses.append((receiver, "scale", True))
+        if method in ("scale", "unscale_", "step"):
+            receiver = dotted_name(func.value)
+            if receiver is not None:
+                self.scaler_uses.append((receiver, method, False))
+                if method in ("unscale_", "step") and node.args:
+                    argument = dotted_name(node.args[0].value)
+                    if argument is not None:
+                        self.scaler_step_arguments.append((receiver, argument))
+
+    # derived facts
+    def constant(self, name: str, scope: Optional[int], depth: int = 0) -> Optional[cst.BaseExpression]:
+        """The one value `name` is ever given in the nearest scope that binds it; None if unsure."""
+        if depth > _MAX_CONSTANT_DEPTH:
+            return None
+        if "." in name:  # `self.dtype`: one assignment anywhere in the file
+            values = self.values_by_name.get(name, [])
+            return values[0] if len(values) == 1 else None
+        while scope is not None:
+            values = self.assigned.get(scope, {}).get(name)
+            if values is not None:
+                return values[0] if len(values) == 1 else None
+            scope = self.parent_scope.get(scope)
+        return None
+
+    def scalers(self) -> Dict[str, ScalerRef]:
+        enabled_by_name: Dict[str, List[Tuple[Optional[bool], List]]] = {}
+        for name, values in self.values_by_name.items():
+            for value in values:
+                construction = self._scaler_construction(value)
+                if construction is not None:
+                    enabled_by_name.setdefault(name, []).append(construction)
+        for name in self.scaler_annotated:
+            enabled_by_name.setdefault(name, []).append((None, []))
+        unscaling_receivers = {r for r, method, _ in self.scaler_uses if method == "unscale_"}
+        for receiver, method, backwarded in self.scaler_uses:
+            named_scaler = "scaler" in receiver.rsplit(".", 1)[-1].lower()
+            if backwarded or receiver in unscaling_receivers or named_scaler:
+                enabled_by_name.setdefault(receiver, [])
+        refs = {}
+        for name, constructions in enabled_by_name.items():
+            states = {enabled for enabled, _ in constructions}
+            enabled: Optional[bool] = states.pop() if len(states) == 1 else None
+            if not constructions:
+                enabled = None
+            requirements = [
+                (condition(cst.parse_expression(name)), True),
+                (condition(cst.parse_expression(f"{name}.is_enabled()")), True),
+            ]
+            if len(constructions) == 1:
+                requirements.extend(constructions[0][1])
+            refs[name] = ScalerRef(name, enabled, tuple(requirements))
+        return refs
+
+    def _scaler_construction(self, value: Optional[cst.BaseExpression]) -> Optional[Tuple[Optional[bool], List]]:
+        """(enabled, what must hold for it to be live) when `value` builds a GradScaler."""
+        if isinstance(value, cst.IfExp):
+            for branch, outcome in ((value.body, True), (value.orelse, False)):
+                built = self._scaler_construction(branch)
+                if built is not None:
+                    return built[0], built[1] + assumptions(value.test, outcome)
+            return None
+        if not isinstance(value, cst.Call) or not self._is_grad_scaler(value.func):
+            return None
+        for arg in value.args:
+            if arg.keyword is not None and arg.keyword.value == "enabled":
+                literal = _bool_literal(arg.value)
+                if literal is not None:
+                    return literal, []
+                return None, assumptions(arg.value, True)
+        return True, []
+
+    def _is_grad_scaler(self, func: cst.BaseExpression) -> bool:
+        qualified = self.aliases.resolve(func)
+        if qualified in torch_api.GRAD_SCALER:
+            return True
+        return qualified is None and isinstance(func, cst.Name) and func.value in torch_api.GRAD_SCALER_BARE_NAMES
+
+    def optimizers(self, scalers: Dict[str, ScalerRef]) -> set:
+        found = {argument for receiver, argument in self.scaler_step_arguments if receiver in scalers}
+        for name, values in self.values_by_name.items():
+            if any(isinstance(v, cst.Call) and self._builds_optimizer(v.func) for v in values):
+                found.add(name)
+        return found
+
+    def _builds_optimizer(self, func: cst.BaseExpression) -> bool:
+        qualified = self.aliases.resolve(func) or ""
+        last = (dotted_name(func) or "").rsplit(".", 1)[-1]
+        if qualified.startswith(torch_api.OPTIMIZER_MODULE_PREFIXES) and "lr_scheduler" not in qualified:
+            return last[:1].isupper()
+        return last in _OPTIMIZER_CLASSES or last.lower() in ("create_optimizer", "create_optimizer_v2", "build_optimizer")
+
+
+# --------------------------------------------------------------------------- second walk
+
+
+class _Classifier:
+    """Says what a call is, given the file's declarations."""
+
+    def __init__(self, decls: _Declarations, scalers: Dict[str, ScalerRef], optimizers: set) -> None:
+        self.decls = decls
+        self.scalers = scalers
+        self.optimizers = optimizers
+
+    def classify(self, node: cst.Call) -> Optional[AmpCall]:
+        func = node.func
+        qualified = self.decls.aliases.resolve(func)
+        if qualified in torch_api.AUTOGRAD_BACKWARD:
+            tensor = _argument(node, 0, "tensors")
+            return self._backward(node, tensor) if tensor is not None else None
+        if qualified in torch_api.CLIP_FUNCTIONS:
+            return AmpCall(CallKind.CLIP, node)
+        if not isinstance(func, cst.Attribute):
+            return None
+        method = func.attr.value
+        receiver = dotted_name(func.value)
+        if method == "backward":
+            if receiver is not None and is_framework_receiver(receiver):
+                return AmpCall(CallKind.FRAMEWORK_BACKWARD, node, receiver=receiver)
+            return self._backward(node, func.value)
+        if method == "clip_grad_norm_":
+            # FSDP's `model.clip_grad_norm_`; accelerate's unscales before clipping.
+            last = (receiver or "").rsplit(".", 1)[-1].lower()
+            if any(fragment in last for fragment in _SELF_UNSCALING_CLIP_FRAGMENTS):
+                return None
+            return AmpCall(CallKind.CLIP, node, receiver=receiver)
+        if receiver is None:
+            return None
+        argument = _argument(node, 0, "optimizer")
+        argument_name = dotted_name(argument) if argument is not None else None
+        if receiver in self.scalers:
+            kind = {
+                "scale": CallKind.SCALE,
+                "unscale_": CallKind.UNSCALE,
+                "step": CallKind.SCALER_STEP,
+                "update": CallKind.SCALER_UPDATE,
+            }.get(method)
+            return AmpCall(kind, node, receiver=receiver, argument=argument_name) if kind else None
+        if method == "step" and (receiver in self.optimizers or looks_like_optimizer(receiver)):
+            return AmpCall(CallKind.OPTIMIZER_STEP, node, receiver=receiver)
+        return None
+
+    def _backward(self, node: cst.Call, tensor: cst.BaseExpression) -> AmpCall:
+        return AmpCall(
+            CallKind.TENSOR_BACKWARD,
+            node,
+            argument=dotted_name(tensor),
+            tensor=tensor,
+            scaled_inline_by=self.scaler_scaling(tensor),
+            tensor_reads=frozenset(names_read(tensor)),
+        )
+
+    def scaler_scaling(self, expression: cst.CSTNode) -> Optional[str]:
+        """The known scaler whose `.scale(...)` `expression` calls, if any."""
+        found: List[str] = []
+        scalers = self.scalers
+
+        class _Finder(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                func = call.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "scale":
+                    receiver = dotted_name(func.value)
+                    if receiver in scalers:
+                        found.append(receiver)
+
+        expression.visit(_Finder())
+        return found[0] if found else None
+
+
+class _UnitBuilder(cst.CSTVisitor):
+    """Splits the file into code units and records each AMP call with its context."""
+
+    def __init__(self, decls: _Declarations, classifier: _Classifier, facts: ModuleFacts) -> None:
+        self.decls = decls
+        self.classifier = classifier
+        self.facts = facts
+        self._frames: List[Tuple[CodeUnit, List[Tuple[str, Optional[AutocastRegion]]], int]] = []
+        self._classes: List[str] = []
+        self._with_pushes: List[int] = []
+
+    # units
+    def visit_Module(self, node: cst.Module) -> None:
+        self._open_unit(CodeUnit(node, "<module>"), id(node), [])
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        self._frames.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._classes.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._classes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        name = ".".join([*self._classes, node.name.value])
+        unit = CodeUnit(node, name)
+        stack: List[Tuple[str, Optional[AutocastRegion]]] = []
+        for decorator in node.decorators:
+            expression = decorator.decorator
+            if self._is_no_grad(expression):
+                unit.no_grad = True
+            elif isinstance(expression, cst.Call):
+                region = self._autocast_region(expression, unit, id(node), under_no_grad=unit.no_grad)
+                if region is not None:
+                    region.decorator = True
+                    stack.append(("autocast", region))
+        self._open_unit(unit, id(node), stack)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._frames.pop()
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def _open_unit(self, unit: CodeUnit, scope: int, stack: List) -> None:
+        unit._module = self.facts
+        for kind, region in stack:
+            if region is not None:
+                unit.regions.append(region)
+        self.facts.units.append(unit)
+        self._frames.append((unit, stack, scope))
+
+    # contexts
+    def visit_With(self, node: cst.With) -> None:
+        unit, stack, scope = self._frames[-1]
+        pushed = 0
+        for item in node.items:
+            if self._is_no_grad(item.item):
+                stack.append(("no_grad", None))
+                pushed += 1
+                continue
+            region = self._autocast_region(item.item, unit, scope, under_no_grad=self._under_no_grad())
+            if region is not None:
+                unit.regions.append(region)
+                stack.append(("autocast", region))
+                pushed += 1
+        self._with_pushes.append(pushed)
+
+    def leave_With(self, original_node: cst.With) -> None:
+        stack = self._frames[-1][1]
+        for _ in range(self._with_pushes.pop()):
+            stack.pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        self._frames[-1][1].append(("loop", None))
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._frames[-1][1].pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._frames[-1][1].append(("loop", None))
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._frames[-1][1].pop()
+
+    # calls and assignments
+    def visit_Call(self, node: cst.Call) -> None:
+        call = self.classifier.classify(node)
+        if call is None:
+            return
+        self.facts.calls_by_node[id(node)] = call
+        unit, stack, _ = self._frames[-1]
+        region, loop_inside = None, False
+        for index in range(len(stack) - 1, -1, -1):
+            kind, candidate = stack[index]
+            if kind == "autocast":
+                if candidate is not None and candidate.active:
+                    region = candidate
+                    loop_inside = any(k == "loop" for k, _ in stack[index + 1 :])
+                break
+        unit.calls.append(CallSite(call, unit, region, loop_inside, self._under_no_grad()))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        targets = [name for t in node.targets for name in names_bound(t.target)]
+        self._record_assignment(targets, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._record_assignment(names_bound(node.target), node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        targets = names_bound(node.target)
+        self._record_assignment(targets, node.value, extra_reads=targets)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._record_assignment(names_bound(node.asname.name), node.item)
+
+    def _record_assignment(self, targets: Sequence[str], value: cst.CSTNode, extra_reads: Sequence[str] = ()) -> None:
+        unit, stack, _ = self._frames[-1]
+        unit.assignments.append((frozenset(targets), frozenset([*names_read(value), *extra_reads])))
+        for kind, region in stack:
+            if kind == "autocast" and region is not None:
+                region.assigned.update(targets)
+
+    # helpers
+    def _under_no_grad(self) -> bool:
+        unit, stack, _ = self._frames[-1]
+        return unit.no_grad or any(kind == "no_grad" for kind, _ in stack)
+
+    def _is_no_grad(self, expression: cst.BaseExpression) -> bool:
+        func = expression.func if isinstance(expression, cst.Call) else expression
+        qualified = self.decls.aliases.resolve(func)
+        if qualified in torch_api.NO_GRAD_CONTEXTS:
+            return True
+        if qualified == "torch.set_grad_enabled" and isinstance(expression, cst.Call) and expression.args:
+            return _bool_literal(expression.args[0].value) is False
+        return False
+
+    def _autocast_region(
+        self, expression: cst.BaseExpression, unit: CodeUnit, scope: int, under_no_grad: bool
+    ) -> Optional[AutocastRegion]:
+        call = self._autocast_call(expression, scope)
+        if call is None:
+            return None
+        anchor, qualified, positional, keywords = call
+        if qualified in torch_api.AUTOCAST:
+            names = ("device_type", "dtype", "enabled", "cache_enabled")
+            default_device = None
+        else:
+            names = ("enabled", "dtype", "cache_enabled")
+            default_device = torch_api.LEGACY_AUTOCAST_DEVICE[qualified]
+        values = dict(zip(names, positional))
+        values.update(keywords)
+        device = self._string(values.get("device_type"), scope) if "device_type" in values else default_device
+        dtype = self._dtype(values.get("dtype"), scope)
+        dtype_is_default = values.get("dtype") is None or _is_none(values.get("dtype"))
+        if dtype_is_default:
+            # The default: float16 on CUDA, bfloat16 on CPU; other devices are left unknown.
+            dtype = {"cuda": "float16", "cpu": "bfloat16"}.get(device or "")
+        return AutocastRegion(
+            anchor=anchor,
+            unit=unit,
+            device=device,
+            dtype=dtype,
+            enabled=self._bool(values.get("enabled"), scope),
+            cache_enabled=self._bool(values.get("cache_enabled"), scope),
+            under_no_grad=under_no_grad,
+            dtype_is_default=dtype_is_default,
+        )
+
+    def _autocast_call(
+        self, expression: cst.BaseExpression, scope: int, depth: int = 0
+    ) -> Optional[Tuple[cst.Call, str, List[cst.BaseExpression], Dict[str, cst.BaseExpression]]]:
+        """The autocast call behind a `with` item: direct, a context object built earlier
+        (`ctx = nullcontext() if cpu else torch.autocast(...)`), or a `functools.partial`."""
+        if depth > _MAX_CONSTANT_DEPTH:
+            return None
+        if isinstance(expression, cst.IfExp):
+            return self._autocast_call(expression.body, scope, depth + 1) or self._autocast_call(
+                expression.orelse, scope, depth + 1
+            )
+        if isinstance(expression, cst.Call):
+            qualified = self.decls.aliases.resolve(expression.func)
+            if qualified in torch_api.AUTOCAST or qualified in torch_api.LEGACY_AUTOCAST_DEVICE:
+                positional, keywords = _split_args(expression.args)
+                return expression, qualified, positional, keywords
+            if qualified in ("functools.partial",) and expression.args:
+                inner = self.decls.aliases.resolve(expression.args[0].value)
+                if inner in torch_api.AUTOCAST or inner in torch_api.LEGACY_AUTOCAST_DEVICE:
+                    positional, keywords = _split_args(expression.args[1:])
+                    return expression, inner, positional, keywords
+                return None
+            # `with amp_ctx():` where `amp_ctx = partial(torch.autocast, ...)`.
+            name = dotted_name(expression.func)
+            bound = self.decls.constant(name, scope) if name else None
+            if isinstance(bound, cst.Call) and self.decls.aliases.resolve(bound.func) == "functools.partial":
+                built = self._autocast_call(bound, scope, depth + 1)
+                if built is not None:
+                    _, qualified, positional, keywords = built
+                    extra_positional, extra_keywords = _split_args(expression.args)
+                    return expression, qualified, positional + extra_positional, {**keywords, **extra_keywords}
+            return None
+        name = dotted_name(expression)
+        if name is None:
+            return None
+        bound = self.decls.constant(name, scope)
+        return self._autocast_call(bound, scope, depth + 1) if bound is not None else None
+
+    def _resolve(self, value: Optional[cst.BaseExpression], scope: int) -> Optional[cst.BaseExpression]:
+        for _ in range(_MAX_CONSTANT_DEPTH):
+            if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+                return value
+            name = dotted_name(value) if value is not None else None
+            if name is None or self.decls.aliases.resolve(value) is not None:
+                return value
+            bound = self.decls.constant(name, scope)
+            if bound is None:
+                return None
+            value = bound
+        return None
+
+    def _dtype(self, value: Optional[cst.BaseExpression], scope: int) -> Optional[str]:
+        value = self._resolve(value, scope)
+        if value is None:
+            return None
+        return torch_api.DTYPES.get(self.decls.aliases.resolve(value) or "")
+
+    def _string(self, value: Optional[cst.BaseExpression], scope: int) -> Optional[str]:
+        value = self._resolve(value, scope)
+        if isinstance(value, cst.SimpleString):
+            return value.evaluated_value.split(":")[0]
+        return None
+
+    def _bool(self, value: Optional[cst.BaseExpression], scope: int) -> Optional[bool]:
+        if value is None:
+            return True
+        return _bool_literal(self._resolve(value, scope))
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def analyze(module: cst.Module) -> ModuleFacts:
+    decls = _Declarations()
+    module.visit(decls)
+    scalers = decls.scalers()
+    optimizers = decls.optimizers(scalers)
+    facts = ModuleFacts(units=[], scalers=scalers, optimizers=optimizers, calls_by_node={})
+    classifier = _Classifier(decls, scalers, optimizers)
+    module.visit(_UnitBuilder(decls, classifier, facts))
+    return facts
+
+
+def _split_args(args: Sequence[cst.Arg]) -> Tuple[List[cst.BaseExpression], Dict[str, cst.BaseExpression]]:
+    positional: List[cst.BaseExpression] = []
+    keywords: Dict[str, cst.BaseExpression] = {}
+    for arg in args:
+        if arg.star:
+            continue
+        if arg.keyword is not None:
+            keywords[arg.keyword.value] = arg.value
+        else:
+            positional.append(arg.value)
+    return positional, keywords
+
+
+def _argument(call: cst.Call, index: int, keyword: str) -> Optional[cst.BaseExpression]:
+    positional, keywords = _split_args(call.args)
+    if keyword in keywords:
+        return keywords[keyword]
+    return positional[index] if len(positional) > index else None
+
+
+def _bool_literal(node: Optional[cst.BaseExpression]) -> Optional[bool]:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def _is_none(node: Optional[cst.BaseExpression]) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+

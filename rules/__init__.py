@@ -1,0 +1,19 @@
+"""The amplint rules: one module per rule, registered here in code order."""
+
+from amplint.rules.amp001_unscaled_backward import UnscaledBackward
+from amplint.rules.amp002_fp16_without_scaler import Fp16WithoutScaler
+from amplint.rules.amp003_clip_before_unscale import ClipBeforeUnscale
+from amplint.rules.amp004_step_inside_autocast import StepInsideAutocast
+from amplint.rules.amp005_scaled_loss_plain_step import ScaledLossPlainStep
+from amplint.rules.amp006_backward_inside_autocast import BackwardInsideAutocast
+
+ALL_RULES = (
+    UnscaledBackward,
+    Fp16WithoutScaler,
+    ClipBeforeUnscale,
+    StepInsideAutocast,
+    ScaledLossPlainStep,
+    BackwardInsideAutocast,
+)
+
+__all__ = ["ALL_RULES"]

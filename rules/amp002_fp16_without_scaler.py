@@ -1,0 +1,191 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from amplint.facts import AutocastRegion, CallKind, CodeUnit, ModuleFacts
+from amplint.names import source_text
+from amplint.rule import Flagged, Report, Rule
+
+
+class Fp16WithoutScaler(Rule):
+    """float16 autocast in a training step that no GradScaler serves.
+
+    ## What it does
+    Flags an enabled `torch.autocast` whose dtype is float16 (explicitly, or by the CUDA
+    default) around a forward pass whose loss is backpropagated in the same function, when
+    no enabled `GradScaler` exists in the function, its class or the module.
+
+    ## Why is this bad?
+    float16 cannot represent magnitudes below ~6e-8 (its smallest subnormal). Without loss
+    scaling, small gradients flush to exactly zero in the backward pass and those weights
+    stop learning. `GradScaler` multiplies the loss up before backward so they survive.
+
+    ## What goes wrong at runtime
+    Nothing errors, and at ordinary gradient magnitudes nothing visible happens. When
+    gradients are small (late in training, deep or large models, small loss weights) a
+    large share of gradient elements become exactly zero and training quietly stalls.
+    bfloat16 has float32's range and does not underflow this way.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda"):  # float16 by default on CUDA
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+    or `torch.autocast("cuda", dtype=torch.bfloat16)`, which needs no scaler. Not flagged:
+    bfloat16, a dtype unknown at lint time, `enabled=False`, inference (no backward,
+    `torch.no_grad()`, `torch.inference_mode()`), and framework-managed loops
+    (`accelerator.backward`, Lightning, DeepSpeed) that scale the loss themselves.
+    """
+
+    code = "AMP002"
+    name = "fp16-without-scaler"
+
+    def check(self, module: ModuleFacts) -> Iterator[Report]:
+        if module.has_live_scaler:
+            return
+        for unit in module.units:
+            for region in unit.regions:
+                if region.active and region.is_float16 and not region.under_no_grad and _feeds_backward(region, unit):
+                    yield Report(region.anchor, _message(region))
+
+    VALID = (
+        # bfloat16 needs no scaler.
+        """
+import torch
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model(x).sum()
+loss.backward()
+opt.step()
+""",
+        # Inference only.
+        """
+import torch
+@torch.no_grad()
+def evaluate(model, loader):
+    for x, _ in loader:
+        with torch.autocast("cuda"):
+            out = model(x)
+""",
+        # CPU autocast defaults to bfloat16.
+        """
+import torch
+with torch.autocast("cpu"):
+    loss = model(x).sum()
+loss.backward()
+""",
+        # A scaler serves the step.
+        """
+import torch
+scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+with torch.cuda.amp.autocast(enabled=args.amp):
+    loss = model(x).sum()
+scaler.scale(loss).backward()
+""",
+        # dtype unknown at lint time: don't guess.
+        """
+import torch
+amp_dtype = torch.float16 if device == "cuda" else torch.bfloat16
+with torch.autocast(device_type=device, dtype=amp_dtype):
+    loss = model(x).sum()
+loss.backward()
+""",
+        # accelerate handles scaling.
+        """
+import torch
+with torch.autocast("cuda"):
+    loss = model(x).sum()
+accelerator.backward(loss)
+""",
+        # Disabled autocast.
+        """
+import torch
+with torch.autocast("cuda", enabled=False):
+    loss = model(x).sum()
+loss.backward()
+""",
+        # The fp16 region is a frozen teacher; the loss comes from the fp32 student.
+        """
+import torch
+def step(student, teacher, x):
+    with torch.no_grad(), torch.autocast("cuda"):
+        target = teacher(x)
+    loss = (student(x) - target).pow(2).mean()
+    loss.backward()
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+for x, y in loader:
+    with torch.autocast(device_type="cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+""",
+            at=((4, 10),),
+        ),
+        Flagged(
+            """
+import torch
+from torch.cuda.amp import autocast
+def train_step(model, x, y, opt):
+    with autocast():
+        out = model(x)
+    loss = criterion(out, y)
+    loss.backward()
+    opt.step()
+""",
+            at=((5, 10),),
+        ),
+        Flagged(
+            """
+import torch
+HALF = torch.half
+ctx = torch.autocast("cuda", dtype=HALF)
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+def train_step(x):
+    with ctx:
+        loss = model(x).mean()
+    loss.backward()
+""",
+            at=((4, 7),),
+        ),
+    )
+
+
+def _feeds_backward(region: AutocastRegion, unit: CodeUnit) -> bool:
+    """Whether a backward in the unit runs on something computed under the region."""
+    derived = None
+    for site in unit.calls_of(CallKind.TENSOR_BACKWARD):
+        if site.under_no_grad:
+            continue
+        if site.region is region:
+            return True
+        if derived is None:
+            derived = unit.values_derived_from(region.assigned)
+        if site.call.tensor_reads & derived:
+            return True
+    return False
+
+
+def _message(region: AutocastRegion) -> str:
+    how = "float16 (the CUDA default)" if region.dtype_is_default else "float16"
+    return (
+        f"`{source_text(region.anchor)}` runs the forward in {how} but no enabled GradScaler scales "
+        "the loss: gradients below ~6e-8 flush to zero in backward and those weights silently stop "
+        "learning. Add `scaler = torch.amp.GradScaler(\"cuda\")` with `scaler.scale(loss).backward()`, "
+        "or use dtype=torch.bfloat16."
+    )

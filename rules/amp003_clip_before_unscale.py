@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from amplint.facts import CallKind, ModuleFacts, Path
+from amplint.names import source_text
+from amplint.rule import Flagged, Report, Rule
+
+
+class ClipBeforeUnscale(Rule):
+    """Gradient clipping on gradients that still carry the GradScaler's loss scale.
+
+    ## What it does
+    Flags `clip_grad_norm_` / `clip_grad_value_` (and FSDP's `model.clip_grad_norm_`)
+    reached after `scaler.scale(loss).backward()` with no `scaler.unscale_(optimizer)` in
+    between, including when `unscale_` is called only after the clip.
+
+    ## Why is this bad?
+    After a scaled backward every gradient is multiplied by the loss scale (65536 at the
+    start). A clip threshold of 1.0 then applies to gradients ~65536x too large, so nearly
+    every step is clipped hard; `scaler.step()` later divides by the scale again, leaving an
+    update that is tiny. The returned norm is also meaningless for logging.
+
+    ## What goes wrong at runtime
+    Nothing errors. The applied update shrinks by roughly scale x true-norm / max_norm (tens
+    of thousands of times with SGD), and the logged gradient norm is in the tens of
+    thousands instead of below 1.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+    `accelerator.clip_grad_norm_` unscales by itself and is not flagged.
+    """
+
+    code = "AMP003"
+    name = "clip-before-unscale"
+
+    def check(self, module: ModuleFacts) -> Iterator[Report]:
+        for unit in module.units:
+            for path in unit.paths or ():
+                scaled = False
+                for index, step in enumerate(path):
+                    kind = step.call.kind
+                    if kind is CallKind.TENSOR_BACKWARD:
+                        scaled = scaled or step.scaled
+                    elif kind in (CallKind.UNSCALE, CallKind.SCALER_STEP):
+                        scaled = False
+                    elif kind is CallKind.CLIP and scaled:
+                        yield Report(step.call.node, _message(step.call.node, path, index))
+
+    VALID = (
+        """
+import torch
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+scaler.step(optimizer)
+scaler.update()
+""",
+        # unscale_ inside `if clip:` together with the clip.
+        """
+import torch
+from torch.nn.utils import clip_grad_norm_
+def step(self, loss):
+    self.scaler.scale(loss).backward()
+    if self.max_norm > 0:
+        self.scaler.unscale_(self.optimizer)
+        clip_grad_norm_(self.model.parameters(), self.max_norm)
+    self.scaler.step(self.optimizer)
+    self.scaler.update()
+""",
+        # No scaler, or a disabled one: nothing to unscale.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+scaler.scale(loss).backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+scaler.step(optimizer)
+""",
+        # accelerate unscales inside its own clip.
+        """
+accelerator.backward(loss)
+accelerator.clip_grad_norm_(model.parameters(), 1.0)
+optimizer.step()
+""",
+        # Gradient accumulation: unscale at the boundary, then clip.
+        """
+import torch
+for i, batch in enumerate(loader):
+    scaler.scale(model(batch) / accum).backward()
+    if (i + 1) % accum != 0:
+        continue
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(opt)
+    scaler.update()
+    opt.zero_grad()
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+scaler.scale(loss).backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+scaler.step(optimizer)
+scaler.update()
+""",
+            at=((4, 1),),
+        ),
+        Flagged(
+            """
+from torch import nn
+def step(model, loss, opt, scaler):
+    scaler.scale(loss).backward()
+    nn.utils.clip_grad_value_(model.parameters(), 0.5)
+    scaler.unscale_(opt)
+    scaler.step(opt)
+""",
+            at=((5, 5),),
+        ),
+        Flagged(
+            """
+def step(self, loss):
+    self.scaler.scale(loss).backward()
+    self.model.clip_grad_norm_(1.0)
+    self.scaler.step(self.optimizer)
+""",
+            at=((4, 5),),
+        ),
+    )
+
+
+def _message(clip, path: Path, index: int) -> str:
+    later_unscale: Optional[str] = None
+    optimizer = "optimizer"
+    scaler = "scaler"
+    for step in path[index + 1 :]:
+        if step.call.kind is CallKind.UNSCALE and later_unscale is None:
+            later_unscale = source_text(step.call.node)
+        if step.call.kind in (CallKind.UNSCALE, CallKind.SCALER_STEP):
+            optimizer = step.call.argument or optimizer
+            scaler = step.call.receiver or scaler
+            break
+    fix = f"Call `{scaler}.unscale_({optimizer})` before clipping"
+    if later_unscale is not None:
+        fix = f"Move `{later_unscale}` before the clip"
+    return (
+        f"`{source_text(clip)}` clips gradients that still carry the loss scale (65536 at start), "
+        f"so the threshold is effectively thousands of times too small and the update shrinks. {fix}."
+    )

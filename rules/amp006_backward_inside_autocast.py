@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from amplint.facts import CallKind, ModuleFacts
+from amplint.names import source_text
+from amplint.rule import Flagged, Report, Rule
+
+
+class BackwardInsideAutocast(Rule):
+    """`.backward()` runs inside an autocast region.
+
+    ## What it does
+    Flags `loss.backward()`, `scaler.scale(loss).backward()` and `torch.autograd.backward`
+    executed inside an enabled `torch.autocast` region (lexically inside the `with`, or in
+    an autocast-decorated function).
+
+    ## Why is this bad?
+    "Backward passes under autocast are not recommended" (PyTorch AMP docs): autocast
+    already makes each backward op run in the dtype its forward op used. Running backward
+    inside the region also keeps the region (and its weight cache) alive across the update,
+    which is how the whole-loop-in-autocast mistake starts.
+
+    ## What goes wrong at runtime
+    Usually small numeric differences rather than a failure; measured by `amplint verify`.
+    It is a reliable sign that the region is wider than the forward pass.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+    ```
+
+    ## Use instead
+    ```python
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    ```
+    """
+
+    code = "AMP006"
+    name = "backward-inside-autocast"
+
+    def check(self, module: ModuleFacts) -> Iterator[Report]:
+        for unit in module.units:
+            for site in unit.calls_of(CallKind.TENSOR_BACKWARD):
+                if site.region is not None:
+                    yield Report(
+                        site.call.node,
+                        f"`{source_text(site.call.node)}` runs inside `{source_text(site.region.anchor)}`; "
+                        "only the forward pass and loss belong under autocast (backward ops already run in "
+                        "their forward's dtype). Dedent the backward out of the `with` block.",
+                    )
+
+    VALID = (
+        """
+import torch
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model(x).sum()
+loss.backward()
+""",
+        # Gradient penalty per the PyTorch AMP examples: autocast around the penalty's forward only.
+        """
+import torch
+scaled_grads = torch.autograd.grad(outputs=scaler.scale(loss), inputs=model.parameters(), create_graph=True)
+inv_scale = 1.0 / scaler.get_scale()
+grads = [g * inv_scale for g in scaled_grads]
+with torch.autocast("cuda", dtype=torch.float16):
+    penalty = sum(g.pow(2).sum() for g in grads).sqrt()
+    loss = loss + penalty
+scaler.scale(loss).backward()
+""",
+        # accelerate's backward inside accelerate's autocast.
+        """
+with accelerator.autocast():
+    loss = model(x)
+    accelerator.backward(loss)
+""",
+        # Explicitly disabled inner region.
+        """
+import torch
+with torch.autocast("cuda"):
+    loss = model(x).sum()
+    with torch.autocast("cuda", enabled=False):
+        loss.backward()
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model(x).sum()
+    loss.backward()
+""",
+            at=((5, 5),),
+        ),
+        Flagged(
+            """
+import torch.cuda.amp as amp
+def train_step(self, x):
+    with amp.autocast():
+        loss = self.model(x)
+        self.scaler.scale(loss).backward()
+""",
+            at=((6, 9),),
+        ),
+    )
