@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 
 @dataclass(frozen=True, order=True)
@@ -28,8 +28,19 @@ class FileError:
 
 
 @dataclass
+class RunReport:
+    """Everything an output format needs about one run."""
+
+    findings: List[Finding]
+    errors: List["FileError"]
+    files_checked: int
+    sources: Dict[str, str]  # path -> linted text, for files with findings
+
+
+@dataclass
 class FileResult:
     path: str
     findings: List[Finding] = field(default_factory=list)
     error: Optional[FileError] = None
     skipped: bool = False  # no AMP vocabulary at all: not parsed
+    source: Optional[str] = None  # kept only when there are findings, for code frames

@@ -6,6 +6,7 @@ a rule) becomes a per-file error; the caller carries on with the next file.
 
 from __future__ import annotations
 
+import ast
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
@@ -28,12 +29,19 @@ def might_use_amp(source: str) -> bool:
 def lint_source(source: str, path: str, rules: Sequence[Type[Rule]]) -> FileResult:
     result = FileResult(path)
     if not rules or not might_use_amp(source):
+        # Not worth a LibCST parse, but a broken file is still reported: CPython's own parser
+        # checks it for a fraction of the cost.
         result.skipped = True
+        result.error = _syntax_error(source, path)
         return result
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
-        result.error = FileError(path, f"syntax error at {error.raw_line}:{error.raw_column + 1}: {error.message}")
+        # CPython's message is the one users know; LibCST's is the fallback for the rare
+        # file only one of the two parsers rejects.
+        result.error = _syntax_error(source, path) or FileError(
+            path, f"syntax error at {error.raw_line}:{error.raw_column + 1}: {error.message}"
+        )
         return result
     except RecursionError:
         result.error = FileError(path, "could not parse: nesting too deep")
@@ -41,9 +49,21 @@ def lint_source(source: str, path: str, rules: Sequence[Type[Rule]]) -> FileResu
     try:
         reports = _run_rules(module, rules)
         result.findings = _locate(module, reports, path, source)
+        if result.findings:
+            result.source = source
     except RecursionError:
         result.error = FileError(path, "could not analyse: nesting too deep")
     return result
+
+
+def _syntax_error(source: str, path: str) -> Optional[FileError]:
+    try:
+        ast.parse(source, filename=path)
+    except SyntaxError as error:
+        return FileError(path, f"syntax error at {error.lineno}:{error.offset}: {error.msg}")
+    except (ValueError, RecursionError, MemoryError) as error:
+        return FileError(path, f"could not parse: {error}")
+    return None
 
 
 def _run_rules(module: cst.Module, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, str]]:

@@ -1,0 +1,222 @@
+"""The `amplint` command: `amplint [check] [PATH ...]`, `amplint rule CODE`, `amplint verify`.
+
+Exit codes: 0 nothing found, 1 findings, 2 a usage error or a file that could not be linted
+(every other file is still linted and reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from typing import Dict, List, Optional, Sequence, Tuple, Type
+
+import pathspec
+
+from amplint import __version__
+from amplint.config import Config, ConfigError, find_pyproject, load, split_codes
+from amplint.diagnostics import FileError, FileResult, RunReport
+from amplint.discovery import DEFAULT_EXCLUDES, Discovery
+from amplint.engine import lint_source
+from amplint.output import FORMATS
+from amplint.output.text import render_statistics
+from amplint.rule import Rule
+from amplint.rules import ALL_RULES
+from amplint.selection import SelectionError, resolve, validate
+from amplint.source import read_python
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+# Below this many files, starting worker processes costs more than it saves.
+_PARALLEL_THRESHOLD = 8
+_RULES_BY_CODE: Dict[str, Type[Rule]] = {rule.code: rule for rule in ALL_RULES}
+
+USAGE = """\
+amplint [check] [PATH ...] [options]   lint files and directories (default: .)
+amplint rule CODE | --all               show a rule's documentation, or list all rules
+amplint verify [CODE ...] [options]     run the fixtures and confirm each rule's runtime failure"""
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] == "rule":
+            return rule_command(args[1:])
+        if args and args[0] == "verify":
+            from amplint.harness.command import main as verify
+
+            return verify(args[1:])
+        if args and args[0] == "check":
+            args = args[1:]
+        return check_command(args)
+    except BrokenPipeError:  # `amplint . | head`
+        sys.stderr.close()
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+# --------------------------------------------------------------------------- check
+
+
+def _check_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="amplint",
+        usage=USAGE,
+        description="Find PyTorch automatic-mixed-precision mistakes that silently ruin training.",
+        epilog="Rules: " + ", ".join(f"{r.code} {r.name}" for r in ALL_RULES) + ". `amplint rule CODE` explains one.",
+    )
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to lint (default: .)")
+    selection = parser.add_argument_group("rule selection")
+    selection.add_argument("--select", action="append", metavar="CODES", help="rules to enable: codes, prefixes or ALL, comma-separated (replaces the config's selection)")
+    selection.add_argument("--extend-select", action="append", metavar="CODES", help="rules to enable on top of the selection")
+    selection.add_argument("--ignore", action="append", metavar="CODES", help="rules to disable")
+    files = parser.add_argument_group("file selection")
+    files.add_argument("--exclude", action="append", metavar="PATTERNS", help="gitignore-style patterns to skip (replaces the defaults)")
+    files.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="patterns to skip on top of the defaults")
+    files.add_argument("--force-exclude", action="store_true", help="apply excludes to files named on the command line too (pre-commit)")
+    files.add_argument("--no-respect-gitignore", action="store_true", help="lint files that .gitignore ignores")
+    output = parser.add_argument_group("output")
+    output.add_argument("--output-format", choices=sorted(FORMATS), default="text", help="default: text")
+    output.add_argument("--concise", action="store_true", help="text: one line per finding, no code frame")
+    output.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead")
+    output.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="text: colour output (default: auto)")
+    output.add_argument("-q", "--quiet", action="store_true", help="text: print findings only, no summary line")
+    run = parser.add_argument_group("run")
+    run.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    run.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml's [tool.amplint]")
+    run.add_argument("--isolated", action="store_true", help="ignore all configuration files")
+    run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
+    run.add_argument("--version", action="version", version=f"amplint {__version__}")
+    return parser
+
+
+def check_command(argv: Sequence[str]) -> int:
+    parser = _check_parser()
+    options = parser.parse_args(argv)
+    paths = options.paths or ["."]
+    try:
+        config = _load_config(options, paths)
+        rules = _selected_rules(options, config)
+    except (ConfigError, SelectionError) as error:
+        print(f"amplint: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+
+    discovery = Discovery(
+        root=config.root,
+        exclude=split_codes(options.exclude) or config.exclude or DEFAULT_EXCLUDES,
+        extend_exclude=[*config.extend_exclude, *(split_codes(options.extend_exclude) or [])],
+        respect_gitignore=config.respect_gitignore and not options.no_respect_gitignore,
+        force_exclude=options.force_exclude,
+    )
+    files, errors = discovery.files(paths)
+    jobs = [(path, _codes_for(path, rules, config)) for path in files]
+    results = _lint_all(jobs, options.jobs or os.cpu_count() or 1)
+
+    findings = sorted(f for result in results for f in result.findings)
+    errors += [result.error for result in results if result.error is not None]
+    report = RunReport(
+        findings=findings,
+        errors=errors,
+        files_checked=len(files),
+        sources={r.path: r.source for r in results if r.source is not None},
+    )
+    _write(report, options)
+    for error in sorted(errors):
+        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+    if errors:
+        return EXIT_ERROR
+    if findings and not options.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _load_config(options: argparse.Namespace, paths: Sequence[str]) -> Config:
+    if options.isolated:
+        return Config(root=os.getcwd())
+    if options.config:
+        return load(options.config, os.getcwd())
+    start = os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else os.getcwd()
+    return load(find_pyproject(start), os.getcwd())
+
+
+def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[Rule], ...]:
+    cli_select = split_codes(options.select)
+    if cli_select is not None:
+        # The command line wins: its --select replaces the config's whole selection.
+        select, ignore = cli_select, []
+    else:
+        select, ignore = (config.select if config.select is not None else ["ALL"]), list(config.ignore)
+    extend = [*config.extend_select, *(split_codes(options.extend_select) or [])]
+    ignore += split_codes(options.ignore) or []
+    return resolve(
+        ALL_RULES,
+        validate(select, ALL_RULES),
+        validate(extend, ALL_RULES),
+        validate(ignore, ALL_RULES),
+    )
+
+
+def _codes_for(path: str, rules: Sequence[Type[Rule]], config: Config) -> Tuple[str, ...]:
+    ignored: List[str] = []
+    if config.per_file_ignores:
+        relative = os.path.relpath(os.path.abspath(path), config.root).replace(os.sep, "/")
+        for pattern, codes in config.per_file_ignores.items():
+            if pathspec.PathSpec.from_lines("gitwildmatch", [pattern]).match_file(relative):
+                ignored.extend(c.upper() for c in codes)
+    return tuple(r.code for r in rules if not any(r.code.startswith(c) or c == "ALL" for c in ignored))
+
+
+def _lint_all(jobs: List[Tuple[str, Tuple[str, ...]]], workers: int) -> List[FileResult]:
+    if workers <= 1 or len(jobs) < _PARALLEL_THRESHOLD:
+        return [lint_file(job) for job in jobs]
+    workers = min(workers, len(jobs))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lint_file, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+
+
+def lint_file(job: Tuple[str, Tuple[str, ...]]) -> FileResult:
+    """Lint one file in isolation: whatever goes wrong becomes this file's error."""
+    path, codes = job
+    try:
+        source = read_python(path)
+        if isinstance(source, FileError):
+            return FileResult(path, error=source)
+        return lint_source(source, path, [_RULES_BY_CODE[c] for c in codes])
+    except Exception as error:  # a bug in amplint must not end the run
+        return FileResult(path, error=FileError(path, f"internal error while linting: {type(error).__name__}: {error}"))
+
+
+def _write(report: RunReport, options: argparse.Namespace) -> None:
+    if options.statistics:
+        sys.stdout.write(render_statistics(report))
+        return
+    color = options.color == "always" or (
+        options.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    )
+    text = FORMATS[options.output_format](report, concise=options.concise, color=color)
+    if options.quiet and options.output_format == "text":
+        text = "".join(line + "\n" for line in text.splitlines() if not line.startswith(("Found ", "All checks")))
+    sys.stdout.write(text)
+
+
+# --------------------------------------------------------------------------- rule
+
+
+def rule_command(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="amplint rule", description="Show a rule's documentation.")
+    parser.add_argument("code", nargs="?", help="a rule code, e.g. AMP003, or its name, e.g. clip-before-unscale")
+    parser.add_argument("--all", action="store_true", help="list every rule")
+    options = parser.parse_args(argv)
+    if options.all or not options.code:
+        width = max(len(rule.name) for rule in ALL_RULES)
+        for rule in ALL_RULES:
+            print(f"{rule.code}  {rule.name.ljust(width)}  {rule.summary()}")
+        return EXIT_CLEAN
+    wanted = options.code.strip()
+    for rule in ALL_RULES:
+        if wanted.upper() == rule.code or wanted == rule.name:
+            sys.stdout.write(rule.page())
+            return EXIT_CLEAN
+    print(f"amplint: error: unknown rule `{wanted}` (see `amplint rule --all`)", file=sys.stderr)
+    return EXIT_ERROR

@@ -1,0 +1,15 @@
+"""Output formats: each module renders a RunReport to the text written on stdout."""
+
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+from amplint.diagnostics import RunReport
+from amplint.output import json_format, text
+
+Renderer = Callable[..., str]
+
+FORMATS: Dict[str, Renderer] = {
+    "text": text.render,
+    "json": json_format.render,
+}

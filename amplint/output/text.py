@@ -1,0 +1,78 @@
+"""`--output-format text`: `path:row:col: CODE message`, with a code frame unless --concise."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import List
+
+from amplint.diagnostics import Finding, RunReport
+
+
+class Style:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.color else text
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def red(self, text: str) -> str:
+        return self._wrap("1;31", text)
+
+    def blue(self, text: str) -> str:
+        return self._wrap("1;34", text)
+
+
+def location(finding: Finding) -> str:
+    if finding.cell is not None:
+        return f"{finding.path}:cell {finding.cell}:{finding.cell_row}:{finding.column}"
+    return f"{finding.path}:{finding.row}:{finding.column}"
+
+
+def render(report: RunReport, concise: bool = False, color: bool = False, **_: object) -> str:
+    style = Style(color)
+    out: List[str] = []
+    for finding in report.findings:
+        out.append(f"{style.bold(location(finding))}: {style.red(finding.code)} {finding.message}")
+        if not concise:
+            out.extend(_frame(finding, report.sources.get(finding.path), style))
+    count = len(report.findings)
+    if count:
+        out.append(f"Found {count} error{'s' if count != 1 else ''}.")
+    elif not report.errors:
+        out.append("All checks passed!")
+    return "\n".join(out) + "\n" if out else ""
+
+
+def _frame(finding: Finding, source: "str | None", style: Style) -> List[str]:
+    if source is None:
+        return []
+    lines = source.splitlines()
+    if not 1 <= finding.row <= len(lines):
+        return []
+    first = max(1, finding.row - 1)
+    last = min(len(lines), finding.row + 1)
+    width = len(str(last))
+    gutter = style.blue(" " * width + " |")
+    frame = [gutter]
+    for number in range(first, last + 1):
+        frame.append(f"{style.blue(str(number).rjust(width) + ' |')} {lines[number - 1]}")
+        if number == finding.row:
+            line = lines[number - 1]
+            end = finding.end_column if finding.end_row == finding.row else len(line) + 1
+            carets = "^" * max(1, end - finding.column)
+            frame.append(f"{gutter} {' ' * (finding.column - 1)}{style.red(carets + ' ' + finding.code)}")
+    frame.append(gutter)
+    frame.append("")
+    return frame
+
+
+def render_statistics(report: RunReport, **_: object) -> str:
+    counts = Counter(finding.code for finding in report.findings)
+    names = {finding.code: finding.name for finding in report.findings}
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    lines = [f"{str(n).rjust(width)}\t{code}\t{names[code]}" for code, n in sorted(counts.items())]
+    return "\n".join(lines) + "\n" if lines else ""
+

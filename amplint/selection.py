@@ -1,0 +1,51 @@
+"""Which rules run: ruff-style selectors (`ALL`, `AMP`, `AMP00`, `AMP003`) resolved by specificity."""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Sequence, Tuple, Type
+
+from amplint.rule import Rule
+
+
+class SelectionError(ValueError):
+    pass
+
+
+def _matches(selector: str, code: str) -> bool:
+    return selector == "ALL" or code.startswith(selector)
+
+
+def validate(selectors: Iterable[str], rules: Sequence[Type[Rule]]) -> List[str]:
+    cleaned = []
+    for raw in selectors:
+        selector = raw.strip().upper()
+        if not selector:
+            continue
+        if selector != "ALL" and not any(rule.code.startswith(selector) for rule in rules):
+            known = ", ".join(rule.code for rule in rules)
+            raise SelectionError(f"unknown rule selector `{raw.strip()}` (rules: {known}; prefixes and ALL also work)")
+        cleaned.append(selector)
+    return cleaned
+
+
+def resolve(
+    rules: Sequence[Type[Rule]],
+    select: Sequence[str],
+    extend_select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+) -> Tuple[Type[Rule], ...]:
+    """Enabled rules. For each rule the most specific matching selector decides, as in ruff:
+    `--select AMP --ignore AMP003` drops AMP003, `--select AMP003 --ignore AMP` keeps it;
+    at equal specificity `ignore` wins."""
+    chosen = []
+    for rule in rules:
+        best_length, enabled = -1, False
+        for selectors, verdict in ((list(select) + list(extend_select), True), (ignore, False)):
+            for selector in selectors:
+                if _matches(selector, rule.code):
+                    length = 0 if selector == "ALL" else len(selector)
+                    if length > best_length or (length == best_length and not verdict):
+                        best_length, enabled = length, verdict
+        if enabled:
+            chosen.append(rule)
+    return tuple(chosen)
