@@ -27,6 +27,7 @@ class CallKind(enum.Enum):
     SCALER_STEP = "scaler.step"
     SCALER_UPDATE = "scaler.update"
     OPTIMIZER_STEP = "optimizer.step"
+    ZERO_GRAD = "zero_grad"  # optimizer.zero_grad(), model.zero_grad(): gradients so far are gone
 
     @property
     def is_step(self) -> bool:
@@ -59,6 +60,9 @@ class ScalerRef:
     # What must hold on a path for the scaler to be live there: it is not None, it reports
     # is_enabled(), and its `enabled=` expression is true.
     live_requirements: Tuple[Assumption, ...] = ()
+    # Whether it can serve a training step: something scales or steps with it, it is handed
+    # to other code, or it came from elsewhere. A GradScaler built and never used serves none.
+    serves: bool = True
 
     @property
     def known_disabled(self) -> bool:
@@ -87,7 +91,8 @@ class AutocastRegion:
 
     @property
     def active(self) -> bool:
-        return self.enabled is not False
+        # autocast(dtype=torch.float32) is how models switch low precision off locally.
+        return self.enabled is not False and self.dtype != "float32"
 
     @property
     def is_float16(self) -> bool:
@@ -169,11 +174,19 @@ class ModuleFacts:
     scalers: Dict[str, ScalerRef]
     optimizers: Set[str]
     calls_by_node: Dict[int, AmpCall]  # id(cst.Call) -> what it is
+    # Names like `loss_scaler` or `self.scaler` that are used but are not GradScalers we
+    # can see built: timm's NativeScaler `loss_scaler(loss, optimizer)`, a scaler passed in.
+    other_scaler_names: Set[str] = field(default_factory=set)
 
     def amp_call(self, node: cst.Call) -> Optional[AmpCall]:
         return self.calls_by_node.get(id(node))
 
     @property
     def has_live_scaler(self) -> bool:
-        """Some GradScaler in the file may be enabled (unknown counts as enabled)."""
-        return any(not ref.known_disabled for ref in self.scalers.values())
+        """Some GradScaler in the file may be enabled (unknown counts as enabled) and is used."""
+        return any(ref.serves and not ref.known_disabled for ref in self.scalers.values())
+
+    @property
+    def may_scale_elsewhere(self) -> bool:
+        """Loss scaling may happen out of sight: a live scaler, or a scaler-like helper."""
+        return self.has_live_scaler or bool(self.other_scaler_names)

@@ -30,6 +30,7 @@ _PATH_KINDS = frozenset(
         CallKind.SCALER_STEP,
         CallKind.SCALER_UPDATE,
         CallKind.OPTIMIZER_STEP,
+        CallKind.ZERO_GRAD,
     }
 )
 
@@ -173,7 +174,8 @@ class _Interpreter:
         current = states
         for _ in range(2):
             if isinstance(node, cst.For):
-                current = self.bind(names_bound(node.target), None, current)
+                # `for scaled in [scaler.scale(l) for l in losses]:` binds scaled tensors.
+                current = self.bind(names_bound(node.target), node.iter, current)
             body = self.suite(node.body, current)
             current = body.normal | body.continues
             if not runs_forever:
@@ -295,15 +297,31 @@ def _relevant_conditions(statements: Sequence[cst.CSTNode], module: ModuleFacts)
     counts: Counter = Counter()
 
     class _Tests(cst.CSTVisitor):
+        loops = 0
+
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return False
 
         def visit_ClassDef(self, node: cst.ClassDef) -> bool:
             return False
 
+        def visit_For(self, node: cst.For) -> None:
+            self.loops += 1
+
+        def leave_For(self, original_node: cst.For) -> None:
+            self.loops -= 1
+
+        def visit_While(self, node: cst.While) -> None:
+            self.loops += 1
+
+        def leave_While(self, original_node: cst.While) -> None:
+            self.loops -= 1
+
         def visit_If(self, node: cst.If) -> None:
             texts = {c.text for outcome in (True, False) for c, _ in assumptions(node.test, outcome)}
-            counts.update(texts)
+            # A test inside a loop runs again on the next iteration.
+            for _ in range(2 if self.loops else 1):
+                counts.update(texts)
 
     for statement in statements:
         statement.visit(_Tests())

@@ -98,6 +98,8 @@ class _Declarations(cst.CSTVisitor):
         self.scaler_annotated: List[str] = []
         self.scaler_uses: List[Tuple[str, str, bool]] = []  # (receiver, method, backward-ed)
         self.scaler_step_arguments: List[Tuple[str, str]] = []  # (receiver, first argument)
+        self.scaler_like_names: set = set()
+        self.passed_names: set = set()  # names handed to a call as an argument
 
     # scopes
     def visit_Module(self, node: cst.Module) -> None:
@@ -161,7 +163,27 @@ class _Declarations(cst.CSTVisitor):
                 self._bind(name, None)
 
     # evidence of use
+    def visit_Return(self, node: cst.Return) -> None:
+        name = dotted_name(node.value) if node.value is not None else None
+        if name is not None:
+            self.passed_names.add(name)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if "scaler" in node.value.lower() and node.value not in torch_api.GRAD_SCALER_BARE_NAMES:
+            self.scaler_like_names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        attr = node.attr.value
+        if "scaler" in attr.lower() and attr not in torch_api.GRAD_SCALER_BARE_NAMES:
+            name = dotted_name(node)
+            if name is not None:
+                self.scaler_like_names.add(name)
+
     def visit_Call(self, node: cst.Call) -> None:
+        for arg in node.args:
+            name = dotted_name(arg.value)
+            if name is not None:
+                self.passed_names.add(name)
         func = node.func
         if not isinstance(func, cst.Attribute):
             return
@@ -182,19 +204,21 @@ class _Declarations(cst.CSTVisitor):
                         self.scaler_step_arguments.append((receiver, argument))
 
     # derived facts
-    def constant(self, name: str, scope: Optional[int], depth: int = 0) -> Optional[cst.BaseExpression]:
+    def constant(self, name: str, scope: Optional[int]) -> Optional[cst.BaseExpression]:
         """The one value `name` is ever given in the nearest scope that binds it; None if unsure."""
-        if depth > _MAX_CONSTANT_DEPTH:
-            return None
-        if "." in name:  # `self.dtype`: one assignment anywhere in the file
-            values = self.values_by_name.get(name, [])
-            return values[0] if len(values) == 1 else None
+        values = self.values(name, scope)
+        return values[0] if len(values) == 1 else None
+
+    def values(self, name: str, scope: Optional[int]) -> List[Optional[cst.BaseExpression]]:
+        """Every value `name` is given in the nearest scope that binds it (None: not a plain value)."""
+        if "." in name:  # `self.amp_ctx`: assignments anywhere in the file
+            return self.values_by_name.get(name, [])
         while scope is not None:
             values = self.assigned.get(scope, {}).get(name)
             if values is not None:
-                return values[0] if len(values) == 1 else None
+                return values
             scope = self.parent_scope.get(scope)
-        return None
+        return []
 
     def scalers(self) -> Dict[str, ScalerRef]:
         enabled_by_name: Dict[str, List[Tuple[Optional[bool], List]]] = {}
@@ -210,6 +234,9 @@ class _Declarations(cst.CSTVisitor):
             named_scaler = "scaler" in receiver.rsplit(".", 1)[-1].lower()
             if backwarded or receiver in unscaling_receivers or named_scaler:
                 enabled_by_name.setdefault(receiver, [])
+        used = {receiver for receiver, _, _ in self.scaler_uses} | self.passed_names
+        # `self.scaler = scaler` or `return scaler` hands it on just as well.
+        used |= {dotted_name(v) for values in self.values_by_name.values() for v in values if v is not None} - {None}
         refs = {}
         for name, constructions in enabled_by_name.items():
             states = {enabled for enabled, _ in constructions}
@@ -222,7 +249,8 @@ class _Declarations(cst.CSTVisitor):
             ]
             if len(constructions) == 1:
                 requirements.extend(constructions[0][1])
-            refs[name] = ScalerRef(name, enabled, tuple(requirements))
+            serves = not constructions or name in used or name in self.scaler_annotated
+            refs[name] = ScalerRef(name, enabled, tuple(requirements), serves)
         return refs
 
     def _scaler_construction(self, value: Optional[cst.BaseExpression]) -> Optional[Tuple[Optional[bool], List]]:
@@ -311,6 +339,8 @@ class _Classifier:
             return AmpCall(kind, node, receiver=receiver, argument=argument_name) if kind else None
         if method == "step" and (receiver in self.optimizers or looks_like_optimizer(receiver)):
             return AmpCall(CallKind.OPTIMIZER_STEP, node, receiver=receiver)
+        if method == "zero_grad":
+            return AmpCall(CallKind.ZERO_GRAD, node, receiver=receiver)
         return None
 
     def _backward(self, node: cst.Call, tensor: cst.BaseExpression) -> AmpCall:
@@ -535,20 +565,23 @@ class _UnitBuilder(cst.CSTVisitor):
                     return expression, inner, positional, keywords
                 return None
             # `with amp_ctx():` where `amp_ctx = partial(torch.autocast, ...)`.
+            # A context object may be bound on several branches (`partial(torch.autocast, ...)`
+            # when AMP is on, `suppress` when off): where any binding is autocast, it may be.
             name = dotted_name(expression.func)
-            bound = self.decls.constant(name, scope) if name else None
-            if isinstance(bound, cst.Call) and self.decls.aliases.resolve(bound.func) == "functools.partial":
-                built = self._autocast_call(bound, scope, depth + 1)
-                if built is not None:
-                    _, qualified, positional, keywords = built
-                    extra_positional, extra_keywords = _split_args(expression.args)
-                    return expression, qualified, positional + extra_positional, {**keywords, **extra_keywords}
+            for bound in self.decls.values(name, scope) if name else ():
+                if isinstance(bound, cst.Call) and self.decls.aliases.resolve(bound.func) == "functools.partial":
+                    built = self._autocast_call(bound, scope, depth + 1)
+                    if built is not None:
+                        _, qualified, positional, keywords = built
+                        extra_positional, extra_keywords = _split_args(expression.args)
+                        return expression, qualified, positional + extra_positional, {**keywords, **extra_keywords}
             return None
         name = dotted_name(expression)
-        if name is None:
-            return None
-        bound = self.decls.constant(name, scope)
-        return self._autocast_call(bound, scope, depth + 1) if bound is not None else None
+        for bound in self.decls.values(name, scope) if name else ():
+            built = self._autocast_call(bound, scope, depth + 1) if bound is not None else None
+            if built is not None:
+                return built
+        return None
 
     def _resolve(self, value: Optional[cst.BaseExpression], scope: int) -> Optional[cst.BaseExpression]:
         for _ in range(_MAX_CONSTANT_DEPTH):
@@ -590,6 +623,11 @@ def analyze(module: cst.Module) -> ModuleFacts:
     scalers = decls.scalers()
     optimizers = decls.optimizers(scalers)
     facts = ModuleFacts(units=[], scalers=scalers, optimizers=optimizers, calls_by_node={})
+    facts.other_scaler_names = {
+        name
+        for name in decls.scaler_like_names
+        if name not in scalers and not any(name.startswith(s + ".") for s in scalers)
+    }
     classifier = _Classifier(decls, scalers, optimizers)
     module.visit(_UnitBuilder(decls, classifier, facts))
     return facts

@@ -58,6 +58,8 @@ class UnscaledBackward(Rule):
                     call = step.call
                     if call.kind is CallKind.TENSOR_BACKWARD and not step.scaled:
                         unscaled.append(call)
+                    elif call.kind is CallKind.ZERO_GRAD:
+                        unscaled = []
                     elif call.kind is CallKind.SCALER_STEP and step.scaler_live:
                         for backward in unscaled:
                             yield Report(backward.node, _message(backward, call))

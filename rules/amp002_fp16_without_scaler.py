@@ -53,7 +53,7 @@ class Fp16WithoutScaler(Rule):
     name = "fp16-without-scaler"
 
     def check(self, module: ModuleFacts) -> Iterator[Report]:
-        if module.has_live_scaler:
+        if module.may_scale_elsewhere:
             return
         for unit in module.units:
             for region in unit.regions:
@@ -92,6 +92,16 @@ scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
 with torch.cuda.amp.autocast(enabled=args.amp):
     loss = model(x).sum()
 scaler.scale(loss).backward()
+""",
+        # The scaler is handed to the code that steps.
+        """
+import torch
+scaler = torch.cuda.amp.GradScaler()
+def train(model, x):
+    with torch.autocast("cuda"):
+        loss = model(x).sum()
+    loss.backward()
+train_one_epoch(model, loader, scaler)
 """,
         # dtype unknown at lint time: don't guess.
         """
@@ -162,6 +172,19 @@ def train_step(x):
     loss.backward()
 """,
             at=((4, 7),),
+        ),
+        # A GradScaler that is built but never used serves no step.
+        Flagged(
+            """
+import torch
+scaler = torch.cuda.amp.GradScaler()
+for x, y in loader:
+    with torch.autocast("cuda", torch.float16):
+        loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+            at=((5, 10),),
         ),
     )
 

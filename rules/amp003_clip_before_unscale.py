@@ -55,7 +55,7 @@ class ClipBeforeUnscale(Rule):
                     kind = step.call.kind
                     if kind is CallKind.TENSOR_BACKWARD:
                         scaled = scaled or step.scaled
-                    elif kind in (CallKind.UNSCALE, CallKind.SCALER_STEP):
+                    elif kind in (CallKind.UNSCALE, CallKind.SCALER_STEP, CallKind.ZERO_GRAD):
                         scaled = False
                     elif kind is CallKind.CLIP and scaled:
                         yield Report(step.call.node, _message(step.call.node, path, index))

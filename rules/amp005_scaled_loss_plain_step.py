@@ -50,7 +50,7 @@ class ScaledLossPlainStep(Rule):
                     kind = step.call.kind
                     if kind is CallKind.TENSOR_BACKWARD and step.scaled:
                         scaled_by = step
-                    elif kind in (CallKind.UNSCALE, CallKind.SCALER_STEP):
+                    elif kind in (CallKind.UNSCALE, CallKind.SCALER_STEP, CallKind.ZERO_GRAD):
                         scaled_by = None
                     elif kind is CallKind.OPTIMIZER_STEP and scaled_by is not None:
                         yield Report(step.call.node, _message(step.call, scaled_by))
@@ -127,7 +127,7 @@ def _message(step: AmpCall, backward: PathStep) -> str:
     scaler = backward.scaler or "scaler"
     optimizer = step.receiver or "optimizer"
     return (
-        f"`{source_text(step.node)}` applies gradients that `{source_text(backward.call.node)}` multiplied "
-        "by the loss scale (65536 at start), and never skips inf/NaN steps: SGD-like updates come out "
+        f"`{source_text(step.node)}` applies gradients from `{source_text(backward.call.node)}` that still carry "
+        f"`{scaler}`'s loss scale (65536 at start), and never skips inf/NaN steps: SGD-like updates come out "
         f"~65,000x too large. Use `{scaler}.step({optimizer})` and `{scaler}.update()`."
     )

@@ -1,0 +1,15 @@
+import torch
+from accelerate import Accelerator
+
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+for batch in loader:
+    with accelerator.accumulate(model):
+        with accelerator.autocast():
+            loss = model(**batch).loss
+        accelerator.backward(loss)
+        if accelerator.sync_gradients:
+            accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
