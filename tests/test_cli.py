@@ -1,0 +1,285 @@
+"""The `amplint` command end to end, through a subprocess: exit codes, selection, config, noqa, bad files."""
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+BUGGY = textwrap.dedent(
+    """\
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+    """
+)
+CLEAN = BUGGY.replace(
+    "    torch.nn.utils.clip_grad_norm_", "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_"
+)
+assert CLEAN != BUGGY
+# Two findings in one file: AMP004 and AMP006.
+LOOP_IN_AUTOCAST = textwrap.dedent(
+    """\
+    import torch
+
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        for x in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """
+)
+
+
+@pytest.fixture
+def project(tmp_path):
+    def write(files):
+        for name, text in files.items():
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(text, bytes):
+                path.write_bytes(text)
+            else:
+                path.write_text(text)
+        return tmp_path
+
+    return write
+
+
+def test_exit_codes_and_text_output(amplint, project):
+    root = project({"buggy.py": BUGGY, "clean.py": CLEAN})
+    result = amplint("buggy.py", "clean.py", cwd=root)
+    assert result.returncode == 1, result.stderr
+    assert "buggy.py:8:5: AMP003 `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)`" in result.stdout
+    assert "scaler.unscale_(optimizer)" in result.stdout  # the fix, in the user's own names
+    assert "\n8 |     torch.nn.utils.clip_grad_norm_" in result.stdout  # code frame
+    assert "\n  |     " + "^" * 55 + " AMP003\n" in result.stdout
+    assert "Found 1 error." in result.stdout
+    clean = amplint("clean.py", cwd=root)
+    assert clean.returncode == 0 and "All checks passed!" in clean.stdout
+
+
+def test_check_subcommand_and_directory_default(amplint, project):
+    root = project({"pkg/train.py": BUGGY})
+    assert amplint("check", cwd=root).returncode == 1
+    assert amplint(cwd=root).returncode == 1
+    result = amplint("--concise", cwd=root)
+    assert result.stdout.splitlines()[0].startswith(os.path.join(".", "pkg", "train.py") + ":8:5: AMP003")
+    assert " | " not in result.stdout
+
+
+def test_exit_zero(amplint, project):
+    root = project({"buggy.py": BUGGY})
+    assert amplint("--exit-zero", "buggy.py", cwd=root).returncode == 0
+
+
+def test_json_output_has_ruff_shape(amplint, project):
+    root = project({"loop.py": LOOP_IN_AUTOCAST})
+    result = amplint("--output-format", "json", "loop.py", cwd=root)
+    assert result.returncode == 1
+    items = json.loads(result.stdout)
+    assert [(i["code"], i["location"]["row"], i["location"]["column"]) for i in items] == [("AMP006", 6, 9), ("AMP004", 7, 9)]
+    first = items[0]
+    assert first["filename"] == str(root / "loop.py")
+    assert first["end_location"] == {"row": 6, "column": 24}
+    assert first["fix"] is None
+    assert first["name"] == "backward-inside-autocast"
+    assert first["url"].endswith("#amp006")
+
+
+def test_statistics(amplint, project):
+    root = project({"a.py": LOOP_IN_AUTOCAST, "b.py": LOOP_IN_AUTOCAST})
+    result = amplint("--statistics", ".", cwd=root)
+    assert result.returncode == 1
+    assert result.stdout.split("\n")[:2] == ["2\tAMP004\tstep-inside-autocast", "2\tAMP006\tbackward-inside-autocast"]
+
+
+@pytest.mark.parametrize(
+    "args, codes",
+    [
+        ([], {"AMP004", "AMP006"}),
+        (["--select", "AMP004"], {"AMP004"}),
+        (["--select", "AMP00"], {"AMP004", "AMP006"}),
+        (["--select", "ALL", "--ignore", "AMP006"], {"AMP004"}),
+        (["--ignore", "AMP"], set()),
+        (["--select", "AMP006", "--ignore", "AMP"], {"AMP006"}),  # the more specific selector wins
+        (["--select", "AMP001", "--extend-select", "AMP004"], {"AMP004"}),
+        (["--select", "amp004,AMP006"], {"AMP004", "AMP006"}),
+    ],
+)
+def test_select_and_ignore(amplint, project, args, codes):
+    root = project({"loop.py": LOOP_IN_AUTOCAST})
+    result = amplint("--output-format", "json", *args, "loop.py", cwd=root)
+    assert {item["code"] for item in json.loads(result.stdout)} == codes
+
+
+def test_unknown_selector_is_a_usage_error(amplint, project):
+    root = project({"loop.py": LOOP_IN_AUTOCAST})
+    result = amplint("--select", "E501", "loop.py", cwd=root)
+    assert result.returncode == 2
+    assert "unknown rule selector `E501`" in result.stderr
+
+
+def test_pyproject_configuration(amplint, project):
+    root = project(
+        {
+            "pyproject.toml": textwrap.dedent(
+                """\
+                [tool.amplint]
+                ignore = ["AMP006"]
+                extend-exclude = ["generated"]
+                per-file-ignores = { "scripts/*.py" = ["AMP004"] }
+                """
+            ),
+            "train.py": LOOP_IN_AUTOCAST,
+            "generated/train.py": LOOP_IN_AUTOCAST,
+            "scripts/bench.py": LOOP_IN_AUTOCAST,
+        }
+    )
+    result = amplint("--output-format", "json", cwd=root)
+    found = sorted((Path(i["filename"]).relative_to(root).as_posix(), i["code"]) for i in json.loads(result.stdout))
+    assert found == [("train.py", "AMP004")]
+    # The config is found from a subdirectory too, and the command line wins.
+    result = amplint("--output-format", "json", "--select", "AMP006", "scripts", cwd=root)
+    assert [i["code"] for i in json.loads(result.stdout)] == ["AMP006"]
+    # --isolated ignores it.
+    result = amplint("--output-format", "json", "--isolated", "train.py", cwd=root)
+    assert sorted(i["code"] for i in json.loads(result.stdout)) == ["AMP004", "AMP006"]
+
+
+def test_bad_configuration_is_a_clear_error(amplint, project):
+    root = project({"pyproject.toml": "[tool.amplint]\nselct = ['AMP001']\n", "train.py": CLEAN})
+    result = amplint(cwd=root)
+    assert result.returncode == 2
+    assert "unknown key(s) in [tool.amplint]: selct" in result.stderr
+    root = project({"pyproject.toml": "[tool.amplint]\nselect = 'AMP001'\n"})
+    assert "must be a list of strings" in amplint(cwd=root).stderr
+
+
+def test_noqa(amplint, project):
+    source = LOOP_IN_AUTOCAST.replace("loss.backward()", "loss.backward()  # noqa: AMP006").replace(
+        "optimizer.step()", "optimizer.step()  # noqa: E501"
+    )
+    root = project({"a.py": source, "b.py": LOOP_IN_AUTOCAST.replace("optimizer.step()", "optimizer.step()  # noqa")})
+    codes = lambda name: [i["code"] for i in json.loads(amplint("--output-format", "json", name, cwd=root).stdout)]
+    assert codes("a.py") == ["AMP004"]  # another tool's code suppresses nothing of ours
+    assert codes("b.py") == ["AMP006"]
+    root = project({"c.py": "# amplint: noqa: AMP004\n" + LOOP_IN_AUTOCAST, "d.py": "# amplint: noqa\n" + LOOP_IN_AUTOCAST})
+    assert codes("c.py") == ["AMP006"]
+    assert codes("d.py") == []
+    # A "# noqa" inside a string is not a comment.
+    root = project({"e.py": LOOP_IN_AUTOCAST.replace("loss.backward()", "loss.backward(); s = '# noqa'")})
+    assert codes("e.py") == ["AMP006", "AMP004"]
+
+
+def test_bad_files_are_reported_and_the_run_goes_on(amplint, project):
+    root = project(
+        {
+            "good.py": BUGGY,
+            "syntax.py": "import torch\nwith torch.autocast('cuda'):\n    x = (\n",
+            "syntax_plain.py": "def f(:\n",
+            "binary.py": b"\x00\x01\x02scale\xff",
+            "latin1.py": "# -*- coding: latin-1 -*-\n# caf\xe9\nimport torch\n".encode("latin-1") + BUGGY.encode(),
+            "bad_utf8.py": b"import torch\nx = '\xff\xfe'\nscaler = 1\n",
+            "bad_coding.py": b"# -*- coding: klingon -*-\nx = 1\n",
+            "huge.py": b"x = 1  # scale\n" * (9 * 1024 * 1024 // 15),
+        }
+    )
+    result = amplint("--concise", ".", "missing.py", cwd=root)
+    assert result.returncode == 2
+    assert "good.py:8:5: AMP003" in result.stdout
+    assert "latin1.py:11:5: AMP003" in result.stdout  # PEP 263 coding lines are honoured
+    errors = result.stderr
+    assert "syntax.py: syntax error at 3:" in errors and "was never closed" in errors
+    assert "syntax_plain.py: syntax error at 1:" in errors
+    assert "binary.py: binary file" in errors
+    assert "bad_utf8.py: cannot decode as utf-8" in errors
+    assert "bad_coding.py: cannot decode" in errors
+    assert "huge.py: file too large to lint" in errors
+    assert "missing.py: no such file or directory" in errors
+    # Nothing the user wrote is touched.
+    assert (root / "good.py").read_text() == BUGGY
+
+
+@pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root can read any file")
+def test_unreadable_file(amplint, project):
+    root = project({"secret.py": BUGGY, "good.py": BUGGY})
+    (root / "secret.py").chmod(0)
+    result = amplint("--concise", ".", cwd=root)
+    assert result.returncode == 2
+    assert "secret.py: cannot read file" in result.stderr
+
+
+def test_discovery_respects_gitignore_and_default_excludes(amplint, project):
+    root = project(
+        {
+            ".gitignore": "ignored/\n*_gen.py\n",
+            "train.py": BUGGY,
+            "ignored/train.py": BUGGY,
+            "model_gen.py": BUGGY,
+            ".venv/lib/site.py": BUGGY,
+            "build/lib/train.py": BUGGY,
+            "sub/__pycache__/x.py": BUGGY,
+            "notes.txt": BUGGY,
+        }
+    )
+    (root / ".git").mkdir()
+    result = amplint("--concise", "-q", cwd=root)
+    assert sorted(line.split(":")[0] for line in result.stdout.splitlines()) == [os.path.join(".", "train.py")]
+    result = amplint("--concise", "-q", "--no-respect-gitignore", cwd=root)
+    assert len(result.stdout.splitlines()) == 3
+    result = amplint("--concise", "-q", "--extend-exclude", "train.py", cwd=root)
+    assert result.stdout == "" and result.returncode == 0
+    # An explicitly named file is linted even when excluded, unless --force-exclude.
+    assert amplint("ignored/train.py", cwd=root).returncode == 1
+    assert amplint("--force-exclude", "ignored/train.py", cwd=root).returncode == 0
+
+
+def test_parallel_and_serial_agree(amplint, project):
+    files = {f"m{i:02d}.py": (BUGGY if i % 3 else LOOP_IN_AUTOCAST) for i in range(24)}
+    root = project(files)
+    serial = amplint("--output-format", "json", "-j", "1", cwd=root)
+    parallel = amplint("--output-format", "json", "-j", "2", cwd=root)
+    assert json.loads(serial.stdout) == json.loads(parallel.stdout)
+    assert len(json.loads(serial.stdout)) == 24 + 8
+
+
+def test_rule_command(amplint):
+    listing = amplint("rule", "--all")
+    assert listing.returncode == 0
+    assert [line.split()[0] for line in listing.stdout.splitlines()] == [f"AMP00{i}" for i in range(1, 7)]
+    page = amplint("rule", "AMP003")
+    assert page.returncode == 0
+    assert page.stdout.startswith("# AMP003 clip-before-unscale")
+    assert "## Why is this bad?" in page.stdout and "scaler.unscale_(optimizer)" in page.stdout
+    assert amplint("rule", "clip-before-unscale").stdout == page.stdout
+    missing = amplint("rule", "AMP999")
+    assert missing.returncode == 2 and "unknown rule" in missing.stderr
+
+
+def test_version_and_help(amplint):
+    assert amplint("--version").stdout.startswith("amplint ")
+    help_text = amplint("--help").stdout
+    assert "--select" in help_text and "amplint rule" in help_text and "verify" in help_text
+
+
+def test_console_script_matches_module(project):
+    import shutil
+    import subprocess
+
+    exe = shutil.which("amplint")
+    if exe is None:
+        pytest.skip("amplint is not installed as a console script")
+    root = project({"loop.py": LOOP_IN_AUTOCAST})
+    result = subprocess.run([exe, "--concise", "loop.py"], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 1 and "AMP004" in result.stdout
