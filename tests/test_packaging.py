@@ -1,0 +1,38 @@
+"""The wheel ships rules and fixtures inside the amplint namespace, never as top-level packages."""
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot build a wheel here: {result.stderr.strip()[-300:]}")
+    (path,) = out.glob("amplint-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_wheel_layout(wheel):
+    names = wheel.namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == {"amplint"}, "no top-level `rules` or `fixtures` package (django-rules owns `rules`)"
+    assert "amplint/rules/amp003_clip_before_unscale.py" in names
+    assert "amplint/fixtures/AMP003/buggy.py" in names
+    assert "amplint/fixtures/AMP003/fixed.py" in names
+    assert "amplint/harness/__init__.py" in names
+    metadata = wheel.read(next(n for n in names if n.endswith("METADATA"))).decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert not any("torch" in line and "extra ==" not in line for line in requires), "torch must stay optional"
+    entry_points = wheel.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "amplint = amplint.cli:main" in entry_points
