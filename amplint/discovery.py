@@ -51,31 +51,44 @@ class Discovery:
         unique = list(dict.fromkeys(found))
         return unique, errors
 
-    def _walk(self, top: str) -> Iterator[str]:
-        for directory, subdirs, filenames in os.walk(top, onerror=None):
+    def _walk(self, given: str) -> Iterator[str]:
+        top = os.path.abspath(given)
+        top_in_project = os.path.relpath(top, self.root)
+        # Inside the project, patterns rooted at the project root apply below `top` too,
+        # unless `top` itself is excluded: a directory the user names is always walked, so
+        # `amplint .venv/lib/python3.11/site-packages/pkg` lints pkg.
+        rooted = not top_in_project.startswith("..") and not self._matches(top_in_project, True)
+
+        def excluded(path: str, is_dir: bool) -> bool:
+            path = os.path.abspath(path)
+            if self._matches(os.path.relpath(path, top), is_dir):
+                return True
+            if rooted and self._matches(os.path.relpath(path, self.root), is_dir):
+                return True
+            return self.respect_gitignore and self._gitignored(path, is_dir)
+
+        for directory, subdirs, filenames in os.walk(given):
             subdirs[:] = sorted(
                 d
                 for d in subdirs
-                if not os.path.islink(os.path.join(directory, d))
-                and not self.is_excluded(os.path.join(directory, d), is_dir=True)
+                if not os.path.islink(os.path.join(directory, d)) and not excluded(os.path.join(directory, d), True)
             )
             for filename in sorted(filenames):
-                if not filename.endswith(LINTED_SUFFIXES):
-                    continue
                 path = os.path.join(directory, filename)
-                if not self.is_excluded(path, is_dir=False):
+                if filename.endswith(LINTED_SUFFIXES) and not excluded(path, False):
                     yield path
 
     def is_excluded(self, path: str, is_dir: bool) -> bool:
+        """For a path named on the command line (--force-exclude)."""
         absolute = os.path.abspath(path)
         relative = os.path.relpath(absolute, self.root)
         if relative.startswith(".."):
-            relative = absolute.lstrip(os.sep)
-        # gitignore semantics: `build` excludes any `build/` at any depth, `src/gen/*.py` is rooted.
-        candidate = relative.replace(os.sep, "/") + ("/" if is_dir else "")
-        if self._spec.match_file(candidate):
-            return True
-        return self.respect_gitignore and self._gitignored(absolute, is_dir)
+            relative = os.path.basename(absolute)
+        return self._matches(relative, is_dir) or (self.respect_gitignore and self._gitignored(absolute, is_dir))
+
+    def _matches(self, relative: str, is_dir: bool) -> bool:
+        """gitignore semantics: `build` matches `build/` at any depth, `src/gen/` is rooted."""
+        return self._spec.match_file(relative.replace(os.sep, "/") + ("/" if is_dir else ""))
 
     def _gitignored(self, absolute: str, is_dir: bool) -> bool:
         directory = os.path.dirname(absolute)
