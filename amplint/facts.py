@@ -18,6 +18,11 @@ import libcst as cst
 from amplint.conditions import Assumption
 
 
+# Stands for "scaled by a helper we cannot see" (`loss = self.scale_loss(loss)`): enough to
+# not call the loss unscaled, never enough to call its gradients scaled.
+UNKNOWN_SCALER = "<unknown scaler>"
+
+
 class CallKind(enum.Enum):
     TENSOR_BACKWARD = "backward"  # loss.backward(), torch.autograd.backward(loss)
     FRAMEWORK_BACKWARD = "framework backward"  # accelerator.backward(loss): scales itself
@@ -45,7 +50,7 @@ class AmpCall:
     argument: Optional[str] = None
     # Backward only: the tensor expression, and whether it is itself `scaler.scale(...)`-derived.
     tensor: Optional[cst.BaseExpression] = None
-    scaled_inline_by: Optional[str] = None  # `scaler` in `scaler.scale(loss).backward()`
+    scaled_inline_by: Optional[str] = None  # `scaler` in `scaler.scale(loss).backward()`, or UNKNOWN_SCALER
     tensor_reads: FrozenSet[str] = frozenset()
 
 
@@ -111,7 +116,8 @@ class CallSite:
 @dataclass(frozen=True)
 class PathStep:
     call: AmpCall
-    # Backward: the scaler whose scale() the tensor went through on this path, if any.
+    # Backward: the scaler whose scale() the tensor went through on this path, if any
+    # (UNKNOWN_SCALER: through a scaling helper we cannot see).
     scaler: Optional[str] = None
     # Whether that scaler (for scaler calls, the receiver) is live on this path: not None,
     # not disabled. A disabled scaler's scale() is the identity.

@@ -20,6 +20,7 @@ import libcst as cst
 from amplint.conditions import Assumption, assumptions
 from amplint.facts import AmpCall, CallKind, CodeUnit, ModuleFacts, Path, PathStep
 from amplint.names import names_bound, names_read
+from amplint.semantics import scaler_scaling
 
 MAX_STATES = 1024
 _PATH_KINDS = frozenset(
@@ -230,7 +231,7 @@ class _Interpreter:
     def bind(self, targets: Sequence[str], value: Optional[cst.CSTNode], states: Set[_State]) -> Set[_State]:
         if not targets:
             return states
-        inline = _scaler_scaling(value, self.module) if value is not None else None
+        inline = scaler_scaling(value, self.module.scalers) if value is not None else None
         reads = frozenset(names_read(value)) if value is not None else frozenset()
         result = set()
         for state in states:
@@ -281,11 +282,6 @@ def _calls_in_order(expression: cst.CSTNode, module: ModuleFacts) -> List[AmpCal
 
     expression.visit(_Collector())
     return found
-
-
-def _scaler_scaling(expression: cst.CSTNode, module: ModuleFacts) -> Optional[str]:
-    """The scaler whose scale() the expression calls: `scaler.scale(loss) / accum` -> scaler."""
-    return next((c.receiver for c in _calls_in_order(expression, module) if c.kind is CallKind.SCALE), None)
 
 
 def _scaler_of(reads: FrozenSet[str], scaled: FrozenSet[Tuple[str, str]]) -> Optional[str]:

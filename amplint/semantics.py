@@ -16,6 +16,7 @@ import libcst as cst
 from amplint import torch_api
 from amplint.conditions import assumptions, condition
 from amplint.facts import (
+    UNKNOWN_SCALER,
     AmpCall,
     AutocastRegion,
     CallKind,
@@ -79,6 +80,37 @@ def looks_like_optimizer(name: str) -> bool:
 def is_framework_receiver(name: str) -> bool:
     last = name.rsplit(".", 1)[-1].lower()
     return last in _FRAMEWORK_RECEIVERS or any(f in last for f in _FRAMEWORK_FRAGMENTS)
+
+
+def _is_framework_backward(receiver: str, call: cst.Call) -> bool:
+    """`accelerator.backward(loss)`, fairseq's/apex's `optimizer.backward(loss)`: a method
+    that takes the loss. Tensor.backward's only positional argument is a gradient tensor,
+    never named like a loss."""
+    if is_framework_receiver(receiver) or looks_like_optimizer(receiver):
+        return True
+    first = call.args[0] if call.args and call.args[0].keyword is None else None
+    name = dotted_name(first.value) if first is not None else None
+    return name is not None and "loss" in name.rsplit(".", 1)[-1].lower()
+
+
+def scaler_scaling(expression: cst.CSTNode, scalers: Dict[str, ScalerRef]) -> Optional[str]:
+    """Who scales `expression`: the known scaler whose `.scale(...)` it calls, or
+    UNKNOWN_SCALER when it goes through a helper named like one (`self.scale_loss(loss)`,
+    apex's `amp.scale_loss(...)`) that may well scale; None when nothing does."""
+    found: List[str] = []
+
+    class _Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            func = call.func
+            name = dotted_name(func) or ""
+            if isinstance(func, cst.Attribute) and func.attr.value == "scale" and dotted_name(func.value) in scalers:
+                found.append(dotted_name(func.value) or "")
+            elif "scale" in name.rsplit(".", 1)[-1].lower():
+                found.append(UNKNOWN_SCALER)
+
+    expression.visit(_Finder())
+    known = [name for name in found if name != UNKNOWN_SCALER]
+    return known[0] if known else (UNKNOWN_SCALER if found else None)
 
 
 # --------------------------------------------------------------------------- first walk
@@ -316,7 +348,7 @@ class _Classifier:
         method = func.attr.value
         receiver = dotted_name(func.value)
         if method == "backward":
-            if receiver is not None and is_framework_receiver(receiver):
+            if receiver is not None and _is_framework_backward(receiver, node):
                 return AmpCall(CallKind.FRAMEWORK_BACKWARD, node, receiver=receiver)
             return self._backward(node, func.value)
         if method == "clip_grad_norm_":
@@ -349,26 +381,9 @@ class _Classifier:
             node,
             argument=dotted_name(tensor),
             tensor=tensor,
-            scaled_inline_by=self.scaler_scaling(tensor),
+            scaled_inline_by=scaler_scaling(tensor, self.scalers),
             tensor_reads=frozenset(names_read(tensor)),
         )
-
-    def scaler_scaling(self, expression: cst.CSTNode) -> Optional[str]:
-        """The known scaler whose `.scale(...)` `expression` calls, if any."""
-        found: List[str] = []
-        scalers = self.scalers
-
-        class _Finder(cst.CSTVisitor):
-            def visit_Call(self, call: cst.Call) -> None:
-                func = call.func
-                if isinstance(func, cst.Attribute) and func.attr.value == "scale":
-                    receiver = dotted_name(func.value)
-                    if receiver in scalers:
-                        found.append(receiver)
-
-        expression.visit(_Finder())
-        return found[0] if found else None
-
 
 class _UnitBuilder(cst.CSTVisitor):
     """Splits the file into code units and records each AMP call with its context."""
