@@ -1,7 +1,8 @@
 """Enumerate the ways through a code unit, as the AMP calls executed along each.
 
-An abstract interpreter over the unit's statements. Each path state carries the AMP calls so
-far, the branch conditions it assumed (only those that matter again later: a flag tested
+An abstract interpreter over the unit's statements. A path ends where the unit ends, or
+right after an optimizer step or `zero_grad()`, after which no earlier gradient matters.
+Each path state carries the AMP calls so far, the branch conditions it assumed (only those that matter again later: a flag tested
 twice, a scaler's `is None`/`enabled` condition), and which names hold a
 `scaler.scale(...)`-ed tensor. Loops run zero, one or two times, which is enough to see an
 order that wraps around an iteration; `break`, `continue`, `return` and `raise` end or divert
@@ -34,6 +35,9 @@ _PATH_KINDS = frozenset(
         CallKind.ZERO_GRAD,
     }
 )
+
+
+_GRADIENTS_CONSUMED = frozenset({CallKind.SCALER_STEP, CallKind.OPTIMIZER_STEP, CallKind.ZERO_GRAD})
 
 
 class _TooComplex(Exception):
@@ -70,6 +74,7 @@ def enumerate_paths(unit: CodeUnit, module: ModuleFacts) -> Optional[List[Path]]
     except _TooComplex:
         return None
     ends = {state.steps for state in flow.normal | flow.exits | flow.breaks | flow.continues}
+    ends = {path for path in ends | interpreter.segments if path}
     order = {id(site.call): index for index, site in enumerate(unit.calls)}
     return sorted(ends, key=lambda path: (len(path), [order.get(id(step.call), -1) for step in path]))
 
@@ -78,6 +83,10 @@ class _Interpreter:
     def __init__(self, module: ModuleFacts, relevant: FrozenSet[str]) -> None:
         self.module = module
         self.relevant = relevant
+        # Paths are cut after an optimizer step or zero_grad(): the gradients so far are
+        # consumed or cleared, so no query looks across the cut; without it a script with
+        # several training loops would have paths multiplying loop after loop.
+        self.segments: Set[Tuple[PathStep, ...]] = set()
 
     # blocks
     def block(self, statements: Sequence[cst.CSTNode], states: Set[_State]) -> _Flow:
@@ -222,6 +231,9 @@ class _Interpreter:
                 steps.append(PathStep(call, call.receiver, self._live(call.receiver, state)))
             else:
                 steps.append(PathStep(call))
+            if call.kind in _GRADIENTS_CONSUMED:
+                self.segments.add(tuple(steps))
+                steps = []
         return replace(state, steps=tuple(steps))
 
     def _live(self, scaler: Optional[str], state: _State) -> bool:

@@ -255,3 +255,21 @@ def test_a_unit_with_too_many_paths_is_skipped_not_guessed():
     branches = "\n".join(f"    if c{i}:\n        scaler.scale(l{i}).backward()\n    else:\n        l{i}.backward()" for i in range(14))
     module = facts(f"def f(scaler):\n{branches}\n    scaler.step(opt)\n")
     assert module.units[-1].paths is None
+
+
+def test_many_training_loops_in_one_script_stay_tractable():
+    # Paths are cut after each step: a notebook-style script with many loops is analysed in
+    # full instead of giving up, and every loop's mistake is found.
+    from amplint.engine import lint_text
+
+    loop = (
+        "for x, y in loader:\n"
+        "    with torch.autocast('cuda'):\n"
+        "        loss = model(x)\n"
+        "    scaler.scale(loss).backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n"
+    )
+    source = "import torch\nscaler = torch.amp.GradScaler('cuda')\n" + loop * 30
+    assert [f.code for f in lint_text(source)] == ["AMP003"] * 30
