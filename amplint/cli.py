@@ -1,5 +1,8 @@
 """The `amplint` command: `amplint [check] [PATH ...]`, `amplint rule CODE`, `amplint verify`.
 
+`amplint - --stdin-filename train.py` lints standard input as if it were that file (editors);
+`--stdin-filename` alone implies `-`.
+
 Exit codes: 0 nothing found, 1 findings, 2 a usage error or a file that could not be linted
 (every other file is still linted and reported).
 """
@@ -10,7 +13,7 @@ import argparse
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import pathspec
 
@@ -18,13 +21,13 @@ from amplint import __version__
 from amplint.config import Config, ConfigError, find_pyproject, load, split_codes
 from amplint.diagnostics import FileError, FileResult, RunReport
 from amplint.discovery import DEFAULT_EXCLUDES, Discovery
-from amplint.engine import lint_source
+from amplint.engine import lint_bytes
 from amplint.output import FORMATS
 from amplint.output.text import render_statistics
 from amplint.rule import Rule
 from amplint.rules import ALL_RULES
 from amplint.selection import SelectionError, resolve, validate
-from amplint.source import read_python
+from amplint.source import read_file, size_error
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 # Below this many files, starting worker processes costs more than it saves.
@@ -33,6 +36,7 @@ _RULES_BY_CODE: Dict[str, Type[Rule]] = {rule.code: rule for rule in ALL_RULES}
 
 USAGE = """\
 amplint [check] [PATH ...] [options]   lint files and directories (default: .)
+amplint - --stdin-filename NAME         lint standard input as the file NAME (editors)
 amplint rule CODE | --all               show a rule's documentation, or list all rules
 amplint verify [CODE ...] [options]     run the fixtures and confirm each rule's runtime failure"""
 
@@ -66,7 +70,7 @@ def _check_parser() -> argparse.ArgumentParser:
         description="Find PyTorch automatic-mixed-precision mistakes that silently ruin training.",
         epilog="Rules: " + ", ".join(f"{r.code} {r.name}" for r in ALL_RULES) + ". `amplint rule CODE` explains one.",
     )
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to lint (default: .)")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to lint (default: .), or - for standard input")
     selection = parser.add_argument_group("rule selection")
     selection.add_argument("--select", action="append", metavar="CODES", help="rules to enable: codes, prefixes or ALL, comma-separated (replaces the config's selection)")
     selection.add_argument("--extend-select", action="append", metavar="CODES", help="rules to enable on top of the selection")
@@ -76,8 +80,14 @@ def _check_parser() -> argparse.ArgumentParser:
     files.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="patterns to skip on top of the defaults")
     files.add_argument("--force-exclude", action="store_true", help="apply excludes to files named on the command line too (pre-commit)")
     files.add_argument("--no-respect-gitignore", action="store_true", help="lint files that .gitignore ignores")
+    files.add_argument("--stdin-filename", metavar="NAME", help="the name standard input is linted and reported as (a .ipynb name reads a notebook); implies -")
     output = parser.add_argument_group("output")
-    output.add_argument("--output-format", choices=sorted(FORMATS), default="text", help="default: text")
+    output.add_argument(
+        "--output-format",
+        choices=sorted(FORMATS),
+        default="text",
+        help="text (default), json, github (GitHub Actions annotations), sarif (code scanning)",
+    )
     output.add_argument("--concise", action="store_true", help="text: one line per finding, no code frame")
     output.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead")
     output.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="text: colour output (default: auto)")
@@ -94,13 +104,20 @@ def _check_parser() -> argparse.ArgumentParser:
 def check_command(argv: Sequence[str]) -> int:
     parser = _check_parser()
     options = parser.parse_args(argv)
-    paths = options.paths or ["."]
+    paths = options.paths or (["-"] if options.stdin_filename is not None else ["."])
+    reads_stdin = "-" in paths
+    if reads_stdin and len(paths) > 1:
+        return _usage_error("`-` (standard input) cannot be combined with other paths")
+    if options.stdin_filename is not None and not reads_stdin:
+        return _usage_error("--stdin-filename names standard input: pass `-` or no paths, not " + " ".join(paths))
+    stdin_name = options.stdin_filename or "-"
     try:
-        config = _load_config(options, paths)
+        # Standard input is configured as the file it stands for: its pyproject.toml, its
+        # per-file-ignores.
+        config = _load_config(options, [stdin_name] if reads_stdin else paths)
         rules = _selected_rules(options, config)
     except (ConfigError, SelectionError) as error:
-        print(f"amplint: error: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return _usage_error(str(error))
 
     discovery = Discovery(
         root=config.root,
@@ -109,9 +126,16 @@ def check_command(argv: Sequence[str]) -> int:
         respect_gitignore=config.respect_gitignore and not options.no_respect_gitignore,
         force_exclude=options.force_exclude,
     )
-    files, errors = discovery.files(paths)
-    jobs = [(path, _codes_for(path, rules, config)) for path in files]
-    results = _lint_all(jobs, options.jobs or os.cpu_count() or 1)
+    if reads_stdin:
+        errors: List[FileError] = []
+        # An editor passes every file it opens; --force-exclude keeps excluded ones quiet.
+        excluded = options.force_exclude and stdin_name != "-" and discovery.is_excluded(stdin_name, is_dir=False)
+        files = [] if excluded else [stdin_name]
+        results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config))] if files else []
+    else:
+        files, errors = discovery.files(paths)
+        jobs = [(path, _codes_for(path, rules, config)) for path in files]
+        results = _lint_all(jobs, options.jobs or os.cpu_count() or 1)
 
     findings = sorted(f for result in results for f in result.findings)
     errors += [result.error for result in results if result.error is not None]
@@ -120,6 +144,7 @@ def check_command(argv: Sequence[str]) -> int:
         errors=errors,
         files_checked=len(files),
         sources={r.path: r.source for r in results if r.source is not None},
+        notebooks={r.path: r.cells for r in results if r.cells is not None},
     )
     _write(report, options)
     for error in sorted(errors):
@@ -129,6 +154,11 @@ def check_command(argv: Sequence[str]) -> int:
     if findings and not options.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _usage_error(message: str) -> int:
+    print(f"amplint: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
 
 
 def _load_config(options: argparse.Namespace, paths: Sequence[str]) -> Config:
@@ -178,11 +208,25 @@ def _lint_all(jobs: List[Tuple[str, Tuple[str, ...]]], workers: int) -> List[Fil
 def lint_file(job: Tuple[str, Tuple[str, ...]]) -> FileResult:
     """Lint one file in isolation: whatever goes wrong becomes this file's error."""
     path, codes = job
+    return _lint_isolated(path, codes, read_file)
+
+
+def lint_stdin(name: str, codes: Tuple[str, ...]) -> FileResult:
+    """Lint standard input as the file `name`."""
+    return _lint_isolated(name, codes, _read_stdin)
+
+
+def _read_stdin(name: str) -> Union[bytes, FileError]:
+    data = sys.stdin.buffer.read()
+    return size_error(name, len(data)) or data
+
+
+def _lint_isolated(path: str, codes: Tuple[str, ...], read: Callable[[str], Union[bytes, FileError]]) -> FileResult:
     try:
-        source = read_python(path)
-        if isinstance(source, FileError):
-            return FileResult(path, error=source)
-        return lint_source(source, path, [_RULES_BY_CODE[c] for c in codes])
+        data = read(path)
+        if isinstance(data, FileError):
+            return FileResult(path, error=data)
+        return lint_bytes(data, path, [_RULES_BY_CODE[c] for c in codes])
     except Exception as error:  # a bug in amplint must not end the run
         return FileResult(path, error=FileError(path, f"internal error while linting: {type(error).__name__}: {error}"))
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from amplint.notebook import CellMap
 
 
 @dataclass(frozen=True, order=True)
@@ -17,8 +20,19 @@ class Finding:
     end_column: int = 0
     name: str = ""
     url: str = ""
-    cell: Optional[int] = None  # notebooks: 1-based code cell, and row/column within it
+    # Notebooks: the cell (1-based, counting every cell as Jupyter shows them) and the row
+    # within it; the column is the same in both.
+    cell: Optional[int] = None
     cell_row: Optional[int] = None
+    # Notebooks: (line, column, end line, end column) in the .ipynb file itself, for formats
+    # that point into the file on disk (GitHub annotations, SARIF).
+    file_span: Optional[Tuple[int, int, int, int]] = None
+
+    def span_in_file(self) -> Tuple[int, int, int, int]:
+        """Where the finding is in the file on disk, 1-based, end column exclusive."""
+        if self.file_span is not None:
+            return self.file_span
+        return (self.row, self.column, self.end_row or self.row, self.end_column or self.column)
 
 
 @dataclass(frozen=True, order=True)
@@ -35,6 +49,7 @@ class RunReport:
     errors: List["FileError"]
     files_checked: int
     sources: Dict[str, str]  # path -> linted text, for files with findings
+    notebooks: Dict[str, "CellMap"] = field(default_factory=dict)  # path -> cells, notebooks with findings
 
 
 @dataclass
@@ -44,3 +59,4 @@ class FileResult:
     error: Optional[FileError] = None
     skipped: bool = False  # no AMP vocabulary at all: not parsed
     source: Optional[str] = None  # kept only when there are findings, for code frames
+    cells: Optional["CellMap"] = None  # notebooks: which rows of `source` came from which cell

@@ -1,4 +1,7 @@
-"""Lint one source text: cheap pre-check, one parse, one pass of facts, every selected rule.
+"""Lint one file's contents: cheap pre-check, one parse, one pass of facts, every selected rule.
+
+A notebook's code cells are joined into one source first (amplint.notebook), and its findings
+are mapped back to cells.
 
 Nothing here imports torch or runs the linted code. A file that fails (syntax error, a bug in
 a rule) becomes a per-file error; the caller carries on with the next file.
@@ -7,6 +10,8 @@ a rule) becomes a per-file error; the caller carries on with the next file.
 from __future__ import annotations
 
 import ast
+import re
+from dataclasses import replace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
@@ -14,33 +19,77 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.diagnostics import FileError, FileResult, Finding
 from amplint.noqa import parse_suppressions
+from amplint.notebook import CellMap, is_notebook, parse_notebook
 from amplint.rule import Rule
 from amplint.semantics import analyze
-
-# Every rule needs an autocast region or a GradScaler (or something used like one): a file
-# with none of these words cannot match, and is not parsed at all.
-_AMP_VOCABULARY = ("autocast", "scale")
+from amplint.source import decode_notebook, decode_python, size_error
 
 
 def might_use_amp(source: str) -> bool:
-    return any(word in source for word in _AMP_VOCABULARY)
+    """Whether a file can match any rule, by a text search far cheaper than a parse.
+
+    Every rule needs an autocast region or a GradScaler, and the semantic layer only knows
+    a scaler by its name (`GradScaler`, `grad_scaler`), by `.unscale_(`, or by
+    `.scale(...)` feeding a backward. A file with none of these is not parsed at all.
+    """
+    return (
+        "autocast" in source
+        or "caler" in source
+        or "unscale_" in source
+        or (".scale(" in source and "backward" in source)
+    )
 
 
-def lint_source(source: str, path: str, rules: Sequence[Type[Rule]]) -> FileResult:
+def lint_bytes(data: bytes, path: str, rules: Sequence[Type[Rule]]) -> FileResult:
+    """Lint a file's contents, read from disk or standard input: a notebook, or Python source."""
+    if is_notebook(path):
+        return _lint_notebook(data, path, rules)
+    source = decode_python(data, path)
+    if isinstance(source, FileError):
+        return FileResult(path, error=source)
+    return lint_source(source, path, rules)
+
+
+def _lint_notebook(data: bytes, path: str, rules: Sequence[Type[Rule]]) -> FileResult:
+    text = decode_notebook(data, path)
+    notebook = parse_notebook(text, path) if isinstance(text, str) else text
+    if isinstance(notebook, FileError):
+        return FileResult(path, error=notebook)
+    if notebook is None:  # an R or Julia notebook
+        return FileResult(path, skipped=True)
+    too_large = size_error(path, len(notebook.python.encode("utf-8")), what="code in notebook")
+    if too_large:
+        return FileResult(path, error=too_large)
+    result = lint_source(notebook.python, path, rules, notebook.cells)
+    if result.findings:
+        # Frames show the cells as written (`%time`, not the `pass` that was parsed).
+        result.source = notebook.display
+        result.cells = notebook.cells
+        result.findings = [
+            replace(f, file_span=notebook.file_span(f.row, f.column, f.end_row, f.end_column))
+            for f in result.findings
+        ]
+    return result
+
+
+def lint_source(
+    source: str, path: str, rules: Sequence[Type[Rule]], cells: Optional[CellMap] = None
+) -> FileResult:
+    """Lint Python source; `cells` when it is a notebook's joined code cells."""
     result = FileResult(path)
     if not rules or not might_use_amp(source):
         # Not worth a LibCST parse, but a broken file is still reported: CPython's own parser
         # checks it for a fraction of the cost.
         result.skipped = True
-        result.error = _syntax_error(source, path)
+        result.error = _syntax_error(source, path, cells)
         return result
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
         # CPython's message is the one users know; LibCST's is the fallback for the rare
         # file only one of the two parsers rejects.
-        result.error = _syntax_error(source, path) or FileError(
-            path, f"syntax error at {error.raw_line}:{error.raw_column + 1}: {error.message}"
+        result.error = _syntax_error(source, path, cells) or FileError(
+            path, f"syntax error at {_where(error.raw_line, error.raw_column + 1, cells)}: {error.message}"
         )
         return result
     except RecursionError:
@@ -48,7 +97,7 @@ def lint_source(source: str, path: str, rules: Sequence[Type[Rule]]) -> FileResu
         return result
     try:
         reports = _run_rules(module, rules)
-        result.findings = _locate(module, reports, path, source)
+        result.findings = _locate(module, reports, path, source, cells)
         if result.findings:
             result.source = source
     except RecursionError:
@@ -56,14 +105,27 @@ def lint_source(source: str, path: str, rules: Sequence[Type[Rule]]) -> FileResu
     return result
 
 
-def _syntax_error(source: str, path: str) -> Optional[FileError]:
+def _syntax_error(source: str, path: str, cells: Optional[CellMap] = None) -> Optional[FileError]:
     try:
         ast.parse(source, filename=path)
     except SyntaxError as error:
-        return FileError(path, f"syntax error at {error.lineno}:{error.offset}: {error.msg}")
+        message = error.msg
+        if cells is not None:
+            # CPython's "... on line 7" counts rows of the joined cells; say where that is.
+            message = re.sub(r"on line (\d+)", lambda m: _cell_line(int(m.group(1)), cells), message)
+        return FileError(path, f"syntax error at {_where(error.lineno or 1, error.offset or 1, cells)}: {message}")
     except (ValueError, RecursionError, MemoryError) as error:
         return FileError(path, f"could not parse: {error}")
     return None
+
+
+def _cell_line(row: int, cells: CellMap) -> str:
+    number, cell_row = cells.locate(row)
+    return f"in cell {number} on line {cell_row}" if number is not None else f"on line {row}"
+
+
+def _where(row: int, column: int, cells: Optional[CellMap]) -> str:
+    return cells.describe(row, column) if cells is not None else f"{row}:{column}"
 
 
 def _run_rules(module: cst.Module, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, str]]:
@@ -80,7 +142,11 @@ def _run_rules(module: cst.Module, rules: Sequence[Type[Rule]]) -> List[Tuple[Ty
 
 
 def _locate(
-    module: cst.Module, reports: Iterable[Tuple[Type[Rule], cst.CSTNode, str]], path: str, source: str
+    module: cst.Module,
+    reports: Iterable[Tuple[Type[Rule], cst.CSTNode, str]],
+    path: str,
+    source: str,
+    cells: Optional[CellMap] = None,
 ) -> List[Finding]:
     reports = list(reports)
     if not reports:
@@ -95,6 +161,7 @@ def _locate(
         row, column = span.start.line, span.start.column + 1
         if suppressions.suppresses(row, rule.code):
             continue
+        cell, cell_row = cells.locate(row) if cells is not None else (None, None)
         findings.append(
             Finding(
                 path=path,
@@ -106,6 +173,8 @@ def _locate(
                 end_column=span.end.column + 1,
                 name=rule.name,
                 url=rule.url(),
+                cell=cell,
+                cell_row=cell_row,
             )
         )
     return sorted(findings)

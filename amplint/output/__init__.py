@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Callable, Dict
 
 from amplint.diagnostics import RunReport
-from amplint.output import json_format, text
+from amplint.output import github, json_format, sarif, text
 
 Renderer = Callable[..., str]
 
 FORMATS: Dict[str, Renderer] = {
     "text": text.render,
     "json": json_format.render,
+    "github": github.render,
+    "sarif": sarif.render,
 }

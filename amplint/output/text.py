@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from typing import List
+from typing import List, Optional
 
 from amplint.diagnostics import Finding, RunReport
+from amplint.notebook import CellMap
+
+# Python's own line breaks; str.splitlines() also splits on form feeds and \u2028, which
+# would put the frame on the wrong line.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class Style:
@@ -37,7 +43,7 @@ def render(report: RunReport, concise: bool = False, color: bool = False, **_: o
     for finding in report.findings:
         out.append(f"{style.bold(location(finding))}: {style.red(finding.code)} {finding.message}")
         if not concise:
-            out.extend(_frame(finding, report.sources.get(finding.path), style))
+            out.extend(_frame(finding, report.sources.get(finding.path), style, report.notebooks.get(finding.path)))
     count = len(report.findings)
     if count:
         out.append(f"Found {count} error{'s' if count != 1 else ''}.")
@@ -46,19 +52,22 @@ def render(report: RunReport, concise: bool = False, color: bool = False, **_: o
     return "\n".join(out) + "\n" if out else ""
 
 
-def _frame(finding: Finding, source: "str | None", style: Style) -> List[str]:
+def _frame(finding: Finding, source: Optional[str], style: Style, cells: Optional[CellMap] = None) -> List[str]:
     if source is None:
         return []
-    lines = source.splitlines()
+    lines = _LINE_BREAK.split(source)
     if not 1 <= finding.row <= len(lines):
         return []
-    first = max(1, finding.row - 1)
-    last = min(len(lines), finding.row + 1)
-    width = len(str(last))
+    # A notebook's frame stays inside the finding's cell and counts rows as the cell does.
+    cell = cells.cell_at(finding.row) if cells is not None else None
+    top, bottom, offset = (cell.first_row, cell.last_row, cell.first_row - 1) if cell else (1, len(lines), 0)
+    first = max(top, finding.row - 1)
+    last = min(bottom, finding.row + 1)
+    width = len(str(last - offset))
     gutter = style.blue(" " * width + " |")
     frame = [gutter]
     for number in range(first, last + 1):
-        frame.append(f"{style.blue(str(number).rjust(width) + ' |')} {lines[number - 1]}")
+        frame.append(f"{style.blue(str(number - offset).rjust(width) + ' |')} {lines[number - 1]}")
         if number == finding.row:
             line = lines[number - 1]
             end = finding.end_column if finding.end_row == finding.row else len(line) + 1

@@ -1,0 +1,55 @@
+"""`--output-format github`: GitHub Actions workflow commands, one annotation per finding.
+
+`::error file=train.py,line=10,col=5,endLine=10,endColumn=60,title=AMP003 (clip-before-unscale)::…`
+A file that could not be linted is an annotation too, on the file. Notebooks are annotated
+on the line of the .ipynb that holds the offending code, and the message names the cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import List, Tuple
+
+from amplint.diagnostics import RunReport
+from amplint.output.locations import relative_path, workspace_root
+from amplint.output.text import location
+
+
+def render(report: RunReport, **_: object) -> str:
+    root = workspace_root()
+    lines: List[str] = []
+    for finding in report.findings:
+        line, column, end_line, end_column = finding.span_in_file()
+        file = _file(finding.path, root)
+        properties: List[Tuple[str, object]] = [("file", file), ("line", line)]
+        # GitHub takes columns only for an annotation on one line.
+        if end_line == line:
+            properties += [("col", column), ("endLine", end_line), ("endColumn", end_column)]
+        else:
+            properties += [("endLine", end_line)]
+        properties.append(("title", f"{finding.code} ({finding.name})" if finding.name else finding.code))
+        # The message repeats the location for the log, where a notebook's reads `cell 3:12:5`.
+        where = location(replace(finding, path=file))
+        lines.append(_command(properties, f"{where}: {finding.code} {finding.message}"))
+    for error in sorted(report.errors):
+        file = _file(error.path, root)
+        lines.append(_command([("file", file), ("title", "amplint: file not linted")], f"{file}: {error.message}"))
+    return "".join(line + "\n" for line in lines)
+
+
+def _file(path: str, root: str) -> str:
+    return relative_path(path, root) or path
+
+
+def _command(properties: List[Tuple[str, object]], message: str) -> str:
+    rendered = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties)
+    return f"::error {rendered}::{_escape_data(message)}"
+
+
+def _escape_data(text: str) -> str:
+    # The runner's own escaping (toolkit/packages/core/src/command.ts).
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")

@@ -1,0 +1,117 @@
+"""`--output-format sarif`: SARIF 2.1.0, for GitHub code scanning and other SARIF viewers.
+
+Every rule is described in `tool.driver.rules` (id, name, descriptions, help, helpUri), so a
+result's `ruleIndex` is stable across runs. Paths are URIs relative to `%SRCROOT%`, the
+repository root (see amplint.output.locations). Files that could not be linted are
+`toolExecutionNotifications` of the invocation, which is then not `executionSuccessful`.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any, Dict
+from urllib.parse import quote
+
+from amplint import __version__
+from amplint.diagnostics import Finding, RunReport
+from amplint.output.locations import relative_path, workspace_root
+from amplint.rules import ALL_RULES
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+INFORMATION_URI = "https://github.com/amplint/amplint"
+ROOT = "%SRCROOT%"
+
+
+def render(report: RunReport, **_: object) -> str:
+    root = workspace_root()
+    index = {rule.code: position for position, rule in enumerate(ALL_RULES)}
+    run: Dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "amplint",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": [_rule(rule) for rule in ALL_RULES],
+            }
+        },
+        "originalUriBaseIds": {ROOT: {"uri": pathlib.Path(root).as_uri().rstrip("/") + "/"}},
+        "invocations": [
+            {
+                "executionSuccessful": not report.errors,
+                "toolExecutionNotifications": [
+                    {
+                        "level": "error",
+                        "message": {"text": error.message},
+                        "locations": [{"physicalLocation": {"artifactLocation": _artifact(error.path, root)}}],
+                    }
+                    for error in sorted(report.errors)
+                ],
+            }
+        ],
+        "results": [_result(finding, index, root) for finding in report.findings],
+        # LibCST counts columns in characters, not UTF-16 code units (SARIF's default).
+        "columnKind": "unicodeCodePoints",
+    }
+    document = {"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _rule(rule: Any) -> Dict[str, Any]:
+    page = rule.page()
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary()},
+        "fullDescription": {"text": _unwrap(rule.section("What it does") or rule.summary())},
+        "help": {"text": page, "markdown": page},
+        "helpUri": rule.url(),
+        "defaultConfiguration": {"level": "error"},
+        "properties": {"tags": ["pytorch", "mixed-precision", "correctness"]},
+    }
+
+
+def _unwrap(text: str) -> str:
+    """Docstring paragraphs are hard-wrapped; viewers wrap descriptions themselves."""
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in text.split("\n\n"))
+
+
+def _result(finding: Finding, index: Dict[str, int], root: str) -> Dict[str, Any]:
+    line, column, end_line, end_column = finding.span_in_file()
+    message = finding.message
+    result: Dict[str, Any] = {"ruleId": finding.code}
+    if finding.code in index:
+        result["ruleIndex"] = index[finding.code]
+    if finding.cell is not None:
+        # The region is in the .ipynb's JSON; the cell is where the user reads the code.
+        message += f" (cell {finding.cell}, line {finding.cell_row})"
+    result.update(
+        {
+            "level": "error",
+            "message": {"text": message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": _artifact(finding.path, root),
+                        "region": {
+                            "startLine": line,
+                            "startColumn": column,
+                            "endLine": max(end_line, line),
+                            "endColumn": end_column if end_line > line else max(end_column, column),
+                        },
+                    }
+                }
+            ],
+        }
+    )
+    if finding.cell is not None:
+        result["properties"] = {"cell": finding.cell, "cellLine": finding.cell_row, "cellColumn": finding.column}
+    return result
+
+
+def _artifact(path: str, root: str) -> Dict[str, str]:
+    relative = relative_path(path, root)
+    if relative is None:
+        return {"uri": pathlib.Path(path).resolve().as_uri()}
+    return {"uri": quote(relative), "uriBaseId": ROOT}

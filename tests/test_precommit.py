@@ -1,0 +1,130 @@
+"""The pre-commit hook, end to end: the real `pre-commit` installs amplint and runs it.
+
+pre-commit installs a hook repository at a commit. So that the test checks this working tree
+(as `pre-commit try-repo` does) and not only what was last committed, it commits a snapshot
+of the tree (tracked and untracked, not ignored, files) to a temporary repository and points
+`.pre-commit-config.yaml` there; in CI, on a clean checkout, that snapshot is HEAD.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+from test_notebooks import CLIP, LOOP, SETUP, cell, notebook
+from test_output_formats import BUGGY
+
+FIXED = BUGGY.replace(CLIP, "scaler.unscale_(optimizer)\n    " + CLIP)
+# What pip prints when it cannot reach an index: the only reason to skip.
+NO_NETWORK = (
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "No matching distribution found",
+    "Could not find a version that satisfies",
+    "ProxyError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+)
+
+
+def git(*args, cwd, env):
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True)
+
+
+def snapshot_of_this_checkout(target, env):
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, env=env, check=True, capture_output=True, text=True,
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():  # tracked files deleted in the working tree are left out
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    git("init", "-q", cwd=target, env=env)
+    git("add", "-A", cwd=target, env=env)
+    git("commit", "-q", "-m", "snapshot", cwd=target, env=env)
+    return git("rev-parse", "HEAD", cwd=target, env=env).stdout.strip()
+
+
+def pre_commit(*args, cwd, env):
+    return subprocess.run(
+        [sys.executable, "-m", "pre_commit", *args, "--color", "never"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = amplint tests\n\temail = tests@amplint.invalid\n")
+    env = {
+        **os.environ,
+        "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"),
+        "HOME": str(home),  # the user's git config (signing, hooks) stays out of it
+        "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_INDEX_FILE", None)
+
+    hooks = tmp_path / "amplint-hooks"
+    hooks.mkdir()
+    rev = snapshot_of_this_checkout(hooks, env)
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".pre-commit-config.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            repos:
+              - repo: {hooks}
+                rev: {rev}
+                hooks:
+                  - id: amplint
+            """
+        )
+    )
+    (project / "train.py").write_text(BUGGY)
+    (project / "explore.ipynb").write_text(notebook(cell("# Explore", kind="markdown"), SETUP, LOOP))
+    # Staged, but excluded by default (`build`): the hook's --force-exclude keeps it out.
+    (project / "build").mkdir()
+    (project / "build" / "generated.py").write_text(BUGGY)
+    (project / "notes.txt").write_text(BUGGY)  # not python or jupyter: never passed to the hook
+    git("init", "-q", cwd=project, env=env)
+    git("add", "-A", cwd=project, env=env)
+
+    install = pre_commit("install-hooks", cwd=project, env=env)
+    if install.returncode != 0:
+        log = install.stdout + install.stderr
+        log_file = tmp_path / "pre-commit-home" / "pre-commit.log"
+        if log_file.exists():
+            log += log_file.read_text()
+        if any(marker in log for marker in NO_NETWORK):
+            pytest.skip("pre-commit cannot install hook environments here (no package index reachable)")
+        pytest.fail(f"pre-commit could not install the hook:\n{log}")
+    # The hook environment holds the light linter only: torch is an extra, never installed.
+    installed = {p.name.lower() for p in (tmp_path / "pre-commit-home").glob("repo*/py_env-*/lib*/python*/site-packages/*")}
+    assert "amplint" in installed and "libcst" in installed, installed
+    assert "torch" not in installed
+
+    failing = pre_commit("run", "--all-files", cwd=project, env=env)
+    output = failing.stdout + failing.stderr
+    assert failing.returncode == 1, output
+    assert "amplint" in output and "Failed" in output
+    assert "train.py:8:5: AMP003" in output
+    assert "explore.ipynb:cell 3:7:5: AMP003" in output
+    assert "generated.py" not in output and "notes.txt" not in output
+
+    (project / "train.py").write_text(FIXED)
+    (project / "explore.ipynb").write_text(notebook(cell("# Explore", kind="markdown"), SETUP))
+    git("add", "-A", cwd=project, env=env)
+    passing = pre_commit("run", "--all-files", cwd=project, env=env)
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    assert "amplint" in passing.stdout and "Passed" in passing.stdout
