@@ -86,7 +86,10 @@ class AutocastRegion:
     anchor: cst.Call  # the autocast(...) call: where findings about the region are reported
     unit: "CodeUnit"
     device: Optional[str]
-    dtype: Optional[str]  # "float16", "bfloat16", ...; None when unknown at lint time
+    dtype: Optional[str]  # "float16", "bfloat16", ...; None when unknown or one of several
+    # Every dtype it can run in: {"float16", "bfloat16"} for `torch.float16 if cuda else
+    # torch.bfloat16`; empty when unknown at lint time.
+    possible_dtypes: FrozenSet[str]
     enabled: Optional[bool]  # False only for a literal enabled=False
     cache_enabled: Optional[bool]
     under_no_grad: bool  # nested in torch.no_grad()/inference_mode(): inference only
@@ -100,8 +103,8 @@ class AutocastRegion:
         return self.enabled is not False and self.dtype != "float32"
 
     @property
-    def is_float16(self) -> bool:
-        return self.dtype == "float16"
+    def may_be_float16(self) -> bool:
+        return "float16" in self.possible_dtypes
 
 
 @dataclass(frozen=True, eq=False)

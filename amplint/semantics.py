@@ -9,7 +9,7 @@ which autocast region, inside `torch.no_grad()` or not.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
@@ -541,16 +541,19 @@ class _UnitBuilder(cst.CSTVisitor):
         values = dict(zip(names, positional))
         values.update(keywords)
         device = self._string(values.get("device_type"), scope) if "device_type" in values else default_device
-        dtype = self._dtype(values.get("dtype"), scope)
         dtype_is_default = values.get("dtype") is None or _is_none(values.get("dtype"))
         if dtype_is_default:
             # The default: float16 on CUDA, bfloat16 on CPU; other devices are left unknown.
-            dtype = {"cuda": "float16", "cpu": "bfloat16"}.get(device or "")
+            default = {"cuda": "float16", "cpu": "bfloat16"}.get(device or "")
+            dtypes = frozenset({default}) if default else frozenset()
+        else:
+            dtypes = self._dtypes(values.get("dtype"), scope)
         return AutocastRegion(
             anchor=anchor,
             unit=unit,
             device=device,
-            dtype=dtype,
+            dtype=next(iter(dtypes)) if len(dtypes) == 1 else None,
+            possible_dtypes=dtypes,
             enabled=self._bool(values.get("enabled"), scope),
             cache_enabled=self._bool(values.get("cache_enabled"), scope),
             under_no_grad=under_no_grad,
@@ -611,11 +614,23 @@ class _UnitBuilder(cst.CSTVisitor):
             value = bound
         return None
 
-    def _dtype(self, value: Optional[cst.BaseExpression], scope: int) -> Optional[str]:
-        value = self._resolve(value, scope)
-        if value is None:
-            return None
-        return torch_api.DTYPES.get(self.decls.aliases.resolve(value) or "")
+    def _dtypes(self, value: Optional[cst.BaseExpression], scope: int, depth: int = 0) -> FrozenSet[str]:
+        """The dtypes `value` can be: one, each branch of a conditional expression
+        (`torch.float16 if device == "cuda" else torch.bfloat16`), each value a name is
+        assigned; empty when unknown (a parameter, a config lookup)."""
+        if value is None or depth > _MAX_CONSTANT_DEPTH:
+            return frozenset()
+        if isinstance(value, cst.IfExp):
+            return self._dtypes(value.body, scope, depth + 1) | self._dtypes(value.orelse, scope, depth + 1)
+        dtype = torch_api.DTYPES.get(self.decls.aliases.resolve(value) or "")
+        if dtype is not None:
+            return frozenset({dtype})
+        # A name set on several branches (`if fp16: dt = torch.float16 else: ...`) can be each.
+        name = dotted_name(value)
+        found: FrozenSet[str] = frozenset()
+        for bound in self.decls.values(name, scope) if name else ():
+            found |= self._dtypes(bound, scope, depth + 1)
+        return found
 
     def _string(self, value: Optional[cst.BaseExpression], scope: int) -> Optional[str]:
         value = self._resolve(value, scope)
