@@ -43,8 +43,10 @@ class Fp16WithoutScaler(Rule):
     scaler.step(optimizer)
     scaler.update()
     ```
-    or `torch.autocast("cuda", dtype=torch.bfloat16)`, which needs no scaler. Not flagged:
-    bfloat16, a dtype unknown at lint time, `enabled=False`, inference (no backward,
+    or `torch.autocast("cuda", dtype=torch.bfloat16)`, which needs no scaler. A dtype
+    chosen at run time between literal dtypes (`torch.float16 if device == "cuda" else
+    torch.bfloat16`) is flagged: on CUDA it is float16. Not flagged: bfloat16, a dtype
+    unknown at lint time (a parameter, a config lookup), `enabled=False`, inference (no backward,
     `torch.no_grad()`, `torch.inference_mode()`), and framework-managed loops
     (`accelerator.backward`, Lightning, DeepSpeed) that scale the loss themselves.
     """
@@ -57,7 +59,7 @@ class Fp16WithoutScaler(Rule):
             return
         for unit in module.units:
             for region in unit.regions:
-                if region.active and region.is_float16 and not region.under_no_grad and _feeds_backward(region, unit):
+                if region.active and region.may_be_float16 and not region.under_no_grad and _feeds_backward(region, unit):
                     yield Report(region.anchor, _message(region))
 
     VALID = (
@@ -106,8 +108,15 @@ train_one_epoch(model, loader, scaler)
         # dtype unknown at lint time: don't guess.
         """
 import torch
-amp_dtype = torch.float16 if device == "cuda" else torch.bfloat16
-with torch.autocast(device_type=device, dtype=amp_dtype):
+def train_step(model, x, amp_dtype):
+    with torch.autocast(device_type="cuda", dtype=amp_dtype):
+        loss = model(x).sum()
+    loss.backward()
+""",
+        """
+import torch
+PTDTYPE = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.dtype]
+with torch.autocast(device_type="cuda", dtype=PTDTYPE):
     loss = model(x).sum()
 loss.backward()
 """,
@@ -173,6 +182,20 @@ def train_step(x):
 """,
             at=((4, 7),),
         ),
+        # float16 whenever it runs on CUDA: the seed's dtype choice with its scaler removed.
+        Flagged(
+            """
+import torch
+device = "cuda" if torch.cuda.is_available() else "cpu"
+amp_dtype = torch.float16 if device == "cuda" else torch.bfloat16
+for x, y in loader:
+    with torch.autocast(device_type=device, dtype=amp_dtype):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+""",
+            at=((6, 10),),
+        ),
         # A GradScaler that is built but never used serves no step.
         Flagged(
             """
@@ -205,7 +228,12 @@ def _feeds_backward(region: AutocastRegion, unit: CodeUnit) -> bool:
 
 
 def _message(region: AutocastRegion) -> str:
-    how = "float16 (the CUDA default)" if region.dtype_is_default else "float16"
+    if region.dtype_is_default:
+        how = "float16 (the CUDA default)"
+    elif region.dtype == "float16":
+        how = "float16"
+    else:
+        how = "float16 on some runs (its dtype can be torch.float16)"
     return (
         f"`{source_text(region.anchor)}` runs the forward in {how} but no enabled GradScaler scales "
         "the loss: gradients below ~6e-8 flush to zero in backward and those weights silently stop "
