@@ -39,19 +39,28 @@ class Flagged:
 
 @dataclass(frozen=True)
 class Prediction:
-    """What the harness measures when the rule's mistake is made, and what separates buggy from fixed.
+    """One claim the harness checks: what separates `buggy.py` from `fixed.py` in one scenario.
 
-    The fixture pair `fixtures/<CODE>/buggy.py` and `fixed.py`, run with `--scenario scenario`,
-    each print `quantity`; the prediction holds when `buggy / fixed` (or `fixed / buggy`) is at
-    least `ratio`. `claim` is the sentence the rule's documentation quotes.
+    `amplint verify` runs `fixtures/<CODE>/buggy.py` and `fixed.py` with `--scenario scenario`
+    and an autocast dtype from `dtypes`; each prints `quantity`. The two values are combined
+    as `compare` says (`buggy/fixed`, `fixed/buggy`, `buggy-fixed`, or `buggy` alone), and the
+    claim holds when the result lies within `at_least`..`at_most`. A failure that does not
+    bite in some regime is a prediction too: a ratio bounded near 1. `claim` is the sentence
+    the rule's documentation quotes.
     """
 
     scenario: str
     quantity: str
     claim: str
-    ratio: float
-    direction: str = "buggy/fixed"  # or "fixed/buggy"
-    dtype: str = "float16"
+    compare: str = "fixed/buggy"
+    at_least: Optional[float] = None
+    at_most: Optional[float] = None
+    # The autocast dtypes the claim is about; a plain `amplint verify` runs the first.
+    dtypes: Tuple[str, ...] = ("float16", "bfloat16")
+
+    @property
+    def dtype(self) -> str:
+        return " or ".join(self.dtypes)
 
 
 class Rule:

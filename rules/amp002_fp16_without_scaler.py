@@ -4,7 +4,7 @@ from typing import Iterator
 
 from amplint.facts import AutocastRegion, CallKind, CodeUnit, ModuleFacts
 from amplint.names import source_text
-from amplint.rule import Flagged, Report, Rule
+from amplint.rule import Flagged, Prediction, Report, Rule
 
 
 class Fp16WithoutScaler(Rule):
@@ -21,10 +21,14 @@ class Fp16WithoutScaler(Rule):
     stop learning. `GradScaler` multiplies the loss up before backward so they survive.
 
     ## What goes wrong at runtime
-    Nothing errors, and at ordinary gradient magnitudes nothing visible happens. When
-    gradients are small (late in training, deep or large models, small loss weights) a
-    large share of gradient elements become exactly zero and training quietly stalls.
-    bfloat16 has float32's range and does not underflow this way.
+    Nothing errors. How much is lost depends on how close the gradients sit to float16's
+    smallest subnormal (~6e-8). Measured by `amplint verify` (CPU, 5 steps of a small MLP):
+    at ordinary magnitudes (median |grad| 2e-3) no gradient element was zero, with or
+    without a scaler; with the loss weighted 1e-4 (median |grad| 3e-7) 17% of gradient
+    elements were exactly zero, and weighted 1e-5 (median 3e-8) 97% were, against 0% with a
+    GradScaler. Small gradients come with small loss weights, late training and deep or
+    large models; those weights quietly stop learning. bfloat16 has float32's range: the
+    same 1e-5 run without a scaler had no zero gradients.
 
     ## Example
     ```python
@@ -53,6 +57,46 @@ class Fp16WithoutScaler(Rule):
 
     code = "AMP002"
     name = "fp16-without-scaler"
+
+    PREDICTIONS = (
+        Prediction(
+            "ordinary",
+            "zero_grad_fraction",
+            "At ordinary gradient magnitudes nothing visible happens: the share of exactly-zero "
+            "gradient elements is within 1 point of a run with a scaler.",
+            compare="buggy-fixed",
+            at_least=-0.01,
+            at_most=0.01,
+            dtypes=("float16",),
+        ),
+        Prediction(
+            "small-grad",
+            "zero_grad_fraction",
+            "With small gradients (loss weighted 1e-4) at least 5% more gradient elements are exactly zero "
+            "than with a scaler.",
+            compare="buggy-fixed",
+            at_least=0.05,
+            dtypes=("float16",),
+        ),
+        Prediction(
+            "tiny-grad",
+            "zero_grad_fraction",
+            "With gradients below float16's smallest subnormal (loss weighted 1e-5) most gradient elements "
+            "(over half) are exactly zero, against none with a scaler.",
+            compare="buggy-fixed",
+            at_least=0.5,
+            dtypes=("float16",),
+        ),
+        Prediction(
+            "tiny-grad",
+            "zero_grad_fraction",
+            "bfloat16 control: the same tiny gradients survive without a scaler (within 1 point of a run with one).",
+            compare="buggy-fixed",
+            at_least=-0.01,
+            at_most=0.01,
+            dtypes=("bfloat16",),
+        ),
+    )
 
     def check(self, module: ModuleFacts) -> Iterator[Report]:
         if module.may_scale_elsewhere:

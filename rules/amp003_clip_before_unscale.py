@@ -4,7 +4,7 @@ from typing import Iterator, Optional
 
 from amplint.facts import CallKind, ModuleFacts, Path
 from amplint.names import source_text
-from amplint.rule import Flagged, Report, Rule
+from amplint.rule import Flagged, Prediction, Report, Rule
 
 
 class ClipBeforeUnscale(Rule):
@@ -22,9 +22,12 @@ class ClipBeforeUnscale(Rule):
     update that is tiny. The returned norm is also meaningless for logging.
 
     ## What goes wrong at runtime
-    Nothing errors. The applied update shrinks by roughly scale x true-norm / max_norm (tens
-    of thousands of times with SGD), and the logged gradient norm is in the tens of
-    thousands instead of below 1.
+    Nothing errors. The applied update shrinks by scale x true norm / max_norm. Measured by
+    `amplint verify` (CPU, SGD, max_norm 1.0, float16 and bfloat16 alike): the first update
+    was 57,000x too small (true norm 0.88 x 65536), the loss did not move in 20 steps
+    (0.118 instead of 0.024), and `clip_grad_norm_` returned 57,000 instead of 0.88. With
+    Adam, which divides the gradients' scale back out, the update was only 1.3x smaller;
+    the logged norm is wrong whatever the optimizer.
 
     ## Example
     ```python
@@ -46,6 +49,31 @@ class ClipBeforeUnscale(Rule):
 
     code = "AMP003"
     name = "clip-before-unscale"
+
+    PREDICTIONS = (
+        Prediction(
+            "sgd",
+            "first_update",
+            "With SGD and max_norm 1.0 the first update is at least 1000x smaller than the correct one.",
+            compare="fixed/buggy",
+            at_least=1000,
+        ),
+        Prediction(
+            "sgd",
+            "logged_grad_norm",
+            "The norm `clip_grad_norm_` returns (the one that gets logged) is at least 1000x the true norm.",
+            compare="buggy/fixed",
+            at_least=1000,
+        ),
+        Prediction(
+            "adam",
+            "first_update",
+            "With Adam most of the shrinkage is normalised away: the first update is at most 10x smaller.",
+            compare="fixed/buggy",
+            at_least=1,
+            at_most=10,
+        ),
+    )
 
     def check(self, module: ModuleFacts) -> Iterator[Report]:
         for unit in module.units:

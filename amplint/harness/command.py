@@ -1,0 +1,134 @@
+"""`amplint verify`: run each rule's buggy and fixed fixture and check the rule's predictions.
+
+`amplint.cli` hands this module the arguments after `verify`. The linter never needs torch;
+this command only checks that it is importable, and the fixture scripts (subprocesses) are
+the only code that imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from typing import List, Optional, Sequence, Tuple, Type
+
+from amplint.harness.report import render_json, render_text
+from amplint.harness.runner import DEFAULT_TIMEOUT, verify
+from amplint.rule import Rule
+
+TORCH_MISSING = """\
+amplint verify: PyTorch is not installed for this Python ({python}).
+The harness runs real training steps, so it needs torch. Install it with
+
+    pip install 'amplint[harness]'
+
+(or any `pip install torch`). Linting does not need PyTorch.
+"""
+
+EPILOG = """\
+exit status: 0 when every prediction that ran was confirmed; 1 when one was not reproduced,
+a fixture crashed or timed out, or nothing could run (e.g. --device cuda without a GPU);
+2 for a usage error or when PyTorch is not installed.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="amplint verify",
+        description="Run each rule's buggy and fixed training script and check that the measured "
+        "difference matches what the rule predicts.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("codes", nargs="*", metavar="CODE", help="rules to verify, or code prefixes (default: all)")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda", "auto"), default="cpu", help="where the fixtures run; auto: cuda if available (default: cpu)"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float16", "bfloat16"),
+        default=None,
+        help="autocast dtype; predictions about the other dtype are skipped "
+        "(default: each prediction's own, float16 except the bfloat16 controls)",
+    )
+    parser.add_argument("--output-format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="per rule: its buggy and fixed scripts, every scenario and dtype, run in one process "
+        f"that is stopped after this long (default: {DEFAULT_TIMEOUT:g})",
+    )
+    return parser
+
+
+def select_rules(codes: Sequence[str]) -> Tuple[List[Type[Rule]], List[str]]:
+    """The rules the codes (or prefixes) name, in registry order; and the codes that name none."""
+    from amplint.rules import ALL_RULES
+
+    if not codes:
+        return list(ALL_RULES), []
+    wanted = [code.upper() for code in codes]
+    unknown = [code for code in wanted if not any(rule.code.startswith(code) for rule in ALL_RULES)]
+    chosen = [rule for rule in ALL_RULES if any(rule.code.startswith(code) for code in wanted)]
+    return chosen, unknown
+
+
+def resolve_device(requested: str, timeout: float) -> Tuple[str, Optional[str]]:
+    """(device to report, why nothing can run there or None). Probes CUDA in a subprocess."""
+    if requested == "cpu":
+        return "cpu", None
+    available, problem = _cuda_available(timeout)
+    if requested == "auto":
+        return ("cuda" if available else "cpu"), None
+    if available:
+        return "cuda", None
+    return "cuda", problem or "CUDA is not available to torch on this machine"
+
+
+def _cuda_available(timeout: float) -> Tuple[bool, Optional[str]]:
+    probe = "import torch; print(torch.cuda.is_available())"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
+    except (subprocess.TimeoutExpired, OSError) as error:
+        return False, f"could not check for CUDA: {error}"
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return False, f"could not check for CUDA: {lines[-1] if lines else 'exit ' + str(done.returncode)}"
+    return done.stdout.strip().endswith("True"), None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as stop:  # argparse: --help exits 0, a usage error 2
+        return stop.code if isinstance(stop.code, int) else 2
+    rules, unknown = select_rules(args.codes)
+    if unknown:
+        from amplint.rules import ALL_RULES
+
+        known = ", ".join(rule.code for rule in ALL_RULES)
+        print(f"amplint verify: no rule matches {', '.join(unknown)} (known: {known})", file=sys.stderr)
+        return 2
+    if args.timeout <= 0:
+        print("amplint verify: --timeout must be positive", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("torch") is None:
+        print(TORCH_MISSING.format(python=sys.executable), file=sys.stderr, end="")
+        return 2
+
+    device, unavailable = resolve_device(args.device, args.timeout)
+    run = verify(rules, device, args.dtype, args.timeout, unavailable=unavailable)
+    sys.stdout.write(render_json(run) if args.output_format == "json" else render_text(run))
+    if not any(row.ran for row in run.rows):
+        print("amplint verify: no prediction could run", file=sys.stderr)
+    return 0 if run.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
