@@ -1,11 +1,28 @@
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A float16 training loop that clips before unscale_: one AMP003 finding, at 8:5.
+BUGGY = textwrap.dedent(
+    """\
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+    """
+)
 
 
 def run_amplint(*args, cwd=None, input=None, env=None):

@@ -7,22 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import BUGGY, REPO
 
-BUGGY = textwrap.dedent(
-    """\
-    import torch
-
-    scaler = torch.amp.GradScaler("cuda")
-    for x, y in loader:
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
-    """
-)
 CLEAN = BUGGY.replace(
     "    torch.nn.utils.clip_grad_norm_", "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_"
 )

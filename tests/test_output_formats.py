@@ -10,25 +10,11 @@ import pytest
 from amplint.diagnostics import FileError, Finding, RunReport
 from amplint.output import FORMATS
 from amplint.rules import ALL_RULES
-from conftest import REPO
+from conftest import BUGGY, REPO
 
 # The official OASIS schema, kept in the repo so the tests do not depend on where shared/ is.
 SCHEMA = json.loads((REPO / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())
 
-BUGGY = textwrap.dedent(
-    """\
-    import torch
-
-    scaler = torch.amp.GradScaler("cuda")
-    for x, y in loader:
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
-    """
-)
 CLIP = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
 # The same mistake spread over three lines, with a `%` in the quoted code.
 MULTILINE = BUGGY.replace(CLIP, "torch.nn.utils.clip_grad_norm_(\n        model.parameters(), 100 % 7\n    )")

@@ -7,22 +7,8 @@ import textwrap
 
 import pytest
 
+from conftest import BUGGY
 from test_notebooks import CLIP, TRAIN
-
-BUGGY = textwrap.dedent(
-    """\
-    import torch
-
-    scaler = torch.amp.GradScaler("cuda")
-    for x, y in loader:
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
-    """
-)
 
 
 @pytest.mark.parametrize("args", [["-", "--stdin-filename", "train.py"], ["--stdin-filename", "train.py"]])
