@@ -132,6 +132,9 @@ class _Declarations(cst.CSTVisitor):
         self.scaler_step_arguments: List[Tuple[str, str]] = []  # (receiver, first argument)
         self.scaler_like_names: set = set()
         self.passed_names: set = set()  # names handed to a call as an argument
+        # For following a parameter back to the arguments its callers in this file pass.
+        self.parameters: Dict[int, Tuple[str, List[str]]] = {}  # scope -> (function name, params)
+        self.calls_by_callee: Dict[str, List[Tuple[cst.Call, int]]] = {}  # callee name -> (call, caller scope)
 
     # scopes
     def visit_Module(self, node: cst.Module) -> None:
@@ -141,6 +144,10 @@ class _Declarations(cst.CSTVisitor):
         self._bind(node.name.value, None)
         self._enter(node)
         params = node.params
+        self.parameters[id(node)] = (
+            node.name.value,
+            [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)],
+        )
         for param in (*params.posonly_params, *params.params, *params.kwonly_params):
             self._bind(param.name.value, None)
             if param.annotation is not None and "GradScaler" in source_text(param.annotation.annotation):
@@ -216,6 +223,9 @@ class _Declarations(cst.CSTVisitor):
             name = dotted_name(arg.value)
             if name is not None:
                 self.passed_names.add(name)
+        callee = dotted_name(node.func)
+        if callee is not None and self._scopes:
+            self.calls_by_callee.setdefault(callee.rsplit(".", 1)[-1], []).append((node, self._scopes[-1]))
         func = node.func
         if not isinstance(func, cst.Attribute):
             return
@@ -245,12 +255,35 @@ class _Declarations(cst.CSTVisitor):
         """Every value `name` is given in the nearest scope that binds it (None: not a plain value)."""
         if "." in name:  # `self.amp_ctx`: assignments anywhere in the file
             return self.values_by_name.get(name, [])
+        binding = self.binding_scope(name, scope)
+        return self.assigned[binding][name] if binding is not None else []
+
+    def binding_scope(self, name: str, scope: Optional[int]) -> Optional[int]:
         while scope is not None:
-            values = self.assigned.get(scope, {}).get(name)
-            if values is not None:
-                return values
+            if name in self.assigned.get(scope, {}):
+                return scope
             scope = self.parent_scope.get(scope)
-        return []
+        return None
+
+    def arguments_for(self, name: str, scope: Optional[int]) -> List[Tuple[cst.BaseExpression, int]]:
+        """When `name` is a parameter: what the calls in this file pass for it, with each
+        caller's scope. `train(args.device, amp_dtype)` -> (amp_dtype, main's scope)."""
+        binding = self.binding_scope(name, scope)
+        if binding is None or binding not in self.parameters:
+            return []
+        function, params = self.parameters[binding]
+        index = params.index(name) if name in params else -1
+        found = []
+        for call, caller in self.calls_by_callee.get(function, []):
+            positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+            keyword = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+            # `self.train(x)` or `trainer.train(x)` binds the method's first parameter itself.
+            shift = 1 if isinstance(call.func, cst.Attribute) and params[:1] in (["self"], ["cls"]) else 0
+            if name in keyword:
+                found.append((keyword[name], caller))
+            elif 0 <= index - shift < len(positional):
+                found.append((positional[index - shift], caller))
+        return found
 
     def scalers(self) -> Dict[str, ScalerRef]:
         enabled_by_name: Dict[str, List[Tuple[Optional[bool], List]]] = {}
@@ -617,7 +650,8 @@ class _UnitBuilder(cst.CSTVisitor):
     def _dtypes(self, value: Optional[cst.BaseExpression], scope: int, depth: int = 0) -> FrozenSet[str]:
         """The dtypes `value` can be: one, each branch of a conditional expression
         (`torch.float16 if device == "cuda" else torch.bfloat16`), each value a name is
-        assigned; empty when unknown (a parameter, a config lookup)."""
+        assigned or, for a parameter, passed by a caller in this file; empty when unknown
+        (a config lookup, a parameter no caller here passes)."""
         if value is None or depth > _MAX_CONSTANT_DEPTH:
             return frozenset()
         if isinstance(value, cst.IfExp):
@@ -625,11 +659,16 @@ class _UnitBuilder(cst.CSTVisitor):
         dtype = torch_api.DTYPES.get(self.decls.aliases.resolve(value) or "")
         if dtype is not None:
             return frozenset({dtype})
-        # A name set on several branches (`if fp16: dt = torch.float16 else: ...`) can be each.
+        # A name set on several branches (`if fp16: dt = torch.float16 else: ...`) can be
+        # each; a parameter can be what each caller in this file passes.
         name = dotted_name(value)
+        if name is None:
+            return frozenset()
         found: FrozenSet[str] = frozenset()
-        for bound in self.decls.values(name, scope) if name else ():
+        for bound in self.decls.values(name, scope):
             found |= self._dtypes(bound, scope, depth + 1)
+        for argument, caller in self.decls.arguments_for(name, scope):
+            found |= self._dtypes(argument, caller, depth + 1)
         return found
 
     def _string(self, value: Optional[cst.BaseExpression], scope: int) -> Optional[str]:

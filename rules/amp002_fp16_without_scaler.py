@@ -240,6 +240,22 @@ for x, y in loader:
 """,
             at=((6, 10),),
         ),
+        # The dtype comes from the command line and reaches autocast as a parameter.
+        Flagged(
+            """
+import torch
+def train(model, loader, opt, amp_dtype):
+    for x, y in loader:
+        with torch.autocast(device_type="cuda", dtype=amp_dtype):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+def main(args):
+    amp_dtype = torch.float16 if args.dtype == "float16" else torch.bfloat16
+    train(model, loader, opt, amp_dtype=amp_dtype)
+""",
+            at=((5, 14),),
+        ),
         # A GradScaler that is built but never used serves no step.
         Flagged(
             """

@@ -28,15 +28,6 @@ SHOWS = {
     "AMP006": {"AMP006"},
 }
 
-# Buggy fixtures the linter does not report yet, written the way real scripts are. Each
-# entry says why; once the rule learns the pattern the test passes and the entry can go.
-KNOWN_MISSES = {
-    "AMP002": "the autocast dtype is chosen in main() from --dtype (`amp_dtype = torch.float16 if "
-    "args.dtype == 'float16' else torch.bfloat16`) and reaches `torch.autocast(..., dtype=amp_dtype)` "
-    "as a parameter of train(); AMP002 sees an unknown dtype there and stays silent (the same "
-    "expression written inside train() is caught)",
-}
-
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())
 
 
@@ -66,8 +57,6 @@ def test_every_rule_with_predictions_has_a_fixture_pair_and_every_pair_a_rule():
 @pytest.mark.parametrize("code", FIXTURE_CODES)
 def test_buggy_fixture_is_reported_by_the_rules_it_shows(code):
     reported = {finding.code for finding in lint(FIXTURES / code / "buggy.py")}
-    if reported != SHOWS[code] and code in KNOWN_MISSES:
-        pytest.xfail(KNOWN_MISSES[code])
     assert reported == SHOWS[code]
 
 

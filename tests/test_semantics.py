@@ -112,6 +112,25 @@ def test_context_objects_partial_and_decorators():
     assert [(r.dtype, r.decorator) for r in found] == [("float16", False), ("bfloat16", False), ("float16", True)]
 
 
+def test_a_dtype_parameter_is_what_the_callers_in_the_file_pass():
+    found = regions(
+        """
+        import torch
+        class Trainer:
+            def step(self, x, dtype, other):
+                with torch.autocast("cuda", dtype=dtype):
+                    return self.model(x)
+            def fit(self):
+                self.step(x, torch.bfloat16, 1)
+                self.step(x, dtype=torch.float16, other=2)
+        def untouched(x, dtype):
+            with torch.autocast("cuda", dtype=dtype):
+                return x
+        """
+    )
+    assert [r.possible_dtypes for r in found] == [frozenset({"bfloat16", "float16"}), frozenset()]
+
+
 def test_no_grad_context_marks_inference():
     (region,) = regions("import torch\nwith torch.no_grad():\n    with torch.autocast('cuda'):\n        y = m(x)\n")
     assert region.under_no_grad
