@@ -10,8 +10,8 @@ flow as the sequence of `AmpCall`s executed along it.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+from dataclasses import dataclass, field, replace
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -94,7 +94,6 @@ class AutocastRegion:
     cache_enabled: Optional[bool]
     under_no_grad: bool  # nested in torch.no_grad()/inference_mode(): inference only
     dtype_is_default: bool = False  # float16 because the device's default says so
-    decorator: bool = False
     assigned: Set[str] = field(default_factory=set)  # names bound inside the region
 
     @property
@@ -132,7 +131,41 @@ class PathStep:
         return self.scaler is not None and self.scaler_live
 
 
+# One way through a unit: the AMP calls it executes, in order. A path ends where the unit
+# ends, or right after an optimizer step or zero_grad(): past those, no earlier gradient
+# matters, so no rule needs to look across them.
 Path = Tuple[PathStep, ...]
+
+
+@dataclass(frozen=True)
+class Gradients:
+    """What the gradients hold just before a step of a path: the state AMP001/3/5 query."""
+
+    # The latest backward through a live scaler: the gradients carry its factor...
+    scaled_by: Optional[PathStep] = None
+    # ...unless this scaler.unscale_() has divided it out since.
+    unscaled_by: Optional[PathStep] = None
+    # Backwards that no scaler touched (a scaling helper counts as touching).
+    unscaled_backwards: Tuple[PathStep, ...] = ()
+
+    @property
+    def carry_scale(self) -> bool:
+        return self.scaled_by is not None and self.unscaled_by is None
+
+
+def gradients_along(path: Path) -> Iterator[Tuple[PathStep, Gradients]]:
+    """Each step of `path` with the state of the gradients just before it."""
+    state = Gradients()
+    for step in path:
+        yield step, state
+        kind = step.call.kind
+        if kind is CallKind.TENSOR_BACKWARD:
+            if step.scaled:
+                state = replace(state, scaled_by=step, unscaled_by=None)
+            elif step.scaler is None:
+                state = replace(state, unscaled_backwards=state.unscaled_backwards + (step,))
+        elif kind is CallKind.UNSCALE and state.scaled_by is not None:
+            state = replace(state, unscaled_by=step)
 
 
 @dataclass(eq=False)

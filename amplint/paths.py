@@ -217,9 +217,12 @@ class _Interpreter:
     # expressions
     def evaluate(self, expression: cst.CSTNode, states: Set[_State]) -> Set[_State]:
         calls = [c for c in _calls_in_order(expression, self.module) if c.kind in _PATH_KINDS]
-        if not calls:
-            return states
-        return {self.execute(calls, state) for state in states}
+        if calls:
+            states = {self.execute(calls, state) for state in states}
+        # `if (scaled := scaler.scale(loss)) is not None:` binds as it evaluates.
+        for walrus in _walruses(expression):
+            states = self.bind(names_bound(walrus.target), walrus.value, states)
+        return states
 
     def execute(self, calls: List[AmpCall], state: _State) -> _State:
         steps = list(state.steps)
@@ -293,6 +296,20 @@ def _calls_in_order(expression: cst.CSTNode, module: ModuleFacts) -> List[AmpCal
                 found.append(call)
 
     expression.visit(_Collector())
+    return found
+
+
+def _walruses(expression: cst.CSTNode) -> List[cst.NamedExpr]:
+    found: List[cst.NamedExpr] = []
+
+    class _Walruses(cst.CSTVisitor):
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            found.append(node)
+
+    expression.visit(_Walruses())
     return found
 
 

@@ -65,6 +65,8 @@ _OPTIMIZER_CLASSES = frozenset(
     }
 )
 
+_AMP_METHOD_NAMES = frozenset({"backward", "scale", "unscale_", "step", "update", "zero_grad", "clip_grad_norm_"})
+
 Scope = Union[cst.Module, cst.FunctionDef]
 _MAX_CONSTANT_DEPTH = 4
 
@@ -135,14 +137,27 @@ class _Declarations(cst.CSTVisitor):
         # For following a parameter back to the arguments its callers in this file pass.
         self.parameters: Dict[int, Tuple[str, List[str]]] = {}  # scope -> (function name, params)
         self.calls_by_callee: Dict[str, List[Tuple[cst.Call, int]]] = {}  # callee name -> (call, caller scope)
+        self.unscales_in: Dict[str, set] = {}  # function name -> receivers of its .unscale_() calls
+        # `self.x` is looked up in the class whose methods assign it.
+        self.class_of_scope: Dict[int, int] = {}
+        self._classes: List[int] = []
+        self.attribute_values: Dict[Tuple[int, str], List[Optional[cst.BaseExpression]]] = {}
 
     # scopes
     def visit_Module(self, node: cst.Module) -> None:
         self._enter(node)
 
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._classes.append(id(node))
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._classes.pop()
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._bind(node.name.value, None)
         self._enter(node)
+        if self._classes:
+            self.class_of_scope[id(node)] = self._classes[-1]
         params = node.params
         self.parameters[id(node)] = (
             node.name.value,
@@ -150,6 +165,7 @@ class _Declarations(cst.CSTVisitor):
         )
         for param in (*params.posonly_params, *params.params, *params.kwonly_params):
             self._bind(param.name.value, None)
+            self._note_scaler_like(param.name.value)
             if param.annotation is not None and "GradScaler" in source_text(param.annotation.annotation):
                 self.scaler_annotated.append(param.name.value)
         for star in (params.star_arg, params.star_kwarg):
@@ -167,6 +183,9 @@ class _Declarations(cst.CSTVisitor):
     def _bind(self, name: str, value: Optional[cst.BaseExpression]) -> None:
         if self._scopes:
             self.assigned[self._scopes[-1]].setdefault(name, []).append(value)
+            owner = self.class_of_scope.get(self._scopes[-1])
+            if owner is not None and name.startswith("self."):
+                self.attribute_values.setdefault((owner, name), []).append(value)
         self.values_by_name.setdefault(name, []).append(value)
 
     # imports and assignments
@@ -207,15 +226,12 @@ class _Declarations(cst.CSTVisitor):
         if name is not None:
             self.passed_names.add(name)
 
-    def visit_Name(self, node: cst.Name) -> None:
-        if "scaler" in node.value.lower() and node.value not in torch_api.GRAD_SCALER_BARE_NAMES:
-            self.scaler_like_names.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        attr = node.attr.value
-        if "scaler" in attr.lower() and attr not in torch_api.GRAD_SCALER_BARE_NAMES:
-            name = dotted_name(node)
-            if name is not None:
+    def _note_scaler_like(self, name: Optional[str]) -> None:
+        """A name like `loss_scaler` used as an object that may scale: called on the loss
+        (timm's NativeScaler), handed to other code, or a parameter. sklearn's
+        `StandardScaler()` built and `.fit()` is none of these."""
+        if name is not None and "scaler" in name.rsplit(".", 1)[-1].lower():
+            if name.rsplit(".", 1)[-1] not in torch_api.GRAD_SCALER_BARE_NAMES:
                 self.scaler_like_names.add(name)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -223,9 +239,12 @@ class _Declarations(cst.CSTVisitor):
             name = dotted_name(arg.value)
             if name is not None:
                 self.passed_names.add(name)
+                self._note_scaler_like(name)
         callee = dotted_name(node.func)
         if callee is not None and self._scopes:
             self.calls_by_callee.setdefault(callee.rsplit(".", 1)[-1], []).append((node, self._scopes[-1]))
+            if any(arg.keyword is None for arg in node.args):
+                self._note_scaler_like(callee)
         func = node.func
         if not isinstance(func, cst.Attribute):
             return
@@ -240,6 +259,9 @@ class _Declarations(cst.CSTVisitor):
             receiver = dotted_name(func.value)
             if receiver is not None:
                 self.scaler_uses.append((receiver, method, False))
+                if method == "unscale_" and self._scopes and self._scopes[-1] in self.parameters:
+                    function = self.parameters[self._scopes[-1]][0]
+                    self.unscales_in.setdefault(function, set()).add(receiver)
                 if method in ("unscale_", "step") and node.args:
                     argument = dotted_name(node.args[0].value)
                     if argument is not None:
@@ -253,7 +275,12 @@ class _Declarations(cst.CSTVisitor):
 
     def values(self, name: str, scope: Optional[int]) -> List[Optional[cst.BaseExpression]]:
         """Every value `name` is given in the nearest scope that binds it (None: not a plain value)."""
-        if "." in name:  # `self.amp_ctx`: assignments anywhere in the file
+        owner = self.class_of_scope.get(scope) if scope is not None else None
+        if owner is not None and (owner, name) in self.attribute_values:
+            # `self.amp_ctx` as this class assigns it; one it never assigns may come from a
+            # base class, so the whole file's assignments stand in.
+            return self.attribute_values[(owner, name)]
+        if "." in name:  # `config.dtype`: assignments anywhere in the file
             return self.values_by_name.get(name, [])
         binding = self.binding_scope(name, scope)
         return self.assigned[binding][name] if binding is not None else []
@@ -294,6 +321,7 @@ class _Declarations(cst.CSTVisitor):
                     enabled_by_name.setdefault(name, []).append(construction)
         for name in self.scaler_annotated:
             enabled_by_name.setdefault(name, []).append((None, []))
+        parameter_names = {p for _, params in self.parameters.values() for p in params}
         unscaling_receivers = {r for r, method, _ in self.scaler_uses if method == "unscale_"}
         for receiver, method, backwarded in self.scaler_uses:
             named_scaler = "scaler" in receiver.rsplit(".", 1)[-1].lower()
@@ -304,6 +332,9 @@ class _Declarations(cst.CSTVisitor):
         used |= {dotted_name(v) for values in self.values_by_name.values() for v in values if v is not None} - {None}
         refs = {}
         for name, constructions in enabled_by_name.items():
+            if constructions and name in parameter_names:
+                # A parameter can hold any scaler a caller passes: its state is unknown.
+                constructions.append((None, []))
             states = {enabled for enabled, _ in constructions}
             enabled: Optional[bool] = states.pop() if len(states) == 1 else None
             if not constructions:
@@ -367,6 +398,13 @@ class _Classifier:
         self.decls = decls
         self.scalers = scalers
         self.optimizers = optimizers
+        # Functions of this file that unscale a known scaler; names the AMP API already
+        # gives a meaning are left to it.
+        self.unscaling_helpers = {
+            function
+            for function, receivers in decls.unscales_in.items()
+            if receivers & set(scalers) and function not in _AMP_METHOD_NAMES
+        }
 
     def classify(self, node: cst.Call) -> Optional[AmpCall]:
         func = node.func
@@ -376,6 +414,9 @@ class _Classifier:
             return self._backward(node, tensor) if tensor is not None else None
         if qualified in torch_api.CLIP_FUNCTIONS:
             return AmpCall(CallKind.CLIP, node)
+        if (dotted_name(func) or "").rsplit(".", 1)[-1] in self.unscaling_helpers:
+            # `self.unscale_grads()`, defined in this file around `scaler.unscale_(opt)`.
+            return AmpCall(CallKind.UNSCALE, node)
         if not isinstance(func, cst.Attribute):
             return None
         method = func.attr.value
@@ -453,7 +494,6 @@ class _UnitBuilder(cst.CSTVisitor):
             elif isinstance(expression, cst.Call):
                 region = self._autocast_region(expression, unit, id(node), under_no_grad=unit.no_grad)
                 if region is not None:
-                    region.decorator = True
                     stack.append(("autocast", region))
         self._open_unit(unit, id(node), stack)
 

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import Iterator
 
-from amplint.facts import AmpCall, CallKind, ModuleFacts
+from amplint.facts import AmpCall, CallKind, ModuleFacts, gradients_along
 from amplint.rule import Flagged, Prediction, Report, Rule
 from amplint.names import source_text
 
@@ -83,17 +83,10 @@ class UnscaledBackward(Rule):
     def check(self, module: ModuleFacts) -> Iterator[Report]:
         for unit in module.units:
             for path in unit.paths or ():
-                unscaled: List[AmpCall] = []
-                for step in path:
-                    call = step.call
-                    if call.kind is CallKind.TENSOR_BACKWARD and step.scaler is None:
-                        unscaled.append(call)
-                    elif call.kind in (CallKind.ZERO_GRAD, CallKind.OPTIMIZER_STEP):
-                        unscaled = []  # those gradients are gone, or a plain step consumed them
-                    elif call.kind is CallKind.SCALER_STEP and step.scaler_live:
-                        for backward in unscaled:
-                            yield Report(backward.node, _message(backward, call))
-                        unscaled = []
+                for step, gradients in gradients_along(path):
+                    if step.call.kind is CallKind.SCALER_STEP and step.scaler_live:
+                        for backward in gradients.unscaled_backwards:
+                            yield Report(backward.call.node, _message(backward.call, step.call))
 
     VALID = (
         # The seed's full training pattern.

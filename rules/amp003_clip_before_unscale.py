@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from amplint.facts import CallKind, ModuleFacts, Path
+from amplint.facts import CallKind, ModuleFacts, Path, gradients_along
 from amplint.names import source_text
 from amplint.rule import Flagged, Prediction, Report, Rule
 
@@ -78,14 +78,8 @@ class ClipBeforeUnscale(Rule):
     def check(self, module: ModuleFacts) -> Iterator[Report]:
         for unit in module.units:
             for path in unit.paths or ():
-                scaled = False
-                for index, step in enumerate(path):
-                    kind = step.call.kind
-                    if kind is CallKind.TENSOR_BACKWARD:
-                        scaled = scaled or step.scaled
-                    elif kind in (CallKind.UNSCALE, CallKind.SCALER_STEP, CallKind.ZERO_GRAD):
-                        scaled = False
-                    elif kind is CallKind.CLIP and scaled:
+                for index, (step, gradients) in enumerate(gradients_along(path)):
+                    if step.call.kind is CallKind.CLIP and gradients.carry_scale:
                         yield Report(step.call.node, _message(step.call.node, path, index))
 
     VALID = (

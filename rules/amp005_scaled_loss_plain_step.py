@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator
 
-from amplint.facts import AmpCall, CallKind, ModuleFacts, PathStep
+from amplint.facts import AmpCall, CallKind, ModuleFacts, PathStep, gradients_along
 from amplint.names import source_text
 from amplint.rule import Flagged, Prediction, Report, Rule
 
@@ -11,8 +11,9 @@ class ScaledLossPlainStep(Rule):
     """A scaled backward followed by a plain `optimizer.step()` instead of `scaler.step(optimizer)`.
 
     ## What it does
-    Flags `optimizer.step()` reached after `scaler.scale(loss).backward()` with neither
-    `scaler.step(optimizer)` nor `scaler.unscale_(optimizer)` in between.
+    Flags `optimizer.step()` reached after `scaler.scale(loss).backward()` without
+    `scaler.step(optimizer)`, including after `scaler.unscale_(optimizer)` for that same
+    optimizer (the usual unscale-clip-step sequence with the last call replaced).
 
     ## Why is this bad?
     The gradients still carry the loss scale (65536 at the start). A plain `step()` applies
@@ -101,15 +102,14 @@ class ScaledLossPlainStep(Rule):
     def check(self, module: ModuleFacts) -> Iterator[Report]:
         for unit in module.units:
             for path in unit.paths or ():
-                scaled_by: Optional[PathStep] = None
-                for step in path:
-                    kind = step.call.kind
-                    if kind is CallKind.TENSOR_BACKWARD and step.scaled:
-                        scaled_by = step
-                    elif kind in (CallKind.UNSCALE, CallKind.SCALER_STEP, CallKind.ZERO_GRAD):
-                        scaled_by = None
-                    elif kind is CallKind.OPTIMIZER_STEP and scaled_by is not None:
-                        yield Report(step.call.node, _message(step.call, scaled_by))
+                for step, gradients in gradients_along(path):
+                    if step.call.kind is not CallKind.OPTIMIZER_STEP or gradients.scaled_by is None:
+                        continue
+                    if gradients.unscaled_by is None:
+                        yield Report(step.call.node, _message(step.call, gradients.scaled_by))
+                    elif gradients.unscaled_by.call.argument == step.call.receiver:
+                        # Unscaled for this very optimizer, then stepped past the scaler.
+                        yield Report(step.call.node, _unscaled_message(step.call, gradients.unscaled_by))
 
     VALID = (
         """
@@ -145,6 +145,15 @@ def train(loss, optimizer, scaler, use_amp):
         loss.backward()
         optimizer.step()
 """,
+        # A sparse embedding optimizer stepped by hand after the dense one is unscaled (DLRM).
+        """
+import torch
+scaler.scale(loss).backward()
+scaler.unscale_(dense_optimizer)
+embedding_optimizer.step()
+scaler.step(dense_optimizer)
+scaler.update()
+""",
         # A disabled scaler's scale() is the identity.
         """
 import torch
@@ -154,6 +163,22 @@ optimizer.step()
 """,
     )
     INVALID = (
+        # unscale_ and clip done right, then the step bypasses the scaler.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            at=((10, 5),),
+        ),
         Flagged(
             """
 import torch
@@ -186,4 +211,14 @@ def _message(step: AmpCall, backward: PathStep) -> str:
         f"`{source_text(step.node)}` applies gradients from `{source_text(backward.call.node)}` that still carry "
         f"`{scaler}`'s loss scale (65536 at start), and never skips inf/NaN steps: SGD-like updates come out "
         f"~65,000x too large. Use `{scaler}.step({optimizer})` and `{scaler}.update()`."
+    )
+
+
+def _unscaled_message(step: AmpCall, unscale: PathStep) -> str:
+    scaler = unscale.scaler or "scaler"
+    optimizer = step.receiver or "optimizer"
+    return (
+        f"`{source_text(step.node)}` steps past the scaler after `{source_text(unscale.call.node)}`: the "
+        "gradients are unscaled, but a plain step applies inf/NaN gradients instead of skipping them "
+        f"(and `{scaler}.update()` then raises). Use `{scaler}.step({optimizer})`."
     )

@@ -109,7 +109,7 @@ def test_context_objects_partial_and_decorators():
             return x
         """
     )
-    assert [(r.dtype, r.decorator) for r in found] == [("float16", False), ("bfloat16", False), ("float16", True)]
+    assert [(r.dtype, r.unit.name) for r in found] == [("float16", "<module>"), ("bfloat16", "<module>"), ("float16", "forward")]
 
 
 def test_a_dtype_parameter_is_what_the_callers_in_the_file_pass():
