@@ -58,6 +58,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except Exception as error:  # never exit 1 (which reads as "findings") on a crash
+        print(f"amplint: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 # --------------------------------------------------------------------------- check
@@ -116,6 +119,7 @@ def check_command(argv: Sequence[str]) -> int:
         # per-file-ignores.
         config = _load_config(options, [stdin_name] if reads_stdin else paths)
         rules = _selected_rules(options, config)
+        per_file = _per_file_ignores(config)
     except (ConfigError, SelectionError) as error:
         return _usage_error(str(error))
 
@@ -131,10 +135,10 @@ def check_command(argv: Sequence[str]) -> int:
         # An editor passes every file it opens; --force-exclude keeps excluded ones quiet.
         excluded = options.force_exclude and stdin_name != "-" and discovery.is_excluded(stdin_name, is_dir=False)
         files = [] if excluded else [stdin_name]
-        results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config))] if files else []
+        results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config, per_file))] if files else []
     else:
         files, errors = discovery.files(paths)
-        jobs = [(path, _codes_for(path, rules, config)) for path in files]
+        jobs = [(path, _codes_for(path, rules, config, per_file)) for path in files]
         results = _lint_all(jobs, options.jobs or os.cpu_count() or 1)
 
     findings = sorted(f for result in results for f in result.findings)
@@ -187,14 +191,23 @@ def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[R
     )
 
 
-def _codes_for(path: str, rules: Sequence[Type[Rule]], config: Config) -> Tuple[str, ...]:
+def _per_file_ignores(config: Config) -> List[Tuple[pathspec.PathSpec, List[str]]]:
+    return [
+        (pathspec.PathSpec.from_lines("gitwildmatch", [pattern]), validate(codes, ALL_RULES))
+        for pattern, codes in config.per_file_ignores.items()
+    ]
+
+
+def _codes_for(
+    path: str, rules: Sequence[Type[Rule]], config: Config, per_file: Sequence[Tuple[pathspec.PathSpec, List[str]]]
+) -> Tuple[str, ...]:
     ignored: List[str] = []
-    if config.per_file_ignores:
+    if per_file:
         relative = os.path.relpath(os.path.abspath(path), config.root).replace(os.sep, "/")
-        for pattern, codes in config.per_file_ignores.items():
-            if pathspec.PathSpec.from_lines("gitwildmatch", [pattern]).match_file(relative):
-                ignored.extend(c.upper() for c in codes)
-    return tuple(r.code for r in rules if not any(r.code.startswith(c) or c == "ALL" for c in ignored))
+        for spec, codes in per_file:
+            if spec.match_file(relative):
+                ignored.extend(codes)
+    return tuple(r.code for r in rules if not any(c == "ALL" or r.code.startswith(c) for c in ignored))
 
 
 def _lint_all(jobs: List[Tuple[str, Tuple[str, ...]]], workers: int) -> List[FileResult]:
@@ -238,10 +251,9 @@ def _write(report: RunReport, options: argparse.Namespace) -> None:
     color = options.color == "always" or (
         options.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     )
-    text = FORMATS[options.output_format](report, concise=options.concise, color=color)
-    if options.quiet and options.output_format == "text":
-        text = "".join(line + "\n" for line in text.splitlines() if not line.startswith(("Found ", "All checks")))
-    sys.stdout.write(text)
+    sys.stdout.write(
+        FORMATS[options.output_format](report, concise=options.concise, color=color, summary=not options.quiet)
+    )
 
 
 # --------------------------------------------------------------------------- rule

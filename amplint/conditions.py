@@ -14,7 +14,7 @@ from typing import FrozenSet, List, Tuple
 
 import libcst as cst
 
-from amplint.names import names_read, source_text
+from amplint.names import is_none, names_read, source_text
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def assumptions(test: cst.BaseExpression, outcome: bool) -> List[Assumption]:
         return assumptions(test.left, outcome) + assumptions(test.right, outcome)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         target = test.comparisons[0]
-        if _is_none(target.comparator):
+        if is_none(target.comparator):
             if isinstance(target.operator, cst.Is):
                 return assumptions(test.left, not outcome)
             if isinstance(target.operator, cst.IsNot):
@@ -63,7 +63,3 @@ def assumptions(test: cst.BaseExpression, outcome: bool) -> List[Assumption]:
     ):
         return assumptions(test.args[0].value, outcome)
     return [(condition(test), outcome)]
-
-
-def _is_none(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"

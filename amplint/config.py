@@ -58,9 +58,18 @@ def find_pyproject(start: str) -> Optional[str]:
 def _has_amplint_table(path: str) -> bool:
     try:
         with open(path, "rb") as handle:
-            return "amplint" in tomllib.load(handle).get("tool", {})
-    except (OSError, tomllib.TOMLDecodeError):
+            data = handle.read()
+    except OSError:
         return False
+    try:
+        tool = tomllib.loads(data.decode("utf-8", errors="replace")).get("tool")
+    except tomllib.TOMLDecodeError as error:
+        # A broken file that meant to configure amplint must not be skipped in silence
+        # (a parent directory's configuration would quietly apply instead).
+        if b"tool.amplint" in data:
+            raise ConfigError(f"{path} is not valid TOML: {error}") from None
+        return False
+    return isinstance(tool, dict) and "amplint" in tool
 
 
 def load(path: Optional[str], fallback_root: str) -> Config:
@@ -73,7 +82,8 @@ def load(path: Optional[str], fallback_root: str) -> Config:
         raise ConfigError(f"cannot read {path}: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not valid TOML: {error}") from None
-    table = document.get("tool", {}).get("amplint", {})
+    tool = document.get("tool", {})
+    table = tool.get("amplint", {}) if isinstance(tool, dict) else {}
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.amplint] must be a table")
     unknown = sorted(set(table) - set(KNOWN_KEYS))

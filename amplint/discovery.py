@@ -76,7 +76,7 @@ class Discovery:
             for filename in sorted(filenames):
                 path = os.path.join(directory, filename)
                 if filename.endswith(LINTED_SUFFIXES) and not excluded(path, False):
-                    yield path
+                    yield os.path.normpath(path)  # `sub/train.py`, not `./sub/train.py`
 
     def is_excluded(self, path: str, is_dir: bool) -> bool:
         """For a path named on the command line (--force-exclude)."""

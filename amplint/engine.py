@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from dataclasses import replace
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
@@ -23,6 +24,9 @@ from amplint.notebook import CellMap, is_notebook, parse_notebook
 from amplint.rule import Rule
 from amplint.semantics import analyze
 from amplint.source import decode_notebook, decode_python, size_error
+
+
+_RECURSION_LIMIT = 10_000
 
 
 def might_use_amp(source: str) -> bool:
@@ -76,6 +80,17 @@ def lint_source(
     source: str, path: str, rules: Sequence[Type[Rule]], cells: Optional[CellMap] = None
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells."""
+    # LibCST's tree walks recurse once per nesting level: a 400-term string concatenation
+    # is valid Python and must not become "nesting too deep".
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
+    try:
+        return _lint_source(source, path, rules, cells)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _lint_source(source: str, path: str, rules: Sequence[Type[Rule]], cells: Optional[CellMap]) -> FileResult:
     result = FileResult(path)
     if not rules or not might_use_amp(source):
         # Not worth a LibCST parse, but a broken file is still reported: CPython's own parser

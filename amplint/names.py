@@ -60,7 +60,25 @@ def names_bound(target: cst.BaseExpression) -> List[str]:
 
 
 def source_text(node: cst.CSTNode) -> str:
-    """The node's code on one line, without outer parentheses: what messages quote."""
+    """The node's code on one line, without outer parentheses: what messages quote.
+
+    A call split over lines reads `f(a, b)`, not `f( a, b )`.
+    """
     if isinstance(node, cst.BaseExpression) and (node.lpar or node.rpar):
         node = node.with_changes(lpar=[], rpar=[])
-    return " ".join(_EMPTY_MODULE.code_for_node(node).split())
+    text = ""
+    for line in _EMPTY_MODULE.code_for_node(node).splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith((")", "]", "}")):
+            text = text.rstrip(",")  # a trailing comma before the closing bracket
+        elif text and not text.endswith(("(", "[", "{")):
+            text += " "
+        text += line
+    return text
+
+
+def is_none(node: Optional[cst.BaseExpression]) -> bool:
+    """The literal `None`."""
+    return isinstance(node, cst.Name) and node.value == "None"

@@ -3,7 +3,7 @@
 - `# noqa` on the reported line suppresses every amplint finding there;
 - `# noqa: AMP001, AMP003` suppresses those codes (other tools' codes are ignored);
 - `# amplint: noqa` on a line of its own exempts the whole file, `# amplint: noqa: AMP002`
-  exempts the file from those codes.
+  exempts the file from those codes (after code on a line, it covers that line only).
 """
 
 from __future__ import annotations
@@ -47,11 +47,12 @@ def parse_suppressions(source: str) -> Suppressions:
         if token.type != tokenize.COMMENT:
             continue
         file_match = _FILE.search(token.string)
-        if file_match:
+        if file_match and token.line.strip().startswith("#"):
             codes = _codes(file_match.group("codes"))
             found.file = ALL if ALL in (codes, found.file) else found.file | codes
             continue
-        match = _LINE.search(token.string)
+        # After code, `# amplint: noqa` means what `# noqa` means there: this line only.
+        match = file_match or _LINE.search(token.string)
         if match:
             found.lines[token.start[0]] = _codes(match.group("codes"))
     return found

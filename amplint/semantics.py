@@ -25,7 +25,7 @@ from amplint.facts import (
     ModuleFacts,
     ScalerRef,
 )
-from amplint.names import dotted_name, names_bound, names_read, source_text
+from amplint.names import dotted_name, is_none, names_bound, names_read, source_text
 from amplint.torch_api import ImportAliases
 
 # Receivers whose `.backward(loss)` is a framework's, which scales (or manages) the loss itself.
@@ -614,7 +614,7 @@ class _UnitBuilder(cst.CSTVisitor):
         values = dict(zip(names, positional))
         values.update(keywords)
         device = self._string(values.get("device_type"), scope) if "device_type" in values else default_device
-        dtype_is_default = values.get("dtype") is None or _is_none(values.get("dtype"))
+        dtype_is_default = values.get("dtype") is None or is_none(values.get("dtype"))
         if dtype_is_default:
             # The default: float16 on CUDA, bfloat16 on CPU; other devices are left unknown.
             default = {"cuda": "float16", "cpu": "bfloat16"}.get(device or "")
@@ -766,9 +766,3 @@ def _bool_literal(node: Optional[cst.BaseExpression]) -> Optional[bool]:
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
     return None
-
-
-def _is_none(node: Optional[cst.BaseExpression]) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
-
-

@@ -36,11 +36,6 @@ def size_error(path: str, size: int, what: str = "file") -> Optional[FileError]:
     return FileError(path, f"{what} too large to lint ({size / 2**20:.1f} MiB > {limit // 2**20} MiB)")
 
 
-def read_python(path: str) -> Union[str, FileError]:
-    data = read_file(path)
-    return data if isinstance(data, FileError) else decode_python(data, path)
-
-
 def decode_python(data: bytes, path: str) -> Union[str, FileError]:
     """Decode as Python does: a BOM or PEP 263 coding line, else UTF-8."""
     if b"\x00" in data:

@@ -131,6 +131,3 @@ class ImportAliases:
                 return None
             target = "torch"
         return f"{target}.{rest}" if rest else target
-
-    def imports_module(self, prefix: str) -> bool:
-        return any(t == prefix or t.startswith(prefix + ".") for t in self._names.values())

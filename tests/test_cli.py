@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUGGY, REPO
+from conftest import BUGGY
 
 CLEAN = BUGGY.replace(
     "    torch.nn.utils.clip_grad_norm_", "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_"
@@ -60,7 +60,7 @@ def test_check_subcommand_and_directory_default(amplint, project):
     assert amplint("check", cwd=root).returncode == 1
     assert amplint(cwd=root).returncode == 1
     result = amplint("--concise", cwd=root)
-    assert result.stdout.splitlines()[0].startswith(os.path.join(".", "pkg", "train.py") + ":8:5: AMP003")
+    assert result.stdout.splitlines()[0].startswith(os.path.join("pkg", "train.py") + ":8:5: AMP003")
     assert " | " not in result.stdout
 
 
@@ -221,7 +221,7 @@ def test_discovery_respects_gitignore_and_default_excludes(amplint, project):
     )
     (root / ".git").mkdir()
     result = amplint("--concise", "-q", cwd=root)
-    assert sorted(line.split(":")[0] for line in result.stdout.splitlines()) == [os.path.join(".", "train.py")]
+    assert sorted(line.split(":")[0] for line in result.stdout.splitlines()) == ["train.py"]
     result = amplint("--concise", "-q", "--no-respect-gitignore", cwd=root)
     assert len(result.stdout.splitlines()) == 3
     result = amplint("--concise", "-q", "--extend-exclude", "train.py", cwd=root)
@@ -269,3 +269,39 @@ def test_console_script_matches_module(project):
     root = project({"loop.py": LOOP_IN_AUTOCAST})
     result = subprocess.run([exe, "--concise", "loop.py"], cwd=root, capture_output=True, text=True)
     assert result.returncode == 1 and "AMP004" in result.stdout
+
+
+def test_configuration_edge_cases_are_errors_not_crashes(amplint, project):
+    # `tool` that is not a table: no [tool.amplint], defaults apply, no traceback.
+    root = project({"pyproject.toml": "tool = 1\n", "loop.py": LOOP_IN_AUTOCAST})
+    result = amplint("loop.py", cwd=root)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    # A broken file that meant to configure amplint is reported, not skipped in silence.
+    root = project({"pyproject.toml": "[tool.amplint\nselect = ['AMP003']\n"})
+    result = amplint("loop.py", cwd=root)
+    assert result.returncode == 2 and "is not valid TOML" in result.stderr
+    # per-file-ignores codes are checked like every other selector.
+    root = project({"pyproject.toml": '[tool.amplint]\nper-file-ignores = { "*.py" = ["AMP9"] }\n'})
+    result = amplint("loop.py", cwd=root)
+    assert result.returncode == 2 and "unknown rule selector `AMP9`" in result.stderr
+
+
+def test_trailing_file_noqa_covers_its_line_only(amplint, project):
+    source = LOOP_IN_AUTOCAST.replace("loss.backward()", "loss.backward()  # amplint: noqa")
+    root = project({"a.py": source})
+    result = amplint("--output-format", "json", "a.py", cwd=root)
+    assert [i["code"] for i in json.loads(result.stdout)] == ["AMP004"]
+
+
+def test_quiet_drops_only_the_summary(amplint, project):
+    root = project({"All checks.py": LOOP_IN_AUTOCAST})
+    result = amplint("-q", "--concise", "All checks.py", cwd=root)
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == ["All checks.py", "All checks.py"]
+
+
+def test_deeply_nested_valid_code_is_linted(amplint, project):
+    terms = " + ".join(f"'s{i}'" for i in range(1500))
+    root = project({"deep.py": BUGGY.replace("import torch\n", f"import torch\nx = {terms}\n")})
+    result = amplint("--concise", "deep.py", cwd=root)
+    assert result.returncode == 1, result.stderr
+    assert "deep.py:9:5: AMP003" in result.stdout

@@ -1,6 +1,7 @@
 """Jupyter notebooks: code cells joined in order, IPython syntax neutralised, findings by cell."""
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -274,7 +275,7 @@ def test_findings_across_cells_and_in_directories(amplint, tmp_path):
     write(tmp_path, "nbs/.ipynb_checkpoints/train-checkpoint.ipynb", TRAIN)
     result = amplint("--concise", ".", cwd=tmp_path)
     assert result.returncode == 1
-    assert result.stdout.splitlines()[0].startswith("./nbs/train.ipynb:cell 4:7:5: AMP003")
+    assert result.stdout.splitlines()[0].startswith(os.path.join("nbs", "train.ipynb") + ":cell 4:7:5: AMP003")
     assert "checkpoint" not in result.stdout
 
 

@@ -1,7 +1,6 @@
 """`--output-format github` and `sarif`: the CI gate's formats, end to end and against the spec."""
 
 import json
-import textwrap
 from pathlib import Path
 
 import jsonschema

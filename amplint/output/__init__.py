@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Callable, Dict
 
-from amplint.diagnostics import RunReport
 from amplint.output import github, json_format, sarif, text
 
 Renderer = Callable[..., str]

@@ -37,7 +37,7 @@ def location(finding: Finding) -> str:
     return f"{finding.path}:{finding.row}:{finding.column}"
 
 
-def render(report: RunReport, concise: bool = False, color: bool = False, **_: object) -> str:
+def render(report: RunReport, concise: bool = False, color: bool = False, summary: bool = True, **_: object) -> str:
     style = Style(color)
     out: List[str] = []
     for finding in report.findings:
@@ -45,9 +45,9 @@ def render(report: RunReport, concise: bool = False, color: bool = False, **_: o
         if not concise:
             out.extend(_frame(finding, report.sources.get(finding.path), style, report.notebooks.get(finding.path)))
     count = len(report.findings)
-    if count:
+    if summary and count:
         out.append(f"Found {count} error{'s' if count != 1 else ''}.")
-    elif not report.errors:
+    elif summary and not report.errors:
         out.append("All checks passed!")
     return "\n".join(out) + "\n" if out else ""
 
@@ -72,7 +72,9 @@ def _frame(finding: Finding, source: Optional[str], style: Style, cells: Optiona
             line = lines[number - 1]
             end = finding.end_column if finding.end_row == finding.row else len(line) + 1
             carets = "^" * max(1, end - finding.column)
-            frame.append(f"{gutter} {' ' * (finding.column - 1)}{style.red(carets + ' ' + finding.code)}")
+            # Keep the line's tabs so the carets sit under the code however tabs render.
+            pad = "".join(c if c == "\t" else " " for c in line[: finding.column - 1])
+            frame.append(f"{gutter} {pad}{style.red(carets + ' ' + finding.code)}")
     frame.append(gutter)
     frame.append("")
     return frame
