@@ -318,7 +318,8 @@ def _scaler_of(reads: FrozenSet[str], scaled: FrozenSet[Tuple[str, str]]) -> Opt
 
 
 def _relevant_conditions(statements: Sequence[cst.CSTNode], module: ModuleFacts) -> FrozenSet[str]:
-    """Conditions worth remembering: tested more than once, or deciding whether a scaler is live."""
+    """Conditions worth remembering: those of branches holding AMP calls that are tested more
+    than once (or once inside a loop), and those deciding whether a scaler is live."""
     counts: Counter = Counter()
 
     class _Tests(cst.CSTVisitor):
@@ -343,6 +344,10 @@ def _relevant_conditions(statements: Sequence[cst.CSTNode], module: ModuleFacts)
             self.loops -= 1
 
         def visit_If(self, node: cst.If) -> None:
+            # Only branches that hold AMP calls can contradict each other; remembering the
+            # tests of other branches would only multiply the states.
+            if not any(call.kind in _PATH_KINDS for call in _calls_in_order(node, module)):
+                return
             texts = {c.text for outcome in (True, False) for c, _ in assumptions(node.test, outcome)}
             # A test inside a loop runs again on the next iteration.
             for _ in range(2 if self.loops else 1):
