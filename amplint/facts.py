@@ -65,9 +65,6 @@ class ScalerRef:
     # What must hold on a path for the scaler to be live there: it is not None, it reports
     # is_enabled(), and its `enabled=` expression is true.
     live_requirements: Tuple[Assumption, ...] = ()
-    # Whether it can serve a training step: something scales or steps with it, it is handed
-    # to other code, or it came from elsewhere. A GradScaler built and never used serves none.
-    serves: bool = True
 
     @property
     def known_disabled(self) -> bool:
@@ -94,6 +91,8 @@ class AutocastRegion:
     cache_enabled: Optional[bool]
     under_no_grad: bool  # nested in torch.no_grad()/inference_mode(): inference only
     dtype_is_default: bool = False  # float16 because the device's default says so
+    # What holds whenever the region is on: `enabled=scaler is not None` -> scaler is not None.
+    enabled_requires: Tuple[Assumption, ...] = ()
     assigned: Set[str] = field(default_factory=set)  # names bound inside the region
 
     @property
@@ -174,7 +173,11 @@ class CodeUnit:
 
     node: Union[cst.Module, cst.FunctionDef]
     name: str
+    enclosing: Optional["CodeUnit"] = None  # the function or module it is defined in
+    class_name: Optional[str] = None  # for methods
     no_grad: bool = False
+    # Scalers and scaler-like helpers this unit scales, steps, calls or hands on.
+    scalers_used: Set[str] = field(default_factory=set)
     calls: List[CallSite] = field(default_factory=list)
     regions: List[AutocastRegion] = field(default_factory=list)
     # (names bound, names read) for each assignment in the unit, in source order.
@@ -223,12 +226,19 @@ class ModuleFacts:
     def amp_call(self, node: cst.Call) -> Optional[AmpCall]:
         return self.calls_by_node.get(id(node))
 
-    @property
-    def has_live_scaler(self) -> bool:
-        """Some GradScaler in the file may be enabled (unknown counts as enabled) and is used."""
-        return any(ref.serves and not ref.known_disabled for ref in self.scalers.values())
+    def scaling_serves(self, unit: CodeUnit) -> bool:
+        """Whether a live GradScaler (or a scaler-like helper) may serve the unit's training
+        step: one used in the unit, in a function it is nested in, in another method of its
+        class, or at the module's top level."""
+        def serving(name: str) -> bool:
+            ref = self.scalers.get(name)
+            return name in self.other_scaler_names if ref is None else not ref.known_disabled
 
-    @property
-    def may_scale_elsewhere(self) -> bool:
-        """Loss scaling may happen out of sight: a live scaler, or a scaler-like helper."""
-        return self.has_live_scaler or bool(self.other_scaler_names)
+        related = [self.units[0]]
+        scope: Optional[CodeUnit] = unit
+        while scope is not None:
+            related.append(scope)
+            scope = scope.enclosing
+        if unit.class_name is not None:
+            related += [u for u in self.units if u.class_name == unit.class_name]
+        return any(serving(name) for u in related for name in u.scalers_used)

@@ -133,7 +133,6 @@ class _Declarations(cst.CSTVisitor):
         self.scaler_uses: List[Tuple[str, str, bool]] = []  # (receiver, method, backward-ed)
         self.scaler_step_arguments: List[Tuple[str, str]] = []  # (receiver, first argument)
         self.scaler_like_names: set = set()
-        self.passed_names: set = set()  # names handed to a call as an argument
         # For following a parameter back to the arguments its callers in this file pass.
         self.parameters: Dict[int, Tuple[str, List[str]]] = {}  # scope -> (function name, params)
         self.calls_by_callee: Dict[str, List[Tuple[cst.Call, int]]] = {}  # callee name -> (call, caller scope)
@@ -165,7 +164,6 @@ class _Declarations(cst.CSTVisitor):
         )
         for param in (*params.posonly_params, *params.params, *params.kwonly_params):
             self._bind(param.name.value, None)
-            self._note_scaler_like(param.name.value)
             if param.annotation is not None and "GradScaler" in source_text(param.annotation.annotation):
                 self.scaler_annotated.append(param.name.value)
         for star in (params.star_arg, params.star_kwarg):
@@ -221,15 +219,10 @@ class _Declarations(cst.CSTVisitor):
                 self._bind(name, None)
 
     # evidence of use
-    def visit_Return(self, node: cst.Return) -> None:
-        name = dotted_name(node.value) if node.value is not None else None
-        if name is not None:
-            self.passed_names.add(name)
-
     def _note_scaler_like(self, name: Optional[str]) -> None:
         """A name like `loss_scaler` used as an object that may scale: called on the loss
-        (timm's NativeScaler), handed to other code, or a parameter. sklearn's
-        `StandardScaler()` built and `.fit()` is none of these."""
+        (timm's NativeScaler) or handed to other code. sklearn's `StandardScaler()` built
+        and `.fit()` is neither, nor is a `scaler` parameter nothing uses."""
         if name is not None and "scaler" in name.rsplit(".", 1)[-1].lower():
             if name.rsplit(".", 1)[-1] not in torch_api.GRAD_SCALER_BARE_NAMES:
                 self.scaler_like_names.add(name)
@@ -237,9 +230,7 @@ class _Declarations(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         for arg in node.args:
             name = dotted_name(arg.value)
-            if name is not None:
-                self.passed_names.add(name)
-                self._note_scaler_like(name)
+            self._note_scaler_like(name)
         callee = dotted_name(node.func)
         if callee is not None and self._scopes:
             self.calls_by_callee.setdefault(callee.rsplit(".", 1)[-1], []).append((node, self._scopes[-1]))
@@ -327,9 +318,6 @@ class _Declarations(cst.CSTVisitor):
             named_scaler = "scaler" in receiver.rsplit(".", 1)[-1].lower()
             if backwarded or receiver in unscaling_receivers or named_scaler:
                 enabled_by_name.setdefault(receiver, [])
-        used = {receiver for receiver, _, _ in self.scaler_uses} | self.passed_names
-        # `self.scaler = scaler` or `return scaler` hands it on just as well.
-        used |= {dotted_name(v) for values in self.values_by_name.values() for v in values if v is not None} - {None}
         refs = {}
         for name, constructions in enabled_by_name.items():
             if constructions and name in parameter_names:
@@ -345,8 +333,7 @@ class _Declarations(cst.CSTVisitor):
             ]
             if len(constructions) == 1:
                 requirements.extend(constructions[0][1])
-            serves = not constructions or name in used or name in self.scaler_annotated
-            refs[name] = ScalerRef(name, enabled, tuple(requirements), serves)
+            refs[name] = ScalerRef(name, enabled, tuple(requirements))
         return refs
 
     def _scaler_construction(self, value: Optional[cst.BaseExpression]) -> Optional[Tuple[Optional[bool], List]]:
@@ -485,7 +472,7 @@ class _UnitBuilder(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         name = ".".join([*self._classes, node.name.value])
-        unit = CodeUnit(node, name)
+        unit = CodeUnit(node, name, enclosing=self._frames[-1][0], class_name=self._classes[-1] if self._classes else None)
         stack: List[Tuple[str, Optional[AutocastRegion]]] = []
         for decorator in node.decorators:
             expression = decorator.decorator
@@ -546,6 +533,14 @@ class _UnitBuilder(cst.CSTVisitor):
 
     # calls and assignments
     def visit_Call(self, node: cst.Call) -> None:
+        unit = self._frames[-1][0]
+        scaler_names = set(self.classifier.scalers) | self.facts.other_scaler_names
+        for expression in (node.func, *(arg.value for arg in node.args)):
+            name = dotted_name(expression)
+            if name in scaler_names:
+                unit.scalers_used.add(name)
+        if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) in scaler_names:
+            unit.scalers_used.add(dotted_name(node.func.value) or "")
         call = self.classifier.classify(node)
         if call is None:
             return
@@ -555,11 +550,30 @@ class _UnitBuilder(cst.CSTVisitor):
         for index in range(len(stack) - 1, -1, -1):
             kind, candidate = stack[index]
             if kind == "autocast":
-                if candidate is not None and candidate.active:
+                if candidate is not None and candidate.active and not self._guarded_off(candidate, stack):
                     region = candidate
                     loop_inside = any(k == "loop" for k, _ in stack[index + 1 :])
                 break
         unit.calls.append(CallSite(call, unit, region, loop_inside, self._under_no_grad()))
+
+    def _guarded_off(self, region: AutocastRegion, stack: List) -> bool:
+        """Inside `with autocast(enabled=scaler is not None):`, the `else` of `if scaler is
+        not None:` runs with autocast off."""
+        guards = {fact for kind, facts in stack if kind == "guard" for fact in facts}
+        return any((cond, not value) in guards for cond, value in region.enabled_requires)
+
+    # which branch of an `if` the walk is in
+    def visit_If_body(self, node: cst.If) -> None:
+        self._frames[-1][1].append(("guard", assumptions(node.test, True)))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._frames[-1][1].pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._frames[-1][1].append(("guard", assumptions(node.test, False)))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self._frames[-1][1].pop()
 
     def visit_Assign(self, node: cst.Assign) -> None:
         targets = [name for t in node.targets for name in names_bound(t.target)]
@@ -628,6 +642,7 @@ class _UnitBuilder(cst.CSTVisitor):
             dtype=next(iter(dtypes)) if len(dtypes) == 1 else None,
             possible_dtypes=dtypes,
             enabled=self._bool(values.get("enabled"), scope),
+            enabled_requires=tuple(assumptions(values["enabled"], True)) if "enabled" in values else (),
             cache_enabled=self._bool(values.get("cache_enabled"), scope),
             under_no_grad=under_no_grad,
             dtype_is_default=dtype_is_default,

@@ -13,7 +13,8 @@ class Fp16WithoutScaler(Rule):
     ## What it does
     Flags an enabled `torch.autocast` whose dtype is float16 (explicitly, or by the CUDA
     default) around a forward pass whose loss is backpropagated in the same function, when
-    no enabled `GradScaler` exists in the function, its class or the module.
+    no enabled `GradScaler` serves that step: none is used in the function, the function
+    it is nested in, its class, or the module's top-level code.
 
     ## Why is this bad?
     float16 cannot represent magnitudes below ~6e-8 (its smallest subnormal). Without loss
@@ -99,9 +100,9 @@ class Fp16WithoutScaler(Rule):
     )
 
     def check(self, module: ModuleFacts) -> Iterator[Report]:
-        if module.may_scale_elsewhere:
-            return
         for unit in module.units:
+            if module.scaling_serves(unit):
+                continue
             for region in unit.regions:
                 if region.active and region.may_be_float16 and not region.under_no_grad and _feeds_backward(region, unit):
                     yield Report(region.anchor, _message(region))
