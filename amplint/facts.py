@@ -33,6 +33,9 @@ class CallKind(enum.Enum):
     SCALER_UPDATE = "scaler.update"
     OPTIMIZER_STEP = "optimizer.step"
     ZERO_GRAD = "zero_grad"  # optimizer.zero_grad(), model.zero_grad(): gradients so far are gone
+    # A call to a function of this file whose only AMP work is an unscaled backward
+    # (`self._run_step(batch)` around `loss.backward()`); the AmpCall is that backward's.
+    HELPER_BACKWARD = "backward in a helper"
 
     @property
     def is_step(self) -> bool:
@@ -163,6 +166,8 @@ def gradients_along(path: Path) -> Iterator[Tuple[PathStep, Gradients]]:
                 state = replace(state, scaled_by=step, unscaled_by=None)
             elif step.scaler is None:
                 state = replace(state, unscaled_backwards=state.unscaled_backwards + (step,))
+        elif kind is CallKind.HELPER_BACKWARD:
+            state = replace(state, unscaled_backwards=state.unscaled_backwards + (step,))
         elif kind is CallKind.UNSCALE and state.scaled_by is not None:
             state = replace(state, unscaled_by=step)
 

@@ -33,6 +33,7 @@ _PATH_KINDS = frozenset(
         CallKind.SCALER_UPDATE,
         CallKind.OPTIMIZER_STEP,
         CallKind.ZERO_GRAD,
+        CallKind.HELPER_BACKWARD,
     }
 )
 

@@ -9,6 +9,7 @@ which autocast region, inside `torch.no_grad()` or not.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
@@ -754,7 +755,69 @@ def analyze(module: cst.Module) -> ModuleFacts:
     }
     classifier = _Classifier(decls, scalers, optimizers)
     module.visit(_UnitBuilder(decls, classifier, facts))
+    _inline_helpers(facts, decls)
     return facts
+
+
+def _inline_helpers(facts: ModuleFacts, decls: _Declarations) -> None:
+    """Let a call to a helper of this file stand for the AMP step inside it, one level deep.
+
+    Training loops often split the step: `_run_step()` does the forward and
+    `loss.backward()` while the caller runs `scaler.step()`, or the caller backpropagates
+    and `update_optimizer()` steps. Only helpers whose AMP work is unambiguous are inlined
+    (see `_helper_summary`); a helper called as `obj.name()` on anything but `self` is not.
+    """
+    by_name: Dict[str, List[CodeUnit]] = {}
+    for unit in facts.units[1:]:
+        by_name.setdefault(unit.name.rsplit(".", 1)[-1], []).append(unit)
+    units_by_scope = {id(unit.node): unit for unit in facts.units}
+    summaries = {
+        name: (units[0], summary)
+        for name, units in by_name.items()
+        if len(units) == 1 and name not in _AMP_METHOD_NAMES
+        for summary in [_helper_summary(units[0])]
+        if summary is not None
+    }
+    for name, (helper, summary) in summaries.items():
+        for call, scope in decls.calls_by_callee.get(name, []):
+            method_call = isinstance(call.func, cst.Attribute)
+            if method_call != (helper.class_name is not None) or id(call) in facts.calls_by_node:
+                continue
+            if method_call and dotted_name(call.func) != f"self.{name}":
+                continue
+            caller = units_by_scope.get(scope)
+            if caller is None or caller is helper:
+                continue
+            facts.calls_by_node[id(call)] = summary
+            caller.calls.append(CallSite(summary, caller, None, False, False))
+            caller._paths_done = False  # its paths now run through the helper
+
+
+def _helper_summary(unit: CodeUnit) -> Optional[AmpCall]:
+    """What a call to `unit` amounts to, when that is unambiguous:
+    - only backwards, all unscaled, on tensors it computed itself (never on a parameter,
+      which a caller may have scaled), after any zero_grad: a HELPER_BACKWARD;
+    - a scaler.step with nothing but unscale_/clip/update/zero_grad around it, and no plain
+      optimizer step on another path: that SCALER_STEP.
+    """
+    kinds = [site.call.kind for site in unit.calls if site.call.kind is not CallKind.FRAMEWORK_BACKWARD]
+    stepping = {CallKind.UNSCALE, CallKind.CLIP, CallKind.SCALER_STEP, CallKind.SCALER_UPDATE, CallKind.ZERO_GRAD}
+    if CallKind.SCALER_STEP in kinds and set(kinds) <= stepping:
+        return next(site.call for site in unit.calls if site.call.kind is CallKind.SCALER_STEP)
+    if CallKind.TENSOR_BACKWARD not in kinds or CallKind.ZERO_GRAD in kinds[kinds.index(CallKind.TENSOR_BACKWARD) :]:
+        return None
+    if not set(kinds) <= {CallKind.TENSOR_BACKWARD, CallKind.ZERO_GRAD}:
+        return None
+    node = unit.node
+    params = set()
+    if isinstance(node, cst.FunctionDef):
+        params = {p.name.value for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)}
+    backwards = [site.call for site in unit.calls if site.call.kind is CallKind.TENSOR_BACKWARD]
+    for path in unit.paths or [()]:
+        for step in path:
+            if step.call.kind is CallKind.TENSOR_BACKWARD and (step.scaler is not None or step.call.tensor_reads & params):
+                return None
+    return replace(backwards[0], kind=CallKind.HELPER_BACKWARD) if unit.paths else None
 
 
 def _split_args(args: Sequence[cst.Arg]) -> Tuple[List[cst.BaseExpression], Dict[str, cst.BaseExpression]]:
