@@ -705,13 +705,24 @@ class _UnitBuilder(cst.CSTVisitor):
 
     def _dtypes(self, value: Optional[cst.BaseExpression], scope: int, depth: int = 0) -> FrozenSet[str]:
         """The dtypes `value` can be: one, each branch of a conditional expression
-        (`torch.float16 if device == "cuda" else torch.bfloat16`), each value a name is
-        assigned or, for a parameter, passed by a caller in this file; empty when unknown
-        (a config lookup, a parameter no caller here passes)."""
+        (`torch.float16 if device == "cuda" else torch.bfloat16`), each value of a dict
+        literal it is looked up in, each value a name is assigned or, for a parameter,
+        passed by a caller in this file; empty when unknown (a config attribute,
+        `getattr(torch, name)`, a parameter no caller here passes)."""
         if value is None or depth > _MAX_CONSTANT_DEPTH:
             return frozenset()
         if isinstance(value, cst.IfExp):
             return self._dtypes(value.body, scope, depth + 1) | self._dtypes(value.orelse, scope, depth + 1)
+        if isinstance(value, cst.Subscript):
+            # nanoGPT's `{'float32': torch.float32, 'float16': torch.float16, ...}[dtype]`.
+            table = value.value if isinstance(value.value, cst.Dict) else self._resolve(value.value, scope)
+            if isinstance(table, cst.Dict):
+                found: FrozenSet[str] = frozenset()
+                for element in table.elements:
+                    if isinstance(element, cst.DictElement):
+                        found |= self._dtypes(element.value, scope, depth + 1)
+                return found
+            return frozenset()
         dtype = torch_api.DTYPES.get(self.decls.aliases.resolve(value) or "")
         if dtype is not None:
             return frozenset({dtype})

@@ -160,7 +160,7 @@ def train_step(model, x, amp_dtype):
 """,
         """
 import torch
-PTDTYPE = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.dtype]
+PTDTYPE = getattr(torch, cfg.dtype)
 with torch.autocast(device_type="cuda", dtype=PTDTYPE):
     loss = model(x).sum()
 loss.backward()

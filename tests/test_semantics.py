@@ -56,11 +56,12 @@ def test_an_unrelated_autocast_is_not_torch():
         ("torch.cpu.amp.autocast()", "cpu", "bfloat16"),
         ("torch.autocast('cuda:0')", "cuda", "float16"),
         ("torch.autocast(device_type=dev)", None, None),  # unknown device: no default dtype
-        ("torch.autocast('cuda', dtype=amp_dtype)", "cuda", None),  # amp_dtype assigned twice
+        ("torch.autocast('cuda', dtype=amp_dtype)", "cuda", None),  # float16 or bfloat16: no single dtype
         ("torch.autocast('cuda', dtype=HALF)", "cuda", "float16"),  # module constant
         ("torch.autocast(DEVICE)", "cuda", "float16"),
         ("torch.cuda.amp.autocast(True, torch.bfloat16)", "cuda", "bfloat16"),  # legacy: enabled first
         ("torch.autocast('xpu')", "xpu", None),
+        ("torch.autocast('cuda', dtype=getattr(torch, name))", "cuda", None),
     ],
 )
 def test_autocast_device_and_dtype(call, device, dtype):
@@ -75,6 +76,32 @@ with {call}:
 """
     (region,) = regions(source)
     assert (region.device, region.dtype) == (device, dtype)
+
+
+@pytest.mark.parametrize(
+    "dtype, possible",
+    [
+        ("amp_dtype", {"float16", "bfloat16"}),  # assigned on two branches
+        ("torch.float16 if cuda else torch.bfloat16", {"float16", "bfloat16"}),
+        ("{'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}[cfg.dtype]", {"float32", "bfloat16", "float16"}),
+        ("PTDTYPE", {"bfloat16", "float16"}),
+        ("getattr(torch, cfg.dtype)", set()),
+        ("cfg.dtype", set()),
+    ],
+)
+def test_possible_dtypes(dtype, possible):
+    source = f"""
+import torch
+if fp16:
+    amp_dtype = torch.float16
+else:
+    amp_dtype = torch.bfloat16
+PTDTYPE = {{"bf16": torch.bfloat16, "fp16": torch.float16}}[name]
+with torch.autocast("cuda", dtype={dtype}):
+    y = model(x)
+"""
+    (region,) = regions(source)
+    assert region.possible_dtypes == possible
 
 
 @pytest.mark.parametrize(
