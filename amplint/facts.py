@@ -246,4 +246,9 @@ class ModuleFacts:
             scope = scope.enclosing
         if unit.class_name is not None:
             related += [u for u in self.units if u.class_name == unit.class_name]
-        return any(serving(name) for u in related for name in u.scalers_used)
+        if any(serving(name) for u in related for name in u.scalers_used):
+            return True
+        # A loss scaled by something we cannot name (`amp["scaler"].scale(loss)`) is scaled.
+        return any(
+            site.call.kind is CallKind.TENSOR_BACKWARD and site.call.scaled_inline_by is not None for site in unit.calls
+        )

@@ -179,7 +179,9 @@ class _Interpreter:
         header = node.iter if isinstance(node, cst.For) else node.test
         states = self.evaluate(header, states)
         runs_forever = isinstance(node, cst.While) and isinstance(node.test, cst.Name) and node.test.value == "True"
-        finished: Set[_State] = set() if runs_forever else set(states)
+        # `for opt in (opt_g, opt_d):` runs at least once.
+        never_empty = isinstance(node, cst.For) and isinstance(node.iter, (cst.Tuple, cst.List)) and bool(node.iter.elements)
+        finished: Set[_State] = set() if runs_forever or never_empty else set(states)
         broken: Set[_State] = set()
         exits: Set[_State] = set()
         current = states

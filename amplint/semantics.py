@@ -110,6 +110,8 @@ def scaler_scaling(expression: cst.CSTNode, scalers: Dict[str, ScalerRef]) -> Op
                 found.append(dotted_name(func.value) or "")
             elif "scale" in name.rsplit(".", 1)[-1].lower():
                 found.append(UNKNOWN_SCALER)
+            elif isinstance(func, cst.Attribute) and func.attr.value == "scale":
+                found.append(UNKNOWN_SCALER)  # `amp["scaler"].scale(loss)`: a scaler we cannot name
 
     expression.visit(_Finder())
     known = [name for name in found if name != UNKNOWN_SCALER]
@@ -809,12 +811,15 @@ def _helper_summary(unit: CodeUnit) -> Optional[AmpCall]:
     - only backwards, all unscaled, on tensors it computed itself (never on a parameter,
       which a caller may have scaled), after any zero_grad: a HELPER_BACKWARD;
     - a scaler.step with nothing but unscale_/clip/update/zero_grad around it, and no plain
-      optimizer step on another path: that SCALER_STEP.
+      optimizer step on another path: that SCALER_STEP;
+    - nothing but gradient clipping: that CLIP.
     """
     kinds = [site.call.kind for site in unit.calls if site.call.kind is not CallKind.FRAMEWORK_BACKWARD]
     stepping = {CallKind.UNSCALE, CallKind.CLIP, CallKind.SCALER_STEP, CallKind.SCALER_UPDATE, CallKind.ZERO_GRAD}
     if CallKind.SCALER_STEP in kinds and set(kinds) <= stepping:
         return next(site.call for site in unit.calls if site.call.kind is CallKind.SCALER_STEP)
+    if kinds and set(kinds) == {CallKind.CLIP}:
+        return unit.calls[0].call  # a `clip_gradients(model, max_norm)` helper
     if CallKind.TENSOR_BACKWARD not in kinds or CallKind.ZERO_GRAD in kinds[kinds.index(CallKind.TENSOR_BACKWARD) :]:
         return None
     if not set(kinds) <= {CallKind.TENSOR_BACKWARD, CallKind.ZERO_GRAD}:
