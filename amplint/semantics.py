@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
@@ -65,6 +65,10 @@ _OPTIMIZER_CLASSES = frozenset(
         "FusedSGD", "ZeroRedundancyOptimizer", "Muon", "Shampoo", "Sophia", "AdaBelief",
     }
 )
+
+# What the walk is inside of: ("autocast", AutocastRegion), ("no_grad", None),
+# ("loop", None), or ("guard", assumptions) for the branch of an `if`.
+_Context = Tuple[str, Any]
 
 _AMP_METHOD_NAMES = frozenset({"backward", "scale", "unscale_", "step", "update", "zero_grad", "clip_grad_norm_"})
 
@@ -456,7 +460,8 @@ class _UnitBuilder(cst.CSTVisitor):
         self.decls = decls
         self.classifier = classifier
         self.facts = facts
-        self._frames: List[Tuple[CodeUnit, List[Tuple[str, Optional[AutocastRegion]]], int]] = []
+        # Per open unit: the unit, its stack of enclosing contexts, its scope id.
+        self._frames: List[Tuple[CodeUnit, List[_Context], int]] = []
         self._classes: List[str] = []
         self._with_pushes: List[int] = []
 
@@ -476,7 +481,7 @@ class _UnitBuilder(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         name = ".".join([*self._classes, node.name.value])
         unit = CodeUnit(node, name, enclosing=self._frames[-1][0], class_name=self._classes[-1] if self._classes else None)
-        stack: List[Tuple[str, Optional[AutocastRegion]]] = []
+        stack: List[_Context] = []
         for decorator in node.decorators:
             expression = decorator.decorator
             if self._is_no_grad(expression):
@@ -493,7 +498,7 @@ class _UnitBuilder(cst.CSTVisitor):
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return False
 
-    def _open_unit(self, unit: CodeUnit, scope: int, stack: List) -> None:
+    def _open_unit(self, unit: CodeUnit, scope: int, stack: List[_Context]) -> None:
         unit._module = self.facts
         for kind, region in stack:
             if region is not None:
@@ -559,7 +564,7 @@ class _UnitBuilder(cst.CSTVisitor):
                 break
         unit.calls.append(CallSite(call, unit, region, loop_inside, self._under_no_grad()))
 
-    def _guarded_off(self, region: AutocastRegion, stack: List) -> bool:
+    def _guarded_off(self, region: AutocastRegion, stack: List[_Context]) -> bool:
         """Inside `with autocast(enabled=scaler is not None):`, the `else` of `if scaler is
         not None:` runs with autocast off."""
         guards = {fact for kind, facts in stack if kind == "guard" for fact in facts}
