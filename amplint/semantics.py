@@ -320,10 +320,13 @@ class _Declarations(cst.CSTVisitor):
         for name in self.scaler_annotated:
             enabled_by_name.setdefault(name, []).append((None, []))
         parameter_names = {p for _, params in self.parameters.values() for p in params}
-        unscaling_receivers = {r for r, method, _ in self.scaler_uses if method == "unscale_"}
+        # `s.unscale_(opt)`, and `s.step(optimizer)`: an optimizer's own step() takes a
+        # closure, never an optimizer, so whatever is stepped with one is a scaler.
+        used_as_scaler = {r for r, method, _ in self.scaler_uses if method == "unscale_"}
+        used_as_scaler |= {r for r, argument in self.scaler_step_arguments if looks_like_optimizer(argument)}
         for receiver, method, backwarded in self.scaler_uses:
             named_scaler = "scaler" in receiver.rsplit(".", 1)[-1].lower()
-            if backwarded or receiver in unscaling_receivers or named_scaler:
+            if backwarded or receiver in used_as_scaler or named_scaler:
                 enabled_by_name.setdefault(receiver, [])
         refs = {}
         for name, constructions in enabled_by_name.items():

@@ -176,14 +176,16 @@ def test_scalers_by_construction_use_and_annotation():
         class T:
             def __init__(self, amp):
                 self.scaler = torch.amp.GradScaler("cuda") if amp else None
-            def f(self, fp16_scaler, grad_scaler: "torch.cuda.amp.GradScaler", thing):
+            def f(self, fp16_scaler, grad_scaler: "torch.cuda.amp.GradScaler", thing, s, sched):
                 fp16_scaler.scale(loss).backward()
                 thing.unscale_(opt)
+                s.step(self.optimizer)
+                sched.step(epoch)
         standard_scaler = StandardScaler()
         standard_scaler.fit(x)
         """
     )
-    assert set(module.scalers) == {"s1", "s2", "self.scaler", "fp16_scaler", "grad_scaler", "thing"}
+    assert set(module.scalers) == {"s1", "s2", "self.scaler", "fp16_scaler", "grad_scaler", "thing", "s"}
     assert module.scalers["s1"].known_disabled
     assert module.scalers["s2"].enabled is True
     assert module.scalers["self.scaler"].enabled is True
