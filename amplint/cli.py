@@ -138,6 +138,8 @@ def check_command(argv: Sequence[str]) -> int:
         results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config, per_file))] if files else []
     else:
         files, errors = discovery.files(paths)
+        if not files and not errors:
+            print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
         jobs = [(path, _codes_for(path, rules, config, per_file)) for path in files]
         results = _lint_all(jobs, options.jobs or os.cpu_count() or 1)
 

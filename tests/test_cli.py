@@ -305,3 +305,9 @@ def test_deeply_nested_valid_code_is_linted(amplint, project):
     result = amplint("--concise", "deep.py", cwd=root)
     assert result.returncode == 1, result.stderr
     assert "deep.py:9:5: AMP003" in result.stdout
+
+
+def test_an_empty_directory_warns_and_passes(amplint, tmp_path):
+    result = amplint(".", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "no Python files or notebooks found under ." in result.stderr
