@@ -69,11 +69,21 @@ def _lint_notebook(data: bytes, path: str, rules: Sequence[Type[Rule]]) -> FileR
         # Frames show the cells as written (`%time`, not the `pass` that was parsed).
         result.source = notebook.display
         result.cells = notebook.cells
+        result.findings = [_in_cell_columns(f, notebook.cells) for f in result.findings]
         result.findings = [
             replace(f, file_span=notebook.file_span(f.row, f.column, f.end_row, f.end_column))
             for f in result.findings
         ]
     return result
+
+
+def _in_cell_columns(finding: Finding, cells: CellMap) -> Finding:
+    """Columns as the cell is written, where it was parsed dedented."""
+    cell = cells.cell_at(finding.row)
+    if cell is None or not cell.indent:
+        return finding
+    end_shift = cell.indent if finding.end_row <= cell.last_row else 0
+    return replace(finding, column=finding.column + cell.indent, end_column=finding.end_column + end_shift)
 
 
 def lint_source(

@@ -48,6 +48,9 @@ class CellSpan:
     number: int  # 1-based, counting every cell of the notebook
     first_row: int  # 1-based row in the joined source
     last_row: int
+    # Columns removed from every line: IPython runs a cell whose first line is indented
+    # as if dedented, and so is it parsed here.
+    indent: int = 0
 
 
 @dataclass(frozen=True)
@@ -124,9 +127,10 @@ def parse_notebook(text: str, path: str) -> Union[Notebook, FileError, None]:
     spans: List[CellSpan] = []
     for number, _, lines, kept in _python_cells(document):
         first = len(python) + 1
+        kept, indent = _dedent(kept)
         python.extend(kept)
         display.extend(lines)
-        spans.append(CellSpan(number, first, len(python)))
+        spans.append(CellSpan(number, first, len(python), indent))
     return Notebook("".join(python), "".join(display), CellMap(tuple(spans)), text)
 
 
@@ -184,6 +188,16 @@ def _is_python_cell(cell: dict) -> bool:
     vscode = metadata.get("vscode") if isinstance(metadata, dict) else None
     language = vscode.get("languageId") if isinstance(vscode, dict) else None
     return not isinstance(language, str) or language == "python"
+
+
+def _dedent(lines: List[str]) -> Tuple[List[str], int]:
+    """IPython's leading_indent transform: a cell whose first code line is indented, as when
+    pasted from inside a function, is dedented by that indent when every line shares it."""
+    first = next((line for line in lines if line.strip()), "")
+    prefix = first[: len(first) - len(first.lstrip(" \t"))]
+    if not prefix or not all(line.startswith(prefix) for line in lines if line.strip()):
+        return lines, 0
+    return [line[len(prefix) :] if line.strip() else line for line in lines], len(prefix)
 
 
 def _source_text(source: Union[str, List[str]]) -> str:

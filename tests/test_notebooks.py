@@ -312,3 +312,26 @@ def test_empty_and_non_python_notebooks_are_clean(amplint, tmp_path):
     write(tmp_path, "r.ipynb", notebook(cell("x <- 1 %>% f()\n"), metadata={"language_info": {"name": "R"}}))
     result = amplint(".", cwd=tmp_path)
     assert (result.returncode, result.stdout) == (0, "All checks passed!\n"), result.stderr
+
+
+def test_a_cell_pasted_with_its_indentation_is_dedented_as_ipython_does(amplint, tmp_path):
+    # IPython runs a cell whose first line is indented as if dedented; columns stay as written.
+    pasted = "".join("    " + line if line.strip() else line for line in textwrap.dedent(
+        """\
+        scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        """
+    ).splitlines(keepends=True))
+    path = write(
+        tmp_path,
+        "pasted.ipynb",
+        notebook(cell("import torch\nscaler = torch.amp.GradScaler('cuda')\n"), {**cell(""), "source": pasted}),
+    )
+    result = amplint("--concise", "pasted.ipynb", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("pasted.ipynb:cell 2:2:5: AMP003")
+    github = amplint("--output-format", "github", "pasted.ipynb", cwd=tmp_path).stdout
+    properties = dict(item.split("=") for item in github.split("::")[1][len("error ") :].split(","))
+    line, col, end = int(properties["line"]), int(properties["col"]), int(properties["endColumn"])
+    assert file_text_at(path, line, col, end) == "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
