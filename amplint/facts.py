@@ -37,10 +37,6 @@ class CallKind(enum.Enum):
     # (`self._run_step(batch)` around `loss.backward()`); the AmpCall is that backward's.
     HELPER_BACKWARD = "backward in a helper"
 
-    @property
-    def is_step(self) -> bool:
-        return self in (CallKind.SCALER_STEP, CallKind.OPTIMIZER_STEP)
-
 
 @dataclass(frozen=True, eq=False)
 class AmpCall:
@@ -51,9 +47,10 @@ class AmpCall:
     # The first argument as written: the optimizer of `scaler.step(opt)`; for a backward,
     # the tensor whose backward runs.
     argument: Optional[str] = None
-    # Backward only: the tensor expression, and whether it is itself `scaler.scale(...)`-derived.
+    # Backward only: the tensor expression, who scales it inline (`scaler` in
+    # `scaler.scale(loss).backward()`, or UNKNOWN_SCALER), and the names it reads.
     tensor: Optional[cst.BaseExpression] = None
-    scaled_inline_by: Optional[str] = None  # `scaler` in `scaler.scale(loss).backward()`, or UNKNOWN_SCALER
+    scaled_inline_by: Optional[str] = None
     tensor_reads: FrozenSet[str] = frozenset()
 
 
