@@ -123,6 +123,10 @@ class PathStep:
     # Whether that scaler (for scaler calls, the receiver) is live on this path: not None,
     # not disabled. A disabled scaler's scale() is the identity.
     scaler_live: bool = False
+    # Clips and plain steps: the scalers live at this point of the path. A later branch can
+    # reveal that a scaler was off all along (`if scaler.is_enabled():`, `else` of `if
+    # scaler is not None:`), and then the gradients it "scaled" never carried a factor.
+    live_scalers: Optional[FrozenSet[str]] = None
 
     @property
     def scaled(self) -> bool:
@@ -146,6 +150,8 @@ class Gradients:
     unscaled_by: Optional[PathStep] = None
     # Backwards that no scaler touched (a scaling helper counts as touching).
     unscaled_backwards: Tuple[PathStep, ...] = ()
+    # The most recent backward of any kind.
+    last_backward: Optional[PathStep] = None
 
     @property
     def carry_scale(self) -> bool:
@@ -156,8 +162,13 @@ def gradients_along(path: Path) -> Iterator[Tuple[PathStep, Gradients]]:
     """Each step of `path` with the state of the gradients just before it."""
     state = Gradients()
     for step in path:
+        if step.live_scalers is not None and state.scaled_by is not None:
+            if state.scaled_by.scaler not in step.live_scalers:
+                state = replace(state, scaled_by=None, unscaled_by=None)
         yield step, state
         kind = step.call.kind
+        if kind in (CallKind.TENSOR_BACKWARD, CallKind.HELPER_BACKWARD):
+            state = replace(state, last_backward=step)
         if kind is CallKind.TENSOR_BACKWARD:
             if step.scaled:
                 state = replace(state, scaled_by=step, unscaled_by=None)

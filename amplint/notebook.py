@@ -40,7 +40,8 @@ _ESCAPE = ("%", "!", "?", "/", ",", ";")
 # `obj?`, `obj.attr??`, `np.*load*?`, `%timeit?`: IPython's help suffix.
 _HELP_SUFFIX = re.compile(r"[%\w.*\[\]]+\?{1,2}\s*\Z")
 # `files = !ls`, `a, b = %sx cmd`, `out = %time f()`: the assignment stays, the command goes.
-_ASSIGNED_ESCAPE = re.compile(r"(?P<targets>[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*=\s*[%!]")
+# Targets may be subscripted or annotated: `res['gpu'] = !nvidia-smi`, `outs: list = !ls`.
+_ASSIGNED_ESCAPE = re.compile(r"(?P<targets>[A-Za-z_][^=!%#'\"]*?(?:\[[^\]]*\][^=!%#'\"]*?)*)\s*=\s*[%!]")
 
 
 @dataclass(frozen=True)
@@ -192,12 +193,14 @@ def _is_python_cell(cell: dict) -> bool:
 
 def _dedent(lines: List[str]) -> Tuple[List[str], int]:
     """IPython's leading_indent transform: a cell whose first code line is indented, as when
-    pasted from inside a function, is dedented by that indent when every line shares it."""
+    pasted from inside a function, is dedented by that indent."""
     first = next((line for line in lines if line.strip()), "")
     prefix = first[: len(first) - len(first.lstrip(" \t"))]
-    if not prefix or not all(line.startswith(prefix) for line in lines if line.strip()):
+    if not prefix:
         return lines, 0
-    return [line[len(prefix) :] if line.strip() else line for line in lines], len(prefix)
+    # As IPython does: lines without the prefix (a comment or docstring text at column 0)
+    # stay as they are.
+    return [line[len(prefix) :] if line.startswith(prefix) else line for line in lines], len(prefix)
 
 
 def _source_text(source: Union[str, List[str]]) -> str:

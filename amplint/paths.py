@@ -2,12 +2,13 @@
 
 An abstract interpreter over the unit's statements. A path ends where the unit ends, or
 right after an optimizer step or `zero_grad()`, after which no earlier gradient matters.
-Each path state carries the AMP calls so far, the branch conditions it assumed (only those that matter again later: a flag tested
-twice, a scaler's `is None`/`enabled` condition), and which names hold a
-`scaler.scale(...)`-ed tensor. Loops run zero, one or two times, which is enough to see an
-order that wraps around an iteration; `break`, `continue`, `return` and `raise` end or divert
-paths; `try` handlers start from before or after the body. States that agree on everything
-are merged, so branches without AMP calls cost nothing.
+Each path state carries the AMP calls so far, the branch conditions it assumed (only those
+that matter again later: a flag tested twice, a scaler's `is None`/`enabled` condition),
+and which names hold a `scaler.scale(...)`-ed tensor. A `for` runs one or two times and a
+`while` zero, one or two, which is enough to see an order that wraps around an iteration;
+`break`, `continue`, `return` and `raise` end or divert paths; `try` handlers start from
+before or after the body. States that agree on everything are merged, so branches without
+AMP calls cost nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from amplint.names import names_bound, names_read
 from amplint.semantics import scaler_scaling
 
 MAX_STATES = 1024
+# Statements interpreted per unit. Loops nested ten deep run their innermost body 2**10
+# times; past this budget the unit is skipped rather than stalling the run.
+MAX_WORK = 20_000
 _PATH_KINDS = frozenset(
     {
         CallKind.TENSOR_BACKWARD,
@@ -88,6 +92,7 @@ class _Interpreter:
         # consumed or cleared, so no query looks across the cut; without it a script with
         # several training loops would have paths multiplying loop after loop.
         self.segments: Set[Tuple[PathStep, ...]] = set()
+        self.work = 0
 
     # blocks
     def block(self, statements: Sequence[cst.CSTNode], states: Set[_State]) -> _Flow:
@@ -108,6 +113,9 @@ class _Interpreter:
 
     # statements
     def statement(self, node: cst.CSTNode, states: Set[_State]) -> _Flow:
+        self.work += 1
+        if self.work > MAX_WORK:
+            raise _TooComplex
         if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             flow = _Flow.of(states)
             for small in node.body:
@@ -179,9 +187,10 @@ class _Interpreter:
         header = node.iter if isinstance(node, cst.For) else node.test
         states = self.evaluate(header, states)
         runs_forever = isinstance(node, cst.While) and isinstance(node.test, cst.Name) and node.test.value == "True"
-        # `for opt in (opt_g, opt_d):` runs at least once.
-        never_empty = isinstance(node, cst.For) and isinstance(node.iter, (cst.Tuple, cst.List)) and bool(node.iter.elements)
-        finished: Set[_State] = set() if runs_forever or never_empty else set(states)
+        # A `for` over optimizers, batches or micro-steps is taken to run at least once: a
+        # path that skips `for opt in optimizers: scaler.unscale_(opt)` is not a real one.
+        runs_once = isinstance(node, cst.For)
+        finished: Set[_State] = set() if runs_forever or runs_once else set(states)
         broken: Set[_State] = set()
         exits: Set[_State] = set()
         current = states
@@ -235,6 +244,9 @@ class _Interpreter:
                 steps.append(PathStep(call, scaler, self._live(scaler, state)))
             elif call.receiver in self.module.scalers:
                 steps.append(PathStep(call, call.receiver, self._live(call.receiver, state)))
+            elif call.kind in (CallKind.CLIP, CallKind.OPTIMIZER_STEP):
+                live = frozenset(name for name in self.module.scalers if self._live(name, state))
+                steps.append(PathStep(call, live_scalers=live))
             else:
                 steps.append(PathStep(call))
             if call.kind in _GRADIENTS_CONSUMED:

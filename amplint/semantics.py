@@ -79,9 +79,14 @@ _MAX_CONSTANT_DEPTH = 4
 def looks_like_optimizer(name: str) -> bool:
     """`optimizer`, `self.opt_g`, `optD`, `d_optim`; not `scheduler`, `ema`, `pbar`, `env`."""
     last = name.rsplit(".", 1)[-1].lower()
-    if any(fragment in last for fragment in _NOT_OPTIMIZER_FRAGMENTS):
+    if _named_like_a_non_optimizer(name):
         return False
     return "optim" in last or _OPTIMIZER_NAME.search(last) is not None
+
+
+def _named_like_a_non_optimizer(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1].lower()
+    return any(fragment in last for fragment in _NOT_OPTIMIZER_FRAGMENTS)
 
 
 def is_framework_receiver(name: str) -> bool:
@@ -147,6 +152,7 @@ class _Declarations(cst.CSTVisitor):
         # `self.x` is looked up in the class whose methods assign it.
         self.class_of_scope: Dict[int, int] = {}
         self._classes: List[int] = []
+        self._class_body: List[bool] = []  # directly in a class body (not in one of its methods)
         self.attribute_values: Dict[Tuple[int, str], List[Optional[cst.BaseExpression]]] = {}
 
     # scopes
@@ -155,13 +161,16 @@ class _Declarations(cst.CSTVisitor):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._classes.append(id(node))
+        self._class_body.append(True)
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         self._classes.pop()
+        self._class_body.pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._bind(node.name.value, None)
         self._enter(node)
+        self._class_body.append(False)
         if self._classes:
             self.class_of_scope[id(node)] = self._classes[-1]
         params = node.params
@@ -179,6 +188,7 @@ class _Declarations(cst.CSTVisitor):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._scopes.pop()
+        self._class_body.pop()
 
     def _enter(self, node: Scope) -> None:
         self.parent_scope[id(node)] = self._scopes[-1] if self._scopes else None
@@ -186,6 +196,11 @@ class _Declarations(cst.CSTVisitor):
         self._scopes.append(id(node))
 
     def _bind(self, name: str, value: Optional[cst.BaseExpression]) -> None:
+        if self._class_body and self._class_body[-1] and "." not in name:
+            # `class Trainer: scaler = GradScaler(...)` is read as `self.scaler`.
+            owner = self._classes[-1]
+            self.attribute_values.setdefault((owner, f"self.{name}"), []).append(value)
+            self.values_by_name.setdefault(f"self.{name}", []).append(value)
         if self._scopes:
             self.assigned[self._scopes[-1]].setdefault(name, []).append(value)
             owner = self.class_of_scope.get(self._scopes[-1])
@@ -380,8 +395,9 @@ class _Declarations(cst.CSTVisitor):
     def _builds_optimizer(self, func: cst.BaseExpression) -> bool:
         qualified = self.aliases.resolve(func) or ""
         last = (dotted_name(func) or "").rsplit(".", 1)[-1]
-        if qualified.startswith(torch_api.OPTIMIZER_MODULE_PREFIXES) and "lr_scheduler" not in qualified:
-            return last[:1].isupper()
+        if qualified.startswith(torch_api.OPTIMIZER_MODULE_PREFIXES):
+            # Schedulers (lr_scheduler, swa_utils.SWALR) and AveragedModel are not optimizers.
+            return last[:1].isupper() and "lr_scheduler" not in qualified and "swa_utils" not in qualified
         return last in _OPTIMIZER_CLASSES or last.lower() in ("create_optimizer", "create_optimizer_v2", "build_optimizer")
 
 
@@ -429,6 +445,11 @@ class _Classifier:
                 return None
             return AmpCall(CallKind.CLIP, node, receiver=receiver)
         if receiver is None:
+            # `optimizers[0].step()`, `opts["main"].step()`
+            if method == "step" and isinstance(func.value, cst.Subscript):
+                container = dotted_name(func.value.value)
+                if container is not None and looks_like_optimizer(container):
+                    return AmpCall(CallKind.OPTIMIZER_STEP, node, receiver=source_text(func.value))
             return None
         argument = _argument(node, 0, "optimizer")
         argument_name = dotted_name(argument) if argument is not None else None
@@ -441,7 +462,8 @@ class _Classifier:
             }.get(method)
             return AmpCall(kind, node, receiver=receiver, argument=argument_name) if kind else None
         if method == "step" and (receiver in self.optimizers or looks_like_optimizer(receiver)):
-            return AmpCall(CallKind.OPTIMIZER_STEP, node, receiver=receiver)
+            if not _named_like_a_non_optimizer(receiver):
+                return AmpCall(CallKind.OPTIMIZER_STEP, node, receiver=receiver)
         if method == "zero_grad":
             return AmpCall(CallKind.ZERO_GRAD, node, receiver=receiver)
         return None

@@ -105,6 +105,10 @@ class ScaledLossPlainStep(Rule):
                 for step, gradients in gradients_along(path):
                     if step.call.kind is not CallKind.OPTIMIZER_STEP or gradients.scaled_by is None:
                         continue
+                    if gradients.last_backward is not gradients.scaled_by:
+                        # A plain backward came last (an fp32 critic beside an AMP actor): the
+                        # plain step most likely belongs to it.
+                        continue
                     if gradients.unscaled_by is None:
                         yield Report(step.call.node, _message(step.call, gradients.scaled_by))
                     elif gradients.unscaled_by.call.argument == step.call.receiver:
@@ -153,6 +157,19 @@ scaler.unscale_(dense_optimizer)
 embedding_optimizer.step()
 scaler.step(dense_optimizer)
 scaler.update()
+""",
+        # An fp32 critic stepped plainly between the AMP actor's backward and its scaler.step.
+        """
+import torch
+def update(actor, critic, opt_actor, opt_critic, obs, ret, scaler):
+    with torch.autocast("cuda", dtype=torch.float16):
+        policy_loss = actor.loss(obs, ret)
+    scaler.scale(policy_loss).backward()
+    value_loss = (critic(obs).squeeze(-1) - ret).pow(2).mean()
+    value_loss.backward()
+    opt_critic.step()
+    scaler.step(opt_actor)
+    scaler.update()
 """,
         # A disabled scaler's scale() is the identity.
         """

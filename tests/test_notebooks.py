@@ -335,3 +335,17 @@ def test_a_cell_pasted_with_its_indentation_is_dedented_as_ipython_does(amplint,
     properties = dict(item.split("=") for item in github.split("::")[1][len("error ") :].split(","))
     line, col, end = int(properties["line"]), int(properties["col"]), int(properties["endColumn"])
     assert file_text_at(path, line, col, end) == "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "res['gpu'] = !nvidia-smi\nx = 1\n",  # subscripted target of a shell capture
+        "outs: list = !ls\nx = 1\n",  # annotated target
+        "    for x in loader:\n# debug\n        y = model(x)\n",  # pasted indented, comment at column 0
+        '    def f():\n        """Doc\ntext at column 0."""\n        return 1\n',  # docstring lines at column 0
+    ],
+)
+def test_ipython_accepts_so_amplint_parses(source):
+    parsed = parse_notebook(notebook(cell("import torch\n"), {**cell(""), "source": source}), "x.ipynb")
+    compile(parsed.python, "x.ipynb", "exec")

@@ -283,7 +283,7 @@ def test_scaled_names_flow_through_assignments():
     assert path == [("backward", True)]
 
 
-def test_loops_run_zero_one_or_two_times_and_break_or_return():
+def test_loops_run_one_or_two_times_and_break_or_return():
     found = paths(
         """
         def f(opt):
@@ -294,9 +294,22 @@ def test_loops_run_zero_one_or_two_times_and_break_or_return():
             opt.step()
         """
     )
-    assert ["optimizer.step"] in found
+    assert [("backward", False), "optimizer.step"] in found
     assert [("backward", False), ("backward", False), "optimizer.step"] in found
     assert [("backward", False)] in found  # returned during the second iteration
+    assert ["optimizer.step"] not in found  # a `for` runs at least once
+
+
+def test_a_while_loop_may_not_run():
+    found = paths(
+        """
+        def f(opt):
+            while pending():
+                loss.backward()
+            opt.step()
+        """
+    )
+    assert ["optimizer.step"] in found
 
 
 def test_a_unit_with_too_many_paths_is_skipped_not_guessed():
