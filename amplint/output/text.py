@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from typing import List, Optional
 
@@ -71,13 +72,18 @@ def _frame(finding: Finding, source: Optional[str], style: Style, cells: Optiona
         if number == finding.row:
             line = lines[number - 1]
             end = finding.end_column if finding.end_row == finding.row else len(line) + 1
-            carets = "^" * max(1, end - finding.column)
-            # Keep the line's tabs so the carets sit under the code however tabs render.
-            pad = "".join(c if c == "\t" else " " for c in line[: finding.column - 1])
+            # Keep the line's tabs, and count wide (CJK, emoji) characters twice, so the
+            # carets sit under the code.
+            pad = "".join(c if c == "\t" else " " * _width(c) for c in line[: finding.column - 1])
+            carets = "^" * max(1, sum(_width(c) for c in line[finding.column - 1 : end - 1]))
             frame.append(f"{gutter} {pad}{style.red(carets + ' ' + finding.code)}")
     frame.append(gutter)
     frame.append("")
     return frame
+
+
+def _width(character: str) -> int:
+    return 2 if unicodedata.east_asian_width(character) in ("W", "F") else 1
 
 
 def render_statistics(report: RunReport, **_: object) -> str:
