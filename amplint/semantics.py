@@ -489,6 +489,7 @@ class _UnitBuilder(cst.CSTVisitor):
         self._frames: List[Tuple[CodeUnit, List[_Context], int]] = []
         self._classes: List[str] = []
         self._with_pushes: List[int] = []
+        self._scaler_names = set(classifier.scalers) | facts.other_scaler_names
 
     # units
     def visit_Module(self, node: cst.Module) -> None:
@@ -567,12 +568,11 @@ class _UnitBuilder(cst.CSTVisitor):
     # calls and assignments
     def visit_Call(self, node: cst.Call) -> None:
         unit = self._frames[-1][0]
-        scaler_names = set(self.classifier.scalers) | self.facts.other_scaler_names
         for expression in (node.func, *(arg.value for arg in node.args)):
             name = dotted_name(expression)
-            if name in scaler_names:
+            if name in self._scaler_names:
                 unit.scalers_used.add(name)
-        if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) in scaler_names:
+        if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) in self._scaler_names:
             unit.scalers_used.add(dotted_name(node.func.value) or "")
         call = self.classifier.classify(node)
         if call is None:
