@@ -1,4 +1,4 @@
-"""Lint one file's contents: cheap pre-check, one parse, one pass of facts, every selected rule.
+"""Lint one file's contents: cheap pre-check, one parse, one semantic model, every selected rule.
 
 A notebook's code cells are joined into one source first (amplint.notebook), and its findings
 are mapped back to cells.
@@ -22,7 +22,7 @@ from amplint.diagnostics import FileError, FileResult, Finding
 from amplint.noqa import parse_suppressions
 from amplint.notebook import CellMap, is_notebook, parse_notebook
 from amplint.rule import Rule
-from amplint.semantics import analyze
+from amplint.semantic import analyze
 from amplint.source import decode_notebook, decode_python, size_error
 
 
@@ -154,11 +154,11 @@ def _where(row: int, column: int, cells: Optional[CellMap]) -> str:
 
 
 def _run_rules(module: cst.Module, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, str]]:
-    facts = analyze(module)
+    model = analyze(module)
     seen: Dict[Tuple[str, int], bool] = {}
     reports = []
     for rule in rules:
-        for report in rule().check(facts):
+        for report in rule().check(model):
             key = (rule.code, id(report.node))
             if key not in seen:  # one node reached by many paths is one finding
                 seen[key] = True

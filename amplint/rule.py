@@ -1,8 +1,8 @@
-"""What a rule is: its metadata, its documentation, its examples, and one query over the facts.
+"""What a rule is: its metadata, its documentation, its examples, and one query over the semantic model.
 
 A rule module reads like its documentation (Fixit's layout, ruff's doc sections): the class
 docstring is the rule's page, `VALID` and `INVALID` are its examples and its tests, and
-`check` is a short query over `ModuleFacts`. `PREDICTIONS` state what the runtime harness
+`check` is a short query over the `SemanticModel`. `PREDICTIONS` state what the runtime harness
 (`amplint verify`) measures when the mistake is made, and the docs quote them.
 """
 
@@ -15,7 +15,7 @@ from typing import ClassVar, Iterator, Optional, Tuple
 
 import libcst as cst
 
-from amplint.facts import ModuleFacts
+from amplint.semantic import SemanticModel
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead")
 DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules.md#{code}"
@@ -70,7 +70,7 @@ class Rule:
     INVALID: ClassVar[Tuple[Flagged, ...]] = ()
     PREDICTIONS: ClassVar[Tuple[Prediction, ...]] = ()
 
-    def check(self, module: ModuleFacts) -> Iterator[Report]:
+    def check(self, model: SemanticModel) -> Iterator[Report]:
         raise NotImplementedError
 
     # documentation, derived from the docstring

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.facts import AmpCall, CallKind, ModuleFacts, gradients_along
 from amplint.rule import Flagged, Prediction, Report, Rule
-from amplint.names import source_text
+from amplint.semantic import EventKind, Occurrence, SemanticModel
+from amplint.semantic.names import source_text
 
 
 class UnscaledBackward(Rule):
@@ -80,13 +80,11 @@ class UnscaledBackward(Rule):
         ),
     )
 
-    def check(self, module: ModuleFacts) -> Iterator[Report]:
-        for unit in module.units:
-            for path in unit.paths or ():
-                for step, gradients in gradients_along(path):
-                    if step.call.kind is CallKind.SCALER_STEP and step.scaler_live:
-                        for backward in gradients.unscaled_backwards:
-                            yield Report(backward.call.node, _message(backward.call, step.call))
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for step, state in model.states_before(EventKind.SCALER_STEP):
+            if step.receiver is not None and model.is_live(step.receiver.key, state.facts):
+                for backward in state.gradients.plain_backwards:
+                    yield Report(backward.node, _message(backward, step, model))
 
     VALID = (
         # The seed's full training pattern.
@@ -241,12 +239,21 @@ def train(model, opt, scaler, use_amp):
     )
 
 
-def _message(backward: AmpCall, step: AmpCall) -> str:
-    tensor = source_text(backward.tensor) if backward.tensor is not None else "loss"
-    optimizer = step.argument or "optimizer"
+def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> str:
+    tensor = source_text(backward.event.tensor) if backward.event.tensor is not None else "loss"
+    scaler = step.receiver.text if step.receiver is not None else "scaler"
+    optimizer = step.argument.text if step.argument is not None else "optimizer"
+    info = model.scalers.get(step.receiver.key) if step.receiver is not None else None
+    if info is not None and info.framework == "accelerate":
+        fix = f"Use `{scaler}.backward({tensor})`, which scales the loss"
+    elif info is not None and info.framework == "lightning":
+        fix = f"Use `self.manual_backward({tensor})`, which scales the loss"
+    elif info is not None and info.framework == "fabric":
+        fix = f"Use `{scaler}.backward({tensor})`, which scales the loss"
+    else:
+        fix = f"Use `{scaler}.scale({tensor}).backward()` before stepping `{optimizer}`"
     return (
-        f"`{source_text(backward.node)}` runs on a loss `{step.receiver}` never scaled, yet "
+        f"`{source_text(backward.node)}` runs on a loss `{scaler}` never scaled, yet "
         f"`{source_text(step.node)}` divides the gradients by the loss scale (65536 at start): "
-        f"updates come out thousands of times too small. Use `{step.receiver}.scale({tensor}).backward()` "
-        f"before stepping `{optimizer}`."
+        f"updates come out thousands of times too small. {fix}."
     )

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.facts import AutocastRegion, CallKind, CodeUnit, ModuleFacts
-from amplint.names import source_text
 from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.semantic import AutocastRegion, SemanticModel
+from amplint.semantic.names import source_text
 
 
 class Fp16WithoutScaler(Rule):
@@ -99,13 +99,12 @@ class Fp16WithoutScaler(Rule):
         ),
     )
 
-    def check(self, module: ModuleFacts) -> Iterator[Report]:
-        for unit in module.units:
-            if module.scaling_serves(unit):
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for region in model.autocast_regions:
+            if not region.active or not region.may_be_float16 or region.under_no_grad:
                 continue
-            for region in unit.regions:
-                if region.active and region.may_be_float16 and not region.under_no_grad and _feeds_backward(region, unit):
-                    yield Report(region.anchor, _message(region))
+            if model.feeds_backward(region) and model.trains(region.unit) and not model.scaling_serves(region.unit):
+                yield Report(region.anchor, _message(region))
 
     VALID = (
         # bfloat16 needs no scaler.
@@ -224,6 +223,7 @@ def train_step(x):
     with ctx:
         loss = model(x).mean()
     loss.backward()
+    optimizer.step()
 """,
             at=((4, 7),),
         ),
@@ -271,21 +271,6 @@ for x, y in loader:
             at=((5, 10),),
         ),
     )
-
-
-def _feeds_backward(region: AutocastRegion, unit: CodeUnit) -> bool:
-    """Whether a backward in the unit runs on something computed under the region."""
-    derived = None
-    for site in unit.calls_of(CallKind.TENSOR_BACKWARD):
-        if site.under_no_grad:
-            continue
-        if site.region is region:
-            return True
-        if derived is None:
-            derived = unit.values_derived_from(region.assigned)
-        if site.call.tensor_reads & derived:
-            return True
-    return False
 
 
 def _message(region: AutocastRegion) -> str:

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from amplint.facts import CallKind, ModuleFacts, Path, gradients_along
-from amplint.names import source_text
 from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.semantic import EventKind, Occurrence, SemanticModel
+from amplint.semantic.names import source_text
 
 
 class ClipBeforeUnscale(Rule):
@@ -75,12 +75,16 @@ class ClipBeforeUnscale(Rule):
         ),
     )
 
-    def check(self, module: ModuleFacts) -> Iterator[Report]:
-        for unit in module.units:
-            for path in unit.paths or ():
-                for index, (step, gradients) in enumerate(gradients_along(path)):
-                    if step.call.kind is CallKind.CLIP and gradients.carry_scale:
-                        yield Report(step.call.node, _message(step.call.node, path, index))
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for clip, state in model.states_before(EventKind.CLIP):
+            if state.gradients.carry_scale:
+                yield Report(clip.node, _message(clip, state.gradients.scaler, model))
+        # Gradients a function was called with: a scaler.step() or unscale_() after the clip
+        # shows they carried the scale (a helper that clips, then steps the scaler).
+        for step, state in model.states_before(EventKind.SCALER_STEP, EventKind.UNSCALE):
+            if state.gradients.entry_clips and step.receiver is not None and model.is_live(step.receiver.key, state.facts):
+                for clip in state.gradients.entry_clips:
+                    yield Report(clip.node, _message(clip, step.receiver.key, model))
 
     VALID = (
         """
@@ -165,21 +169,29 @@ def step(self, loss):
     )
 
 
-def _message(clip, path: Path, index: int) -> str:
+def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> str:
     later_unscale: Optional[str] = None
     optimizer = "optimizer"
-    scaler = "scaler"
-    for step in path[index + 1 :]:
-        if step.call.kind is CallKind.UNSCALE and later_unscale is None:
-            later_unscale = source_text(step.call.node)
-        if step.call.kind in (CallKind.UNSCALE, CallKind.SCALER_STEP):
-            optimizer = step.call.argument or optimizer
-            scaler = step.call.receiver or scaler
-            break
-    fix = f"Call `{scaler}.unscale_({optimizer})` before clipping"
-    if later_unscale is not None:
+    scaler = model.scaler_name(scaler_key)
+    following = model.following(clip, EventKind.UNSCALE, EventKind.SCALER_STEP)
+    if following is not None:
+        if following.kind is EventKind.UNSCALE:
+            later_unscale = source_text(following.node)
+        if following.argument is not None:
+            optimizer = following.argument.text
+        if following.receiver is not None:
+            scaler = following.receiver.text
+    info = model.scalers.get(scaler_key) if scaler_key is not None else None
+    if info is not None and info.framework in ("accelerate", "fabric"):
+        method = "clip_grad_norm_" if info.framework == "accelerate" else "clip_gradients"
+        fix = f"Clip with `{info.name}.{method}(...)`, which unscales first"
+    elif info is not None and info.framework == "lightning":
+        fix = "Clip with `self.clip_gradients(optimizer, ...)`, which unscales first"
+    elif later_unscale is not None:
         fix = f"Move `{later_unscale}` before the clip"
+    else:
+        fix = f"Call `{scaler}.unscale_({optimizer})` before clipping"
     return (
-        f"`{source_text(clip)}` clips gradients that still carry the loss scale (65536 at start), "
+        f"`{source_text(clip.node)}` clips gradients that still carry the loss scale (65536 at start), "
         f"so the threshold is effectively thousands of times too small and the update shrinks. {fix}."
     )

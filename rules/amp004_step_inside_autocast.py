@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.facts import CallKind, CallSite, ModuleFacts
-from amplint.names import source_text
 from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.semantic import EventKind, Occurrence, SemanticModel
+from amplint.semantic.names import source_text
 
 
 class StepInsideAutocast(Rule):
@@ -118,11 +118,9 @@ class StepInsideAutocast(Rule):
         ),
     )
 
-    def check(self, module: ModuleFacts) -> Iterator[Report]:
-        for unit in module.units:
-            for site in unit.calls_of(CallKind.OPTIMIZER_STEP, CallKind.SCALER_STEP):
-                if site.region is not None:
-                    yield Report(site.call.node, _message(site))
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for step in model.events_in_regions(EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
+            yield Report(step.call_site, _message(step))
 
     VALID = (
         """
@@ -198,15 +196,16 @@ for x in loader:
     )
 
 
-def _message(site: CallSite) -> str:
-    region = site.region
+def _message(step: Occurrence) -> str:
+    region = step.region
     assert region is not None
-    step = source_text(site.call.node)
+    call = source_text(step.call_site)
+    through = f", which calls `{source_text(step.node)}`," if step.via else ""
     message = (
-        f"`{step}` runs inside `{source_text(region.anchor)}`: only the forward pass and loss belong "
+        f"`{call}`{through} runs inside `{source_text(region.anchor)}`: only the forward pass and loss belong "
         "under autocast; the optimizer update should run in the weights' own precision."
     )
-    if site.loop_inside_region and region.cache_enabled is not False:
+    if step.loop_inside_region and region.cache_enabled is not False:
         message += (
             " Worse, the region spans the training loop: autocast caches low-precision copies of the "
             "weights for the whole region, so forwards after this step keep using stale weights and "

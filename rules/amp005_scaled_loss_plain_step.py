@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.facts import AmpCall, CallKind, ModuleFacts, PathStep, gradients_along
-from amplint.names import source_text
 from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.semantic import EventKind, Occurrence, SemanticModel
+from amplint.semantic.names import source_text
 
 
 class ScaledLossPlainStep(Rule):
@@ -99,21 +99,24 @@ class ScaledLossPlainStep(Rule):
         ),
     )
 
-    def check(self, module: ModuleFacts) -> Iterator[Report]:
-        for unit in module.units:
-            for path in unit.paths or ():
-                for step, gradients in gradients_along(path):
-                    if step.call.kind is not CallKind.OPTIMIZER_STEP or gradients.scaled_by is None:
-                        continue
-                    if gradients.last_backward is not gradients.scaled_by:
-                        # A plain backward came last (an fp32 critic beside an AMP actor): the
-                        # plain step most likely belongs to it.
-                        continue
-                    if gradients.unscaled_by is None:
-                        yield Report(step.call.node, _message(step.call, gradients.scaled_by))
-                    elif gradients.unscaled_by.call.argument == step.call.receiver:
-                        # Unscaled for this very optimizer, then stepped past the scaler.
-                        yield Report(step.call.node, _unscaled_message(step.call, gradients.unscaled_by))
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for step, state in model.states_before(EventKind.OPTIMIZER_STEP):
+            gradients = state.gradients
+            if gradients.scaled_by is None or gradients.last_backward is not gradients.scaled_by:
+                # Nothing scaled, or a plain backward came last (an fp32 critic beside an AMP
+                # actor): the plain step most likely belongs to it.
+                continue
+            optimizer = step.receiver.key if step.receiver is not None else None
+            if gradients.stepped:
+                # The scaler stepped another optimizer on these gradients; this one applies
+                # them still scaled, unless a plain backward may have produced its own.
+                if optimizer not in gradients.stepped and not gradients.unscaled and not gradients.mixed:
+                    yield Report(step.node, _message(step, gradients.scaled_by, model.scaler_name(gradients.scaler)))
+            elif not gradients.unscaled:
+                yield Report(step.node, _message(step, gradients.scaled_by, model.scaler_name(gradients.scaler)))
+            elif optimizer in gradients.unscaled and gradients.unscale is not None:
+                # Unscaled for this very optimizer, then stepped past the scaler.
+                yield Report(step.node, _unscaled_message(step, gradients.unscale))
 
     VALID = (
         """
@@ -221,21 +224,20 @@ def fit(self, loss):
     )
 
 
-def _message(step: AmpCall, backward: PathStep) -> str:
-    scaler = backward.scaler or "scaler"
-    optimizer = step.receiver or "optimizer"
+def _message(step: Occurrence, backward: Occurrence, scaler: str) -> str:
+    optimizer = step.receiver.text if step.receiver is not None else "optimizer"
     return (
-        f"`{source_text(step.node)}` applies gradients from `{source_text(backward.call.node)}` that still carry "
+        f"`{source_text(step.node)}` applies gradients from `{source_text(backward.node)}` that still carry "
         f"`{scaler}`'s loss scale (65536 at start), and never skips inf/NaN steps: SGD-like updates come out "
         f"~65,000x too large. Use `{scaler}.step({optimizer})` and `{scaler}.update()`."
     )
 
 
-def _unscaled_message(step: AmpCall, unscale: PathStep) -> str:
-    scaler = unscale.scaler or "scaler"
-    optimizer = step.receiver or "optimizer"
+def _unscaled_message(step: Occurrence, unscale: Occurrence) -> str:
+    scaler = unscale.receiver.text if unscale.receiver is not None else "scaler"
+    optimizer = step.receiver.text if step.receiver is not None else "optimizer"
     return (
-        f"`{source_text(step.node)}` steps past the scaler after `{source_text(unscale.call.node)}`: the "
+        f"`{source_text(step.node)}` steps past the scaler after `{source_text(unscale.node)}`: the "
         "gradients are unscaled, but a plain step applies inf/NaN gradients instead of skipping them "
         f"(and `{scaler}.update()` then raises). Use `{scaler}.step({optimizer})`."
     )

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.facts import CallKind, ModuleFacts
-from amplint.names import source_text
+from amplint.semantic import EventKind, SemanticModel
+from amplint.semantic.names import source_text
 from amplint.rule import Flagged, Prediction, Report, Rule
 
 
@@ -58,16 +58,16 @@ class BackwardInsideAutocast(Rule):
         ),
     )
 
-    def check(self, module: ModuleFacts) -> Iterator[Report]:
-        for unit in module.units:
-            for site in unit.calls_of(CallKind.TENSOR_BACKWARD):
-                if site.region is not None:
-                    yield Report(
-                        site.call.node,
-                        f"`{source_text(site.call.node)}` runs inside `{source_text(site.region.anchor)}`; "
-                        "only the forward pass and loss belong under autocast (backward ops already run in "
-                        "their forward's dtype). Dedent the backward out of the `with` block.",
-                    )
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for backward in model.events_in_regions(EventKind.BACKWARD):
+            assert backward.region is not None
+            through = f", which calls `{source_text(backward.node)}`," if backward.via else ""
+            yield Report(
+                backward.call_site,
+                f"`{source_text(backward.call_site)}`{through} runs inside `{source_text(backward.region.anchor)}`; "
+                "only the forward pass and loss belong under autocast (backward ops already run in "
+                "their forward's dtype). Dedent the backward out of the `with` block.",
+            )
 
     VALID = (
         """

@@ -6,41 +6,62 @@ from typing import List, Optional
 
 import libcst as cst
 
+from amplint.semantic.walk import iter_tree
+
 _EMPTY_MODULE = cst.Module(body=[])
 
 
 def dotted_name(node: cst.BaseExpression) -> Optional[str]:
     """`self.scaler` for an attribute chain of plain names; None for anything else."""
     parts = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    if not isinstance(node, cst.Name):
+    while type(node) is cst.Attribute:
+        parts.append(node.attr.value)  # type: ignore[attr-defined]
+        node = node.value  # type: ignore[attr-defined]
+    if type(node) is not cst.Name:
         return None
     parts.append(node.value)
     return ".".join(reversed(parts))
 
 
 def names_read(node: cst.CSTNode) -> List[str]:
-    """The longest dotted names an expression reads: `(self.x + y.z).mean()` -> self.x, y.z."""
+    """The longest dotted names an expression reads: `(self.x + y.z).mean()` -> self.x, y.z.
+
+    A keyword argument's own name (`f(dtype=x)`) is not read; lambdas are included (their
+    body reads names when it runs).
+    """
     found: List[str] = []
 
-    class _Reads(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            name = dotted_name(node)
+    def descend(current: cst.CSTNode) -> bool:
+        if isinstance(current, cst.Attribute):
+            name = dotted_name(current)
             if name is not None:
                 found.append(name)
                 return False
-            return True
-
-        def visit_Name(self, node: cst.Name) -> None:
-            found.append(node.value)
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)  # skip the keyword's own Name
+        elif isinstance(current, cst.Name):
+            found.append(current.value)
+        elif isinstance(current, cst.Arg) and current.keyword is not None:
+            found.extend(names_read(current.value))
             return False
+        return True
 
-    node.visit(_Reads())
+    for _ in iter_tree(node, descend):
+        pass
+    return found
+
+
+def roots(names) -> List[str]:
+    """The variables dotted names start from: `out.float`, `self.x` -> out, self.x.
+
+    A method or attribute read off a value (`out.float()`, `out.shape`) reads that value;
+    `self.x` is its own variable, an attribute of the instance.
+    """
+    found = []
+    for name in names:
+        head, _, rest = name.partition(".")
+        if head == "self" and rest:
+            found.append("self." + rest.split(".")[0])
+        else:
+            found.append(head)
     return found
 
 

@@ -12,7 +12,7 @@ from typing import Dict, Optional
 
 import libcst as cst
 
-from amplint.names import dotted_name
+from amplint.semantic.names import dotted_name
 
 AUTOCAST = frozenset(
     {

@@ -14,7 +14,7 @@ from typing import FrozenSet, List, Tuple
 
 import libcst as cst
 
-from amplint.names import is_none, names_read, source_text
+from amplint.semantic.names import is_none, names_read, source_text
 
 
 @dataclass(frozen=True)

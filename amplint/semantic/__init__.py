@@ -1,0 +1,323 @@
+"""amplint's semantic model of a file: what its mixed-precision code does, built once per file
+and queried by every rule.
+
+    model = analyze(cst.parse_module(source))
+
+The parts, each in its own module:
+- `walk`: a fast read-only walk over LibCST trees;
+- `index`: one walk collecting scopes, bindings, code units and every call with its context;
+- `resolve`: what a name refers to, and which dtypes and devices an expression can be;
+- `vocabulary`: the naming conventions amplint falls back on, in one place;
+- `scalers`: which variables hold GradScalers and optimizers, and which frameworks scale;
+- `regions`: autocast regions and the region each call runs in;
+- `calls`: what each call is (an AMP event, a helper of the file, or nothing);
+- `flow`: the order of events through each unit and helper, and the gradients' state;
+- `model`: the public types rules see.
+
+Rules ask questions of `SemanticModel`; they never walk the tree for facts another rule
+needs too. `rules/README.md` says how to add one.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint.semantic.calls import Classified, Classifier, HelperCall
+from amplint.semantic.conditions import Assumption, assumptions
+from amplint.semantic.flow import FlowAnalysis, UnitFlow
+from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
+from amplint.semantic.model import (
+    UNKNOWN_SCALER,
+    AmpEvent,
+    AutocastRegion,
+    EventKind,
+    FlowState,
+    GradientState,
+    Occurrence,
+    Ref,
+    ScalerInfo,
+)
+from amplint.semantic.names import dotted_name, names_read, roots
+from amplint.semantic.regions import Regions
+from amplint.semantic.resolve import Resolver
+from amplint.semantic.scalers import ScalerFacts, find_scalers
+
+__all__ = [
+    "UNKNOWN_SCALER",
+    "AmpEvent",
+    "AutocastRegion",
+    "Binding",
+    "CallRecord",
+    "CodeUnit",
+    "EventKind",
+    "FlowState",
+    "GradientState",
+    "Occurrence",
+    "Ref",
+    "ScalerInfo",
+    "SemanticModel",
+    "analyze",
+]
+
+_STEPS = frozenset({EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.ZERO_GRAD})
+
+
+def analyze(module: cst.Module) -> "SemanticModel":
+    return SemanticModel(module)
+
+
+class SemanticModel:
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        self.index: ModuleIndex = build_index(module)
+        self.resolver = Resolver(self.index)
+        self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver)
+        self.scalers: Dict[str, ScalerInfo] = self.scaler_facts.scalers
+        self.classifier = Classifier(self.index, self.resolver, self.scaler_facts)
+        self.regions = Regions(self.index, self.resolver)
+        self.flow = FlowAnalysis(self)
+        self._scaling: Dict[int, Tuple[Optional[str], FrozenSet[str]]] = {}
+        self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
+
+    # ------------------------------------------------------------------ the file
+    @property
+    def units(self) -> List[CodeUnit]:
+        return self.index.units
+
+    @property
+    def autocast_regions(self) -> List[AutocastRegion]:
+        return self.regions.all
+
+    @property
+    def skipped_units(self) -> List[CodeUnit]:
+        """Units whose flow was too complex to follow within the budget: counted, never guessed."""
+        for unit in self.units:
+            self.flow.unit_flow(unit)
+        return list(self.flow.skipped)
+
+    def classify(self, record: CallRecord) -> Classified:
+        return self.classifier.classify(record)
+
+    def qualified(self, node: cst.BaseExpression) -> Optional[str]:
+        """The imported dotted path a name stands for: `amp.autocast` -> `torch.cuda.amp.autocast`."""
+        return self.resolver.qualified(node)
+
+    def binding(self, unit: CodeUnit, name: str) -> List[Binding]:
+        """Every binding `name` may refer to when read in `unit`."""
+        return self.resolver.bindings(name, unit.scope)
+
+    def identity(self, unit: CodeUnit, name: str) -> str:
+        """The variable `name` is when read in `unit` (a key shared by every read of it)."""
+        return self.resolver.identity(name, unit.scope)
+
+    # ------------------------------------------------------------------ scalers
+    def is_live(self, scaler: Optional[str], facts: FrozenSet[Assumption] = frozenset()) -> bool:
+        """Whether the scaler `scaler` (a key) is on, given what a path assumed."""
+        info = self.scalers.get(scaler) if scaler is not None else None
+        return info is not None and info.live_under(facts)
+
+    def assumptions(self, test: cst.BaseExpression, outcome: bool) -> List[Assumption]:
+        """What taking a branch tells (`amplint.semantic.conditions`), computed once per test."""
+        key = (id(test), outcome)
+        if key not in self._assumptions:
+            self._assumptions[key] = assumptions(test, outcome)
+        return self._assumptions[key]
+
+    def scaler_name(self, key: Optional[str], default: str = "scaler") -> str:
+        info = self.scalers.get(key) if key is not None else None
+        return info.name if info is not None else default
+
+    def scaling_and_reads(self, value: Optional[cst.CSTNode], unit: CodeUnit) -> Tuple[Optional[str], FrozenSet[str]]:
+        """Who scales `value` inline (see `Classifier.scaling_of`) and the variables it reads."""
+        if value is None:
+            return None, frozenset()
+        key = id(value)
+        if key not in self._scaling:
+            self._scaling[key] = (self.classifier.scaling_of(value, unit), frozenset(roots(names_read(value))))
+        return self._scaling[key]
+
+    def scalers_referenced(self, unit: CodeUnit) -> Set[str]:
+        """Scalers (and scaler-like objects) `unit` calls, scales with, or hands on."""
+        found: Set[str] = set()
+        wanted = set(self.scalers) | self.scaler_facts.scaler_like
+        for record in unit.calls:
+            call = record.node
+            names = [dotted_name(call.func)] + [dotted_name(arg.value) for arg in call.args]
+            if isinstance(call.func, cst.Attribute):
+                names.append(dotted_name(call.func.value))
+            for name in names:
+                if name is not None:
+                    key = self.resolver.identity(name, unit.scope)
+                    if key in wanted:
+                        found.add(key)
+        return found
+
+    def scaling_serves(self, unit: CodeUnit) -> bool:
+        """Whether a live GradScaler (or a scaler-like helper, or a framework in float16) may
+        serve the unit's training step: one used in the unit, in a function it is nested in,
+        in another method of its class, at the module's top level, or in a helper it calls."""
+
+        def serving(key: str) -> bool:
+            info = self.scalers.get(key)
+            return key in self.scaler_facts.scaler_like if info is None else not info.known_disabled
+
+        related = [self.units[0]]
+        scope: Optional[CodeUnit] = unit
+        while scope is not None:
+            related.append(scope)
+            scope = scope.enclosing
+        if unit.class_name is not None:
+            related += [u for u in self.units if u.class_name == unit.class_name]
+        if any(serving(key) for u in related for key in self.scalers_referenced(u)):
+            return True
+        for occurrence in self.occurrences_in(unit):
+            event = occurrence.event
+            if event.kind in (EventKind.SCALE, EventKind.SCALER_STEP, EventKind.UNSCALE):
+                receiver = occurrence.receiver.key if occurrence.receiver is not None else None
+                if receiver is not None and serving(receiver):
+                    return True
+            if event.kind is EventKind.FRAMEWORK_BACKWARD:
+                return True
+            # A loss scaled by something we cannot name (`amp["scaler"].scale(loss)`) is scaled.
+            if event.kind is EventKind.BACKWARD and event.scaled_inline_by == UNKNOWN_SCALER:
+                return True
+        return False
+
+    # ------------------------------------------------------------------ events
+    def occurrences_in(self, unit: CodeUnit) -> Iterator[Occurrence]:
+        """Every event `unit` runs, directly or in the helpers it calls (in source order,
+        without regard to paths)."""
+        for record in unit.calls:
+            if not record.immediate:
+                continue
+            item = self.classify(record)
+            context = self.regions.context(record)
+            if isinstance(item, AmpEvent):
+                yield self.flow.occurrence(
+                    event=item,
+                    unit=unit,
+                    via=(),
+                    region=context.region,
+                    loop_inside_region=context.loop_inside_region,
+                    under_no_grad=context.under_no_grad,
+                    receiver=item.receiver,
+                    argument=item.argument,
+                )
+            elif isinstance(item, HelperCall):
+                from amplint.semantic.flow import _ArgumentMapper
+
+                mapper = _ArgumentMapper(item, self)
+                for inner in self.flow.summary(item.callee).events:
+                    inherited = inner.region is None and not inner.autocast_off
+                    yield self.flow.occurrence(
+                        event=inner.event,
+                        unit=unit,
+                        via=(record.node,) + inner.via,
+                        region=context.region if inherited else inner.region,
+                        loop_inside_region=context.loop_inside_region if inherited else inner.loop_inside_region,
+                        under_no_grad=inner.under_no_grad or context.under_no_grad,
+                        receiver=mapper.ref(inner.receiver),
+                        argument=mapper.ref(inner.argument),
+                    )
+
+    def following(self, occurrence: Occurrence, *kinds: EventKind) -> Optional[Occurrence]:
+        """The first event of these kinds after `occurrence` in its unit's source order."""
+        found = False
+        for other in self.occurrences_in(occurrence.unit):
+            if other is occurrence:
+                found = True
+            elif found and other.kind in kinds:
+                return other
+        return None
+
+    def events_in_regions(self, *kinds: EventKind) -> Iterator[Occurrence]:
+        """Events of these kinds that run inside an enabled autocast region: written inside
+        it, or inside a helper called from inside it (reported at that call)."""
+        for unit in self.units:
+            for occurrence in self.occurrences_in(unit):
+                if occurrence.kind not in kinds or occurrence.region is None:
+                    continue
+                if occurrence.via and occurrence.region.unit is not unit:
+                    continue  # the helper's own region: reported where the helper is analysed
+                yield occurrence
+
+    def states_before(self, *kinds: EventKind) -> Iterator[Tuple[Occurrence, FlowState]]:
+        """Each occurrence of these kinds, on every way through its unit, with the state just
+        before it (the flow analysis; units too complex to follow are skipped and counted)."""
+        for unit in self.units:
+            flow: Optional[UnitFlow] = self.flow.unit_flow(unit)
+            if flow is None:
+                continue
+            for occurrence, states in flow.before.items():
+                if occurrence.kind in kinds:
+                    for state in states:
+                        yield occurrence, state
+
+    def trains(self, unit: CodeUnit, _seen: Optional[Set[int]] = None) -> bool:
+        """Whether gradients computed in `unit` can reach an optimizer: it (or a helper it
+        calls) steps or zeroes them, a caller in the file does, or, with no caller visible,
+        the file trains somewhere and the unit does not read the gradients itself (saliency)."""
+        seen = _seen if _seen is not None else set()
+        if id(unit) in seen:
+            return False
+        seen.add(id(unit))
+        if any(o.kind in _STEPS for o in self.occurrences_in(unit)):
+            return True
+        callers = [
+            record.unit
+            for record in self.index.calls
+            if isinstance(self.classify(record), HelperCall) and self.classify(record).callee is unit  # type: ignore[union-attr]
+        ]
+        if callers:
+            return any(self.trains(caller, seen) for caller in callers)
+        if unit.grad_reads:
+            return False
+        return bool(self.scaler_facts.optimizers) or any(
+            o.kind in _STEPS for u in self.units for o in self.occurrences_in(u)
+        )
+
+    # ------------------------------------------------------------------ regions
+    def feeds_backward(self, region: AutocastRegion) -> bool:
+        """Whether a backward in the region's unit runs on something computed under it: inside
+        the region, on a value derived from what it assigned, or in a helper handed such a value."""
+        unit = region.unit
+        derived: Optional[Set[str]] = None
+        for occurrence in self.occurrences_in(unit):
+            if occurrence.kind is not EventKind.BACKWARD or occurrence.under_no_grad:
+                continue
+            if occurrence.region is region:
+                return True
+            if derived is None:
+                derived = values_derived_from(unit, region.assigned)
+            reads = occurrence.event.tensor_reads
+            if occurrence.via:
+                # A helper's backward on what the call passes it.
+                call = self.classify_node(occurrence.via[0], unit)
+                if isinstance(call, HelperCall):
+                    reads = frozenset(
+                        name for arg in call.record.node.args for name in roots(names_read(arg.value))
+                    )
+            if reads & derived:
+                return True
+        return False
+
+    def classify_node(self, node: cst.Call, unit: CodeUnit) -> Classified:
+        for record in unit.calls:
+            if record.node is node:
+                return self.classify(record)
+        return None
+
+
+def values_derived_from(unit: CodeUnit, names: Set[str]) -> Set[str]:
+    """`names` plus every variable assigned, directly or transitively, from one of them."""
+    derived = set(names)
+    changed = True
+    while changed:
+        changed = False
+        for targets, reads in unit.assignments:
+            if reads & derived and not targets <= derived:
+                derived |= targets
+                changed = True
+    return derived

@@ -1,0 +1,253 @@
+"""What each call is to mixed precision: an AMP event, a call to a helper of the linted code
+whose AMP work it stands for, or nothing.
+
+A method called on a variable that holds a GradScaler is the scaler's; a call that resolves
+to a function of the file (`train_step(...)`, `self._run_step(...)`, `trainer.fit(...)` with
+`trainer = Trainer()` a class of the file) is a helper call, followed by the flow analysis;
+everything else is classified from the PyTorch API and, where the code does not say, from
+naming conventions (`amplint.semantic.vocabulary`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Union
+
+import libcst as cst
+
+from amplint.semantic import torch_api, vocabulary
+from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
+from amplint.semantic.model import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
+from amplint.semantic.names import dotted_name, names_read, roots, source_text
+from amplint.semantic.resolve import Resolver, argument
+from amplint.semantic.scalers import ScalerFacts
+from amplint.semantic.walk import post_order
+
+_SCALER_METHODS = {
+    "scale": EventKind.SCALE,
+    "unscale_": EventKind.UNSCALE,
+    "step": EventKind.SCALER_STEP,
+    "update": EventKind.SCALER_UPDATE,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class HelperCall:
+    """A call to a function of the linted code; its AMP work is its callee's."""
+
+    record: CallRecord
+    callee: CodeUnit
+    bound_self: bool  # called as a method (`obj.f(...)`): its first parameter is bound already
+
+    def argument_for(self, parameter: str) -> Optional[cst.BaseExpression]:
+        """What the call passes for the callee's `parameter`."""
+        params = self.callee.parameters
+        if parameter not in params:
+            return None
+        call = self.record.node
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == parameter:
+                return arg.value
+        index = params.index(parameter) - (1 if self.bound_self else 0)
+        positional = [arg for arg in call.args if arg.keyword is None]
+        for position, arg in enumerate(positional):
+            if arg.star:
+                return None  # `f(*args)`: cannot tell what lands where
+            if position == index:
+                return arg.value
+        return None
+
+
+Classified = Union[AmpEvent, HelperCall, None]
+
+
+class Classifier:
+    def __init__(self, index: ModuleIndex, resolver: Resolver, scalers: ScalerFacts) -> None:
+        self.index = index
+        self.resolver = resolver
+        self.scalers = scalers
+        self._cache: Dict[int, Classified] = {}
+        self._functions: Dict[int, CodeUnit] = {id(u.node): u for u in index.units if not u.is_module}
+
+    def classify(self, record: CallRecord) -> Classified:
+        key = id(record.node)
+        if key not in self._cache:
+            self._cache[key] = self._classify(record)
+        return self._cache[key]
+
+    def key(self, name: str, scope: Scope) -> str:
+        return self.resolver.identity(name, scope)
+
+    def ref(self, expression: Optional[cst.BaseExpression], scope: Scope) -> Optional[Ref]:
+        if expression is None:
+            return None
+        name = dotted_name(expression)
+        if name is None:
+            return Ref(source_text(expression), "expr:" + source_text(expression))
+        return Ref(name, self.key(name, scope))
+
+    # the classification
+    def _classify(self, record: CallRecord) -> Classified:
+        node = record.node
+        func = node.func
+        scope = record.unit.scope
+        qualified = self.resolver.qualified(func)
+        if qualified in torch_api.AUTOGRAD_BACKWARD:
+            tensor = argument(node, 0, "tensors")
+            return self._backward(record, tensor) if tensor is not None else None
+        if qualified in torch_api.CLIP_FUNCTIONS:
+            return AmpEvent(EventKind.CLIP, node, record.unit)
+        if not isinstance(func, cst.Attribute):
+            return self._helper(record)
+        method = func.attr.value
+        receiver = dotted_name(func.value)
+        if method == "backward" and receiver is None:
+            return self._backward(record, func.value)  # `scaler.scale(loss).backward()`
+        if receiver is None:
+            # `optimizers[0].step()`, `opts["main"].step()`
+            if method == "step" and isinstance(func.value, cst.Subscript):
+                container = dotted_name(func.value.value)
+                if container is not None and vocabulary.looks_like_optimizer(container):
+                    text = source_text(func.value)
+                    return AmpEvent(EventKind.OPTIMIZER_STEP, node, record.unit, receiver=Ref(text, "expr:" + text))
+            return None
+        receiver_key = self.key(receiver, scope)
+        info = self.scalers.scalers.get(receiver_key)
+        if info is not None and info.framework is None:
+            kind = _SCALER_METHODS.get(method)
+            if kind is None:
+                return None
+            return AmpEvent(kind, node, record.unit, receiver=Ref(receiver, receiver_key), argument=self.ref(argument(node, 0, "optimizer"), scope))
+        helper = self._helper(record)
+        if helper is not None:
+            return helper
+        if info is not None:  # a framework in float16: accelerate, Fabric, Lightning
+            return self._framework(record, method, receiver, receiver_key)
+        if method == "manual_backward" and receiver == "self":
+            lightning = self._lightning_scaler(scope)
+            return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=Ref(receiver, receiver_key), framework_scaler=lightning)
+        if method == "clip_gradients" and receiver == "self":
+            lightning = self._lightning_scaler(scope)
+            if lightning is not None:
+                return AmpEvent(EventKind.UNSCALE, node, record.unit, receiver=Ref("self", lightning))
+            return None
+        if method == "backward":
+            if self._is_framework_backward(receiver, node):
+                return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=Ref(receiver, receiver_key))
+            return self._backward(record, func.value)
+        if method == "clip_grad_norm_":
+            # FSDP's `model.clip_grad_norm_`; accelerate's unscales before clipping.
+            if vocabulary.clip_unscales_itself(receiver):
+                return None
+            return AmpEvent(EventKind.CLIP, node, record.unit, receiver=Ref(receiver, receiver_key))
+        if method == "step":
+            framework = self.scalers.prepared.get(receiver_key)
+            if framework is not None:
+                # accelerate's AcceleratedOptimizer, Lightning's LightningOptimizer: step() is
+                # the framework scaler's step.
+                owner = self.scalers.scalers[framework]
+                return AmpEvent(
+                    EventKind.SCALER_STEP, node, record.unit, receiver=Ref(owner.name, framework), argument=Ref(receiver, receiver_key)
+                )
+            if receiver_key in self.scalers.optimizers or vocabulary.looks_like_optimizer(receiver):
+                if not vocabulary.named_like_a_non_optimizer(receiver):
+                    return AmpEvent(EventKind.OPTIMIZER_STEP, node, record.unit, receiver=Ref(receiver, receiver_key))
+            return None
+        if method == "zero_grad":
+            return AmpEvent(EventKind.ZERO_GRAD, node, record.unit, receiver=Ref(receiver, receiver_key))
+        return None
+
+    def _framework(self, record: CallRecord, method: str, receiver: str, key: str) -> Optional[AmpEvent]:
+        node = record.node
+        ref = Ref(receiver, key)
+        if method == "backward":
+            return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=ref, framework_scaler=key)
+        if method in ("clip_grad_norm_", "clip_grad_value_", "clip_gradients", "unscale_gradients"):
+            return AmpEvent(EventKind.UNSCALE, node, record.unit, receiver=ref)
+        return None
+
+    def _lightning_scaler(self, scope: Scope) -> Optional[str]:
+        owner = self.resolver.owning_class(scope)
+        if owner is not None and owner.name in self.scalers.lightning_fp16_classes:
+            return f"{owner.key}:lightning"
+        return None
+
+    def _is_framework_backward(self, receiver: str, call: cst.Call) -> bool:
+        """`accelerator.backward(loss)`, fairseq's/apex's `optimizer.backward(loss)`: a method
+        that takes the loss. Tensor.backward's only positional argument is a gradient tensor,
+        never named like a loss."""
+        if vocabulary.is_framework_receiver(receiver) or vocabulary.looks_like_optimizer(receiver):
+            return True
+        first = call.args[0] if call.args and call.args[0].keyword is None else None
+        name = dotted_name(first.value) if first is not None else None
+        return name is not None and vocabulary.named_like_a_loss(name)
+
+    def _backward(self, record: CallRecord, tensor: cst.BaseExpression) -> AmpEvent:
+        scope = record.unit.scope
+        return AmpEvent(
+            EventKind.BACKWARD,
+            record.node,
+            record.unit,
+            argument=self.ref(tensor, scope),
+            tensor=tensor,
+            scaled_inline_by=self.scaling_of(tensor, record.unit),
+            tensor_reads=frozenset(roots(names_read(tensor))),
+        )
+
+    def scaling_of(self, expression: cst.CSTNode, unit: CodeUnit) -> Optional[str]:
+        """Who scales `expression` inline: the key of the live-or-not GradScaler whose
+        `.scale(...)` it calls, or UNKNOWN_SCALER when it goes through a helper named like
+        one (`self.scale_loss(loss)`, apex's `amp.scale_loss(...)`) or the `.scale()` of an
+        object we cannot name (`amp["scaler"].scale(loss)`); None when nothing does."""
+        found: List[str] = []
+        for node in post_order(expression):
+            if not isinstance(node, cst.Call):
+                continue
+            func = node.func
+            name = dotted_name(func) or ""
+            if isinstance(func, cst.Attribute) and func.attr.value == "scale":
+                owner = dotted_name(func.value)
+                key = self.key(owner, unit.scope) if owner is not None else None
+                if key is not None and key in self.scalers.scalers:
+                    found.append(key)
+                    continue
+                found.append(UNKNOWN_SCALER)
+            elif vocabulary.named_like_scaling(name):
+                found.append(UNKNOWN_SCALER)
+        known = [key for key in found if key != UNKNOWN_SCALER]
+        return known[0] if known else (UNKNOWN_SCALER if found else None)
+
+    # helpers of the file
+    def _helper(self, record: CallRecord) -> Optional[HelperCall]:
+        func = record.node.func
+        scope = record.unit.scope
+        if isinstance(func, cst.Name):
+            for binding in self.resolver.bindings(func.value, scope):
+                if binding.kind == "def" and id(binding.node) in self._functions:
+                    callee = self._functions[id(binding.node)]
+                    if not callee.parameters[:1] in (["self"], ["cls"]) or callee.scope.class_scope is None:
+                        return HelperCall(record, callee, bound_self=False)
+            return None
+        if not isinstance(func, cst.Attribute):
+            return None
+        owner = dotted_name(func.value)
+        method = func.attr.value
+        if owner is None:
+            return None
+        classes = []
+        if owner in ("self", "cls"):
+            classes = self.resolver.class_and_bases(scope)
+        else:
+            # `trainer.fit()` where `trainer = Trainer(...)`, a class of this file.
+            for bound, _ in self.resolver.values(owner, scope):
+                if isinstance(bound, cst.Call):
+                    name = dotted_name(bound.func)
+                    if name in self.index.classes:
+                        classes.append(self.index.classes[name])
+        for cls in classes:
+            for binding in cls.bindings.get(method, ()):
+                if binding.kind == "def" and id(binding.node) in self._functions:
+                    callee = self._functions[id(binding.node)]
+                    bound_self = bool(callee.parameters[:1]) and callee.parameters[0] in ("self", "cls")
+                    return HelperCall(record, callee, bound_self=bound_self)
+        return None

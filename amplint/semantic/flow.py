@@ -1,0 +1,820 @@
+"""The order of AMP events through each code unit, and what the gradients hold at each.
+
+An abstract interpreter walks a unit's statements with a set of states. A state holds the
+branch conditions assumed so far (only those that matter again later: a flag tested twice, a
+scaler's `is None`/`enabled` condition), which variables hold a `scaler.scale(...)`-ed
+tensor, and the state of the gradients (`GradientState`). States that agree on everything
+merge, so the cost grows with what differs, not with the number of paths. `for` loops run at
+least once, `while` loops possibly never; `break`, `continue`, `return` and `raise` divert;
+`try` handlers start from before or after the body.
+
+A call to a helper of the file stands for its AMP work at any depth: each function has a
+`Summary` — every way through it as a sequence of events, with the conditions it tested on
+variables the caller shares (`self.use_amp`), its parameters left symbolic (`param:scaler`)
+and mapped to the caller's arguments at each call. The same interpreter computes summaries
+(collecting event sequences) and analyses units (tracking gradient states), so both agree on
+what a piece of code does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
+
+import libcst as cst
+
+from amplint.semantic.calls import HelperCall
+from amplint.semantic.conditions import Assumption, Condition
+from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, LoopFrame
+from amplint.semantic.model import (
+    UNKNOWN_SCALER,
+    AmpEvent,
+    AutocastRegion,
+    EventKind,
+    FlowState,
+    GradientState,
+    Occurrence,
+    Ref,
+)
+from amplint.semantic.names import names_bound, names_read, roots
+from amplint.semantic.regions import CallContext
+
+if TYPE_CHECKING:
+    from amplint.semantic import SemanticModel
+
+# Statement evaluations (times the states they run with) per unit or summary; past this the
+# unit is skipped and counted, never guessed.
+MAX_WORK = 40_000
+MAX_STATES = 512  # states at one point of a unit
+MAX_SEQUENCES = 64  # ways through a helper worth remembering
+MAX_EVENTS = 48  # events in one way through a helper
+MAX_DEPTH = 8  # helpers calling helpers
+
+
+class TooComplex(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True, eq=False)
+class SummaryEvent:
+    """One event of a helper, as its callers see it."""
+
+    event: AmpEvent
+    via: Tuple[cst.Call, ...]  # helper calls inside the helper, down to the event
+    receiver: Optional[Ref]  # keys of the helper's parameters read `param:NAME`
+    argument: Optional[Ref]
+    # Backward: who scaled its tensor (a key, `param:NAME`, UNKNOWN_SCALER, or None: no
+    # one), unless it is a parameter's value, which the caller's argument decides.
+    scaled: Optional[str] = None
+    tensor_param: Optional[str] = None
+    region: Optional[AutocastRegion] = None  # an enabled autocast inside the helper
+    autocast_off: bool = False  # a disabled autocast inside the helper
+    loop_inside_region: bool = False
+    under_no_grad: bool = False
+
+
+@dataclass(frozen=True)
+class Sequence:
+    facts: FrozenSet[Assumption]
+    events: Tuple[SummaryEvent, ...]
+
+
+@dataclass
+class Summary:
+    unit: CodeUnit
+    # Every event the helper may run, in no particular order, through helpers of its own.
+    events: Tuple[SummaryEvent, ...]
+    # Every way through it; None when there are too many to follow.
+    sequences: Optional[FrozenSet[Sequence]] = None
+
+    @property
+    def conditions(self) -> Set[str]:
+        return {cond.text for seq in self.sequences or () for cond, _ in seq.facts}
+
+
+# --------------------------------------------------------------------------- states
+
+
+@dataclass(frozen=True)
+class _PathState:
+    """A state of a summary's interpretation: the events so far."""
+
+    facts: FrozenSet[Assumption] = frozenset()
+    scaled: FrozenSet[Tuple[str, str]] = frozenset()
+    events: Tuple[SummaryEvent, ...] = ()
+
+
+State = Union[FlowState, _PathState]
+
+
+@dataclass
+class _Flow:
+    normal: Set[State]
+    breaks: Set[State] = field(default_factory=set)
+    continues: Set[State] = field(default_factory=set)
+    returns: Set[State] = field(default_factory=set)
+    raises: Set[State] = field(default_factory=set)
+
+    def then(self, step: "_Flow") -> "_Flow":
+        return _Flow(
+            step.normal,
+            self.breaks | step.breaks,
+            self.continues | step.continues,
+            self.returns | step.returns,
+            self.raises | step.raises,
+        )
+
+    def merge(self, other: "_Flow") -> "_Flow":
+        return _Flow(
+            self.normal | other.normal,
+            self.breaks | other.breaks,
+            self.continues | other.continues,
+            self.returns | other.returns,
+            self.raises | other.raises,
+        )
+
+
+@dataclass
+class UnitFlow:
+    """What the analysis of one unit found: the states just before each occurrence."""
+
+    unit: CodeUnit
+    before: Dict[Occurrence, Set[FlowState]]
+
+
+# --------------------------------------------------------------------------- the analysis
+
+
+class FlowAnalysis:
+    """Summaries and unit flows for one module, computed on demand and kept."""
+
+    def __init__(self, model: "SemanticModel") -> None:
+        self.model = model
+        self._summaries: Dict[int, Summary] = {}
+        self._in_progress: Set[int] = set()
+        self._flows: Dict[int, Optional[UnitFlow]] = {}
+        self._occurrences: Dict[tuple, Occurrence] = {}
+        self.skipped: List[CodeUnit] = []
+        self._called: Optional[Set[int]] = None
+
+    # public
+    def unit_flow(self, unit: CodeUnit) -> Optional[UnitFlow]:
+        key = id(unit)
+        if key not in self._flows:
+            self._flows[key] = self._analyse(unit)
+        return self._flows[key]
+
+    def summary(self, unit: CodeUnit, depth: int = 0) -> Summary:
+        key = id(unit)
+        if key in self._summaries:
+            return self._summaries[key]
+        if key in self._in_progress or depth > MAX_DEPTH:
+            return Summary(unit, (), None)  # recursion: follow no further
+        self._in_progress.add(key)
+        try:
+            summary = Summary(unit, self._all_events(unit, depth))
+            if summary.events:
+                summary.sequences = self._sequences(unit, depth)
+        finally:
+            self._in_progress.discard(key)
+        self._summaries[key] = summary
+        return summary
+
+    def has_visible_callers(self, unit: CodeUnit) -> bool:
+        if self._called is None:
+            self._called = set()
+            for record in self.model.index.calls:
+                item = self.model.classify(record)
+                if isinstance(item, HelperCall):
+                    self._called.add(id(item.callee))
+        return id(unit) in self._called
+
+    def occurrence(self, **fields) -> Occurrence:
+        key = tuple(
+            id(v) if isinstance(v, (AmpEvent, CodeUnit, AutocastRegion)) else (tuple(map(id, v)) if k == "via" else v)
+            for k, v in sorted(fields.items())
+        )
+        found = self._occurrences.get(key)
+        if found is None:
+            found = self._occurrences[key] = Occurrence(**fields)
+        return found
+
+    # every event of a helper, for questions about where it runs (AMP004/AMP006)
+    def _all_events(self, unit: CodeUnit, depth: int) -> Tuple[SummaryEvent, ...]:
+        found: List[SummaryEvent] = []
+        to_symbol = _Symbols(unit)
+        for record in unit.calls:
+            if not record.immediate:
+                continue
+            item = self.model.classify(record)
+            context = self.model.regions.context(record)
+            if isinstance(item, AmpEvent):
+                found.append(_summary_event(item, (), to_symbol.ref(item.receiver), to_symbol.ref(item.argument), context))
+            elif isinstance(item, HelperCall):
+                for inner in self.summary(item.callee, depth + 1).events:
+                    found.append(_nested(inner, item, context, to_symbol, self.model))
+        return tuple(found)
+
+    def _sequences(self, unit: CodeUnit, depth: int) -> Optional[FrozenSet[Sequence]]:
+        interpreter = _Interpreter(self, unit, summary_depth=depth)
+        try:
+            flow = interpreter.run({_PathState()})
+        except TooComplex:
+            return None
+        ends = [s for s in flow.normal | flow.returns | flow.breaks | flow.continues if isinstance(s, _PathState)]
+        exportable = interpreter.symbols.exportable
+        sequences = frozenset(
+            Sequence(frozenset(f for f in s.facts if exportable(f[0])), s.events) for s in ends
+        )
+        return sequences if len(sequences) <= MAX_SEQUENCES else None
+
+    def _analyse(self, unit: CodeUnit) -> Optional[UnitFlow]:
+        if not any(self.model.classify(record) is not None for record in unit.calls if record.immediate):
+            return UnitFlow(unit, {})
+        interpreter = _Interpreter(self, unit, summary_depth=None)
+        entry = GradientState(entry=not unit.is_module and not self.has_visible_callers(unit))
+        try:
+            interpreter.run({FlowState(gradients=entry)})
+        except TooComplex:
+            self.skipped.append(unit)
+            return None
+        return UnitFlow(unit, interpreter.before)
+
+
+# --------------------------------------------------------------------------- symbols
+
+
+class _Symbols:
+    """A helper's view of its own variables: parameters become `param:NAME`, so a caller can
+    put its arguments in their place."""
+
+    def __init__(self, unit: CodeUnit) -> None:
+        self.unit = unit
+        self.prefix = unit.scope.key + ":"
+        self.params = set(unit.parameters)
+
+    def key(self, key: Optional[str]) -> Optional[str]:
+        if key is not None and key.startswith(self.prefix):
+            name = key[len(self.prefix) :]
+            if name in self.params:
+                return "param:" + name
+        return key
+
+    def ref(self, ref: Optional[Ref]) -> Optional[Ref]:
+        if ref is None:
+            return None
+        key = self.key(ref.key)
+        return ref if key == ref.key else Ref(ref.text, key)  # type: ignore[arg-type]
+
+    def exportable(self, condition: Condition) -> bool:
+        """A condition a caller can share: on `self.` attributes or on module-level names,
+        not on the helper's own locals or parameters."""
+        local = self.unit.scope.bindings
+        for name in condition.names:
+            if name.startswith("self."):
+                continue
+            if name.split(".")[0] in local:
+                return False
+        return True
+
+
+def _summary_event(
+    event: AmpEvent, via: Tuple[cst.Call, ...], receiver: Optional[Ref], argument: Optional[Ref], context: CallContext
+) -> SummaryEvent:
+    return SummaryEvent(
+        event,
+        via,
+        receiver,
+        argument,
+        region=context.region,
+        autocast_off=context.autocast_off,
+        loop_inside_region=context.loop_inside_region,
+        under_no_grad=context.under_no_grad,
+    )
+
+
+def _nested(
+    inner: SummaryEvent,
+    call: HelperCall,
+    context: CallContext,
+    to_symbol: _Symbols,
+    model: "SemanticModel",
+    scaled_names: FrozenSet[Tuple[str, str]] = frozenset(),
+) -> SummaryEvent:
+    """`inner`, an event of the helper `call` calls, as seen from the calling function (whose
+    variables holding scaled tensors are `scaled_names`)."""
+    mapper = _ArgumentMapper(call, model)
+    tensor_param = None
+    scaled = inner.scaled
+    if inner.tensor_param is not None:
+        argument = call.argument_for(inner.tensor_param)
+        if argument is None:
+            scaled = UNKNOWN_SCALER
+        else:
+            reads = frozenset(roots(names_read(argument)))
+            inline = model.classifier.scaling_of(argument, call.record.unit) or _scaler_of(reads, scaled_names)
+            params = reads & to_symbol.params
+            if inline is None and params:
+                tensor_param = sorted(params)[0]
+            else:
+                scaled = to_symbol.key(inline)
+    elif scaled is not None and scaled.startswith("param:"):
+        mapped = mapper.ref(Ref(scaled, scaled))
+        scaled = to_symbol.key(mapped.key) if mapped is not None else UNKNOWN_SCALER
+    region, off = inner.region, inner.autocast_off
+    loop_inside, no_grad = inner.loop_inside_region, inner.under_no_grad or context.under_no_grad
+    if region is None and not off:
+        region, off, loop_inside = context.region, context.autocast_off, context.loop_inside_region
+    return SummaryEvent(
+        inner.event,
+        (call.record.node,) + inner.via,
+        to_symbol.ref(mapper.ref(inner.receiver)),
+        to_symbol.ref(mapper.ref(inner.argument)),
+        scaled=scaled,
+        tensor_param=tensor_param,
+        region=region,
+        autocast_off=off,
+        loop_inside_region=loop_inside,
+        under_no_grad=no_grad,
+    )
+
+
+class _ArgumentMapper:
+    """Puts a call's arguments in place of the callee's parameters."""
+
+    def __init__(self, call: HelperCall, model: "SemanticModel") -> None:
+        self.call = call
+        self.model = model
+
+    def ref(self, ref: Optional[Ref]) -> Optional[Ref]:
+        if ref is None or not ref.key.startswith("param:"):
+            return ref
+        name = ref.key[len("param:") :]
+        argument = self.call.argument_for(name)
+        if argument is None:
+            return Ref(ref.text, "unknown:" + name)
+        return self.model.classifier.ref(argument, self.call.record.unit.scope)
+
+
+# --------------------------------------------------------------------------- the interpreter
+
+
+class _Interpreter:
+    """Runs one unit's statements over a set of states.
+
+    With `summary_depth` set it collects the ways through the unit as event sequences (a
+    helper's summary); otherwise it tracks gradient states and records, for each occurrence,
+    the states just before it."""
+
+    def __init__(self, analysis: FlowAnalysis, unit: CodeUnit, summary_depth: Optional[int]) -> None:
+        self.analysis = analysis
+        self.model = analysis.model
+        self.unit = unit
+        self.summary_depth = summary_depth
+        self.symbols = _Symbols(unit)
+        self.before: Dict[Occurrence, Set[FlowState]] = {}
+        self.work = 0
+        self.relevant = self._relevant_conditions()
+
+    @property
+    def summarising(self) -> bool:
+        return self.summary_depth is not None
+
+    def run(self, states: Set[State]) -> _Flow:
+        return self.block(self.unit.body, states)
+
+    # blocks
+    def block(self, statements: Iterable[cst.CSTNode], states: Set[State]) -> _Flow:
+        flow = _Flow(set(states))
+        for statement in statements:
+            if not flow.normal:
+                break
+            flow = flow.then(self.statement(statement, flow.normal))
+            flow.normal = _join(flow.normal)
+            if len(flow.normal) > MAX_STATES:
+                raise TooComplex
+        return flow
+
+    def suite(self, suite: cst.BaseSuite, states: Set[State]) -> _Flow:
+        return self.block(suite.body, states)
+
+    # statements
+    def statement(self, node: cst.CSTNode, states: Set[State]) -> _Flow:
+        self.work += len(states)
+        if self.work > MAX_WORK:
+            raise TooComplex
+        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            flow = _Flow(set(states))
+            for small in node.body:
+                if not flow.normal:
+                    break
+                flow = flow.then(self.small_statement(small, flow.normal))
+            return flow
+        if isinstance(node, cst.If):
+            return self.if_statement(node, states)
+        if isinstance(node, (cst.For, cst.While)):
+            return self.loop(node, states)
+        if isinstance(node, cst.With):
+            states = self.evaluate(node, states)
+            for item in node.items:
+                if item.asname is not None:
+                    states = self.bind(names_bound(item.asname.name), item.item, states)
+            return self.suite(node.body, states)
+        if isinstance(node, (cst.Try, cst.TryStar)):
+            return self.try_statement(node, states)
+        if isinstance(node, cst.Match):
+            states = self.evaluate(node, states)
+            flow = _Flow(set(states))  # no case may match
+            for case in node.cases:
+                flow = flow.merge(self.suite(case.body, states))
+            return flow
+        # def / class: their bodies do not run here; decorators and defaults may.
+        return _Flow(self.evaluate(node, states))
+
+    def small_statement(self, node: cst.BaseSmallStatement, states: Set[State]) -> _Flow:
+        if isinstance(node, cst.Return):
+            return _Flow(set(), returns=self.evaluate(node, states))
+        if isinstance(node, cst.Raise):
+            return _Flow(set(), raises=self.evaluate(node, states))
+        if isinstance(node, cst.Break):
+            return _Flow(set(), breaks=set(states))
+        if isinstance(node, cst.Continue):
+            return _Flow(set(), continues=set(states))
+        states = self.evaluate(node, states)
+        if isinstance(node, cst.Assign):
+            targets = [name for t in node.targets for name in names_bound(t.target)]
+            return _Flow(self.bind(targets, node.value, states))
+        if isinstance(node, cst.AnnAssign) and node.value is not None:
+            return _Flow(self.bind(names_bound(node.target), node.value, states))
+        if isinstance(node, cst.AugAssign):
+            # `loss /= accum` keeps a scaled loss scaled: bind it to `loss <op> value`.
+            both = cst.Tuple([cst.Element(node.target), cst.Element(node.value)])
+            return _Flow(self.bind(names_bound(node.target), both, states))
+        return _Flow(states)
+
+    def if_statement(self, node: cst.If, states: Set[State]) -> _Flow:
+        states = self.evaluate(node, states)
+        taken = self.suite(node.body, self.assume(node.test, True, states))
+        skipped_states = self.assume(node.test, False, states)
+        if node.orelse is None:
+            skipped = _Flow(skipped_states)
+        elif isinstance(node.orelse, cst.If):
+            skipped = self.if_statement(node.orelse, skipped_states)
+        else:
+            skipped = self.suite(node.orelse.body, skipped_states)
+        return taken.merge(skipped)
+
+    def loop(self, node: Union[cst.For, cst.While], states: Set[State]) -> _Flow:
+        states = self.evaluate(node, states)
+        runs_forever = isinstance(node, cst.While) and isinstance(node.test, cst.Name) and node.test.value == "True"
+        # A `for` over optimizers, batches or micro-steps is taken to run at least once: a
+        # path that skips `for opt in optimizers: scaler.unscale_(opt)` is not a real one.
+        runs_once = isinstance(node, cst.For)
+        finished: Set[State] = set() if runs_forever or runs_once else set(states)
+        broken: Set[State] = set()
+        returns: Set[State] = set()
+        raises: Set[State] = set()
+        seen: Set[State] = set()
+        current = states
+        # A summary's states remember their events, so they never repeat: two iterations
+        # show any order that wraps around one. Gradient states do repeat: iterate to the
+        # fixpoint.
+        rounds = 2 if self.summarising else 12
+        for _ in range(rounds):
+            if isinstance(node, cst.For):
+                # `for scaled in [scaler.scale(l) for l in losses]:` binds scaled tensors.
+                current = self.bind(names_bound(node.target), node.iter, current)
+            body = self.suite(node.body, current)
+            after = _join(body.normal | body.continues)
+            if not runs_forever:
+                finished |= after
+            broken |= body.breaks
+            returns |= body.returns
+            raises |= body.raises
+            current = after - seen
+            seen |= after
+            if not current:
+                break
+        after_loop = _Flow(finished)
+        if node.orelse is not None:
+            after_loop = self.suite(node.orelse.body, finished)
+        return _Flow(
+            after_loop.normal | broken,
+            after_loop.breaks,
+            after_loop.continues,
+            returns | after_loop.returns,
+            raises | after_loop.raises,
+        )
+
+    def try_statement(self, node: Union[cst.Try, cst.TryStar], states: Set[State]) -> _Flow:
+        body = self.suite(node.body, states)
+        # An exception can leave the body anywhere; its start and its end bound what ran.
+        flow = body
+        if node.orelse is not None:
+            flow = _Flow(set(), body.breaks, body.continues, body.returns, body.raises).merge(
+                self.suite(node.orelse.body, body.normal)
+            )
+        handler_start = states | body.normal | body.raises
+        if node.handlers:
+            flow = replace(flow, raises=set())
+        for handler in node.handlers:
+            flow = flow.merge(self.suite(handler.body, handler_start))
+        if node.finalbody is not None:
+            final = self.suite(node.finalbody.body, flow.normal)
+            returned = self.suite(node.finalbody.body, flow.returns)
+            raised = self.suite(node.finalbody.body, flow.raises)
+            flow = _Flow(
+                final.normal,
+                flow.breaks | final.breaks,
+                flow.continues | final.continues,
+                final.returns | returned.normal | returned.returns,
+                final.raises | raised.normal | raised.raises,
+            )
+        return flow
+
+    # expressions
+    def evaluate(self, owner: cst.CSTNode, states: Set[State]) -> Set[State]:
+        record = self.model.index.record(owner)
+        if record is None:
+            return states
+        for call in record.calls:
+            item = self.model.classify(call)
+            if item is not None:
+                states = self.execute(call, item, states)
+        # `if (scaled := scaler.scale(loss)) is not None:` binds as it evaluates.
+        for walrus in record.walruses:
+            states = self.bind(names_bound(walrus.target), walrus.value, states)
+        return states
+
+    def execute(self, record: CallRecord, item: Union[AmpEvent, HelperCall], states: Set[State]) -> Set[State]:
+        context = self.model.regions.context(record)
+        if isinstance(item, HelperCall):
+            return self.call_helper(item, context, states)
+        if self.summarising:
+            return {self._append(state, self._summary_event(item, context, state)) for state in states}  # type: ignore[arg-type]
+        occurrence = self.analysis.occurrence(
+            event=item,
+            unit=self.unit,
+            via=(),
+            region=context.region,
+            loop_inside_region=context.loop_inside_region,
+            under_no_grad=context.under_no_grad,
+            receiver=item.receiver,
+            argument=item.argument,
+        )
+        result = set()
+        for state in states:
+            assert isinstance(state, FlowState)
+            scaler = None
+            if item.kind is EventKind.BACKWARD:
+                scaler = item.scaled_inline_by or _scaler_of(item.tensor_reads, state.scaled)
+            result.add(self._apply(state, occurrence, scaler))
+        return result
+
+    def call_helper(self, call: HelperCall, context: CallContext, states: Set[State]) -> Set[State]:
+        depth = (self.summary_depth or 0) + 1
+        summary = self.analysis.summary(call.callee, depth)
+        if not summary.sequences:
+            return states
+        if self.summarising:
+            result: Set[State] = set()
+            for state in states:
+                assert isinstance(state, _PathState)
+                for sequence in summary.sequences:
+                    merged = self._assume_facts(state, sequence.facts)
+                    if merged is None:
+                        continue
+                    for inner in sequence.events:
+                        nested = _nested(inner, call, context, self.symbols, self.model, merged.scaled)
+                        merged = self._append(merged, nested)
+                    result.add(merged)
+            return result
+        mapper = _ArgumentMapper(call, self.model)
+        result = set()
+        for state in states:
+            assert isinstance(state, FlowState)
+            for sequence in summary.sequences:
+                current = self._assume_facts(state, sequence.facts)
+                if current is None:
+                    continue
+                for inner in sequence.events:
+                    current = self._apply_mapped(current, inner, call, context, mapper)
+                result.add(current)
+        return result
+
+    def _apply_mapped(
+        self, state: FlowState, inner: SummaryEvent, call: HelperCall, context: CallContext, mapper: _ArgumentMapper
+    ) -> FlowState:
+        region, loop_inside = inner.region, inner.loop_inside_region
+        if region is None and not inner.autocast_off:
+            region, loop_inside = context.region, context.loop_inside_region
+        occurrence = self.analysis.occurrence(
+            event=inner.event,
+            unit=self.unit,
+            via=(call.record.node,) + inner.via,
+            region=region,
+            loop_inside_region=loop_inside,
+            under_no_grad=inner.under_no_grad or context.under_no_grad,
+            receiver=mapper.ref(inner.receiver),
+            argument=mapper.ref(inner.argument),
+        )
+        scaler = None
+        if inner.event.kind is EventKind.BACKWARD:
+            if inner.tensor_param is not None:
+                argument = call.argument_for(inner.tensor_param)
+                if argument is None:
+                    scaler = UNKNOWN_SCALER
+                else:
+                    scaler = self.model.classifier.scaling_of(argument, self.unit) or _scaler_of(
+                        frozenset(roots(names_read(argument))), state.scaled
+                    )
+            elif inner.scaled is not None and inner.scaled.startswith("param:"):
+                mapped = mapper.ref(Ref(inner.scaled, inner.scaled))
+                scaler = mapped.key if mapped is not None else UNKNOWN_SCALER
+            else:
+                scaler = inner.scaled
+        return self._apply(state, occurrence, scaler)
+
+    # summaries: collecting events
+    def _summary_event(self, event: AmpEvent, context: CallContext, state: _PathState) -> SummaryEvent:
+        found = _summary_event(event, (), self.symbols.ref(event.receiver), self.symbols.ref(event.argument), context)
+        if event.kind is not EventKind.BACKWARD:
+            return found
+        scaled = event.scaled_inline_by or _scaler_of(event.tensor_reads, state.scaled)
+        params = event.tensor_reads & self.symbols.params
+        if scaled is None and params:
+            return replace(found, tensor_param=sorted(params)[0])
+        return replace(found, scaled=self.symbols.key(scaled))
+
+    def _append(self, state: _PathState, event: SummaryEvent) -> _PathState:
+        if len(state.events) >= MAX_EVENTS:
+            raise TooComplex
+        return replace(state, events=state.events + (event,))
+
+    # gradients
+    def _apply(self, state: FlowState, occurrence: Occurrence, scaler: Optional[str]) -> FlowState:
+        gradients = self._normalised(state.gradients, state.facts)
+        self.before.setdefault(occurrence, set()).add(replace(state, gradients=gradients))
+        kind = occurrence.kind
+        if kind is EventKind.BACKWARD:
+            if scaler is None:
+                gradients = replace(
+                    gradients,
+                    plain_backwards=gradients.plain_backwards | {occurrence},
+                    mixed=True,
+                    last_backward=occurrence,
+                    entry=False,
+                    entry_clips=frozenset(),
+                )
+            elif scaler == UNKNOWN_SCALER or not self.model.is_live(scaler, state.facts):
+                gradients = replace(gradients, last_backward=occurrence, entry=False, entry_clips=frozenset())
+            else:
+                gradients = self._scaled(gradients, occurrence, scaler)
+        elif kind is EventKind.FRAMEWORK_BACKWARD:
+            if occurrence.event.framework_scaler is not None:
+                gradients = self._scaled(gradients, occurrence, occurrence.event.framework_scaler)
+        elif kind is EventKind.UNSCALE:
+            if gradients.scaled_by is not None or gradients.entry:
+                optimizer = occurrence.argument.key if occurrence.argument is not None else "*"
+                gradients = replace(gradients, unscaled=gradients.unscaled | {optimizer}, unscale=occurrence, entry_clips=frozenset())
+        elif kind is EventKind.CLIP:
+            if gradients.entry and gradients.scaled_by is None and not gradients.unscaled:
+                gradients = replace(gradients, entry_clips=gradients.entry_clips | {occurrence})
+        elif kind is EventKind.SCALER_STEP:
+            optimizer = occurrence.argument.key if occurrence.argument is not None else "*"
+            gradients = replace(
+                gradients, plain_backwards=frozenset(), stepped=gradients.stepped | {optimizer}, entry=False, entry_clips=frozenset()
+            )
+        elif kind in (EventKind.OPTIMIZER_STEP, EventKind.ZERO_GRAD):
+            gradients = GradientState()
+        return replace(state, gradients=gradients)
+
+    @staticmethod
+    def _scaled(gradients: GradientState, occurrence: Occurrence, scaler: str) -> GradientState:
+        return GradientState(
+            scaled_by=occurrence,
+            scaler=scaler,
+            plain_backwards=gradients.plain_backwards,
+            mixed=gradients.mixed,
+            last_backward=occurrence,
+        )
+
+    def _normalised(self, gradients: GradientState, facts: FrozenSet[Assumption]) -> GradientState:
+        """A later branch can reveal that the scaler was off all along (`if
+        scaler.is_enabled():`, the `else` of `if scaler is not None:`): then the gradients
+        it "scaled" never carried a factor."""
+        if gradients.scaler is not None and not self.model.is_live(gradients.scaler, facts):
+            return replace(gradients, scaled_by=None, scaler=None, unscaled=frozenset(), unscale=None, stepped=frozenset())
+        return gradients
+
+    # bindings and branches
+    def bind(self, targets: List[str], value: Optional[cst.CSTNode], states: Set[State]) -> Set[State]:
+        if not targets:
+            return states
+        inline, reads = self.model.scaling_and_reads(value, self.unit)
+        targets = roots(targets)
+        result: Set[State] = set()
+        for state in states:
+            scaled = {(name, s) for name, s in state.scaled if name not in targets}
+            scaler = inline or _scaler_of(reads, state.scaled)
+            if scaler is not None:
+                scaled |= {(target, scaler) for target in targets}
+            facts = frozenset(
+                (cond, outcome) for cond, outcome in state.facts if not any(cond.reads(t) for t in targets)
+            )
+            result.add(replace(state, scaled=frozenset(scaled), facts=facts))
+        return result
+
+    def assume(self, test: cst.BaseExpression, outcome: bool, states: Set[State]) -> Set[State]:
+        facts = [fact for fact in self.model.assumptions(test, outcome) if fact[0].text in self.relevant]
+        if not facts:
+            return states
+        result = set()
+        for state in states:
+            if any((cond, not value) in state.facts for cond, value in facts):
+                continue  # this branch contradicts what the path already assumed
+            result.add(replace(state, facts=state.facts | frozenset(facts)))
+        return result
+
+    def _assume_facts(self, state, facts: FrozenSet[Assumption]):
+        """A helper's way through, taken from `state`: None when it contradicts it."""
+        if any((cond, not value) in state.facts for cond, value in facts):
+            return None
+        kept = frozenset(fact for fact in facts if fact[0].text in self.relevant)
+        return replace(state, facts=state.facts | kept) if kept else state
+
+    def _relevant_conditions(self) -> FrozenSet[str]:
+        """Conditions worth remembering: those of branches holding AMP calls that are tested
+        more than once (or once inside a loop, or also by a helper it calls), those deciding
+        whether a scaler is live, and, for a summary, those a caller can share."""
+        counts: Counter = Counter()
+        exported: Set[str] = set()
+        seen_tests: Set[int] = set()
+        for record in self.unit.calls:
+            if not record.immediate:
+                continue
+            item = self.model.classify(record)
+            if item is None:
+                continue
+            in_loop = False
+            for frame in record.frames:
+                if isinstance(frame, LoopFrame):
+                    in_loop = True
+                elif isinstance(frame, GuardFrame) and id(frame.test) not in seen_tests:
+                    seen_tests.add(id(frame.test))
+                    conditions = {c for outcome in (True, False) for c, _ in self.model.assumptions(frame.test, outcome)}
+                    for cond in conditions:
+                        counts[cond.text] += 2 if in_loop else 1
+                        if self.summarising and self.symbols.exportable(cond):
+                            exported.add(cond.text)
+            if isinstance(item, HelperCall) and not self._is_recursive(item):
+                depth = (self.summary_depth or 0) + 1
+                for text in self.analysis.summary(item.callee, depth).conditions:
+                    counts[text] += 2 if in_loop else 1
+                    if self.summarising:
+                        exported.add(text)
+        relevant = {text for text, count in counts.items() if count > 1} | exported
+        for scaler in self.model.scalers.values():
+            relevant.update(cond.text for cond, _ in scaler.live_requirements)
+        return frozenset(relevant)
+
+    def _is_recursive(self, call: HelperCall) -> bool:
+        return call.callee is self.unit
+
+
+def _join(states: Set[State]) -> Set[State]:
+    """Merge gradient states that differ only in what may have happened on the way (which
+    plain backwards or entry clips may reach here): their union is what rules ask about,
+    and keeping every combination would multiply states branch after branch."""
+    if len(states) < 2:
+        return states
+    groups: Dict[object, List[FlowState]] = {}
+    others: Set[State] = set()
+    for state in states:
+        if not isinstance(state, FlowState):
+            others.add(state)
+            continue
+        g = state.gradients
+        core = replace(g, plain_backwards=frozenset(), entry_clips=frozenset(), mixed=False)
+        groups.setdefault((state.facts, state.scaled, core), []).append(state)
+    for group in groups.values():
+        if len(group) == 1:
+            others.add(group[0])
+            continue
+        g = group[0].gradients
+        merged = replace(
+            g,
+            plain_backwards=frozenset().union(*(s.gradients.plain_backwards for s in group)),
+            entry_clips=frozenset().union(*(s.gradients.entry_clips for s in group)),
+            mixed=any(s.gradients.mixed for s in group),
+        )
+        others.add(replace(group[0], gradients=merged))
+    return others
+
+
+def _scaler_of(reads: FrozenSet[str], scaled: FrozenSet[Tuple[str, str]]) -> Optional[str]:
+    return next((scaler for name, scaler in sorted(scaled) if name in reads), None)

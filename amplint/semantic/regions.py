@@ -1,0 +1,247 @@
+"""Autocast regions: which `with` items and decorators are `torch.autocast`, with what device,
+dtype and `enabled`, and which region each call runs in.
+
+A region is found through aliases (`from torch.cuda.amp import autocast as ac`), context
+objects built earlier (`ctx = nullcontext() if cpu else torch.autocast(...)`, `self.amp_ctx`
+set in `__init__`), `functools.partial(torch.autocast, ...)` and decorators. The arguments of
+the autocast call are read in the scope where it is written, so a context built in `__init__`
+from its locals resolves there, wherever it is entered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+import libcst as cst
+
+from amplint.semantic import torch_api
+from amplint.semantic.conditions import assumptions
+from amplint.semantic.index import CallRecord, CodeUnit, Frames, GuardFrame, LoopFrame, ModuleIndex, Scope, WithFrame
+from amplint.semantic.model import AutocastRegion
+from amplint.semantic.names import dotted_name, is_none, names_bound, roots
+from amplint.semantic.resolve import DEFAULT_DTYPE, Resolver, split_args
+from amplint.semantic.walk import iter_tree
+
+_MAX_DEPTH = 4
+_AutocastCall = Tuple[cst.Call, str, List[cst.BaseExpression], Dict[str, cst.BaseExpression], Scope]
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Where a call runs, as far as AMP cares."""
+
+    region: Optional[AutocastRegion]  # the enabled autocast region, if any
+    loop_inside_region: bool  # a for/while between the region's start and the call
+    under_no_grad: bool
+    autocast_off: bool = False  # a disabled autocast region switches it off here
+
+
+class Regions:
+    def __init__(self, index: ModuleIndex, resolver: Resolver) -> None:
+        self.index = index
+        self.resolver = resolver
+        self._by_item: Dict[int, Optional[AutocastRegion]] = {}
+        self._no_grad: Dict[int, bool] = {}
+        self._contexts: Dict[int, CallContext] = {}
+        self.unit_regions: Dict[int, List[AutocastRegion]] = {}  # id(unit) -> its decorator regions
+        self.unit_no_grad: Dict[int, bool] = {}
+        self.all: List[AutocastRegion] = []
+        for unit in index.units:
+            self._unit(unit)
+        for unit, frame, frames in index.withs:
+            region = self.region_of(frame, unit)
+            if region is not None:
+                region.under_no_grad = self.context_of(unit, frames).under_no_grad
+
+    # what a call runs under
+    def context(self, record: CallRecord) -> CallContext:
+        key = id(record.node)
+        found = self._contexts.get(key)
+        if found is None:
+            found = self._contexts[key] = self.context_of(record.unit, record.frames)
+        return found
+
+    def context_of(self, unit: CodeUnit, frames: Frames) -> CallContext:
+        stack: List[object] = [("autocast", r) for r in self.unit_regions.get(id(unit), ())]
+        no_grad = self.unit_no_grad.get(id(unit), False)
+        for frame in frames:
+            if isinstance(frame, WithFrame):
+                if self.is_no_grad(frame.item):
+                    no_grad = True
+                    continue
+                region = self.region_of(frame, unit)
+                if region is not None:
+                    stack.append(("autocast", region))
+            elif isinstance(frame, LoopFrame):
+                stack.append(("loop", None))
+            elif isinstance(frame, GuardFrame):
+                stack.append(("guard", frame))
+        for index in range(len(stack) - 1, -1, -1):
+            kind, candidate = stack[index]  # type: ignore[misc]
+            if kind != "autocast":
+                continue
+            if candidate.active and not _guarded_off(candidate, stack):
+                loop_inside = any(k == "loop" for k, _ in stack[index + 1 :])  # type: ignore[misc]
+                return CallContext(candidate, loop_inside, no_grad)
+            # A nested disabled region (or the branch where it is off) switches autocast off.
+            return CallContext(None, False, no_grad, autocast_off=True)
+        return CallContext(None, False, no_grad)
+
+    def region_of(self, frame: WithFrame, unit: CodeUnit) -> Optional[AutocastRegion]:
+        key = id(frame.item)
+        if key not in self._by_item:
+            region = self._region(frame.item, unit, frame.scope, under_no_grad=False)
+            self._by_item[key] = region
+            if region is not None:
+                region.body = frame.statement.body
+                region.assigned = set(assigned_in(frame.statement.body))
+                self.all.append(region)
+        return self._by_item[key]
+
+    def is_no_grad(self, expression: cst.BaseExpression) -> bool:
+        key = id(expression)
+        if key not in self._no_grad:
+            self._no_grad[key] = self._is_no_grad(expression)
+        return self._no_grad[key]
+
+    def _is_no_grad(self, expression: cst.BaseExpression) -> bool:
+        func = expression.func if isinstance(expression, cst.Call) else expression
+        qualified = self.resolver.qualified(func)
+        if qualified in torch_api.NO_GRAD_CONTEXTS:
+            return True
+        if qualified == "torch.set_grad_enabled" and isinstance(expression, cst.Call) and expression.args:
+            return self.resolver.boolean(expression.args[0].value, self.index.module_scope) is False
+        return False
+
+    # units: decorators
+    def _unit(self, unit: CodeUnit) -> None:
+        regions: List[AutocastRegion] = []
+        no_grad = False
+        scope = unit.scope.parent or unit.scope
+        for decorator in unit.decorators:
+            if self.is_no_grad(decorator):
+                no_grad = True
+            elif isinstance(decorator, cst.Call):
+                region = self._region(decorator, unit, scope, under_no_grad=no_grad)
+                if region is not None:
+                    region.assigned = set(assigned_in(unit.node.body))
+                    regions.append(region)
+                    self.all.append(region)
+        self.unit_regions[id(unit)] = regions
+        self.unit_no_grad[id(unit)] = no_grad
+
+    # one autocast call
+    def _region(self, expression: cst.BaseExpression, unit: CodeUnit, scope: Scope, under_no_grad: bool) -> Optional[AutocastRegion]:
+        found = self._autocast_call(expression, scope)
+        if found is None:
+            return None
+        anchor, qualified, positional, keywords, where = found
+        if qualified in torch_api.AUTOCAST:
+            names: Tuple[str, ...] = ("device_type", "dtype", "enabled", "cache_enabled")
+            default_devices: FrozenSet[str] = frozenset()
+            legacy = None
+        else:
+            names = ("enabled", "dtype", "cache_enabled")
+            default_devices = frozenset({torch_api.LEGACY_AUTOCAST_DEVICE[qualified]})
+            legacy = qualified
+        values = dict(zip(names, positional))
+        values.update(keywords)
+        devices = self.resolver.devices(values["device_type"], where) if "device_type" in values else default_devices
+        dtype_is_default = values.get("dtype") is None or is_none(values.get("dtype"))
+        if dtype_is_default:
+            # The default: float16 on CUDA, bfloat16 on CPU; other devices are left unknown.
+            dtypes = frozenset(DEFAULT_DTYPE[d] for d in devices if d in DEFAULT_DTYPE)
+            if any(d not in DEFAULT_DTYPE for d in devices):
+                dtypes = frozenset()  # one of the devices has a default we do not know
+        else:
+            dtypes = self.resolver.dtypes(values.get("dtype"), where)
+        region = AutocastRegion(
+            anchor=anchor,
+            unit=unit,
+            scope=where,
+            device=next(iter(devices)) if len(devices) == 1 else None,
+            possible_devices=devices,
+            dtype=next(iter(dtypes)) if len(dtypes) == 1 else None,
+            possible_dtypes=dtypes,
+            enabled=self.resolver.boolean(values.get("enabled"), where),
+            enabled_requires=tuple(assumptions(values["enabled"], True)) if "enabled" in values else (),
+            cache_enabled=self.resolver.boolean(values.get("cache_enabled"), where),
+            under_no_grad=under_no_grad,
+            dtype_is_default=dtype_is_default,
+            legacy=legacy,
+        )
+        return region
+
+    def _autocast_call(self, expression: cst.BaseExpression, scope: Scope, depth: int = 0) -> Optional[_AutocastCall]:
+        """The autocast call behind a `with` item: direct, a context object built earlier
+        (`ctx = nullcontext() if cpu else torch.autocast(...)`), or a `functools.partial`."""
+        if depth > _MAX_DEPTH:
+            return None
+        if isinstance(expression, cst.IfExp):
+            return self._autocast_call(expression.body, scope, depth + 1) or self._autocast_call(
+                expression.orelse, scope, depth + 1
+            )
+        if isinstance(expression, cst.Call):
+            qualified = self.resolver.qualified(expression.func)
+            if qualified in torch_api.AUTOCAST or qualified in torch_api.LEGACY_AUTOCAST_DEVICE:
+                positional, keywords = split_args(expression.args)
+                return expression, qualified, positional, keywords, scope
+            if qualified == "functools.partial" and expression.args:
+                inner = self.resolver.qualified(expression.args[0].value)
+                if inner in torch_api.AUTOCAST or inner in torch_api.LEGACY_AUTOCAST_DEVICE:
+                    positional, keywords = split_args(expression.args[1:])
+                    return expression, inner, positional, keywords, scope
+                return None
+            # `with amp_ctx():` where `amp_ctx = partial(torch.autocast, ...)`. A context
+            # object may be bound on several branches (`partial(torch.autocast, ...)` when AMP
+            # is on, `suppress` when off): where any binding is autocast, it may be.
+            name = dotted_name(expression.func)
+            for bound, where in self.resolver.values(name, scope) if name else ():
+                if isinstance(bound, cst.Call) and self.resolver.qualified(bound.func) == "functools.partial":
+                    built = self._autocast_call(bound, where, depth + 1)
+                    if built is not None:
+                        _, qualified, positional, keywords, built_scope = built
+                        extra_positional, extra_keywords = split_args(expression.args)
+                        # The call's own arguments are read here; the partial's where it was built.
+                        merged = {**keywords, **extra_keywords}
+                        return expression, qualified, positional + extra_positional, merged, built_scope
+            return None
+        name = dotted_name(expression)
+        for bound, where in self.resolver.values(name, scope) if name else ():
+            built = self._autocast_call(bound, where, depth + 1) if bound is not None else None
+            if built is not None:
+                return built
+        return None
+
+
+def _guarded_off(region: AutocastRegion, stack: List[object]) -> bool:
+    """Inside `with autocast(enabled=scaler is not None):`, the `else` of `if scaler is not
+    None:` runs with autocast off."""
+    if not region.enabled_requires:
+        return False
+    guards = set()
+    for kind, frame in stack:  # type: ignore[misc]
+        if kind == "guard":
+            guards.update(assumptions(frame.test, frame.outcome))
+    return any((cond, not value) in guards for cond, value in region.enabled_requires)
+
+
+def assigned_in(body: cst.CSTNode) -> FrozenSet[str]:
+    """The variables a block binds (assignment, loop and `with` targets, walruses), as roots."""
+    bound: List[str] = []
+
+    def descend(node: cst.CSTNode) -> bool:
+        return not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+    for node in iter_tree(body, descend):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                bound.extend(names_bound(target.target))
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For)):
+            bound.extend(names_bound(node.target))
+        elif isinstance(node, cst.NamedExpr):
+            bound.extend(names_bound(node.target))
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            bound.extend(names_bound(node.asname.name))
+    return frozenset(roots(bound))

@@ -1,0 +1,265 @@
+"""What a name refers to, and what constant values an expression can take.
+
+Names are looked up as Python does (function scopes outward, class bodies skipped, then the
+module); `self.x` is looked up in the class whose methods or body assign it, then its base
+classes in the file; any other dotted name (`args.dtype`) by its assignments anywhere in the
+file. A value is followed through names, conditional expressions, dict-literal lookups and,
+for a function parameter, what the calls in this file pass for it. Anything else is unknown,
+and unknown is never guessed.
+"""
+
+from __future__ import annotations
+
+from typing import FrozenSet, List, Optional, Tuple
+
+import libcst as cst
+
+from amplint.semantic import torch_api
+from amplint.semantic.index import Binding, ModuleIndex, Scope
+from amplint.semantic.names import dotted_name
+
+_MAX_DEPTH = 4
+# Default autocast dtypes by device; other devices' defaults are left unknown.
+DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
+_KNOWN_DEVICES = ("cuda", "cpu", "mps", "xpu", "hpu", "npu", "xla", "meta")
+
+
+class Resolver:
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
+        self.aliases = index.aliases
+
+    # names
+    def qualified(self, node: cst.BaseExpression) -> Optional[str]:
+        """The imported dotted path `node` stands for (`torch.cuda.amp.autocast`), or None."""
+        return self.aliases.resolve(node)
+
+    def bindings(self, name: str, scope: Scope) -> List[Binding]:
+        """Every binding `name`, read in `scope`, may refer to."""
+        if name.startswith("self."):
+            return self.attribute_bindings(name, scope)
+        if "." in name:
+            return list(self.index.dotted.get(name, ()))
+        bound = self.binding_scope(name, scope)
+        return list(bound.bindings[name]) if bound is not None else []
+
+    def binding_scope(self, name: str, scope: Optional[Scope]) -> Optional[Scope]:
+        """The scope whose binding of the plain name `name` a read in `scope` sees."""
+        first = scope
+        while scope is not None:
+            # A class body's names are not visible from its methods.
+            if (scope.kind != "class" or scope is first) and name in scope.bindings:
+                return scope
+            scope = scope.parent
+        return None
+
+    def owning_class(self, scope: Optional[Scope]) -> Optional[Scope]:
+        """The class whose instance `self` is in `scope` (a method, or a function nested in one)."""
+        while scope is not None:
+            if scope.kind == "class":
+                return scope
+            scope = scope.parent
+        return None
+
+    def attribute_bindings(self, name: str, scope: Scope) -> List[Binding]:
+        """`self.x` as its class (or a base class in this file) assigns it; an attribute the
+        class never assigns may come from anywhere, so the whole file's stand in."""
+        for owner in self.class_and_bases(scope):
+            if name in owner.attributes:
+                return list(owner.attributes[name])
+        return [b for s in self.index.scopes if s.kind == "class" for b in s.attributes.get(name, ())]
+
+    def class_and_bases(self, scope: Optional[Scope]) -> List[Scope]:
+        """The class `self` belongs to in `scope`, then its base classes defined in this file."""
+        found: List[Scope] = []
+        pending = [self.owning_class(scope)]
+        while pending:
+            owner = pending.pop(0)
+            if owner is None or any(owner is seen for seen in found):
+                continue
+            found.append(owner)
+            pending.extend(self.index.classes.get(base.rsplit(".", 1)[-1]) for base in owner.bases)
+        return found
+
+    def identity(self, name: str, scope: Scope) -> str:
+        """A key that is the same wherever the same variable is read: `fn:train:scaler`,
+        `cls:Trainer:self.scaler`, `mod:<module>:scaler`, `dot:args.scaler`."""
+        if name.startswith("self."):
+            attribute = "self." + name.split(".")[1]
+            for owner in self.class_and_bases(scope):
+                if attribute in owner.attributes:
+                    return f"{owner.key}:{name}"
+            return f"attr:{name}"
+        if "." in name:
+            return f"dot:{name}"  # looked up file-wide, like its bindings
+        bound = self.binding_scope(name, scope)
+        if bound is None:
+            return f"free:{name}"
+        return f"{bound.key}:{name}"
+
+    def values(self, name: str, scope: Scope) -> List[Tuple[Optional[cst.BaseExpression], Scope]]:
+        """Every value `name` is given, each with the scope its names are read in."""
+        return [(b.value, b.value_scope) for b in self.bindings(name, scope)]
+
+    def constant(self, name: str, scope: Scope) -> Optional[Tuple[cst.BaseExpression, Scope]]:
+        """The one value `name` is ever given; None if unsure."""
+        values = self.values(name, scope)
+        if len(values) == 1 and values[0][0] is not None:
+            return values[0]  # type: ignore[return-value]
+        return None
+
+    def arguments_for(self, name: str, scope: Scope) -> List[Tuple[cst.BaseExpression, Scope]]:
+        """When `name` is a parameter: what the calls in this file pass for it, each with the
+        caller's scope. `train(args.device, amp_dtype)` -> (amp_dtype, main's scope)."""
+        bound = self.binding_scope(name, scope)
+        if bound is None or bound.kind != "function" or name not in bound.params:
+            return []
+        function = bound.name.rsplit(".", 1)[-1]
+        params = bound.params
+        index = params.index(name)
+        found = []
+        for record in self.index.calls_to(function):
+            call = record.node
+            positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+            keyword = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+            # `self.train(x)` or `trainer.train(x)` binds the method's first parameter itself.
+            shift = 1 if isinstance(call.func, cst.Attribute) and params[:1] in (["self"], ["cls"]) else 0
+            if name in keyword:
+                found.append((keyword[name], record.unit.scope))
+            elif 0 <= index - shift < len(positional):
+                found.append((positional[index - shift], record.unit.scope))
+        return found
+
+    # constant values
+    def resolve(self, value: Optional[cst.BaseExpression], scope: Scope) -> Optional[Tuple[cst.BaseExpression, Scope]]:
+        """Follow names to the one value they hold; a literal or imported name stays as it is."""
+        for _ in range(_MAX_DEPTH):
+            if value is None:
+                return None
+            if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+                return value, scope
+            name = dotted_name(value)
+            if name is None or self.aliases.resolve(value) is not None:
+                return value, scope
+            bound = self.constant(name, scope)
+            if bound is None:
+                return None
+            value, scope = bound
+        return None
+
+    def boolean(self, value: Optional[cst.BaseExpression], scope: Scope) -> Optional[bool]:
+        """True/False for a literal (followed through names); True when absent; else None."""
+        if value is None:
+            return True
+        resolved = self.resolve(value, scope)
+        return bool_literal(resolved[0]) if resolved is not None else None
+
+    def dtypes(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> FrozenSet[str]:
+        """The dtypes `value` can be: one, each branch of a conditional expression
+        (`torch.float16 if device == "cuda" else torch.bfloat16`), each value of a dict
+        literal it is looked up in, each value a name is assigned or, for a parameter,
+        passed by a caller in this file; empty when unknown (a config attribute,
+        `getattr(torch, name)`, a parameter no caller here passes)."""
+        if value is None or depth > _MAX_DEPTH:
+            return frozenset()
+        if isinstance(value, cst.IfExp):
+            return self.dtypes(value.body, scope, depth + 1) | self.dtypes(value.orelse, scope, depth + 1)
+        if isinstance(value, cst.Subscript):
+            # nanoGPT's `{'float32': torch.float32, 'float16': torch.float16, ...}[dtype]`.
+            table = self._dict_literal(value.value, scope)
+            if table is None:
+                return frozenset()
+            found: FrozenSet[str] = frozenset()
+            for element in table[0].elements:
+                if isinstance(element, cst.DictElement):
+                    found |= self.dtypes(element.value, table[1], depth + 1)
+            return found
+        dtype = torch_api.DTYPES.get(self.aliases.resolve(value) or "")
+        if dtype is not None:
+            return frozenset({dtype})
+        return self._through_names(value, scope, depth, self.dtypes)
+
+    def devices(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> FrozenSet[str]:
+        """The device types `value` can name: `"cuda:0"`, `torch.device("cuda" if ok else
+        "cpu")`, `str(device)`, `device.type`, f"cuda:{rank}"; empty when unknown."""
+        if value is None or depth > _MAX_DEPTH:
+            return frozenset()
+        if isinstance(value, cst.SimpleString):
+            text = value.evaluated_value
+            if isinstance(text, bytes):
+                return frozenset()
+            kind = text.split(":")[0]
+            return frozenset({kind}) if kind in _KNOWN_DEVICES else frozenset()
+        if isinstance(value, cst.FormattedString):
+            first = value.parts[0] if value.parts else None
+            if isinstance(first, cst.FormattedStringText):
+                kind = first.value.split(":")[0]
+                return frozenset({kind}) if kind in _KNOWN_DEVICES else frozenset()
+            return frozenset()
+        if isinstance(value, cst.IfExp):
+            return self.devices(value.body, scope, depth + 1) | self.devices(value.orelse, scope, depth + 1)
+        if isinstance(value, cst.Call):
+            qualified = self.aliases.resolve(value.func)
+            is_str = isinstance(value.func, cst.Name) and value.func.value == "str"
+            if (qualified == "torch.device" or is_str) and value.args:
+                return self.devices(value.args[0].value, scope, depth + 1)
+            return frozenset()
+        if isinstance(value, cst.Attribute) and value.attr.value == "type":
+            # `device.type`: the device's kind.
+            return self.devices(value.value, scope, depth + 1)
+        return self._through_names(value, scope, depth, self.devices)
+
+    def string(self, value: Optional[cst.BaseExpression], scope: Scope) -> Optional[str]:
+        resolved = self.resolve(value, scope)
+        if resolved is not None and isinstance(resolved[0], cst.SimpleString):
+            text = resolved[0].evaluated_value
+            return text if isinstance(text, str) else None
+        return None
+
+    def _through_names(self, value: cst.BaseExpression, scope: Scope, depth: int, follow) -> FrozenSet[str]:
+        # A name set on several branches can be each of its values; a parameter can be what
+        # each caller in this file passes.
+        name = dotted_name(value)
+        if name is None or self.aliases.resolve(value) is not None:
+            return frozenset()
+        found: FrozenSet[str] = frozenset()
+        for bound, where in self.values(name, scope):
+            found |= follow(bound, where, depth + 1)
+        for argument, caller in self.arguments_for(name, scope):
+            found |= follow(argument, caller, depth + 1)
+        return found
+
+    def _dict_literal(self, value: cst.BaseExpression, scope: Scope) -> Optional[Tuple[cst.Dict, Scope]]:
+        if isinstance(value, cst.Dict):
+            return value, scope
+        resolved = self.resolve(value, scope)
+        if resolved is not None and isinstance(resolved[0], cst.Dict):
+            return resolved  # type: ignore[return-value]
+        return None
+
+
+def bool_literal(node: Optional[cst.BaseExpression]) -> Optional[bool]:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def split_args(args) -> Tuple[List[cst.BaseExpression], dict]:
+    """A call's positional argument values and its keyword arguments by name (stars skipped)."""
+    positional: List[cst.BaseExpression] = []
+    keywords = {}
+    for arg in args:
+        if arg.star:
+            continue
+        if arg.keyword is not None:
+            keywords[arg.keyword.value] = arg.value
+        else:
+            positional.append(arg.value)
+    return positional, keywords
+
+
+def argument(call: cst.Call, index: int, keyword: str) -> Optional[cst.BaseExpression]:
+    positional, keywords = split_args(call.args)
+    if keyword in keywords:
+        return keywords[keyword]
+    return positional[index] if len(positional) > index else None

@@ -1,0 +1,312 @@
+"""Which variables hold GradScalers and optimizers, and which frameworks scale the loss.
+
+A variable is a scaler when the file builds a GradScaler into it, annotates it as one, or uses
+it as only a scaler is used (`s.unscale_(opt)`, `s.scale(loss).backward()`, `s.step(optimizer)`:
+an optimizer's own step() takes a closure, never an optimizer). Identity is by binding: a
+`scaler` local of one function is not the `scaler` of another. A variable that the file
+visibly fills with something else (a class of its own, sklearn's `StandardScaler()`) is not a
+scaler, whatever its methods are called.
+
+Frameworks own a scaler when float16 mixed precision is evident in the file:
+`Accelerator(mixed_precision="fp16")`, Lightning's `Trainer(precision="16-mixed")` with a
+`LightningModule` of the file, `Fabric(precision="16-mixed")`. Their backward scales, their
+clip unscales first, and the optimizers they prepare step through their scaler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint.semantic import torch_api, vocabulary
+from amplint.semantic.conditions import Assumption, Condition, assumptions
+from amplint.semantic.index import Binding, CallRecord, ModuleIndex, Scope
+from amplint.semantic.model import ScalerInfo
+from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.resolve import Resolver, bool_literal, split_args
+
+_ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+_LIGHTNING_TRAINERS = frozenset(
+    {"pytorch_lightning.Trainer", "lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.trainer.Trainer"}
+)
+_FABRIC = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"})
+_FP16_PRECISIONS = frozenset({"fp16", "16", "16-mixed", "16_mixed"})
+
+
+@dataclass
+class ScalerFacts:
+    scalers: Dict[str, ScalerInfo] = field(default_factory=dict)
+    # Variables named like scalers that are used as objects which may scale, but are not
+    # GradScalers we can see built: timm's NativeScaler `loss_scaler(loss, optimizer)`, a
+    # scaler passed in and handed on.
+    scaler_like: Set[str] = field(default_factory=set)
+    optimizers: Set[str] = field(default_factory=set)
+    # Optimizer variable -> the framework scaler whose step it is (accelerate.prepare,
+    # Fabric.setup, Lightning's self.optimizers()).
+    prepared: Dict[str, str] = field(default_factory=dict)
+    # Classes of the file whose instances are Lightning modules trained in float16.
+    lightning_fp16_classes: Set[str] = field(default_factory=set)
+    # Every GradScaler construction: (the binding it fills, the call).
+    constructions: List[Tuple[Binding, cst.Call]] = field(default_factory=list)
+
+
+def binding_key(binding: Binding) -> str:
+    if binding.scope.kind == "class" and binding.name.startswith("self."):
+        return f"{binding.scope.key}:{binding.name}"
+    if "." in binding.name:
+        return f"dot:{binding.name}"
+    return f"{binding.scope.key}:{binding.name}"
+
+
+def all_bindings(index: ModuleIndex) -> Iterator[Binding]:
+    for scope in index.scopes:
+        for bindings in scope.bindings.values():
+            yield from bindings
+        for bindings in scope.attributes.values():
+            yield from bindings
+    for bindings in index.dotted.values():
+        yield from bindings
+
+
+def find_scalers(index: ModuleIndex, resolver: Resolver) -> ScalerFacts:
+    return _ScalerFinder(index, resolver).facts
+
+
+class _ScalerFinder:
+    def __init__(self, index: ModuleIndex, resolver: Resolver) -> None:
+        self.index = index
+        self.resolver = resolver
+        self.facts = ScalerFacts()
+        bindings = list(all_bindings(index))
+        constructions: Dict[str, List[Tuple[Optional[bool], List[Assumption], str]]] = {}
+        other_values: Dict[str, bool] = {}  # key -> every value is visibly not a scaler
+        for binding in bindings:
+            key = binding_key(binding)
+            built = self._scaler_construction(binding.value, binding.value_scope)
+            if built is not None:
+                enabled, requirements, call = built
+                constructions.setdefault(key, []).append((enabled, requirements, binding.name))
+                self.facts.constructions.append((binding, call))
+            else:
+                other_values[key] = other_values.get(key, True) and self._visibly_not_a_scaler(binding)
+            if binding.kind == "param" and isinstance(binding.node, cst.Param):
+                annotation = binding.node.annotation
+                if annotation is not None and "GradScaler" in source_text(annotation.annotation):
+                    constructions.setdefault(key, []).append((None, [], binding.name))
+            elif isinstance(binding.node, cst.AnnAssign) and "GradScaler" in source_text(binding.node.annotation.annotation):
+                constructions.setdefault(key, []).append((None, [], binding.name))
+
+        used = self._used_as_scalers()
+        params = {f"{s.key}:{p}" for s in index.scopes if s.kind == "function" for p in s.params}
+        for key, entries in constructions.items():
+            name = entries[0][2]
+            if key in params:
+                # A parameter can hold any scaler a caller passes: its state is unknown.
+                entries = entries + [(None, [], name)]
+            states = {enabled for enabled, _, _ in entries}
+            enabled: Optional[bool] = states.pop() if len(states) == 1 else None
+            requirements = list(_requirements(name))
+            if len(entries) == 1:
+                requirements.extend(entries[0][1])
+            calls = tuple(call for binding, call in self.facts.constructions if binding_key(binding) == key)
+            self.facts.scalers[key] = ScalerInfo(key, name, enabled, tuple(requirements), None, calls)
+        for key, name in used.items():
+            if key not in self.facts.scalers and not other_values.get(key, False):
+                self.facts.scalers[key] = ScalerInfo(key, name, None, _requirements(name))
+        self._frameworks(bindings)
+        self._scaler_like()
+        self._optimizers(bindings)
+
+    # GradScalers
+    def _scaler_construction(
+        self, value: Optional[cst.BaseExpression], scope: Scope
+    ) -> Optional[Tuple[Optional[bool], List[Assumption], cst.Call]]:
+        """(enabled, what must hold for it to be live, the call) when `value` builds a GradScaler."""
+        if isinstance(value, cst.IfExp):
+            for branch, outcome in ((value.body, True), (value.orelse, False)):
+                built = self._scaler_construction(branch, scope)
+                if built is not None:
+                    return built[0], built[1] + assumptions(value.test, outcome), built[2]
+            return None
+        if not isinstance(value, cst.Call) or not self.is_grad_scaler(value.func):
+            return None
+        for arg in value.args:
+            if arg.keyword is not None and arg.keyword.value == "enabled":
+                literal = self.resolver.boolean(arg.value, scope)
+                if literal is not None:
+                    return literal, [], value
+                return None, assumptions(arg.value, True), value
+        return True, [], value
+
+    def is_grad_scaler(self, func: cst.BaseExpression) -> bool:
+        qualified = self.resolver.qualified(func)
+        if qualified in torch_api.GRAD_SCALER:
+            return True
+        return qualified is None and isinstance(func, cst.Name) and func.value in torch_api.GRAD_SCALER_BARE_NAMES
+
+    def _visibly_not_a_scaler(self, binding: Binding) -> bool:
+        """Filled with an instance of something that is not a GradScaler: a class this file
+        defines, or a class imported from outside torch (sklearn's `StandardScaler()`)."""
+        value = binding.value
+        if not isinstance(value, cst.Call):
+            return False
+        callee = dotted_name(value.func)
+        if callee is None:
+            return False
+        if callee in self.index.classes:
+            bases = self.index.classes[callee].bases
+            return not any(base.rsplit(".", 1)[-1] in torch_api.GRAD_SCALER_BARE_NAMES for base in bases)
+        qualified = self.resolver.qualified(value.func)
+        return qualified is not None and not qualified.startswith("torch") and callee[:1].isupper()
+
+    def _used_as_scalers(self) -> Dict[str, str]:
+        """Variables used as only a scaler is used -> the name as written."""
+        found: Dict[str, str] = {}
+        for record in self.index.calls:
+            func = record.node.func
+            if not isinstance(func, cst.Attribute):
+                continue
+            method = func.attr.value
+            scope = record.unit.scope
+            if method == "backward" and isinstance(func.value, cst.Call):
+                inner = func.value.func
+                if isinstance(inner, cst.Attribute) and inner.attr.value == "scale":
+                    self._note(found, dotted_name(inner.value), scope)
+                continue
+            if method not in ("scale", "unscale_", "step"):
+                continue
+            receiver = dotted_name(func.value)
+            if receiver is None:
+                continue
+            if method == "unscale_" or vocabulary.named_like_a_scaler(receiver):
+                self._note(found, receiver, scope)
+            elif method == "step" and record.node.args:
+                stepped = dotted_name(record.node.args[0].value)
+                if stepped is not None and vocabulary.looks_like_optimizer(stepped):
+                    self._note(found, receiver, scope)
+        return found
+
+    def _note(self, found: Dict[str, str], name: Optional[str], scope: Scope) -> None:
+        if name is not None:
+            found.setdefault(self.resolver.identity(name, scope), name)
+
+    # frameworks
+    def _frameworks(self, bindings: List[Binding]) -> None:
+        lightning_fp16 = False
+        for binding in bindings:
+            value = binding.value
+            if not isinstance(value, cst.Call):
+                continue
+            qualified = self.resolver.qualified(value.func) or ""
+            bare = dotted_name(value.func) or ""
+            scope = binding.value_scope
+            if qualified in _ACCELERATOR or (not qualified and bare == "Accelerator"):
+                if self._precision(value, "mixed_precision", 0, scope) in _FP16_PRECISIONS:
+                    self._framework_scaler(binding, "accelerate")
+            elif qualified in _FABRIC or (not qualified and bare == "Fabric"):
+                if self._precision(value, "precision", -1, scope) in _FP16_PRECISIONS:
+                    self._framework_scaler(binding, "fabric")
+        for record in self.index.calls:
+            qualified = self.resolver.qualified(record.node.func) or ""
+            if qualified in _LIGHTNING_TRAINERS or (not qualified and dotted_name(record.node.func) in ("Trainer", "pl.Trainer", "L.Trainer")):
+                if self._precision(record.node, "precision", -1, record.unit.scope) in _FP16_PRECISIONS:
+                    lightning_fp16 = True
+        if lightning_fp16:
+            for name, scope in self.index.classes.items():
+                if any(base.rsplit(".", 1)[-1] == "LightningModule" for base in scope.bases):
+                    self.facts.lightning_fp16_classes.add(name)
+                    key = f"{scope.key}:lightning"
+                    self.facts.scalers[key] = ScalerInfo(key, "self", True, (), "lightning")
+        # What these frameworks prepare steps through their scaler.
+        framework_keys = {k: info for k, info in self.facts.scalers.items() if info.framework}
+        for binding in bindings:
+            source = binding.source
+            if not isinstance(source, cst.Call) or not isinstance(source.func, cst.Attribute):
+                continue
+            method = source.func.attr.value
+            receiver = dotted_name(source.func.value)
+            if receiver is None:
+                continue
+            if method in ("prepare", "setup", "setup_optimizers"):
+                owner = self.resolver.identity(receiver, binding.value_scope)
+                if owner in framework_keys and vocabulary.looks_like_optimizer(binding.name):
+                    self.facts.prepared[binding_key(binding)] = owner
+            elif method == "optimizers" and receiver == "self":
+                owner_class = self.resolver.owning_class(binding.value_scope)
+                if owner_class is not None and owner_class.name in self.facts.lightning_fp16_classes:
+                    self.facts.prepared[binding_key(binding)] = f"{owner_class.key}:lightning"
+
+    def _precision(self, call: cst.Call, keyword: str, index: int, scope: Scope) -> Optional[str]:
+        positional, keywords = split_args(call.args)
+        value = keywords.get(keyword)
+        if value is None and 0 <= index < len(positional):
+            value = positional[index]
+        if value is None:
+            return None
+        if isinstance(value, cst.Integer):
+            return value.value
+        resolved = self.resolver.resolve(value, scope)
+        if resolved is not None and isinstance(resolved[0], cst.Integer):
+            return resolved[0].value
+        text = self.resolver.string(value, scope)
+        return text.lower() if text is not None else None
+
+    def _framework_scaler(self, binding: Binding, framework: str) -> None:
+        key = binding_key(binding)
+        self.facts.scalers[key] = ScalerInfo(key, binding.name, True, (), framework)
+
+    # scaler-like names and optimizers
+    def _scaler_like(self) -> None:
+        """A name like `loss_scaler` used as an object that may scale: called on the loss
+        (timm's NativeScaler) or handed to other code. sklearn's `StandardScaler()` built
+        and `.fit()` is neither, nor is a `scaler` parameter nothing uses."""
+        for record in self.index.calls:
+            call = record.node
+            scope = record.unit.scope
+            names = [dotted_name(arg.value) for arg in call.args]
+            callee = dotted_name(call.func)
+            if callee is not None and any(arg.keyword is None for arg in call.args):
+                names.append(callee)
+            for name in names:
+                if name is None or not vocabulary.named_like_a_scaler(name):
+                    continue
+                if name.rsplit(".", 1)[-1] in torch_api.GRAD_SCALER_BARE_NAMES:
+                    continue
+                key = self.resolver.identity(name, scope)
+                if key not in self.facts.scalers and not any(
+                    self._visibly_not_a_scaler(b) for b in self.resolver.bindings(name, scope)
+                ):
+                    self.facts.scaler_like.add(key)
+
+    def _optimizers(self, bindings: List[Binding]) -> None:
+        for binding in bindings:
+            if isinstance(binding.value, cst.Call) and self._builds_optimizer(binding.value.func):
+                self.facts.optimizers.add(binding_key(binding))
+        for record in self.index.calls:
+            func = record.node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("step", "unscale_") and record.node.args:
+                receiver = dotted_name(func.value)
+                argument = dotted_name(record.node.args[0].value)
+                scope = record.unit.scope
+                if receiver is not None and argument is not None and self.resolver.identity(receiver, scope) in self.facts.scalers:
+                    self.facts.optimizers.add(self.resolver.identity(argument, scope))
+        self.facts.optimizers |= set(self.facts.prepared)
+
+    def _builds_optimizer(self, func: cst.BaseExpression) -> bool:
+        qualified = self.resolver.qualified(func) or ""
+        last = (dotted_name(func) or "").rsplit(".", 1)[-1]
+        if qualified.startswith(torch_api.OPTIMIZER_MODULE_PREFIXES):
+            # Schedulers (lr_scheduler, swa_utils.SWALR) and AveragedModel are not optimizers.
+            return last[:1].isupper() and "lr_scheduler" not in qualified and "swa_utils" not in qualified
+        return last in vocabulary.OPTIMIZER_CLASSES or last.lower() in vocabulary.OPTIMIZER_FACTORIES
+
+
+def _requirements(name: str) -> Tuple[Assumption, ...]:
+    """What must hold for the scaler `name` to be live: `if name:` / `name is not None`, and
+    `name.is_enabled()` (the conditions as `amplint.semantic.conditions` would write them)."""
+    return (
+        (Condition(name, frozenset({name})), True),
+        (Condition(f"{name}.is_enabled()", frozenset({f"{name}.is_enabled"})), True),
+    )

@@ -1,0 +1,90 @@
+"""The naming conventions amplint relies on where the code does not say what a thing is.
+
+Training code rarely spells out that `opt_g` is an optimizer or that `accelerator.backward`
+scales the loss. These lists are amplint's guesses from names, kept in one place with their
+tests (tests/test_vocabulary.py). They only ever decide what a call on an unknown object
+is; a construction the file shows (`torch.optim.AdamW(...)`, `GradScaler()`) always wins.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Receivers whose `.backward(loss)` is a framework's, which scales (or manages) the loss itself.
+FRAMEWORK_RECEIVERS = frozenset(
+    {
+        "self",
+        "accelerator",
+        "accel",
+        "fabric",
+        "engine",
+        "model_engine",
+        "ds_engine",
+        "deepspeed",
+        "deepspeed_engine",
+        "trainer",
+        "runner",
+        "strategy",
+        "booster",
+        "learner",
+        "model",
+    }
+)
+_FRAMEWORK_FRAGMENTS = ("accelerator", "engine", "fabric", "booster")
+# Receivers whose `.clip_grad_norm_()` unscales first (accelerate, Fabric, trainers); FSDP's
+# `model.clip_grad_norm_()` does not.
+_SELF_UNSCALING_CLIP_FRAGMENTS = ("accelerator", "accel", "fabric", "trainer", "strategy", "engine", "booster")
+
+# `x.step()` on these is a schedule, an EMA or a progress bar, never an optimizer update.
+_NOT_OPTIMIZER_FRAGMENTS = ("sched", "scaler", "ema", "swa", "bar", "warmup", "progress", "option", "env")
+_OPTIMIZER_NAME = re.compile(r"(^|_)opt($|_|\d|[a-z]$)")
+OPTIMIZER_CLASSES = frozenset(
+    {
+        "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "NAdam",
+        "RAdam", "LBFGS", "SparseAdam", "ASGD", "Adafactor", "Lion", "LAMB", "Lamb", "LARS",
+        "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "FusedAdam", "FusedLAMB",
+        "FusedSGD", "ZeroRedundancyOptimizer", "Muon", "Shampoo", "Sophia", "AdaBelief",
+    }
+)
+OPTIMIZER_FACTORIES = frozenset({"create_optimizer", "create_optimizer_v2", "build_optimizer"})
+
+
+def _last(name: str) -> str:
+    return name.rsplit(".", 1)[-1].lower()
+
+
+def looks_like_optimizer(name: str) -> bool:
+    """`optimizer`, `self.opt_g`, `optD`, `d_optim`; not `scheduler`, `ema`, `pbar`, `env`."""
+    if named_like_a_non_optimizer(name):
+        return False
+    last = _last(name)
+    return "optim" in last or _OPTIMIZER_NAME.search(last) is not None
+
+
+def named_like_a_non_optimizer(name: str) -> bool:
+    return any(fragment in _last(name) for fragment in _NOT_OPTIMIZER_FRAGMENTS)
+
+
+def is_framework_receiver(name: str) -> bool:
+    last = _last(name)
+    return last in FRAMEWORK_RECEIVERS or any(f in last for f in _FRAMEWORK_FRAGMENTS)
+
+
+def clip_unscales_itself(receiver: str) -> bool:
+    """`accelerator.clip_grad_norm_(...)` unscales before clipping; FSDP's `model.clip_grad_norm_` does not."""
+    return any(fragment in _last(receiver) for fragment in _SELF_UNSCALING_CLIP_FRAGMENTS)
+
+
+def named_like_a_scaler(name: str) -> bool:
+    """`scaler`, `self.grad_scaler`, `loss_scaler`; sklearn's `standard_scaler` too, which is
+    why a name alone only ever says "may scale", never "is a GradScaler"."""
+    return "scaler" in _last(name)
+
+
+def named_like_scaling(name: str) -> bool:
+    """A helper that may scale a loss: `self.scale_loss(loss)`, apex's `amp.scale_loss(...)`."""
+    return "scale" in _last(name)
+
+
+def named_like_a_loss(name: str) -> bool:
+    return "loss" in _last(name)

@@ -1,0 +1,111 @@
+"""A fast walk over LibCST trees.
+
+LibCST's visitors rebuild every node they pass (`_visit_and_replace_children`), which made
+them most of amplint's analysis time. The semantic layer only reads trees, so it walks them
+through the dataclass fields that hold child nodes, skipping whitespace, commas, brackets and
+operators. Measured on 150 real files: ~15x faster than a `CSTVisitor` doing nothing.
+
+Walks are iterative: a 5,000-term `a + a + ...` must not hit Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type
+
+import libcst as cst
+
+# Fields that only hold layout: whitespace, punctuation, brackets, operators, comments.
+_LAYOUT_PREFIXES = (
+    "whitespace",
+    "lpar",
+    "rpar",
+    "comma",
+    "semicolon",
+    "colon",
+    "first_colon",
+    "second_colon",
+    "equal",
+    "dot",
+    "lbracket",
+    "rbracket",
+    "lbrace",
+    "rbrace",
+    "leading_lines",
+    "header",
+    "footer",
+    "newline",
+    "first_line",
+    "lines_after_decorator",
+    "trailing_whitespace",
+    "empty_lines",
+    "indent",
+    "asynchronous",
+    "star",
+    "operator",
+    "arrow",
+    "walrus",
+    "equals",
+    "semicolon",
+    "lines_after",
+)
+
+_FIELDS: Dict[Type[cst.CSTNode], Tuple[str, ...]] = {}
+# isinstance against LibCST's abstract base classes goes through ABCMeta and was a fifth of
+# the walk's time: node types are checked once each and remembered.
+_IS_NODE: Dict[type, bool] = {}
+
+
+def _is_node(value: object) -> bool:
+    kind = type(value)
+    known = _IS_NODE.get(kind)
+    if known is None:
+        known = _IS_NODE[kind] = issubclass(kind, cst.CSTNode)
+    return known
+
+
+def _child_fields(cls: Type[cst.CSTNode]) -> Tuple[str, ...]:
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith(_LAYOUT_PREFIXES))
+        _FIELDS[cls] = fields
+    return fields
+
+
+def children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The node's children that carry code, in field order (lexical order for expressions)."""
+    found: List[cst.CSTNode] = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        kind = type(value)
+        if kind is list or kind is tuple:
+            found.extend(item for item in value if _is_node(item))
+        elif _is_node(value):
+            found.append(value)
+    return found
+
+
+def iter_tree(node: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool]] = None) -> Iterator[cst.CSTNode]:
+    """Every node under `node` (itself first), pre-order; `descend(n)` False skips n's children."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if descend is not None and not descend(current):
+            continue
+        stack.extend(reversed(children(current)))
+
+
+def post_order(node: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool]] = None) -> Iterator[cst.CSTNode]:
+    """Every node under `node`, children before their parent: a call's arguments come before
+    the call, which is the order Python evaluates them in."""
+    stack: List[Tuple[cst.CSTNode, bool]] = [(node, False)]
+    while stack:
+        current, expanded = stack.pop()
+        if expanded:
+            yield current
+            continue
+        stack.append((current, True))
+        if descend is not None and not descend(current):
+            continue
+        stack.extend((child, False) for child in reversed(children(current)))
