@@ -10,10 +10,11 @@ a rule) becomes a per-file error; the caller carries on with the next file.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from dataclasses import replace
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -29,19 +30,20 @@ from amplint.source import decode_notebook, decode_python, size_error
 _RECURSION_LIMIT = 10_000
 
 
-def might_use_amp(source: str) -> bool:
-    """Whether a file can match any rule, by a text search far cheaper than a parse.
+def might_use_amp(source: str, rules: Optional[Sequence[Type[Rule]]] = None) -> bool:
+    """Whether a file can match any of `rules` (default: all), by a text search far cheaper
+    than a parse: each rule names the words its findings need (`Rule.triggers`); a file
+    with none of them is not parsed at all."""
+    if rules is None:
+        from amplint.rules import ALL_RULES
 
-    Every rule needs an autocast region or a GradScaler, and the semantic layer only knows
-    a scaler by its name (`GradScaler`, `grad_scaler`), by `.unscale_(`, or by
-    `.scale(...)` feeding a backward. A file with none of these is not parsed at all.
-    """
-    return (
-        "autocast" in source
-        or "caler" in source
-        or "unscale_" in source
-        or (".scale(" in source and "backward" in source)
-    )
+        rules = ALL_RULES
+    return any(word in source for word in _triggers(tuple(rules)))
+
+
+@functools.lru_cache(maxsize=64)
+def _triggers(rules: Tuple[Type[Rule], ...]) -> FrozenSet[str]:
+    return frozenset(word for rule in rules for word in rule.triggers)
 
 
 def lint_bytes(data: bytes, path: str, rules: Sequence[Type[Rule]]) -> FileResult:
@@ -102,7 +104,7 @@ def lint_source(
 
 def _lint_source(source: str, path: str, rules: Sequence[Type[Rule]], cells: Optional[CellMap]) -> FileResult:
     result = FileResult(path)
-    if not rules or not might_use_amp(source):
+    if not rules or not might_use_amp(source, rules):
         # Not worth a LibCST parse, but a broken file is still reported: CPython's own parser
         # checks it for a fraction of the cost.
         result.skipped = True

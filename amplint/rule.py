@@ -15,7 +15,8 @@ from typing import ClassVar, Iterator, Optional, Tuple
 
 import libcst as cst
 
-from amplint.semantic import SemanticModel
+from amplint.semantic import AMP_VOCABULARY, Occurrence, SemanticModel
+from amplint.semantic.names import source_text
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead")
 DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules.md#{code}"
@@ -27,6 +28,15 @@ class Report:
 
     node: cst.CSTNode
     message: str
+
+
+def quote(occurrence: "Occurrence") -> str:
+    """An event as a message names it: `` `scaler.step(opt)` ``, or through a helper,
+    `` `apply_step(scaler, opt)` (which calls `s.step(opt)`) ``."""
+    text = f"`{source_text(occurrence.node)}`"
+    if occurrence.via:
+        return f"`{source_text(occurrence.call_site)}` (which calls {text})"
+    return text
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,10 @@ class Prediction:
 class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
+    # Words a file must contain for the rule to find anything in it: a file with none of
+    # any selected rule's words is not parsed. The semantic layer's own vocabulary by
+    # default; a test checks that no example or case the rule flags lacks them.
+    triggers: ClassVar[Tuple[str, ...]] = AMP_VOCABULARY
     VALID: ClassVar[Tuple[str, ...]] = ()
     INVALID: ClassVar[Tuple[Flagged, ...]] = ()
     PREDICTIONS: ClassVar[Tuple[Prediction, ...]] = ()

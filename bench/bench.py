@@ -272,7 +272,7 @@ def profile_amp_files(rounds: int) -> Optional[dict]:
 
         from amplint import engine
         from amplint.rules import ALL_RULES
-        from amplint.semantics import analyze
+        from amplint.semantic import analyze
     except ImportError as error:
         print(f"bench: skipping the in-process profile ({error})", file=sys.stderr)
         return None

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -82,7 +82,11 @@ class UnscaledBackward(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for step, state in model.states_before(EventKind.SCALER_STEP):
-            if step.receiver is not None and model.is_live(step.receiver.key, state.facts):
+            if step.receiver is None or not model.is_live(step.receiver.key, state.facts):
+                continue
+            # Beside a scaled backward, a plain one is most likely an fp32 model's own (an
+            # actor-critic's critic): only a step that nothing scaled is flagged.
+            if not state.gradients.scaled_since_step:
                 for backward in state.gradients.plain_backwards:
                     yield Report(backward.node, _message(backward, step, model))
 
@@ -254,6 +258,6 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> st
         fix = f"Use `{scaler}.scale({tensor}).backward()` before stepping `{optimizer}`"
     return (
         f"`{source_text(backward.node)}` runs on a loss `{scaler}` never scaled, yet "
-        f"`{source_text(step.node)}` divides the gradients by the loss scale (65536 at start): "
+        f"{quote(step)} divides the gradients by the loss scale (65536 at start): "
         f"updates come out thousands of times too small. {fix}."
     )

@@ -274,7 +274,9 @@ for x, y in loader:
 
 
 def _message(region: AutocastRegion) -> str:
-    if region.dtype_is_default:
+    if region.dtype_is_default and len(region.possible_devices) > 1:
+        how = "float16 whenever it runs on CUDA (the default dtype there)"
+    elif region.dtype_is_default:
         how = "float16 (the CUDA default)"
     elif region.dtype == "float16":
         how = "float16"

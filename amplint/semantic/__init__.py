@@ -45,6 +45,7 @@ from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import ScalerFacts, find_scalers
 
 __all__ = [
+    "AMP_VOCABULARY",
     "UNKNOWN_SCALER",
     "AmpEvent",
     "AutocastRegion",
@@ -60,6 +61,12 @@ __all__ = [
     "SemanticModel",
     "analyze",
 ]
+
+# What a file must mention for the model to find an autocast region, a GradScaler or a
+# framework's loss scaling in it: a scaler is known by its construction, by `unscale_`, by
+# `.scale(loss)` feeding a backward, or by `scaler.step(optimizer)`; frameworks by their
+# `mixed_precision=` / `precision=` settings.
+AMP_VOCABULARY = ("autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=")
 
 _STEPS = frozenset({EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.ZERO_GRAD})
 

@@ -687,7 +687,12 @@ class _Interpreter:
         elif kind is EventKind.SCALER_STEP:
             optimizer = occurrence.argument.key if occurrence.argument is not None else "*"
             gradients = replace(
-                gradients, plain_backwards=frozenset(), stepped=gradients.stepped | {optimizer}, entry=False, entry_clips=frozenset()
+                gradients,
+                plain_backwards=frozenset(),
+                stepped=gradients.stepped | {optimizer},
+                entry=False,
+                entry_clips=frozenset(),
+                scaled_since_step=False,
             )
         elif kind in (EventKind.OPTIMIZER_STEP, EventKind.ZERO_GRAD):
             gradients = GradientState()
@@ -701,6 +706,7 @@ class _Interpreter:
             plain_backwards=gradients.plain_backwards,
             mixed=gradients.mixed,
             last_backward=occurrence,
+            scaled_since_step=True,
         )
 
     def _normalised(self, gradients: GradientState, facts: FrozenSet[Assumption]) -> GradientState:

@@ -170,6 +170,9 @@ class GradientState:
     # Backwards that no scaler touched, since the last step or zero_grad().
     plain_backwards: FrozenSet[Occurrence] = frozenset()
     mixed: bool = False  # a plain backward since the last optimizer step or zero_grad()
+    # A backward through a live scaler since the scaler last stepped: with one, plain
+    # backwards beside it may well be an fp32 model's own (an actor-critic's critic).
+    scaled_since_step: bool = False
     last_backward: Optional[Occurrence] = None
     # Clips of the gradients the function was called with, before anything showed whether
     # they were scaled.
