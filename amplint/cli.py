@@ -24,9 +24,11 @@ from amplint.discovery import DEFAULT_EXCLUDES, Discovery
 from amplint.engine import lint_bytes
 from amplint.output import FORMATS
 from amplint.output.text import render_statistics
+from amplint.project import link
 from amplint.rule import Rule
 from amplint.rules import ALL_RULES
 from amplint.selection import SelectionError, resolve, validate
+from amplint.semantic.exports import ExternalModules
 from amplint.source import read_file, size_error
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -141,7 +143,11 @@ def check_command(argv: Sequence[str]) -> int:
         if not files and not errors:
             print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
         jobs = [(path, _codes_for(path, rules, config, per_file)) for path in files]
-        results = _lint_all(jobs, options.jobs or os.cpu_count() or 1)
+        workers = options.jobs or os.cpu_count() or 1
+        results = _lint_all(jobs, workers)
+        codes_by_path = dict(jobs)
+        # Files that import linted modules, again with what those modules' functions do.
+        results = link(results, lambda linked: _lint_all([(p, codes_by_path[p], s) for p, s in linked], workers))
 
     findings = sorted(f for result in results for f in result.findings)
     errors += [result.error for result in results if result.error is not None]
@@ -151,8 +157,13 @@ def check_command(argv: Sequence[str]) -> int:
         files_checked=len(files),
         sources={r.path: r.source for r in results if r.source is not None},
         notebooks={r.path: r.cells for r in results if r.cells is not None},
+        skipped_functions=[f"{r.path}: {name}" for r in results for name in r.skipped_functions],
     )
     _write(report, options)
+    for skipped in report.skipped_functions:
+        # Never silently: a function too complex to follow is named, so no one reads its
+        # silence as a clean bill of health.
+        print(f"amplint: note: {skipped}: too complex to follow within the budget; not analysed", file=sys.stderr)
     for error in sorted(errors):
         print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
     if errors:
@@ -212,7 +223,7 @@ def _codes_for(
     return tuple(r.code for r in rules if not any(c == "ALL" or r.code.startswith(c) for c in ignored))
 
 
-def _lint_all(jobs: List[Tuple[str, Tuple[str, ...]]], workers: int) -> List[FileResult]:
+def _lint_all(jobs: Sequence[tuple], workers: int) -> List[FileResult]:
     if workers <= 1 or len(jobs) < _PARALLEL_THRESHOLD:
         return [lint_file(job) for job in jobs]
     workers = min(workers, len(jobs))
@@ -220,10 +231,13 @@ def _lint_all(jobs: List[Tuple[str, Tuple[str, ...]]], workers: int) -> List[Fil
         return list(pool.map(lint_file, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
 
 
-def lint_file(job: Tuple[str, Tuple[str, ...]]) -> FileResult:
-    """Lint one file in isolation: whatever goes wrong becomes this file's error."""
-    path, codes = job
-    return _lint_isolated(path, codes, read_file)
+def lint_file(job: tuple) -> FileResult:
+    """Lint one file in isolation: whatever goes wrong becomes this file's error. A job is
+    (path, rule codes) or, in a run's second phase, (path, codes, summaries of the linted
+    modules it imports)."""
+    path, codes = job[0], job[1]
+    summaries = job[2] if len(job) > 2 else None
+    return _lint_isolated(path, codes, read_file, summaries)
 
 
 def lint_stdin(name: str, codes: Tuple[str, ...]) -> FileResult:
@@ -236,12 +250,15 @@ def _read_stdin(name: str) -> Union[bytes, FileError]:
     return size_error(name, len(data)) or data
 
 
-def _lint_isolated(path: str, codes: Tuple[str, ...], read: Callable[[str], Union[bytes, FileError]]) -> FileResult:
+def _lint_isolated(
+    path: str, codes: Tuple[str, ...], read: Callable[[str], Union[bytes, FileError]], summaries=None
+) -> FileResult:
     try:
         data = read(path)
         if isinstance(data, FileError):
             return FileResult(path, error=data)
-        return lint_bytes(data, path, [_RULES_BY_CODE[c] for c in codes])
+        external = ExternalModules(path, summaries) if summaries else None
+        return lint_bytes(data, path, [_RULES_BY_CODE[c] for c in codes], external)
     except Exception as error:  # a bug in amplint must not end the run
         return FileResult(path, error=FileError(path, f"internal error while linting: {type(error).__name__}: {error}"))
 

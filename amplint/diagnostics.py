@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from amplint.notebook import CellMap
@@ -50,6 +50,8 @@ class RunReport:
     files_checked: int
     sources: Dict[str, str]  # path -> linted text, for files with findings
     notebooks: Dict[str, "CellMap"] = field(default_factory=dict)  # path -> cells, notebooks with findings
+    # "path: function" for functions too complex to follow within the work budget.
+    skipped_functions: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -60,3 +62,9 @@ class FileResult:
     skipped: bool = False  # no AMP vocabulary at all: not parsed
     source: Optional[str] = None  # kept only when there are findings, for code frames
     cells: Optional["CellMap"] = None  # notebooks: which rows of `source` came from which cell
+    # What the file's functions do to mixed precision, for the modules that import them
+    # (JSON; `amplint.semantic.exports`), and the modules it imports: (module, level).
+    summary: Optional[Dict[str, Any]] = None
+    imports: Tuple[Tuple[str, int], ...] = ()
+    # Functions too complex to follow within the budget: analysed no further, and counted.
+    skipped_functions: List[str] = field(default_factory=list)

@@ -23,7 +23,8 @@ from amplint.diagnostics import FileError, FileResult, Finding
 from amplint.noqa import parse_suppressions
 from amplint.notebook import CellMap, is_notebook, parse_notebook
 from amplint.rule import Rule
-from amplint.semantic import analyze
+from amplint.semantic import SemanticModel, analyze
+from amplint.semantic.exports import ExternalModules, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
 
 
@@ -46,17 +47,20 @@ def _triggers(rules: Tuple[Type[Rule], ...]) -> FrozenSet[str]:
     return frozenset(word for rule in rules for word in rule.triggers)
 
 
-def lint_bytes(data: bytes, path: str, rules: Sequence[Type[Rule]]) -> FileResult:
-    """Lint a file's contents, read from disk or standard input: a notebook, or Python source."""
+def lint_bytes(
+    data: bytes, path: str, rules: Sequence[Type[Rule]], external: Optional[ExternalModules] = None
+) -> FileResult:
+    """Lint a file's contents, read from disk or standard input: a notebook, or Python source.
+    `external`: summaries of the other linted modules it may import (see `amplint.project`)."""
     if is_notebook(path):
-        return _lint_notebook(data, path, rules)
+        return _lint_notebook(data, path, rules, external)
     source = decode_python(data, path)
     if isinstance(source, FileError):
         return FileResult(path, error=source)
-    return lint_source(source, path, rules)
+    return lint_source(source, path, rules, external=external)
 
 
-def _lint_notebook(data: bytes, path: str, rules: Sequence[Type[Rule]]) -> FileResult:
+def _lint_notebook(data: bytes, path: str, rules: Sequence[Type[Rule]], external: Optional[ExternalModules]) -> FileResult:
     text = decode_notebook(data, path)
     notebook = parse_notebook(text, path) if isinstance(text, str) else text
     if isinstance(notebook, FileError):
@@ -66,7 +70,7 @@ def _lint_notebook(data: bytes, path: str, rules: Sequence[Type[Rule]]) -> FileR
     too_large = size_error(path, len(notebook.python.encode("utf-8")), what="code in notebook")
     if too_large:
         return FileResult(path, error=too_large)
-    result = lint_source(notebook.python, path, rules, notebook.cells)
+    result = lint_source(notebook.python, path, rules, notebook.cells, external)
     if result.findings:
         # Frames show the cells as written (`%time`, not the `pass` that was parsed).
         result.source = notebook.display
@@ -89,7 +93,11 @@ def _in_cell_columns(finding: Finding, cells: CellMap) -> Finding:
 
 
 def lint_source(
-    source: str, path: str, rules: Sequence[Type[Rule]], cells: Optional[CellMap] = None
+    source: str,
+    path: str,
+    rules: Sequence[Type[Rule]],
+    cells: Optional[CellMap] = None,
+    external: Optional[ExternalModules] = None,
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells."""
     # LibCST's tree walks recurse once per nesting level: a 400-term string concatenation
@@ -97,12 +105,14 @@ def lint_source(
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
     try:
-        return _lint_source(source, path, rules, cells)
+        return _lint_source(source, path, rules, cells, external)
     finally:
         sys.setrecursionlimit(limit)
 
 
-def _lint_source(source: str, path: str, rules: Sequence[Type[Rule]], cells: Optional[CellMap]) -> FileResult:
+def _lint_source(
+    source: str, path: str, rules: Sequence[Type[Rule]], cells: Optional[CellMap], external: Optional[ExternalModules] = None
+) -> FileResult:
     result = FileResult(path)
     if not rules or not might_use_amp(source, rules):
         # Not worth a LibCST parse, but a broken file is still reported: CPython's own parser
@@ -123,8 +133,12 @@ def _lint_source(source: str, path: str, rules: Sequence[Type[Rule]], cells: Opt
         result.error = FileError(path, "could not parse: nesting too deep")
         return result
     try:
-        reports = _run_rules(module, rules)
+        model = analyze(module, external)
+        reports = _run_rules(model, rules)
         result.findings = _locate(module, reports, path, source, cells)
+        result.summary = export_summary(model, path)
+        result.imports = imports_of(model.index)
+        result.skipped_functions = [unit.name for unit in model.skipped_units]
         if result.findings:
             result.source = source
     except RecursionError:
@@ -155,8 +169,7 @@ def _where(row: int, column: int, cells: Optional[CellMap]) -> str:
     return cells.describe(row, column) if cells is not None else f"{row}:{column}"
 
 
-def _run_rules(module: cst.Module, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, str]]:
-    model = analyze(module)
+def _run_rules(model: SemanticModel, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, str]]:
     seen: Dict[Tuple[str, int], bool] = {}
     reports = []
     for rule in rules:

@@ -33,7 +33,7 @@ class Report:
 def quote(occurrence: "Occurrence") -> str:
     """An event as a message names it: `` `scaler.step(opt)` ``, or through a helper,
     `` `apply_step(scaler, opt)` (which calls `s.step(opt)`) ``."""
-    text = f"`{source_text(occurrence.node)}`"
+    text = occurrence.event.describe()
     if occurrence.via:
         return f"`{source_text(occurrence.call_site)}` (which calls {text})"
     return text

@@ -257,7 +257,7 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> st
     else:
         fix = f"Use `{scaler}.scale({tensor}).backward()` before stepping `{optimizer}`"
     return (
-        f"`{source_text(backward.node)}` runs on a loss `{scaler}` never scaled, yet "
+        f"{quote(backward)} runs on a loss `{scaler}` never scaled, yet "
         f"{quote(step)} divides the gradients by the loss scale (65536 at start): "
         f"updates come out thousands of times too small. {fix}."
     )

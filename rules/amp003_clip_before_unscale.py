@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -192,6 +192,6 @@ def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) 
     else:
         fix = f"Call `{scaler}.unscale_({optimizer})` before clipping"
     return (
-        f"`{source_text(clip.node)}` clips gradients that still carry the loss scale (65536 at start), "
+        f"{quote(clip)} clips gradients that still carry the loss scale (65536 at start), "
         f"so the threshold is effectively thousands of times too small and the update shrinks. {fix}."
     )

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -199,10 +199,8 @@ for x in loader:
 def _message(step: Occurrence) -> str:
     region = step.region
     assert region is not None
-    call = source_text(step.call_site)
-    through = f", which calls `{source_text(step.node)}`," if step.via else ""
     message = (
-        f"`{call}`{through} runs inside `{source_text(region.anchor)}`: only the forward pass and loss belong "
+        f"{quote(step)} runs inside `{source_text(region.anchor)}`: only the forward pass and loss belong "
         "under autocast; the optimizer update should run in the weights' own precision."
     )
     if step.loop_inside_region and region.cache_enabled is not False:

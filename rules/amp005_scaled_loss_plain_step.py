@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -227,7 +227,7 @@ def fit(self, loss):
 def _message(step: Occurrence, backward: Occurrence, scaler: str) -> str:
     optimizer = step.receiver.text if step.receiver is not None else "optimizer"
     return (
-        f"`{source_text(step.node)}` applies gradients from `{source_text(backward.node)}` that still carry "
+        f"{quote(step)} applies gradients from {quote(backward)} that still carry "
         f"`{scaler}`'s loss scale (65536 at start), and never skips inf/NaN steps: SGD-like updates come out "
         f"~65,000x too large. Use `{scaler}.step({optimizer})` and `{scaler}.update()`."
     )
@@ -237,7 +237,7 @@ def _unscaled_message(step: Occurrence, unscale: Occurrence) -> str:
     scaler = unscale.receiver.text if unscale.receiver is not None else "scaler"
     optimizer = step.receiver.text if step.receiver is not None else "optimizer"
     return (
-        f"`{source_text(step.node)}` steps past the scaler after `{source_text(unscale.node)}`: the "
+        f"{quote(step)} steps past the scaler after {quote(unscale)}: the "
         "gradients are unscaled, but a plain step applies inf/NaN gradients instead of skipping them "
         f"(and `{scaler}.update()` then raises). Use `{scaler}.step({optimizer})`."
     )

@@ -4,7 +4,7 @@ from typing import Iterator
 
 from amplint.semantic import EventKind, SemanticModel
 from amplint.semantic.names import source_text
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Prediction, Report, Rule, quote
 
 
 class BackwardInsideAutocast(Rule):
@@ -61,10 +61,9 @@ class BackwardInsideAutocast(Rule):
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for backward in model.events_in_regions(EventKind.BACKWARD):
             assert backward.region is not None
-            through = f", which calls `{source_text(backward.node)}`," if backward.via else ""
             yield Report(
                 backward.call_site,
-                f"`{source_text(backward.call_site)}`{through} runs inside `{source_text(backward.region.anchor)}`; "
+                f"{quote(backward)} runs inside `{source_text(backward.region.anchor)}`; "
                 "only the forward pass and loss belong under autocast (backward ops already run in "
                 "their forward's dtype). Dedent the backward out of the `with` block.",
             )

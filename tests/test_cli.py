@@ -311,3 +311,18 @@ def test_an_empty_directory_warns_and_passes(amplint, tmp_path):
     result = amplint(".", cwd=tmp_path)
     assert result.returncode == 0
     assert "no Python files or notebooks found under ." in result.stderr
+
+
+def test_a_function_too_complex_to_follow_is_named_and_counted(amplint, project):
+    # Fourteen flags each tested twice around AMP calls: 2**14 ways that cannot be merged.
+    branches = "\n".join(
+        f"    if c{i}:\n        scaler.scale(l{i}).backward()\n    else:\n        l{i}.backward()\n"
+        f"    if c{i}:\n        scaler.step(o{i})\n    else:\n        o{i}.step()"
+        for i in range(14)
+    )
+    root = project({"hard.py": f"import torch\ndef train(scaler):\n{branches}\n", "good.py": BUGGY})
+    result = amplint("--concise", ".", cwd=root)
+    assert result.returncode == 1 and "good.py:8:5: AMP003" in result.stdout
+    assert "hard.py: train: too complex to follow within the budget; not analysed" in result.stderr
+    stats = amplint("--statistics", ".", cwd=root)
+    assert "1\t-\tfunctions too complex to analyse (skipped)" in stats.stdout

@@ -91,5 +91,7 @@ def render_statistics(report: RunReport, **_: object) -> str:
     names = {finding.code: finding.name for finding in report.findings}
     width = max((len(str(n)) for n in counts.values()), default=1)
     lines = [f"{str(n).rjust(width)}\t{code}\t{names[code]}" for code, n in sorted(counts.items())]
+    if report.skipped_functions:
+        lines.append(f"{str(len(report.skipped_functions)).rjust(width)}\t-\tfunctions too complex to analyse (skipped)")
     return "\n".join(lines) + "\n" if lines else ""
 

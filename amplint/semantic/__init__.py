@@ -26,6 +26,7 @@ import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.conditions import Assumption, assumptions
+from amplint.semantic.exports import ExternalModules, export_summary
 from amplint.semantic.flow import FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
 from amplint.semantic.model import (
@@ -71,18 +72,21 @@ AMP_VOCABULARY = ("autocast", "GradScaler", "unscale_", ".scale(", "caler.step("
 _STEPS = frozenset({EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.ZERO_GRAD})
 
 
-def analyze(module: cst.Module) -> "SemanticModel":
-    return SemanticModel(module)
+def analyze(module: cst.Module, external: Optional[ExternalModules] = None) -> "SemanticModel":
+    """The model of one module; `external` gives the summaries of other linted modules it
+    may import (the second phase of a lint run)."""
+    return SemanticModel(module, external)
 
 
 class SemanticModel:
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, external: Optional[ExternalModules] = None) -> None:
         self.module = module
+        self.external = external
         self.index: ModuleIndex = build_index(module)
         self.resolver = Resolver(self.index)
         self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver)
         self.scalers: Dict[str, ScalerInfo] = self.scaler_facts.scalers
-        self.classifier = Classifier(self.index, self.resolver, self.scaler_facts)
+        self.classifier = Classifier(self.index, self.resolver, self.scaler_facts, external)
         self.regions = Regions(self.index, self.resolver)
         self.flow = FlowAnalysis(self)
         self._scaling: Dict[int, Tuple[Optional[str], FrozenSet[str]]] = {}
@@ -123,6 +127,8 @@ class SemanticModel:
     def is_live(self, scaler: Optional[str], facts: FrozenSet[Assumption] = frozenset()) -> bool:
         """Whether the scaler `scaler` (a key) is on, given what a path assumed."""
         info = self.scalers.get(scaler) if scaler is not None else None
+        if info is None and scaler is not None and scaler.startswith("ext:") and self.external is not None:
+            info = self.external.scaler(scaler)
         return info is not None and info.live_under(facts)
 
     def assumptions(self, test: cst.BaseExpression, outcome: bool) -> List[Assumption]:
@@ -216,8 +222,8 @@ class SemanticModel:
                 from amplint.semantic.flow import _ArgumentMapper
 
                 mapper = _ArgumentMapper(item, self)
-                for inner in self.flow.summary(item.callee).events:
-                    inherited = inner.region is None and not inner.autocast_off
+                for inner in self.flow.summary_for(item).events:
+                    inherited = inner.inherits_region
                     yield self.flow.occurrence(
                         event=inner.event,
                         unit=unit,
@@ -275,7 +281,7 @@ class SemanticModel:
         callers = [
             record.unit
             for record in self.index.calls
-            if isinstance(self.classify(record), HelperCall) and self.classify(record).callee is unit  # type: ignore[union-attr]
+            if getattr(self.classify(record), "callee", None) is unit
         ]
         if callers:
             return any(self.trains(caller, seen) for caller in callers)

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Union
 import libcst as cst
 
 from amplint.semantic import torch_api, vocabulary
+from amplint.semantic.exports import ExternalModules, ForeignFunction, imported_module
 from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
 from amplint.semantic.model import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
 from amplint.semantic.names import dotted_name, names_read, roots, source_text
@@ -33,15 +34,23 @@ _SCALER_METHODS = {
 
 @dataclass(frozen=True, eq=False)
 class HelperCall:
-    """A call to a function of the linted code; its AMP work is its callee's."""
+    """A call to a function of the linted code; its AMP work is its callee's: a function
+    of this file, or one another linted module exports (`foreign`)."""
 
     record: CallRecord
-    callee: CodeUnit
+    callee: Optional[CodeUnit]
     bound_self: bool  # called as a method (`obj.f(...)`): its first parameter is bound already
+    foreign: Optional[ForeignFunction] = None
+
+    @property
+    def parameters(self) -> List[str]:
+        if self.callee is not None:
+            return self.callee.parameters
+        return list(self.foreign.params) if self.foreign is not None else []
 
     def argument_for(self, parameter: str) -> Optional[cst.BaseExpression]:
         """What the call passes for the callee's `parameter`."""
-        params = self.callee.parameters
+        params = self.parameters
         if parameter not in params:
             return None
         call = self.record.node
@@ -62,7 +71,10 @@ Classified = Union[AmpEvent, HelperCall, None]
 
 
 class Classifier:
-    def __init__(self, index: ModuleIndex, resolver: Resolver, scalers: ScalerFacts) -> None:
+    def __init__(
+        self, index: ModuleIndex, resolver: Resolver, scalers: ScalerFacts, external: Optional[ExternalModules] = None
+    ) -> None:
+        self.external = external
         self.index = index
         self.resolver = resolver
         self.scalers = scalers
@@ -227,6 +239,8 @@ class Classifier:
                     callee = self._functions[id(binding.node)]
                     if not callee.parameters[:1] in (["self"], ["cls"]) or callee.scope.class_scope is None:
                         return HelperCall(record, callee, bound_self=False)
+                if binding.kind == "import":
+                    return self._foreign(record, binding.node, func.value, None)
             return None
         if not isinstance(func, cst.Attribute):
             return None
@@ -234,6 +248,13 @@ class Classifier:
         method = func.attr.value
         if owner is None:
             return None
+        if "." not in owner and owner not in ("self", "cls"):
+            # `utils.clip_and_step(...)` with `utils` an imported linted module.
+            for binding in self.resolver.bindings(owner, scope):
+                if binding.kind == "import":
+                    found = self._foreign(record, binding.node, owner, method, module_attribute=True)
+                    if found is not None:
+                        return found
         classes = []
         if owner in ("self", "cls"):
             classes = self.resolver.class_and_bases(scope)
@@ -250,4 +271,42 @@ class Classifier:
                     callee = self._functions[id(binding.node)]
                     bound_self = bool(callee.parameters[:1]) and callee.parameters[0] in ("self", "cls")
                     return HelperCall(record, callee, bound_self=bound_self)
+        if owner not in ("self", "cls"):
+            # `trainer.fit()` where `trainer = Trainer(...)`, a class another linted module exports.
+            for bound, where in self.resolver.values(owner, scope):
+                if isinstance(bound, cst.Call) and isinstance(bound.func, cst.Name):
+                    for binding in self.resolver.bindings(bound.func.value, where):
+                        if binding.kind == "import":
+                            found = self._foreign(record, binding.node, bound.func.value, method, bound_self=True)
+                            if found is not None:
+                                return found
         return None
+
+    def _foreign(
+        self,
+        record: CallRecord,
+        import_node: cst.CSTNode,
+        local: str,
+        attribute: Optional[str],
+        module_attribute: bool = False,
+        bound_self: bool = False,
+    ) -> Optional[HelperCall]:
+        """A call to a function (or method) another linted module exports."""
+        if self.external is None:
+            return None
+        found = imported_module(import_node, local)
+        if found is None:
+            return None
+        module, level, name = found
+        if module_attribute:
+            # `import pkg.utils as u; u.f()`, `from pkg import utils; utils.f()`.
+            target = module if name is None else (f"{module}.{name}" if module else name)
+            foreign = self.external.module(target, level)
+            function = foreign.functions.get(attribute or "") if foreign is not None else None
+        else:
+            foreign = self.external.module(module, level)
+            qualified = name if attribute is None else f"{name}.{attribute}"
+            function = foreign.functions.get(qualified or "") if foreign is not None else None
+        if function is None:
+            return None
+        return HelperCall(record, None, bound_self=bound_self or function.method and attribute is not None, foreign=function)

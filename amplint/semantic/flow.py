@@ -75,6 +75,17 @@ class SummaryEvent:
     autocast_off: bool = False  # a disabled autocast inside the helper
     loop_inside_region: bool = False
     under_no_grad: bool = False
+    in_foreign_region: bool = False  # an enabled autocast inside a helper of another module
+
+    @property
+    def own_region(self) -> bool:
+        """The helper enters autocast itself: what happens there is the helper's business."""
+        return self.region is not None or self.in_foreign_region
+
+    @property
+    def inherits_region(self) -> bool:
+        """It runs under whatever region its caller is in."""
+        return not self.own_region and not self.autocast_off
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,7 @@ class FlowAnalysis:
         self._occurrences: Dict[tuple, Occurrence] = {}
         self.skipped: List[CodeUnit] = []
         self._called: Optional[Set[int]] = None
+        self._foreign: Dict[int, Summary] = {}
 
     # public
     def unit_flow(self, unit: CodeUnit) -> Optional[UnitFlow]:
@@ -189,9 +201,18 @@ class FlowAnalysis:
             self._called = set()
             for record in self.model.index.calls:
                 item = self.model.classify(record)
-                if isinstance(item, HelperCall):
+                if isinstance(item, HelperCall) and item.callee is not None:
                     self._called.add(id(item.callee))
         return id(unit) in self._called
+
+    def summary_for(self, call: HelperCall, depth: int = 0) -> Summary:
+        """The summary of what `call` calls: a function of this file, or of another module."""
+        if call.callee is not None:
+            return self.summary(call.callee, depth)
+        key = id(call.record.node)
+        if key not in self._foreign:
+            self._foreign[key] = _foreign_summary(call)
+        return self._foreign[key]
 
     def occurrence(self, **fields) -> Occurrence:
         key = tuple(
@@ -213,9 +234,9 @@ class FlowAnalysis:
             item = self.model.classify(record)
             context = self.model.regions.context(record)
             if isinstance(item, AmpEvent):
-                found.append(_summary_event(item, (), to_symbol.ref(item.receiver), to_symbol.ref(item.argument), context))
+                found.append(_own_event(item, context, to_symbol, frozenset()))
             elif isinstance(item, HelperCall):
-                for inner in self.summary(item.callee, depth + 1).events:
+                for inner in self.summary_for(item, depth + 1).events:
                     found.append(_nested(inner, item, context, to_symbol, self.model))
         return tuple(found)
 
@@ -297,6 +318,21 @@ def _summary_event(
     )
 
 
+def _own_event(
+    event: AmpEvent, context: CallContext, symbols: _Symbols, scaled_names: FrozenSet[Tuple[str, str]]
+) -> SummaryEvent:
+    """An event a helper runs itself, as its callers see it: a backward on a parameter's
+    value is decided by what each caller passes."""
+    found = _summary_event(event, (), symbols.ref(event.receiver), symbols.ref(event.argument), context)
+    if event.kind is not EventKind.BACKWARD:
+        return found
+    scaled = event.scaled_inline_by or _scaler_of(event.tensor_reads, scaled_names)
+    params = event.tensor_reads & symbols.params
+    if scaled is None and params:
+        return replace(found, tensor_param=sorted(params)[0])
+    return replace(found, scaled=symbols.key(scaled))
+
+
 def _nested(
     inner: SummaryEvent,
     call: HelperCall,
@@ -327,7 +363,7 @@ def _nested(
         scaled = to_symbol.key(mapped.key) if mapped is not None else UNKNOWN_SCALER
     region, off = inner.region, inner.autocast_off
     loop_inside, no_grad = inner.loop_inside_region, inner.under_no_grad or context.under_no_grad
-    if region is None and not off:
+    if inner.inherits_region:
         region, off, loop_inside = context.region, context.autocast_off, context.loop_inside_region
     return SummaryEvent(
         inner.event,
@@ -340,6 +376,7 @@ def _nested(
         autocast_off=off,
         loop_inside_region=loop_inside,
         under_no_grad=no_grad,
+        in_foreign_region=inner.in_foreign_region,
     )
 
 
@@ -577,7 +614,7 @@ class _Interpreter:
 
     def call_helper(self, call: HelperCall, context: CallContext, states: Set[State]) -> Set[State]:
         depth = (self.summary_depth or 0) + 1
-        summary = self.analysis.summary(call.callee, depth)
+        summary = self.analysis.summary_for(call, depth)
         if not summary.sequences:
             return states
         if self.summarising:
@@ -610,7 +647,7 @@ class _Interpreter:
         self, state: FlowState, inner: SummaryEvent, call: HelperCall, context: CallContext, mapper: _ArgumentMapper
     ) -> FlowState:
         region, loop_inside = inner.region, inner.loop_inside_region
-        if region is None and not inner.autocast_off:
+        if inner.inherits_region:
             region, loop_inside = context.region, context.loop_inside_region
         occurrence = self.analysis.occurrence(
             event=inner.event,
@@ -641,14 +678,7 @@ class _Interpreter:
 
     # summaries: collecting events
     def _summary_event(self, event: AmpEvent, context: CallContext, state: _PathState) -> SummaryEvent:
-        found = _summary_event(event, (), self.symbols.ref(event.receiver), self.symbols.ref(event.argument), context)
-        if event.kind is not EventKind.BACKWARD:
-            return found
-        scaled = event.scaled_inline_by or _scaler_of(event.tensor_reads, state.scaled)
-        params = event.tensor_reads & self.symbols.params
-        if scaled is None and params:
-            return replace(found, tensor_param=sorted(params)[0])
-        return replace(found, scaled=self.symbols.key(scaled))
+        return _own_event(event, context, self.symbols, state.scaled)
 
     def _append(self, state: _PathState, event: SummaryEvent) -> _PathState:
         if len(state.events) >= MAX_EVENTS:
@@ -779,7 +809,7 @@ class _Interpreter:
                             exported.add(cond.text)
             if isinstance(item, HelperCall) and not self._is_recursive(item):
                 depth = (self.summary_depth or 0) + 1
-                for text in self.analysis.summary(item.callee, depth).conditions:
+                for text in self.analysis.summary_for(item, depth).conditions:
                     counts[text] += 2 if in_loop else 1
                     if self.summarising:
                         exported.add(text)
@@ -820,6 +850,44 @@ def _join(states: Set[State]) -> Set[State]:
         )
         others.add(replace(group[0], gradients=merged))
     return others
+
+
+def _foreign_summary(call: HelperCall) -> Summary:
+    """A function of another linted module, as its exported summary says, with its events
+    reported at `call`."""
+    function = call.foreign
+    assert function is not None
+    events: Dict[int, AmpEvent] = {}
+
+    def convert(foreign) -> SummaryEvent:
+        event = events.get(id(foreign))
+        if event is None:
+            event = events[id(foreign)] = AmpEvent(
+                foreign.kind,
+                call.record.node,
+                call.record.unit,
+                receiver=foreign.receiver,
+                argument=foreign.argument,
+                framework_scaler=foreign.framework_scaler,
+                foreign=f"{foreign.text} in {foreign.origin}",
+            )
+        return SummaryEvent(
+            event,
+            (),
+            foreign.receiver,
+            foreign.argument,
+            scaled=foreign.scaled,
+            tensor_param=foreign.tensor_param,
+            autocast_off=foreign.region == "off",
+            in_foreign_region=foreign.region == "on",
+        )
+
+    summary = Summary(None, tuple(convert(e) for e in function.events))  # type: ignore[arg-type]
+    if function.sequences is not None:
+        summary.sequences = frozenset(
+            Sequence(frozenset(), tuple(convert(e) for e in sequence)) for sequence in function.sequences
+        )
+    return summary
 
 
 def _scaler_of(reads: FrozenSet[str], scaled: FrozenSet[Tuple[str, str]]) -> Optional[str]:

@@ -19,6 +19,7 @@ import libcst as cst
 
 from amplint.semantic.conditions import Assumption
 from amplint.semantic.index import CodeUnit, Scope
+from amplint.semantic.names import source_text
 
 # Stands for "scaled by a helper we cannot see" (`loss = self.scale_loss(loss)`): enough to
 # not call the loss unscaled, never enough to call its gradients scaled.
@@ -62,6 +63,13 @@ class AmpEvent:
     # object whose backward/clip/step this is. Framework backwards with no evident float16
     # have none: they manage their own precision and nothing is assumed.
     framework_scaler: Optional[str] = None
+    # An event of another linted module, run through a call in this one (`node` is that
+    # call): how to name it, "`s.step(opt)` in optim_utils.py".
+    foreign: Optional[str] = None
+
+    def describe(self) -> str:
+        """The call as a message quotes it."""
+        return self.foreign or f"`{source_text(self.node)}`"
 
 
 @dataclass(frozen=True)

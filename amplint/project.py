@@ -1,0 +1,64 @@
+"""Linting files that import each other: the second phase of a run.
+
+Each file is first linted on its own, and exports a summary of what its functions do to mixed
+precision (`amplint.semantic.exports`). Then every file that imports a linted module with
+such a summary is linted again with it, so a call to `clip_and_step(...)` imported from
+`.optim_utils` counts for what it does there. A summary that changes in that round (a module
+whose functions call another's) is passed on in the next, for a few rounds at most.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Mapping, Sequence, Set, Tuple
+
+from amplint.diagnostics import FileResult
+from amplint.semantic.exports import ExternalModules
+
+# Rounds after the first: each follows imports one module further.
+MAX_ROUNDS = 3
+
+# Lints (path, summaries of the modules it imports) jobs; returns results in the same order.
+Relint = Callable[[Sequence[Tuple[str, Mapping[str, dict]]]], List[FileResult]]
+
+
+def link(results: List[FileResult], relint: Relint) -> List[FileResult]:
+    """`results` of the first phase, with the files that import linted modules linted again."""
+    results = list(results)
+    summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
+    done: Dict[str, Set[Tuple[str, str]]] = {}
+    for _ in range(MAX_ROUNDS):
+        jobs: List[Tuple[int, Dict[str, dict]]] = []
+        for index, result in enumerate(results):
+            if result.error is not None or not result.imports:
+                continue
+            used = imported_summaries(result, summaries)
+            signature = {(path, repr(summary)) for path, summary in used.items()}
+            if used and done.get(result.path) != signature:
+                done[result.path] = signature
+                jobs.append((index, used))
+        if not jobs:
+            break
+        relinted = relint([(results[index].path, used) for index, used in jobs])
+        changed = False
+        for (index, _), result in zip(jobs, relinted):
+            results[index] = result
+            if result.summary and summaries.get(result.path) != result.summary:
+                summaries[result.path] = result.summary
+                changed = True
+        if not changed:
+            break
+    return results
+
+
+def imported_summaries(result: FileResult, summaries: Mapping[str, dict]) -> Dict[str, dict]:
+    """The summaries of the linted modules `result`'s file imports."""
+    others = {path: summary for path, summary in summaries.items() if path != result.path}
+    if not others:
+        return {}
+    external = ExternalModules(result.path, others)
+    found = {}
+    for module, level in result.imports:
+        path = external.path_of(module or None, level)
+        if path is not None:
+            found[path] = others[path]
+    return found

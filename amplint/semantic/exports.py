@@ -1,0 +1,266 @@
+"""What a linted module's functions do to mixed precision, for the modules that import them.
+
+Linting runs in two phases. Each file is analysed on its own first, and exports a summary of
+its functions (`export_summary`): every event each one may run, and every way through it,
+with parameters left symbolic (`param:scaler`) and everything else the module's own
+(`ext:<path>:...`). The summary is plain JSON, so a cache can keep it beside the file's
+findings. Then each file that imports a linted module whose summary has AMP events is linted
+again with those summaries (`ExternalModules`): a call to `clip_and_step(...)` imported from
+`.optim_utils` stands for its events there, reported at the call.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from amplint.semantic.model import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
+from amplint.semantic.names import dotted_name, source_text
+
+if TYPE_CHECKING:
+    from amplint.semantic import SemanticModel
+
+SUMMARY_VERSION = 1
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]]:
+    """The JSON summary of the module's top-level functions and methods that do AMP work;
+    None when none does."""
+    functions: Dict[str, Any] = {}
+    origin = os.path.basename(path)
+    referenced = set()
+    for unit in model.units:
+        if unit.is_module or not _exported(unit):
+            continue
+        summary = model.flow.summary(unit)
+        if not summary.events:
+            continue
+        exported_events = [_event(event, path, origin, referenced) for event in summary.events]
+        sequences = None
+        if summary.sequences is not None:
+            sequences = sorted(
+                ([_event(event, path, origin, referenced) for event in sequence.events] for sequence in summary.sequences),
+                key=repr,
+            )
+        functions[unit.name] = {
+            "params": unit.parameters,
+            "method": unit.scope.class_scope is not None,
+            "events": exported_events,
+            "sequences": sequences,
+        }
+    if not functions:
+        return None
+    scalers = {}
+    for key, info in model.scalers.items():
+        exported_key = _key(key, path)
+        if exported_key in referenced or info.framework is not None:
+            scalers[exported_key] = {"name": info.name, "enabled": info.enabled, "framework": info.framework}
+    return {"version": SUMMARY_VERSION, "functions": functions, "scalers": scalers}
+
+
+def _event(event, path: str, origin: str, referenced: set) -> Dict[str, Any]:
+    exported = {
+        "kind": event.event.kind.value,
+        "text": event.event.foreign or f"`{source_text(event.event.node)}`",
+        "receiver": _ref(event.receiver, path),
+        "argument": _ref(event.argument, path),
+        "scaled": _key(event.scaled, path),
+        "tensor_param": event.tensor_param,
+        "region": "on" if event.own_region else ("off" if event.autocast_off else "inherit"),
+        "framework_scaler": _key(event.event.framework_scaler, path),
+        "origin": origin,
+    }
+    for ref in (exported["receiver"], exported["argument"]):
+        if ref is not None:
+            referenced.add(ref["key"])
+    if exported["scaled"]:
+        referenced.add(exported["scaled"])
+    return exported
+
+
+def _exported(unit) -> bool:
+    """Top-level functions and methods of top-level classes: what another module can import."""
+    parent = unit.scope.parent
+    return parent is not None and (parent.kind == "module" or (parent.kind == "class" and parent.parent is not None and parent.parent.kind == "module"))
+
+
+def _key(key: Optional[str], path: str) -> Optional[str]:
+    if key is None or key == UNKNOWN_SCALER or key.startswith(("param:", "ext:")):
+        return key
+    return f"ext:{path}:{key}"
+
+
+def _ref(ref: Optional[Ref], path: str) -> Optional[Dict[str, str]]:
+    if ref is None:
+        return None
+    return {"text": ref.text, "key": _key(ref.key, path) or ref.key}
+
+
+# --------------------------------------------------------------------------- import
+
+
+@dataclass(frozen=True)
+class ForeignEvent:
+    kind: EventKind
+    text: str  # the call as written in its module, quoted: "`s.step(opt)`"
+    origin: str  # the file it is in: `optim_utils.py`
+    receiver: Optional[Ref]
+    argument: Optional[Ref]
+    scaled: Optional[str]
+    tensor_param: Optional[str]
+    region: str  # "inherit", "on" (its own autocast), "off"
+    framework_scaler: Optional[str]
+
+
+@dataclass(frozen=True)
+class ForeignFunction:
+    name: str
+    params: Tuple[str, ...]
+    method: bool
+    events: Tuple[ForeignEvent, ...]
+    sequences: Optional[Tuple[Tuple[ForeignEvent, ...], ...]]
+
+
+def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
+    return ForeignEvent(
+        kind=EventKind(e["kind"]),
+        text=e["text"],
+        origin=e.get("origin", os.path.basename(path)),
+        receiver=Ref(**e["receiver"]) if e.get("receiver") else None,
+        argument=Ref(**e["argument"]) if e.get("argument") else None,
+        scaled=e.get("scaled"),
+        tensor_param=e.get("tensor_param"),
+        region=e.get("region", "inherit"),
+        framework_scaler=e.get("framework_scaler"),
+    )
+
+
+@dataclass
+class ForeignModule:
+    path: str
+    functions: Dict[str, ForeignFunction]
+    scalers: Dict[str, Dict[str, Any]]
+
+
+def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
+    if not isinstance(data, Mapping) or data.get("version") != SUMMARY_VERSION:
+        return None
+    functions = {}
+    for name, raw in data.get("functions", {}).items():
+        sequences = raw.get("sequences")
+        functions[name] = ForeignFunction(
+            name,
+            tuple(raw["params"]),
+            bool(raw.get("method")),
+            tuple(_foreign_event(e, path) for e in raw["events"]),
+            tuple(tuple(_foreign_event(e, path) for e in s) for s in sequences) if sequences is not None else None,
+        )
+    return ForeignModule(path, functions, dict(data.get("scalers", {})))
+
+
+@dataclass
+class ExternalModules:
+    """The summaries of the linted modules a file may import, found by where they are.
+
+    `summaries` maps each linted file's path to its summary; `path` is the importing
+    file's. `from .optim_utils import f` is looked up beside it; `from pkg.optim_utils
+    import f` as any linted file ending in `pkg/optim_utils.py` (or its `__init__.py`),
+    when exactly one does."""
+
+    path: str
+    summaries: Mapping[str, Mapping[str, Any]]
+    _loaded: Dict[str, Optional[ForeignModule]] = field(default_factory=dict)
+
+    def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
+        target = self.path_of(name, level)
+        if target is None:
+            return None
+        if target not in self._loaded:
+            self._loaded[target] = load_summary(target, self.summaries[target])
+        return self._loaded[target]
+
+    def scaler(self, key: str) -> Optional[ScalerInfo]:
+        """A scaler another module holds (`ext:<path>:<key>`), as its summary describes it."""
+        for module in self._loaded.values():
+            if module is not None and key in module.scalers:
+                raw = module.scalers[key]
+                return ScalerInfo(key, raw.get("name", "scaler"), raw.get("enabled"), (), raw.get("framework"))
+        return None
+
+    def used(self) -> List[str]:
+        """The linted modules this file's analysis looked up, for cache keys."""
+        return sorted(path for path, module in self._loaded.items() if module is not None)
+
+    def path_of(self, name: Optional[str], level: int) -> Optional[str]:
+        """The linted file `from <level dots><name> import ...` refers to, if any."""
+        parts = name.split(".") if name else []
+        if level:
+            base = os.path.dirname(os.path.abspath(self.path))
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            candidates = [os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__init__.py")]
+            for candidate in candidates:
+                for path in self.summaries:
+                    if os.path.abspath(path) == candidate:
+                        return path
+            return None
+        if not parts:
+            return None
+        suffixes = (os.sep + os.path.join(*parts) + ".py", os.sep + os.path.join(*parts, "__init__.py"))
+        matches = [path for path in self.summaries if ("/" + os.path.abspath(path).lstrip("/")).endswith(suffixes)]
+        return matches[0] if len(matches) == 1 else None
+
+
+def imported_module(binding_node: cst.CSTNode, local: str) -> Optional[Tuple[Optional[str], int, Optional[str]]]:
+    """For a name bound by an import: (module, relative level, the name imported from it).
+
+    `from .optim_utils import clip as c` binds `c` -> ("optim_utils", 1, "clip");
+    `import pkg.utils as u` binds `u` -> ("pkg.utils", 0, None)."""
+    if isinstance(binding_node, cst.ImportFrom) and not isinstance(binding_node.names, cst.ImportStar):
+        module = dotted_name(binding_node.module) if binding_node.module is not None else None
+        level = len(binding_node.relative)
+        for alias in binding_node.names:
+            bound = alias.asname.name if alias.asname is not None else alias.name
+            if dotted_name(bound) == local:
+                return module, level, dotted_name(alias.name)
+    if isinstance(binding_node, cst.Import):
+        for alias in binding_node.names:
+            if alias.asname is not None and dotted_name(alias.asname.name) == local:
+                return dotted_name(alias.name), 0, None
+            full = dotted_name(alias.name) or ""
+            if alias.asname is None and full.split(".")[0] == local:
+                return full, 0, None
+    return None
+
+
+def imports_of(index) -> Tuple[Tuple[str, int], ...]:
+    """Every module the file imports from, as (dotted name, relative level): for `from pkg
+    import utils` both `pkg` and `pkg.utils`, since `utils` may be a module."""
+    found = set()
+    for scope in index.scopes:
+        for bindings in scope.bindings.values():
+            for binding in bindings:
+                node = binding.node
+                if binding.kind != "import":
+                    continue
+                if isinstance(node, cst.ImportFrom):
+                    module = dotted_name(node.module) if node.module is not None else ""
+                    level = len(node.relative)
+                    found.add((module or "", level))
+                    if not isinstance(node.names, cst.ImportStar):
+                        for alias in node.names:
+                            name = dotted_name(alias.name)
+                            if name:
+                                found.add((f"{module}.{name}" if module else name, level))
+                elif isinstance(node, cst.Import):
+                    for alias in node.names:
+                        name = dotted_name(alias.name)
+                        if name:
+                            found.add((name, 0))
+    return tuple(sorted(found))

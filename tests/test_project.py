@@ -1,0 +1,138 @@
+"""Linting modules that import each other: helpers of other linted modules count where they
+are called, and what a function does is exported as plain JSON."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from amplint.engine import lint_source
+from amplint.rules import ALL_RULES
+
+OPTIM_UTILS = """
+import torch
+
+
+def clip_and_step(model, optimizer, scaler, max_norm=1.0):
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def backward(loss):
+    loss.backward()
+
+
+def optimizer_step(optimizer):
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+class Stepper:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, optimizer):
+        self.scaler.step(optimizer)
+        self.scaler.update()
+"""
+
+TRAIN = """
+import torch
+
+from .optim_utils import backward, clip_and_step, optimizer_step, Stepper
+from . import optim_utils
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        loss.backward()
+        clip_and_step(model, optimizer, scaler)
+
+
+def train_inside(model, loader, optimizer):
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x)
+            backward(loss)
+            optimizer_step(optimizer)
+
+
+def train_with_a_stepper(model, loader, optimizer):
+    stepper = Stepper()
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        loss.backward()
+        stepper.step(optimizer)
+
+
+def train_right(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        optim_utils.clip_and_step(model, optimizer, scaler)
+"""
+
+
+def _project(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "optim_utils.py").write_text(OPTIM_UTILS)
+    (package / "train.py").write_text(TRAIN)
+    return package
+
+
+def _lint(*args, cwd):
+    done = subprocess.run(
+        [sys.executable, "-m", "amplint", "--isolated", "--output-format", "json", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_helpers_of_other_linted_modules_count_where_they_are_called(tmp_path):
+    _project(tmp_path)
+    code, findings = _lint("pkg", cwd=tmp_path)
+    assert code == 1
+    found = sorted((os.path.relpath(f["filename"], tmp_path).replace(os.sep, "/"), f["location"]["row"], f["code"]) for f in findings)
+    assert found == [
+        ("pkg/train.py", 13, "AMP001"),  # stepped by clip_and_step's scaler.step()
+        ("pkg/train.py", 21, "AMP006"),  # backward(loss) runs loss.backward() under autocast
+        ("pkg/train.py", 22, "AMP004"),  # optimizer_step() steps under autocast
+        ("pkg/train.py", 30, "AMP001"),  # Stepper().step() steps its own GradScaler
+    ]
+    messages = {f["location"]["row"]: f["message"] for f in findings}
+    assert "`scaler.step(optimizer)` in optim_utils.py" in messages[13]
+
+
+def test_alone_the_importing_file_shows_only_what_its_own_code_does(tmp_path):
+    # `stepper.step(optimizer)` steps with an optimizer argument, which only a scaler does;
+    # the other three need optim_utils.py to be linted too.
+    package = _project(tmp_path)
+    code, findings = _lint(str(package / "train.py"), cwd=tmp_path)
+    assert [(f["location"]["row"], f["code"]) for f in findings] == [(30, "AMP001")]
+
+
+def test_a_module_exports_what_its_functions_do_as_json():
+    result = lint_source(textwrap.dedent(OPTIM_UTILS), "optim_utils.py", ALL_RULES)
+    summary = json.loads(json.dumps(result.summary))  # plain JSON, for a cache
+    functions = summary["functions"]
+    assert set(functions) == {"clip_and_step", "backward", "optimizer_step", "Stepper.step"}
+    kinds = [event["kind"] for event in functions["clip_and_step"]["events"]]
+    assert kinds == ["scaler.unscale_", "clip", "scaler.step", "scaler.update"]
+    step = functions["clip_and_step"]["events"][2]
+    assert step["receiver"]["key"] == "param:scaler" and step["argument"]["key"] == "param:optimizer"
+    assert functions["backward"]["events"][0]["tensor_param"] == "loss"
+    assert functions["Stepper.step"]["method"] is True
+    assert any(s["enabled"] is True for s in summary["scalers"].values())
