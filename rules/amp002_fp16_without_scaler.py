@@ -103,7 +103,9 @@ class Fp16WithoutScaler(Rule):
         for region in model.autocast_regions:
             if not region.active or not region.may_be_float16 or region.under_no_grad:
                 continue
-            if model.feeds_backward(region) and model.trains(region.unit) and not model.scaling_serves(region.unit):
+            if model.scaling_serves(region.unit):
+                continue
+            if any(model.reaches_optimizer(backward) for backward in model.backwards_fed_by(region)):
                 yield Report(region.anchor, _message(region))
 
     VALID = (

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
 from amplint.rule import Flagged, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
@@ -111,9 +111,9 @@ class ScaledLossPlainStep(Rule):
                 # The scaler stepped another optimizer on these gradients; this one applies
                 # them still scaled, unless a plain backward may have produced its own.
                 if optimizer not in gradients.stepped and not gradients.unscaled and not gradients.mixed:
-                    yield Report(step.node, _message(step, gradients.scaled_by, model.scaler_name(gradients.scaler)))
+                    yield Report(step.node, _message(step, gradients.scaled_by, gradients.scaler, model))
             elif not gradients.unscaled:
-                yield Report(step.node, _message(step, gradients.scaled_by, model.scaler_name(gradients.scaler)))
+                yield Report(step.node, _message(step, gradients.scaled_by, gradients.scaler, model))
             elif optimizer in gradients.unscaled and gradients.unscale is not None:
                 # Unscaled for this very optimizer, then stepped past the scaler.
                 yield Report(step.node, _unscaled_message(step, gradients.unscale))
@@ -224,8 +224,19 @@ def fit(self, loss):
     )
 
 
-def _message(step: Occurrence, backward: Occurrence, scaler: str) -> str:
+def _message(step: Occurrence, backward: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> str:
     optimizer = step.receiver.text if step.receiver is not None else "optimizer"
+    info = model.scalers.get(scaler_key) if scaler_key is not None else None
+    scaler = model.scaler_name(scaler_key)
+    if info is not None and info.framework is not None:
+        prepare = {"accelerate": f"{scaler}.prepare({optimizer})", "fabric": f"{scaler}.setup_optimizers({optimizer})"}.get(
+            info.framework, "self.optimizers()"
+        )
+        return (
+            f"{quote(step)} applies gradients from {quote(backward)} that still carry `{scaler}`'s loss scale "
+            f"(65536 at start), and never skips inf/NaN steps: `{optimizer}` is not one the framework prepared, "
+            f"so its step does not unscale. Use `{optimizer} = {prepare}`."
+        )
     return (
         f"{quote(step)} applies gradients from {quote(backward)} that still carry "
         f"`{scaler}`'s loss scale (65536 at start), and never skips inf/NaN steps: SGD-like updates come out "

@@ -259,24 +259,48 @@ class SemanticModel:
     def states_before(self, *kinds: EventKind) -> Iterator[Tuple[Occurrence, FlowState]]:
         """Each occurrence of these kinds, on every way through its unit, with the state just
         before it (the flow analysis; units too complex to follow are skipped and counted)."""
+        found = []
         for unit in self.units:
             flow: Optional[UnitFlow] = self.flow.unit_flow(unit)
             if flow is None:
                 continue
             for occurrence, states in flow.before.items():
                 if occurrence.kind in kinds:
-                    for state in states:
-                        yield occurrence, state
+                    found.extend((occurrence, state) for state in states)
+        # Events where they are written first, then through ever deeper helper calls: a
+        # finding reached both ways is worded as the unit that contains it sees it.
+        found.sort(key=lambda pair: len(pair[0].via))
+        yield from found
 
-    def trains(self, unit: CodeUnit, _seen: Optional[Set[int]] = None) -> bool:
+    def reaches_optimizer(self, backward: Occurrence) -> bool:
+        """Whether the gradients of `backward` can reach an optimizer step: one in its unit
+        (or a helper) steps before anything zeroes them, or they are still pending when the
+        unit returns and a caller trains (see `trains`). A backward whose gradients are read
+        and thrown away (a saliency map, an out-of-memory probe) is not a training step."""
+        flow = self.flow.unit_flow(backward.unit)
+        if flow is None:
+            return self.trains(backward.unit)  # too complex to follow: what the unit does at all
+
+        def pending(gradients: GradientState) -> bool:
+            return backward in gradients.plain_backwards or backward in (gradients.last_backward, gradients.scaled_by)
+
+        for occurrence, states in flow.before.items():
+            if occurrence.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
+                if any(pending(state.gradients) for state in states):
+                    return True
+        if any(pending(state.gradients) for state in flow.exits):
+            return self.trains(backward.unit, steps_here=False)
+        return False
+
+    def trains(self, unit: CodeUnit, _seen: Optional[Set[int]] = None, steps_here: bool = True) -> bool:
         """Whether gradients computed in `unit` can reach an optimizer: it (or a helper it
-        calls) steps or zeroes them, a caller in the file does, or, with no caller visible,
-        the file trains somewhere and the unit does not read the gradients itself (saliency)."""
+        calls) steps, a caller in the file does, or, with no caller visible, the file trains
+        somewhere and the unit does not read the gradients itself (saliency)."""
         seen = _seen if _seen is not None else set()
         if id(unit) in seen:
             return False
         seen.add(id(unit))
-        if any(o.kind in _STEPS for o in self.occurrences_in(unit)):
+        if steps_here and any(o.kind in _STEPS for o in self.occurrences_in(unit)):
             return True
         callers = [
             record.unit
@@ -292,16 +316,18 @@ class SemanticModel:
         )
 
     # ------------------------------------------------------------------ regions
-    def feeds_backward(self, region: AutocastRegion) -> bool:
-        """Whether a backward in the region's unit runs on something computed under it: inside
+    def backwards_fed_by(self, region: AutocastRegion) -> List[Occurrence]:
+        """The backwards in the region's unit that run on something computed under it: inside
         the region, on a value derived from what it assigned, or in a helper handed such a value."""
         unit = region.unit
+        found: List[Occurrence] = []
         derived: Optional[Set[str]] = None
         for occurrence in self.occurrences_in(unit):
             if occurrence.kind is not EventKind.BACKWARD or occurrence.under_no_grad:
                 continue
             if occurrence.region is region:
-                return True
+                found.append(occurrence)
+                continue
             if derived is None:
                 derived = values_derived_from(unit, region.assigned)
             reads = occurrence.event.tensor_reads
@@ -313,8 +339,8 @@ class SemanticModel:
                         name for arg in call.record.node.args for name in roots(names_read(arg.value))
                     )
             if reads & derived:
-                return True
-        return False
+                found.append(occurrence)
+        return found
 
     def classify_node(self, node: cst.Call, unit: CodeUnit) -> Classified:
         for record in unit.calls:

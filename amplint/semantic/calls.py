@@ -271,8 +271,10 @@ class Classifier:
                     callee = self._functions[id(binding.node)]
                     bound_self = bool(callee.parameters[:1]) and callee.parameters[0] in ("self", "cls")
                     return HelperCall(record, callee, bound_self=bound_self)
-        if owner not in ("self", "cls"):
-            # `trainer.fit()` where `trainer = Trainer(...)`, a class another linted module exports.
+        if owner not in ("self", "cls") and not vocabulary.is_framework_receiver(owner):
+            # `trainer.fit()` where `trainer = Trainer(...)`, a class another linted module
+            # exports. Not into a framework's own source (linting accelerate with its tests):
+            # `accelerator.backward(loss)` is the framework's, whatever its code does inside.
             for bound, where in self.resolver.values(owner, scope):
                 if isinstance(bound, cst.Call) and isinstance(bound.func, cst.Name):
                     for binding in self.resolver.bindings(bound.func.value, where):

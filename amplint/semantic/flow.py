@@ -18,6 +18,7 @@ what a piece of code does.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
@@ -37,7 +38,7 @@ from amplint.semantic.model import (
     Occurrence,
     Ref,
 )
-from amplint.semantic.names import names_bound, names_read, roots
+from amplint.semantic.names import dotted_name, names_bound, names_read, roots
 from amplint.semantic.regions import CallContext
 
 if TYPE_CHECKING:
@@ -102,10 +103,6 @@ class Summary:
     # Every way through it; None when there are too many to follow.
     sequences: Optional[FrozenSet[Sequence]] = None
 
-    @property
-    def conditions(self) -> Set[str]:
-        return {cond.text for seq in self.sequences or () for cond, _ in seq.facts}
-
 
 # --------------------------------------------------------------------------- states
 
@@ -151,10 +148,12 @@ class _Flow:
 
 @dataclass
 class UnitFlow:
-    """What the analysis of one unit found: the states just before each occurrence."""
+    """What the analysis of one unit found: the states just before each occurrence, and
+    the states it can end in (returning, or running off its end)."""
 
     unit: CodeUnit
     before: Dict[Occurrence, Set[FlowState]]
+    exits: Set[FlowState] = field(default_factory=set)
 
 
 # --------------------------------------------------------------------------- the analysis
@@ -255,15 +254,16 @@ class FlowAnalysis:
 
     def _analyse(self, unit: CodeUnit) -> Optional[UnitFlow]:
         if not any(self.model.classify(record) is not None for record in unit.calls if record.immediate):
-            return UnitFlow(unit, {})
+            return UnitFlow(unit, {}, {FlowState()})
         interpreter = _Interpreter(self, unit, summary_depth=None)
         entry = GradientState(entry=not unit.is_module and not self.has_visible_callers(unit))
         try:
-            interpreter.run({FlowState(gradients=entry)})
+            flow = interpreter.run({FlowState(gradients=entry)})
         except TooComplex:
             self.skipped.append(unit)
             return None
-        return UnitFlow(unit, interpreter.before)
+        exits = {s for s in flow.normal | flow.returns if isinstance(s, FlowState)}
+        return UnitFlow(unit, interpreter.before, exits)
 
 
 # --------------------------------------------------------------------------- symbols
@@ -292,15 +292,53 @@ class _Symbols:
         return ref if key == ref.key else Ref(ref.text, key)  # type: ignore[arg-type]
 
     def exportable(self, condition: Condition) -> bool:
-        """A condition a caller can share: on `self.` attributes or on module-level names,
-        not on the helper's own locals or parameters."""
+        """A condition a caller can share: on `self.` attributes, on module-level names, or
+        on the helper's parameters (each caller puts its argument in their place, see
+        `rewrite`); not on the helper's own locals."""
         local = self.unit.scope.bindings
         for name in condition.names:
-            if name.startswith("self."):
+            root = name.split(".")[0]
+            if name.startswith("self.") or root in self.params:
                 continue
-            if name.split(".")[0] in local:
+            if root in local:
                 return False
         return True
+
+
+def rewrite(condition: Condition, arguments: Dict[str, Optional[str]]) -> Optional[Condition]:
+    """`condition`, a helper's, in its caller's terms: each parameter it reads replaced by
+    the variable the call passes (`scaler is not None` -> `self.scaler is not None`); None
+    when a parameter it reads gets no plain variable."""
+    names = []
+    touched = False
+    for name in condition.names:
+        root, dot, rest = name.partition(".")
+        if root in arguments:
+            target = arguments[root]
+            if target is None:
+                return None
+            names.append(target + dot + rest)
+            touched = True
+        else:
+            names.append(name)
+    if not touched:
+        return condition
+    text = _IDENTIFIER.sub(lambda m: arguments.get(m.group(1)) or m.group(1), condition.text)
+    return Condition(text, frozenset(names))
+
+
+_IDENTIFIER = re.compile(r"(?<![\w.'\"])([A-Za-z_]\w*)")
+
+
+def call_arguments(call: HelperCall) -> Dict[str, Optional[str]]:
+    """Each parameter of the callee (but `self`) -> the variable the call passes, if any."""
+    found: Dict[str, Optional[str]] = {}
+    for param in call.parameters:
+        if param in ("self", "cls"):
+            continue
+        argument = call.argument_for(param)
+        found[param] = dotted_name(argument) if argument is not None else None
+    return found
 
 
 def _summary_event(
@@ -416,6 +454,7 @@ class _Interpreter:
         self.before: Dict[Occurrence, Set[FlowState]] = {}
         self.work = 0
         self.relevant = self._relevant_conditions()
+        self.tracked = self._tracked_names()
 
     @property
     def summarising(self) -> bool:
@@ -622,7 +661,7 @@ class _Interpreter:
             for state in states:
                 assert isinstance(state, _PathState)
                 for sequence in summary.sequences:
-                    merged = self._assume_facts(state, sequence.facts)
+                    merged = self._assume_facts(state, sequence.facts, call)
                     if merged is None:
                         continue
                     for inner in sequence.events:
@@ -635,7 +674,7 @@ class _Interpreter:
         for state in states:
             assert isinstance(state, FlowState)
             for sequence in summary.sequences:
-                current = self._assume_facts(state, sequence.facts)
+                current = self._assume_facts(state, sequence.facts, call)
                 if current is None:
                     continue
                 for inner in sequence.events:
@@ -753,12 +792,13 @@ class _Interpreter:
             return states
         inline, reads = self.model.scaling_and_reads(value, self.unit)
         targets = roots(targets)
+        watched = [target for target in targets if target in self.tracked]
         result: Set[State] = set()
         for state in states:
             scaled = {(name, s) for name, s in state.scaled if name not in targets}
             scaler = inline or _scaler_of(reads, state.scaled)
             if scaler is not None:
-                scaled |= {(target, scaler) for target in targets}
+                scaled |= {(target, scaler) for target in watched}
             facts = frozenset(
                 (cond, outcome) for cond, outcome in state.facts if not any(cond.reads(t) for t in targets)
             )
@@ -776,8 +816,12 @@ class _Interpreter:
             result.add(replace(state, facts=state.facts | frozenset(facts)))
         return result
 
-    def _assume_facts(self, state, facts: FrozenSet[Assumption]):
+    def _assume_facts(self, state, facts: FrozenSet[Assumption], call: HelperCall):
         """A helper's way through, taken from `state`: None when it contradicts it."""
+        if facts:
+            arguments = call_arguments(call)
+            mapped = ((rewrite(cond, arguments), value) for cond, value in facts)
+            facts = frozenset((cond, value) for cond, value in mapped if cond is not None)
         if any((cond, not value) in state.facts for cond, value in facts):
             return None
         kept = frozenset(fact for fact in facts if fact[0].text in self.relevant)
@@ -790,12 +834,15 @@ class _Interpreter:
         counts: Counter = Counter()
         exported: Set[str] = set()
         seen_tests: Set[int] = set()
+        depth = (self.summary_depth or 0) + 1
         for record in self.unit.calls:
             if not record.immediate:
                 continue
             item = self.model.classify(record)
             if item is None:
                 continue
+            if isinstance(item, HelperCall) and (self._is_recursive(item) or not self.analysis.summary_for(item, depth).events):
+                continue  # a helper with no AMP work guards nothing worth remembering
             in_loop = False
             for frame in record.frames:
                 if isinstance(frame, LoopFrame):
@@ -807,9 +854,10 @@ class _Interpreter:
                         counts[cond.text] += 2 if in_loop else 1
                         if self.summarising and self.symbols.exportable(cond):
                             exported.add(cond.text)
-            if isinstance(item, HelperCall) and not self._is_recursive(item):
-                depth = (self.summary_depth or 0) + 1
-                for text in self.analysis.summary_for(item, depth).conditions:
+            if isinstance(item, HelperCall):
+                arguments = call_arguments(item)
+                conditions = {c for seq in self.analysis.summary_for(item, depth).sequences or () for c, _ in seq.facts}
+                for text in {mapped.text for mapped in (rewrite(c, arguments) for c in conditions) if mapped is not None}:
                     counts[text] += 2 if in_loop else 1
                     if self.summarising:
                         exported.add(text)
@@ -817,6 +865,30 @@ class _Interpreter:
         for scaler in self.model.scalers.values():
             relevant.update(cond.text for cond, _ in scaler.live_requirements)
         return frozenset(relevant)
+
+    def _tracked_names(self) -> FrozenSet[str]:
+        """Variables whose scaled-ness can matter: those a backward's tensor (or a helper
+        call's argument) is computed from, directly or through assignments. Tracking every
+        variable that touches a scaler would multiply states for nothing."""
+        wanted: Set[str] = set()
+        for record in self.unit.calls:
+            item = self.model.classify(record) if record.immediate else None
+            if isinstance(item, AmpEvent) and item.kind is EventKind.BACKWARD:
+                wanted |= item.tensor_reads
+            elif isinstance(item, HelperCall) and not self._is_recursive(item):
+                depth = (self.summary_depth or 0) + 1
+                for event in self.analysis.summary_for(item, depth).events:
+                    argument = item.argument_for(event.tensor_param) if event.tensor_param else None
+                    if argument is not None:
+                        wanted.update(roots(names_read(argument)))
+        changed = True
+        while changed:
+            changed = False
+            for targets, reads in self.unit.assignments:
+                if targets & wanted and not reads <= wanted:
+                    wanted |= reads
+                    changed = True
+        return frozenset(wanted)
 
     def _is_recursive(self, call: HelperCall) -> bool:
         return call.callee is self.unit

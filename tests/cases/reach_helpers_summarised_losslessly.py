@@ -48,3 +48,44 @@ def train_without_amp(model, loader, opt):
         loss = model(x)
         loss.backward()
         apply_step(off, opt)
+
+
+def backward(total_loss, scaler):
+    if scaler is not None:
+        scaler.scale(total_loss).backward()
+    else:
+        total_loss.backward()
+
+
+def train_one_epoch(model, loader, optimizer, scaler):
+    # The helper's `scaler is not None` is the caller's, with the argument in its place.
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        backward(loss, scaler)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+
+
+class TrainStep:
+    @staticmethod
+    def run_backward(task, loss):
+        if task.amp_type == "pytorch":
+            task.amp_grad_scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    @staticmethod
+    def run_optimizer_step(task):
+        if task.amp_type == "pytorch":
+            task.amp_grad_scaler.step(task.optimizer)
+            task.amp_grad_scaler.update()
+        else:
+            task.optimizer.step()
+
+    def __call__(self, task, loss):
+        self.run_backward(task, loss)
+        self.run_optimizer_step(task)

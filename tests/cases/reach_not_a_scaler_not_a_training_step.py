@@ -31,3 +31,12 @@ def saliency(model, image, label):
         score = model(image)[0, label]
     score.backward()
     return image.grad.abs().amax(dim=1)
+
+
+def probe_memory(model, batches, optimizer):
+    # A sanity check for out-of-memory errors: its gradients are zeroed, never applied.
+    for batch in batches:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(batch).mean()
+        loss.backward()
+        optimizer.zero_grad()
