@@ -53,10 +53,16 @@ class Prediction:
 
     `amplint verify` runs `fixtures/<CODE>/buggy.py` and `fixed.py` with `--scenario scenario`
     and an autocast dtype from `dtypes`; each prints `quantity`. The two values are combined
-    as `compare` says (`buggy/fixed`, `fixed/buggy`, `buggy-fixed`, or `buggy` alone), and the
-    claim holds when the result lies within `at_least`..`at_most`. A failure that does not
-    bite in some regime is a prediction too: a ratio bounded near 1. `claim` is the sentence
-    the rule's documentation quotes.
+    as `compare` says (`buggy/fixed`, `fixed/buggy`, `buggy-fixed`, or one side alone: `buggy`,
+    `fixed`), and the claim holds when the result lies within `at_least`..`at_most`. A failure
+    that does not bite in some regime is a prediction too: a ratio bounded near 1. `claim` is
+    the sentence the rule's documentation quotes.
+
+    `expected` asserts the mechanism, not only the size: an arithmetic expression over the
+    quantities both scripts report (`buggy.loss_scale * fixed.logged_grad_norm /
+    fixed.max_norm`) giving what the mechanism predicts the comparison to be. The claim then
+    bounds comparison / expected, so `[0.95, 1.05]` reads "what the docs' mechanism
+    predicts, within 5%".
     """
 
     scenario: str
@@ -67,6 +73,7 @@ class Prediction:
     at_most: Optional[float] = None
     # The autocast dtypes the claim is about; a plain `amplint verify` runs the first.
     dtypes: Tuple[str, ...] = ("float16", "bfloat16")
+    expected: Optional[str] = None
 
     @property
     def dtype(self) -> str:

@@ -5,8 +5,9 @@ Pure functions over numbers, so the verdict logic is tested without running anyt
 
 from __future__ import annotations
 
+import ast
 import math
-from typing import Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from amplint.rule import Prediction
 
@@ -15,13 +16,16 @@ NOT_REPRODUCED = "not reproduced"
 SKIPPED = "skipped"
 ERROR = "error"
 
-COMPARISONS = ("buggy/fixed", "fixed/buggy", "buggy-fixed", "buggy")
+COMPARISONS = ("buggy/fixed", "fixed/buggy", "buggy-fixed", "buggy", "fixed")
+SIDES = ("buggy", "fixed")
 
 
 def combine(compare: str, buggy: float, fixed: float) -> float:
-    """The number a prediction bounds: a ratio, a difference, or the buggy value alone."""
+    """The number a prediction bounds: a ratio, a difference, or one side's value alone."""
     if compare == "buggy":
         return buggy
+    if compare == "fixed":
+        return fixed
     if compare == "buggy-fixed":
         return buggy - fixed
     if compare == "buggy/fixed":
@@ -41,6 +45,67 @@ def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator
 
 
+# --------------------------------------------------------------------------- expected: the mechanism
+
+
+def expected_quantities(expression: str) -> Tuple[Tuple[str, str], ...]:
+    """The (side, quantity) pairs an `expected` expression reads; ValueError if it
+    is not arithmetic (+ - * /, numbers, parentheses) over `buggy.<quantity>` / `fixed.<quantity>`."""
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as error:
+        raise ValueError(f"expected {expression!r} does not parse: {error.msg}") from None
+    read = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            if not (isinstance(node.value, ast.Name) and node.value.id in SIDES):
+                raise ValueError(f"expected {expression!r}: only buggy.<quantity> and fixed.<quantity> may be read")
+            names.append((node.value.id, node.attr))
+        elif isinstance(node, ast.Name):
+            if node.id not in SIDES or id(node) not in read:
+                raise ValueError(f"expected {expression!r}: write buggy.<quantity> or fixed.<quantity>, not {node.id!r}")
+        elif isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+                raise ValueError(f"expected {expression!r}: only numbers may appear as constants")
+        elif not isinstance(node, _ARITHMETIC):
+            raise ValueError(f"expected {expression!r}: {type(node).__name__} is not allowed")
+    return tuple(dict.fromkeys(names))
+
+
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub, ast.UAdd, ast.Load)
+
+
+def evaluate_expected(expression: str, values: Mapping[str, Mapping[str, float]]) -> float:
+    """The expression's value; `values` maps "buggy"/"fixed" to that script's quantities.
+    Division by zero gives inf or NaN rather than raising, like the comparisons."""
+    expected_quantities(expression)  # validates
+    return _evaluate(ast.parse(expression, mode="eval").body, values)
+
+
+def _evaluate(node: ast.AST, values: Mapping[str, Mapping[str, float]]) -> float:
+    if isinstance(node, ast.Constant):
+        return float(node.value)
+    if isinstance(node, ast.Attribute):
+        assert isinstance(node.value, ast.Name)
+        return float(values[node.value.id][node.attr])
+    if isinstance(node, ast.UnaryOp):
+        operand = _evaluate(node.operand, values)
+        return -operand if isinstance(node.op, ast.USub) else operand
+    assert isinstance(node, ast.BinOp)
+    left, right = _evaluate(node.left, values), _evaluate(node.right, values)
+    if isinstance(node.op, ast.Add):
+        return left + right
+    if isinstance(node.op, ast.Sub):
+        return left - right
+    if isinstance(node.op, ast.Mult):
+        return left * right
+    return _ratio(left, right)
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
 def holds(prediction: Prediction, value: float) -> bool:
     """Whether `value` lies within the prediction's bounds; NaN never does."""
     if math.isnan(value):
@@ -52,10 +117,16 @@ def holds(prediction: Prediction, value: float) -> bool:
     return True
 
 
-def judge(prediction: Prediction, buggy: float, fixed: float) -> Tuple[float, str]:
-    """(combined value, verdict) for one pair of measurements."""
+def judge(prediction: Prediction, buggy: float, fixed: float, expected: Optional[float] = None) -> Tuple[float, str]:
+    """(bounded value, verdict) for one pair of measurements. With `expected` (the value of
+    the prediction's mechanism expression) the bounded value is the comparison / expected."""
     value = combine(prediction.compare, buggy, fixed)
+    if expected is not None:
+        value = _ratio(value, expected)
     return value, CONFIRMED if holds(prediction, value) else NOT_REPRODUCED
+
+
+# --------------------------------------------------------------------------- how numbers read
 
 
 def bound_text(prediction: Prediction) -> str:
@@ -72,7 +143,10 @@ def bound_text(prediction: Prediction) -> str:
 
 def bounds_text(prediction: Prediction) -> str:
     """The claim as a reader checks it: `fixed/buggy >= 1000`."""
-    return f"{prediction.compare} {bound_text(prediction)}"
+    comparison = prediction.compare
+    if prediction.expected:
+        comparison = f"({comparison}) / ({prediction.expected})"
+    return f"{comparison} {bound_text(prediction)}"
 
 
 def number_text(value: Optional[float]) -> str:
@@ -81,3 +155,43 @@ def number_text(value: Optional[float]) -> str:
     if math.isfinite(value) and value == int(value) and abs(value) < 1e6:
         return str(int(value))
     return f"{value:.4g}"
+
+
+def band_decimals(prediction: Prediction) -> Optional[int]:
+    """For a two-sided band, the decimals that show where a value sits inside it: two more
+    than the band's width needs, so 0.99996 in [0.999, 1.001] does not print as 1."""
+    low, high = prediction.at_least, prediction.at_most
+    if low is None or high is None or high <= low:
+        return None
+    return max(0, math.ceil(-math.log10(high - low))) + 2
+
+
+def is_tight(prediction: Prediction) -> bool:
+    """A band narrow next to its values (`[0.999, 1.001]`), where four digits would hide why
+    a value passes."""
+    low, high = prediction.at_least, prediction.at_most
+    if low is None or high is None:
+        return False
+    return high - low <= 0.1 * max(abs(low), abs(high))
+
+
+def value_text(prediction: Prediction, value: Optional[float]) -> str:
+    """The bounded value, with the digits its band needs."""
+    decimals = band_decimals(prediction)
+    if value is None or decimals is None or not math.isfinite(value):
+        return exact_text(value) if prediction.at_least is not None and prediction.at_least == prediction.at_most else number_text(value)
+    return f"{value:.{decimals}f}"
+
+
+def exact_text(value: Optional[float]) -> str:
+    """For `== 0` claims: a value that is not exactly zero must not round to 0."""
+    if value is None:
+        return "-"
+    return "0" if value == 0 else f"{value:.6g}"
+
+
+def measured_text(prediction: Optional[Prediction], value: Optional[float]) -> str:
+    """A buggy or fixed measurement: seven significant digits next to a tight band."""
+    if prediction is not None and value is not None and math.isfinite(value) and is_tight(prediction):
+        return f"{value:.7g}"
+    return number_text(value)
