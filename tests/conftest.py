@@ -45,3 +45,14 @@ def run_amplint(*args, cwd=None, input=None, env=None):
 @pytest.fixture
 def amplint():
     return run_amplint
+
+
+@pytest.fixture(scope="session")
+def verified():
+    """One real `amplint verify --dtype all` on CPU, shared by every test that needs measurements:
+    each prediction at every dtype it is about (one fixture process per rule, ~20 s)."""
+    pytest.importorskip("torch")
+    from amplint.harness.runner import ALL_DTYPES, verify
+    from amplint.rules import ALL_RULES
+
+    return verify(ALL_RULES, "cpu", ALL_DTYPES)

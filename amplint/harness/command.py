@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import subprocess
 import sys
+import tempfile
 from typing import List, Optional, Sequence, Tuple, Type
 
 from amplint.harness.report import render_json, render_text
-from amplint.harness.runner import DEFAULT_TIMEOUT, verify
+from amplint.harness.runner import ALL_DTYPES, DEFAULT_TIMEOUT, DTYPES, verify
 from amplint.rule import Rule
 
 TORCH_MISSING = """\
@@ -47,19 +49,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--dtype",
-        choices=("float16", "bfloat16"),
+        choices=DTYPES + (ALL_DTYPES,),
         default=None,
-        help="autocast dtype; predictions about the other dtype are skipped "
-        "(default: each prediction's own, float16 except the bfloat16 controls)",
+        help="autocast dtype; predictions about the other dtype are skipped; all: every prediction at "
+        "every dtype it is about (default: each prediction's own, float16 except the bfloat16 controls)",
     )
     parser.add_argument("--output-format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--report",
+        metavar="HTML",
+        help="also write a self-contained HTML page: per prediction, the buggy and fixed runs' "
+        "curves over their steps, the claim and the verdict",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
-        help="per rule: its buggy and fixed scripts, every scenario and dtype, run in one process "
-        f"that is stopped after this long (default: {DEFAULT_TIMEOUT:g})",
+        help="per fixture script (a buggy or fixed script at one dtype, every scenario): stopped after "
+        "running this long, not counting time spent waiting for a CPU on a loaded machine "
+        f"(default: {DEFAULT_TIMEOUT:g})",
     )
     return parser
 
@@ -90,10 +99,20 @@ def resolve_device(requested: str, timeout: float) -> Tuple[str, Optional[str]]:
 
 def _cuda_available(timeout: float) -> Tuple[bool, Optional[str]]:
     probe = "import torch; print(torch.cuda.is_available())"
+    # From an empty folder, with no script directory on sys.path (-P, Python 3.11+): a
+    # `torch.py` in the caller's folder must not stand in for PyTorch. Not -I, which would
+    # also drop a user-site PyTorch that the fixture processes do see.
+    flags = ["-P"] if sys.version_info >= (3, 11) else []
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", probe], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
-        )
+        with tempfile.TemporaryDirectory(prefix="amplint-cuda-probe-") as neutral:
+            done = subprocess.run(
+                [sys.executable, *flags, "-c", probe],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=neutral,
+            )
     except (subprocess.TimeoutExpired, OSError) as error:
         return False, f"could not check for CUDA: {error}"
     if done.returncode != 0:
@@ -115,16 +134,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         known = ", ".join(rule.code for rule in ALL_RULES)
         print(f"amplint verify: no rule matches {', '.join(unknown)} (known: {known})", file=sys.stderr)
         return 2
-    if args.timeout <= 0:
-        print("amplint verify: --timeout must be positive", file=sys.stderr)
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        print(f"amplint verify: --timeout must be a positive number of seconds, not {args.timeout:g}", file=sys.stderr)
         return 2
     if importlib.util.find_spec("torch") is None:
         print(TORCH_MISSING.format(python=sys.executable), file=sys.stderr, end="")
         return 2
+    report = None
+    if args.report:
+        try:  # before the run, so that a bad path costs nothing
+            report = open(args.report, "w", encoding="utf-8")
+        except OSError as error:
+            print(f"amplint verify: cannot write the report: {error}", file=sys.stderr)
+            return 2
 
     device, unavailable = resolve_device(args.device, args.timeout)
     run = verify(rules, device, args.dtype, args.timeout, unavailable=unavailable)
     sys.stdout.write(render_json(run) if args.output_format == "json" else render_text(run))
+    if report is not None:
+        from amplint.harness.html import render_html
+
+        with report:
+            report.write(render_html(run))
+        print(f"amplint verify: wrote {args.report}", file=sys.stderr)
     if not any(row.ran for row in run.rows):
         print("amplint verify: no prediction could run", file=sys.stderr)
     return 0 if run.ok else 1

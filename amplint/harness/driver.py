@@ -1,13 +1,13 @@
-"""The child side of `amplint verify`: run one rule's fixture scripts, one after another.
+"""The child side of `amplint verify`: run fixture scripts one after another in one process.
 
 Started as `python -m amplint.harness.driver SPEC`, where SPEC is a JSON list of
-`{"label": "buggy.py (float16)", "script": PATH, "argv": [...]}`. Importing torch and
-building the first optimizer (which imports `torch._dynamo`) costs about two seconds of CPU
-in every fresh process; running a rule's buggy and fixed scripts in one process pays that
-once per rule instead of once per script. Each script still runs as `__main__` with fresh
-globals, its own argv and its own captured stdout, and an exception in one is reported for
-that script alone. Before each script a line on stderr names it, so that when the parent
-has to kill a hung process it can say which script hung.
+`{"label": "fixtures/AMP003/buggy.py (float16)", "script": PATH, "argv": [...]}`. Importing
+torch and building the first optimizer (which imports `torch._dynamo`) costs 2-4 s of CPU in
+every fresh process; running many scripts in one process pays that once. Each script still
+runs as `__main__` with fresh globals, its own argv, its own folder first on sys.path (as
+`python path/to/script.py` would have it) and its own captured stdout, and an exception in
+one is reported for that script alone. Before each script a line on stderr names it, so that
+the parent can time each script and, when it has to kill a hung process, say which one hung.
 
 Each finished script adds one JSON line to stdout, `{"label", "stdout", "error"}`, flushed at
 once so that what finished before a hang still reaches the parent.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import runpy
 import sys
 from typing import Dict, List, Optional
@@ -27,8 +28,9 @@ STARTING = "amplint-verify: starting "
 
 def run_one(script: str, argv: List[str]) -> Dict[str, Optional[str]]:
     captured = io.StringIO()
-    saved_argv = sys.argv
+    saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [script] + list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     error: Optional[str] = None
     try:
         with contextlib.redirect_stdout(captured):
@@ -40,7 +42,7 @@ def run_one(script: str, argv: List[str]) -> Dict[str, Optional[str]]:
         message = str(exception).strip().splitlines()
         error = f"raised {type(exception).__name__}" + (f": {message[0]}" if message else "")
     finally:
-        sys.argv = saved_argv
+        sys.argv, sys.path[:] = saved_argv, saved_path
     return {"stdout": captured.getvalue(), "error": error}
 
 

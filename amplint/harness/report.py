@@ -7,7 +7,18 @@ import math
 from typing import Dict, List, Optional, Union
 
 from amplint.harness.runner import Row, VerifyRun
-from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED, bound_text, bounds_text, number_text
+from amplint.harness.verdict import (
+    CONFIRMED,
+    ERROR,
+    NOT_REPRODUCED,
+    SKIPPED,
+    bound_text,
+    bounds_text,
+    combine,
+    measured_text,
+    number_text,
+    value_text,
+)
 
 COLUMNS = ("rule", "device", "dtype", "scenario", "quantity", "buggy", "fixed", "check", "verdict")
 
@@ -17,12 +28,45 @@ def verdict_text(row: Row) -> str:
 
 
 def check_text(row: Row) -> str:
-    """`fixed/buggy = 6.5e+04, claim >= 1000`: the measured comparison next to the claimed bound."""
-    if row.prediction is None:
+    """`fixed/buggy = 6.5e+04, claim >= 1000`: the measured comparison next to the claimed bound.
+
+    A tight band prints the value with the digits that show where it sits in the band; a
+    mechanism (`expected`) prints the comparison, what the mechanism predicts, and their ratio."""
+    prediction = row.prediction
+    if prediction is None:
         return "-"
     if row.value is None:
-        return f"claim {bounds_text(row.prediction)}"
-    return f"{row.prediction.compare} = {number_text(row.value)}, claim {bound_text(row.prediction)}"
+        return f"claim {bounds_text(prediction)}"
+    value = value_text(prediction, row.value)
+    if prediction.expected and row.expected is not None:
+        # `fixed/buggy = 5.707e+04 = 0.993 x expected 5.749e+04`; the expression is in the JSON and HTML
+        return (
+            f"{prediction.compare} = {number_text(_combined(row))} = {value} x expected {number_text(row.expected)}, "
+            f"claim {bound_text(prediction)}"
+        )
+    return f"{prediction.compare} = {value}, claim {bound_text(prediction)}"
+
+
+def _combined(row: Row) -> Optional[float]:
+    if row.prediction is None or row.buggy is None or row.fixed is None:
+        return None
+    return combine(row.prediction.compare, row.buggy, row.fixed)
+
+
+def summary_counts(run: VerifyRun) -> Dict[str, int]:
+    return {verdict: sum(row.verdict == verdict for row in run.rows) for verdict in (CONFIRMED, NOT_REPRODUCED, SKIPPED, ERROR)}
+
+
+def summary_text(run: VerifyRun) -> str:
+    """`24 predictions: 24 confirmed, 0 not reproduced, 0 skipped, 0 errors`."""
+    counts = summary_counts(run)
+    summary = ", ".join(_count(count, verdict, "s" if verdict == ERROR else "") for verdict, count in counts.items())
+    return f"{_count(len(run.rows), 'prediction')}: {summary}"
+
+
+def header_text(run: VerifyRun) -> str:
+    torch = f"torch {run.torch_version}" if run.torch_version else "torch (no fixture reported a version)"
+    return f"amplint verify: {torch}, device {run.device}, {_count(run.processes, 'fixture process', 'es')}, {run.seconds:.1f} s"
 
 
 def _cells(row: Row) -> List[str]:
@@ -33,8 +77,8 @@ def _cells(row: Row) -> List[str]:
         row.dtype,
         prediction.scenario if prediction else "-",
         prediction.quantity if prediction else "-",
-        number_text(row.buggy),
-        number_text(row.fixed),
+        measured_text(prediction, row.buggy),
+        measured_text(prediction, row.fixed),
         check_text(row),
         verdict_text(row),
     ]
@@ -44,12 +88,7 @@ def render_text(run: VerifyRun) -> str:
     table = [list(COLUMNS)] + [_cells(row) for row in run.rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] for line in table]
-    counts = {verdict: sum(row.verdict == verdict for row in run.rows) for verdict in (CONFIRMED, NOT_REPRODUCED, SKIPPED, ERROR)}
-    torch = f"torch {run.torch_version}" if run.torch_version else "torch (no fixture reported a version)"
-    header = f"amplint verify: {torch}, device {run.device}, {_count(run.processes, 'fixture process', 'es')}, {run.seconds:.1f} s"
-    summary = ", ".join(_count(count, verdict, "s" if verdict == ERROR else "") for verdict, count in counts.items())
-    footer = f"{_count(len(run.rows), 'prediction')}: {summary}"
-    return "\n".join([header, ""] + [line.rstrip() for line in lines] + ["", footer]) + "\n"
+    return "\n".join([header_text(run), ""] + [line.rstrip() for line in lines] + ["", summary_text(run)]) + "\n"
 
 
 def _count(number: int, noun: str, plural: str = "s") -> str:
@@ -78,6 +117,8 @@ def row_object(row: Row) -> Dict[str, object]:
         "value": _json_number(row.value),
         "at_least": prediction.at_least if prediction else None,
         "at_most": prediction.at_most if prediction else None,
+        "expected": prediction.expected if prediction else None,
+        "expected_value": _json_number(row.expected),
         "claim": prediction.claim if prediction else None,
         "verdict": row.verdict,
         "reason": row.reason,

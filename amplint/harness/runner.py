@@ -2,11 +2,17 @@
 
 A rule's fixtures are two training scripts, `fixtures/<CODE>/buggy.py` and `fixed.py`. Each
 prints its measurements as a final JSON line, `{"torch": ..., "results": {scenario:
-{quantity: value}}}`, for the scenarios and the autocast dtype it is given. All of one rule's
-script runs happen in one subprocess (`amplint.harness.driver`) with a timeout, so torch is
-imported once per rule, not once per script. This process never imports torch: a script that
-raises, a process that crashes or hangs, or output that cannot be read becomes an `error`
-verdict for the predictions that needed it, and the other rules carry on.
+{quantity: value}}, "history": {scenario: {panel: {line: [value per step]}}}}`, for the
+scenarios and the autocast dtype it is given.
+
+Importing torch and building the first optimizer costs 2-4 s of CPU in every fresh process,
+more than most fixture scripts' training. So the scripts run in a few long-lived driver
+subprocesses (`amplint.harness.driver`), one per worker (a CPU each, or two on a GPU), not
+one per script or per rule. Isolation stays per script: a watchdog stops a script that runs
+too long, and when a process hangs or crashes, the scripts it had not reached run in a fresh
+one. This process never imports torch: a script that raises, crashes or hangs, or output
+that cannot be read becomes an `error` verdict for the predictions that needed it, and
+everything else carries on.
 """
 
 from __future__ import annotations
@@ -17,39 +23,59 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 from amplint.harness.driver import STARTING
-from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED, judge
+from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED, evaluate_expected, expected_quantities, judge
 from amplint.rule import Prediction, Rule
 
 FIXTURE_SCRIPTS = ("buggy", "fixed")
+DTYPES = ("float16", "bfloat16")
+ALL_DTYPES = "all"
 DEFAULT_TIMEOUT = 120.0
+# However loaded the machine, a script whose wall time exceeds this many timeouts is stopped.
+WALL_LIMIT_FACTOR = 10
+_POLL_SECONDS = 0.1
+
+# {panel: {line: [one value per step]}}: what a fixture recorded for one scenario
+History = Dict[str, Dict[str, List[float]]]
 
 
 @dataclass(frozen=True)
 class ScriptSpec:
-    """One fixture script to run: buggy or fixed, at one dtype, for some scenarios."""
+    """One fixture script to run: a rule's buggy or fixed script, at one dtype, for some scenarios."""
 
+    code: str
     which: str  # "buggy" or "fixed"
     dtype: str
     script: Path
     argv: Tuple[str, ...]
 
     @property
+    def key(self) -> Tuple[str, str, str]:
+        return (self.code, self.dtype, self.which)
+
+    @property
     def label(self) -> str:
-        return f"{self.which}.py ({self.dtype})"
+        return f"fixtures/{self.code}/{self.which}.py ({self.dtype})"
+
+    @property
+    def cost(self) -> int:
+        """A rough measure of its work, for sharing scripts out between workers: its scenarios."""
+        return max(1, self.argv.count("--scenario"))
 
 
 @dataclass
 class ScriptRun:
-    """What one fixture script reported: measurements per scenario, or why there are none."""
+    """What one fixture script reported: measurements and histories per scenario, or why there are none."""
 
-    results: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    results: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    history: Dict[str, Any] = field(default_factory=dict)
     torch_version: Optional[str] = None
     error: Optional[str] = None
 
@@ -61,6 +87,18 @@ class ScriptRun:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return None, f"{label}.py reported no `{quantity}` for scenario {scenario}"
         return float(value), None
+
+    def scenario_history(self, scenario: str) -> Optional[History]:
+        """The scenario's per-step curves, if the script recorded any in the expected shape."""
+        history = self.history.get(scenario) if isinstance(self.history, dict) else None
+        if not isinstance(history, dict):
+            return None
+        panels = {
+            str(panel): {str(line): list(values) for line, values in lines.items() if isinstance(values, list)}
+            for panel, lines in history.items()
+            if isinstance(lines, dict)
+        }
+        return {panel: lines for panel, lines in panels.items() if lines} or None
 
 
 @dataclass
@@ -77,6 +115,9 @@ class Row:
     buggy: Optional[float] = None
     fixed: Optional[float] = None
     value: Optional[float] = None  # buggy and fixed combined as the prediction's `compare` says
+    expected: Optional[float] = None  # the value of the prediction's `expected` mechanism, if any
+    # the scenario's per-step curves from each script, for the HTML report
+    history: Dict[str, Optional[History]] = field(default_factory=dict)
 
     @property
     def ran(self) -> bool:
@@ -88,8 +129,12 @@ class VerifyRun:
     rows: List[Row]
     device: str
     torch_version: Optional[str]
-    processes: int  # fixture subprocesses started: one per rule that ran
+    processes: int  # fixture subprocesses started: one per worker, and one more after each hang or crash
     seconds: float
+    # what was planned and what each script reported, keyed (code, dtype, "buggy"/"fixed"):
+    # enough to judge the same predictions again against other pairings of the scripts
+    planned: List["Planned"] = field(default_factory=list)
+    outputs: Dict[Tuple[str, str, str], ScriptRun] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -111,55 +156,156 @@ def fixture_root() -> "Traversable":
         return Path(__file__).resolve().parents[2] / "fixtures"
 
 
-def script_spec(which: str, script: Path, device: str, dtype: str, scenarios: Sequence[str]) -> ScriptSpec:
+def script_spec(code: str, which: str, script: Path, device: str, dtype: str, scenarios: Sequence[str]) -> ScriptSpec:
     argv = ["--device", device, "--dtype", dtype]
     for scenario in scenarios:
         argv += ["--scenario", scenario]
-    return ScriptSpec(which, dtype, script, tuple(argv))
+    return ScriptSpec(code, which, dtype, script, tuple(argv))
 
 
-def run_scripts(specs: Sequence[ScriptSpec], timeout: float) -> Dict[Tuple[str, str], ScriptRun]:
-    """Run one rule's scripts in one driver subprocess; a ScriptRun for each (which, dtype)."""
+def run_scripts(specs: Sequence[ScriptSpec], timeout: float) -> Tuple[Dict[Tuple[str, str, str], ScriptRun], int]:
+    """Run the scripts one after another in a driver subprocess: a ScriptRun for each (keyed
+    (code, dtype, which)), and how many processes that took.
+
+    Each script may run for `timeout` seconds, counted from the driver's "starting" line for
+    it and not counting the time the process spent waiting for a CPU (see `Watchdog`). When
+    the process hangs or dies, the script it was running gets the error, and the scripts it
+    had not reached run in a fresh process."""
+    runs: Dict[Tuple[str, str, str], ScriptRun] = {}
+    pending = list(specs)
+    processes = 0
+    while pending:
+        processes += 1
+        reports, failure, running, stderr = _run_process(pending, timeout)
+        for spec in pending:
+            if spec.label in reports:
+                runs[spec.key] = _script_run(spec, reports[spec.label])
+        left = [spec for spec in pending if spec.label not in reports]
+        if not left:
+            break
+        why = f"{failure or 'the fixture process reported nothing'} " + (
+            f"while running {running}" if running else "before any script started"
+        )
+        if failure is None or not failure.startswith(("timed out", "could not start")):
+            why += f": {_last_line(stderr)}"
+        culprit = next((spec for spec in left if spec.label == running), None)
+        if culprit is None:  # nothing it was running explains it (it never got going): give up on all
+            for spec in left:
+                runs[spec.key] = ScriptRun(error=f"{spec.label}: {why}")
+            break
+        runs[culprit.key] = ScriptRun(error=f"{culprit.label}: {why}")
+        pending = [spec for spec in left if spec is not culprit]
+    return runs, processes
+
+
+def _run_process(specs: Sequence[ScriptSpec], timeout: float) -> Tuple[Dict[str, dict], Optional[str], Optional[str], str]:
+    """One driver process over the scripts: (reports by label, why it failed or None, the
+    label it was running last, its stderr)."""
     payload = json.dumps([{"label": spec.label, "script": str(spec.script), "argv": list(spec.argv)} for spec in specs])
     command = [sys.executable, "-m", "amplint.harness.driver", payload]
-    # Rules run side by side: one intra-op thread each keeps them from fighting over cores
+    # Workers run side by side: one intra-op thread each keeps them from fighting over cores
     # and keeps floating-point reduction order the same from run to run.
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
-    failure: Optional[str] = None
     try:
-        # Run from the fixture's folder, as `python fixtures/<CODE>/buggy.py` would see it.
-        done = subprocess.run(
+        process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
             env=env,
             cwd=str(specs[0].script.parent),
         )
-        stdout, stderr = done.stdout, done.stderr
-        if done.returncode != 0:
-            failure = f"the fixture process exited with {done.returncode}"
-    except subprocess.TimeoutExpired as expired:
-        stdout, stderr = _text(expired.stdout), _text(expired.stderr)
-        failure = f"timed out after {timeout:g} s"
     except OSError as error:
-        return {(spec.which, spec.dtype): ScriptRun(error=f"could not start the fixture process: {error}") for spec in specs}
+        return {}, f"could not start the fixture process: {error}", None, ""
 
-    reports = _reports(stdout)
-    running = _last_started(stderr)
-    why = f"{failure or 'the fixture process reported nothing'} " + (
-        f"while running {running}" if running else "before any script started"
-    )
-    if failure is None or not failure.startswith("timed out"):
-        why += f": {_last_line(stderr)}"
-    runs: Dict[Tuple[str, str], ScriptRun] = {}
-    for spec in specs:
-        report = reports.get(spec.label)
-        runs[(spec.which, spec.dtype)] = _script_run(spec, report) if report else ScriptRun(error=f"{spec.label}: {why}")
-    return runs
+    watchdog = Watchdog(process.pid, timeout)
+    stdout: List[str] = []
+    stderr: List[str] = []
+    readers = [
+        threading.Thread(target=_pump, args=(process.stdout, stdout, None), daemon=True),
+        threading.Thread(target=_pump, args=(process.stderr, stderr, watchdog), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    failure: Optional[str] = None
+    try:
+        while True:
+            try:
+                process.wait(timeout=_POLL_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            overrun = watchdog.overrun()
+            if overrun is not None:
+                process.kill()
+                failure = overrun
+                break
+    finally:
+        if process.poll() is None:  # interrupted: leave no orphan training away
+            process.kill()
+        process.wait()
+        for reader in readers:
+            reader.join(timeout=5)
+    if failure is None and process.returncode != 0:
+        failure = f"the fixture process exited with {process.returncode}"
+    stderr_text = "".join(stderr)
+    return _reports("".join(stdout)), failure, _last_started(stderr_text), stderr_text
+
+
+def _pump(stream: Any, sink: List[str], watchdog: Optional["Watchdog"]) -> None:
+    for line in stream:
+        sink.append(line)
+        if watchdog is not None and line.startswith(STARTING):
+            watchdog.script_started()
+    stream.close()
+
+
+class Watchdog:
+    """Decides when the script a fixture process is running has run too long.
+
+    A wall-clock limit fires early on a loaded machine: with the CPUs shared by other jobs,
+    a script that needs 5 s of CPU can take 50 s to finish without anything being wrong. So
+    the limit counts wall time minus the time the process spent runnable but waiting for a
+    CPU, which Linux reports in /proc/PID/schedstat. A hung script (blocked, sleeping or
+    spinning) is not waiting for a CPU and is stopped on time; a starved one is not stopped
+    until its wall time reaches WALL_LIMIT_FACTOR timeouts. Without schedstat (not Linux),
+    the limit is plain wall time.
+    """
+
+    def __init__(self, pid: int, timeout: float) -> None:
+        self.pid = pid
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._since = time.monotonic()
+        self._waited_before = self._waited()
+
+    def _waited(self) -> float:
+        """Seconds the process's main thread has spent runnable but not running, so far."""
+        try:
+            with open(f"/proc/{self.pid}/schedstat") as stats:
+                return int(stats.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def script_started(self) -> None:
+        with self._lock:
+            self._since, self._waited_before = time.monotonic(), self._waited()
+
+    def overrun(self) -> Optional[str]:
+        """Why the current script must stop, or None."""
+        with self._lock:
+            since, waited_before = self._since, self._waited_before
+        wall = time.monotonic() - since
+        waited = max(0.0, self._waited() - waited_before)
+        if wall - waited <= self.timeout and wall <= self.timeout * WALL_LIMIT_FACTOR:
+            return None
+        message = f"timed out after {self.timeout:g} s"
+        if waited >= 1:
+            message += f" (not counting {waited:.0f} s spent waiting for a CPU)"
+        return message
 
 
 def _script_run(spec: ScriptSpec, report: dict) -> ScriptRun:
@@ -171,7 +317,8 @@ def _script_run(spec: ScriptSpec, report: dict) -> ScriptRun:
     results = printed.get("results")
     if not isinstance(results, dict):
         return ScriptRun(error=f"{spec.label}: its JSON line has no `results` object")
-    return ScriptRun(results=results, torch_version=printed.get("torch"))
+    history = printed.get("history")
+    return ScriptRun(results=results, history=history if isinstance(history, dict) else {}, torch_version=printed.get("torch"))
 
 
 def _reports(stdout: str) -> Dict[str, dict]:
@@ -192,12 +339,6 @@ def _reports(stdout: str) -> Dict[str, dict]:
 def _last_started(stderr: str) -> Optional[str]:
     started = [line[len(STARTING):].strip() for line in stderr.splitlines() if line.startswith(STARTING)]
     return started[-1] if started else None
-
-
-def _text(output: Union[bytes, str, None]) -> str:
-    if output is None:
-        return ""
-    return output.decode(errors="replace") if isinstance(output, bytes) else output
 
 
 def _final_json(stdout: str) -> Optional[dict]:
@@ -233,18 +374,20 @@ def plan(
     """Which predictions run at which dtype, in rule and prediction order.
 
     Without `dtype`, each prediction runs at the first dtype its claim is about; with one,
-    the predictions about other dtypes are skipped. `unavailable` skips everything (no CUDA).
+    the predictions about other dtypes are skipped; with "all", each prediction runs at every
+    dtype it is about. `unavailable` skips everything (no CUDA).
     """
     planned: List[Planned] = []
     for rule in rules:
         if not rule.PREDICTIONS:
             planned.append(Planned(rule, None, dtype or "-", "the rule makes no runtime prediction"))
         for prediction in rule.PREDICTIONS:
-            chosen = dtype or prediction.dtypes[0]
-            skip = unavailable
-            if skip is None and chosen not in prediction.dtypes:
-                skip = f"the claim is about {prediction.dtype} only"
-            planned.append(Planned(rule, prediction, chosen, skip))
+            chosen = list(prediction.dtypes) if dtype == ALL_DTYPES else [dtype or prediction.dtypes[0]]
+            for each in chosen:
+                skip = unavailable
+                if skip is None and each not in prediction.dtypes:
+                    skip = f"the claim is about {prediction.dtype} only"
+                planned.append(Planned(rule, prediction, each, skip))
     return planned
 
 
@@ -257,7 +400,7 @@ def verify(
     root: Optional["Traversable"] = None,
     jobs: Optional[int] = None,
 ) -> VerifyRun:
-    """Run each rule's fixture scripts once (one subprocess per rule) and judge every prediction."""
+    """Run each needed fixture script once (in a few worker subprocesses) and judge every prediction."""
     started = time.monotonic()
     planned = plan(rules, device, dtype, unavailable)
     # rule code -> dtype -> scenarios its predictions need at that dtype
@@ -270,10 +413,10 @@ def verify(
 
     root = root if root is not None else fixture_root()
     outputs: Dict[Tuple[str, str, str], ScriptRun] = {}  # (code, dtype, "buggy"/"fixed")
-    work: List[Tuple[str, List[ScriptSpec]]] = []
+    specs: List[ScriptSpec] = []
+    processes = 0
     with contextlib.ExitStack() as stack:
         for code, by_dtype in needed.items():
-            specs = []
             for chosen, scenarios in by_dtype.items():
                 for which in FIXTURE_SCRIPTS:
                     resource = root / code / f"{which}.py"
@@ -282,43 +425,91 @@ def verify(
                         continue
                     # A zipped install hands out a temporary copy; a normal one, the file itself.
                     script = stack.enter_context(importlib.resources.as_file(resource))
-                    specs.append(script_spec(which, Path(script), device, chosen, scenarios))
-            if specs:
-                work.append((code, specs))
-        workers = max(1, min(jobs or _default_jobs(device), len(work) or 1))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {code: pool.submit(run_scripts, specs, timeout) for code, specs in work}
-            for code, future in futures.items():
-                for (which, chosen), run in future.result().items():
-                    outputs[(code, chosen, which)] = run
+                    specs.append(script_spec(code, which, Path(script), device, chosen, scenarios))
+        batches = share_out(specs, jobs or _default_jobs(device))
+        with ThreadPoolExecutor(max_workers=max(1, len(batches))) as pool:
+            for runs, started_processes in pool.map(lambda batch: run_scripts(batch, timeout), batches):
+                outputs.update(runs)
+                processes += started_processes
 
-    rows = [_row(entry, device, outputs) for entry in planned]
+    rows = judge_all(planned, device, outputs)
     torch_version = next((run.torch_version for run in outputs.values() if run.torch_version), None)
-    return VerifyRun(rows, device, torch_version, len(work), time.monotonic() - started)
+    return VerifyRun(rows, device, torch_version, processes, time.monotonic() - started, planned, outputs)
 
 
-def _row(entry: Planned, device: str, outputs: Dict[Tuple[str, str, str], ScriptRun]) -> Row:
+def judge_all(planned: Sequence[Planned], device: str, outputs: Dict[Tuple[str, str, str], ScriptRun]) -> List[Row]:
+    """A row per planned prediction, judged on what the scripts reported."""
+    return [judge_row(entry, device, outputs) for entry in planned]
+
+
+def judge_row(entry: Planned, device: str, outputs: Dict[Tuple[str, str, str], ScriptRun]) -> Row:
+    """One prediction's row: its measurements, its verdict, or why there is none."""
     rule, prediction = entry.rule, entry.prediction
     if entry.skip is not None or prediction is None:
         return Row(rule.code, rule.name, prediction, device, entry.dtype, SKIPPED, entry.skip)
     row = Row(rule.code, rule.name, prediction, device, entry.dtype, ERROR)
-    problems = []
-    for which in FIXTURE_SCRIPTS:
-        value, problem = outputs[(rule.code, entry.dtype, which)].measurement(which, prediction.scenario, prediction.quantity)
-        setattr(row, which, value)
+    runs = {which: outputs[(rule.code, entry.dtype, which)] for which in FIXTURE_SCRIPTS}
+    row.history = {which: run.scenario_history(prediction.scenario) for which, run in runs.items()}
+    problems: List[str] = []
+
+    def note(problem: Optional[str]) -> None:
         if problem is not None and problem not in problems:
             problems.append(problem)
+
+    for which, run in runs.items():
+        value, problem = run.measurement(which, prediction.scenario, prediction.quantity)
+        setattr(row, which, value)
+        note(problem)
+    values: Dict[str, Dict[str, float]] = {which: {} for which in FIXTURE_SCRIPTS}
+    if prediction.expected:
+        for which, quantity in expected_quantities(prediction.expected):
+            value, problem = runs[which].measurement(which, prediction.scenario, quantity)
+            note(problem)
+            if value is not None:
+                values[which][quantity] = value
     if problems:
         row.reason = "; ".join(problems)
         return row
     assert row.buggy is not None and row.fixed is not None
-    row.value, row.verdict = judge(prediction, row.buggy, row.fixed)
+    if prediction.expected:
+        row.expected = evaluate_expected(prediction.expected, values)
+    row.value, row.verdict = judge(prediction, row.buggy, row.fixed, row.expected)
     return row
 
 
+def share_out(specs: Sequence[ScriptSpec], workers: int) -> List[List[ScriptSpec]]:
+    """The scripts in at most `workers` batches of about equal work, one process each. A
+    rule's scripts stay in one batch (its buggy and fixed runs then share a process, as
+    before), rules largest first onto the least loaded batch."""
+    by_rule: Dict[str, List[ScriptSpec]] = {}
+    for spec in specs:
+        by_rule.setdefault(spec.code, []).append(spec)
+    batches: List[List[ScriptSpec]] = [[] for _ in range(max(1, min(workers, len(by_rule))))]
+    loads = [0] * len(batches)
+    for code in sorted(by_rule, key=lambda code: -sum(spec.cost for spec in by_rule[code])):
+        lightest = loads.index(min(loads))
+        batches[lightest].extend(by_rule[code])
+        loads[lightest] += sum(spec.cost for spec in by_rule[code])
+    return [batch for batch in batches if batch]
+
+
 def _default_jobs(device: str) -> int:
-    # Two rules at a time on a GPU: they share one device, and most of their time is start-up.
+    # Two workers on a GPU: they share one device, and much of their time is start-up.
     return 2 if device == "cuda" else max(1, os.cpu_count() or 1)
 
 
-__all__ = ["CONFIRMED", "NOT_REPRODUCED", "ERROR", "SKIPPED", "Row", "VerifyRun", "fixture_root", "run_scripts", "verify"]
+__all__ = [
+    "CONFIRMED",
+    "NOT_REPRODUCED",
+    "ERROR",
+    "SKIPPED",
+    "Planned",
+    "Row",
+    "VerifyRun",
+    "fixture_root",
+    "judge_all",
+    "judge_row",
+    "run_scripts",
+    "share_out",
+    "verify",
+]
