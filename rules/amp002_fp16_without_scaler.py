@@ -80,6 +80,15 @@ class Fp16WithoutScaler(Rule):
             dtypes=("float16",),
         ),
         Prediction(
+            "small-grad",
+            "grad_rel_error",
+            "And the gradients that survive are coarse: their median relative error against float32 "
+            "gradients is at least 10x a scaled run's.",
+            compare="buggy/fixed",
+            at_least=10,
+            dtypes=("float16",),
+        ),
+        Prediction(
             "tiny-grad",
             "zero_grad_fraction",
             "With gradients below float16's smallest subnormal (loss weighted 1e-5) most gradient elements "

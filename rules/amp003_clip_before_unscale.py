@@ -60,17 +60,38 @@ class ClipBeforeUnscale(Rule):
         ),
         Prediction(
             "sgd",
+            "first_update",
+            "The shrinkage is what clipping the scaled gradients predicts: scale x true norm / max_norm, "
+            "within 5%.",
+            compare="fixed/buggy",
+            at_least=0.95,
+            at_most=1.05,
+            expected="buggy.loss_scale * fixed.logged_grad_norm / fixed.max_norm",
+        ),
+        Prediction(
+            "sgd",
             "logged_grad_norm",
-            "The norm `clip_grad_norm_` returns (the one that gets logged) is at least 1000x the true norm.",
+            "The norm `clip_grad_norm_` returns (the one that gets logged) is the true norm times the loss "
+            "scale, within 1%.",
             compare="buggy/fixed",
-            at_least=1000,
+            at_least=0.99,
+            at_most=1.01,
+            expected="buggy.loss_scale",
+        ),
+        Prediction(
+            "sgd",
+            "loss_moved",
+            "With SGD the float32 loss is stuck at its first value: after 20 steps it has moved by less than 0.1%.",
+            compare="buggy",
+            at_most=0.001,
         ),
         Prediction(
             "adam",
             "first_update",
-            "With Adam most of the shrinkage is normalised away: the first update is at most 10x smaller.",
+            "With Adam most of the shrinkage is normalised away, but not all: the first update is 1.1x to 10x "
+            "smaller.",
             compare="fixed/buggy",
-            at_least=1,
+            at_least=1.1,
             at_most=10,
         ),
     )

@@ -83,6 +83,15 @@ class StepInsideAutocast(Rule):
             at_least=10,
         ),
         Prediction(
+            "sgd-whole-loop-no-cache",
+            "true_loss",
+            "Control: the same whole-loop region with `cache_enabled=False` trains like the fixed run (within "
+            "0.1%), so the stale weight cache is what freezes training.",
+            compare="buggy/fixed",
+            at_least=0.999,
+            at_most=1.001,
+        ),
+        Prediction(
             "sgd-per-iteration",
             "true_loss",
             "With one region per iteration, stepping SGD inside it makes no measurable difference (within 0.1%).",
@@ -110,7 +119,8 @@ class StepInsideAutocast(Rule):
         Prediction(
             "adafactor-per-iteration",
             "true_loss",
-            "bfloat16 control: the same Adafactor loop inside a bfloat16 region trains like the fixed run (within 0.1%).",
+            "bfloat16 control: the same Adafactor loop (its for-loop implementation, `foreach=False`) inside a "
+            "bfloat16 region trains like the fixed run (within 0.1%).",
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,

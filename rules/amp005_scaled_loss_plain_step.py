@@ -66,11 +66,29 @@ class ScaledLossPlainStep(Rule):
         ),
         Prediction(
             "adam",
-            "first_update",
-            "Adam's update does not depend on the gradients' scale: within 1% of the correct one.",
+            "true_loss",
+            "Adam's update barely depends on the gradients' scale: the float32 loss after 20 steps is within "
+            "0.1% of the fixed run's.",
             compare="buggy/fixed",
-            at_least=0.99,
-            at_most=1.01,
+            at_least=0.999,
+            at_most=1.001,
+        ),
+        Prediction(
+            "adam-l2",
+            "weight_norm",
+            "Adam's L2 `weight_decay` (0.1) is added to gradients 65536x too large, so it barely acts: after "
+            "20 steps the weights' norm is at least 10% larger than the fixed run's.",
+            compare="buggy/fixed",
+            at_least=1.1,
+        ),
+        Prediction(
+            "adamw",
+            "weight_norm",
+            "AdamW decays the weights directly, not through the gradients: its weights' norm is within 0.1% "
+            "of the fixed run's.",
+            compare="buggy/fixed",
+            at_least=0.999,
+            at_most=1.001,
         ),
         Prediction(
             "adam-overflow",
@@ -78,6 +96,14 @@ class ScaledLossPlainStep(Rule):
             "Adam too, once a scaled gradient overflows float16 (targets 100x larger): the inf is applied "
             "instead of the step being skipped, and the loss is NaN.",
             compare="buggy-fixed",
+            at_least=1,
+            dtypes=("float16",),
+        ),
+        Prediction(
+            "adam-overflow",
+            "skipped_steps",
+            "Where `scaler.step()` is used, it skips at least one of those overflowing steps.",
+            compare="fixed",
             at_least=1,
             dtypes=("float16",),
         ),
@@ -93,9 +119,26 @@ class ScaledLossPlainStep(Rule):
         Prediction(
             "scaler-update-kept",
             "raised",
-            "If the loop still calls `scaler.update()`, it raises AssertionError at once: loud, not silent.",
+            "If the loop still calls `scaler.update()` (and no `scaler.unscale_()`), it raises AssertionError at "
+            "once: loud, not silent.",
             compare="buggy-fixed",
             at_least=1,
+        ),
+        Prediction(
+            "unscale-then-plain-step",
+            "raised",
+            "After `scaler.unscale_(optimizer)` nothing raises: `scaler.update()` has the inf checks it needs.",
+            compare="buggy",
+            at_least=0,
+            at_most=0,
+        ),
+        Prediction(
+            "unscale-then-plain-step",
+            "diverged",
+            "And the plain step applies the overflowing gradients instead of skipping them: the loss is NaN.",
+            compare="buggy-fixed",
+            at_least=1,
+            dtypes=("float16",),
         ),
     )
 

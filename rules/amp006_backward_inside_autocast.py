@@ -51,10 +51,29 @@ class BackwardInsideAutocast(Rule):
         Prediction(
             "sgd",
             "true_loss",
-            "No measurable difference: the float32 loss after 20 steps is within 0.1% of the fixed run's.",
+            "With built-in modules, no measurable difference: the float32 loss after 20 steps is within 0.1% "
+            "of the fixed run's.",
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+        ),
+        Prediction(
+            "fp32-function",
+            "grad_rel_error",
+            "A custom `autograd.Function` run in float32 (under `autocast(enabled=False)`, no `custom_bwd`) "
+            "gets low-precision gradients: their median relative error against float32 is at least 100x "
+            "the fixed run's.",
+            compare="buggy/fixed",
+            at_least=100,
+        ),
+        Prediction(
+            "fp32-function-small-grad",
+            "zero_grad_fraction",
+            "With small gradients (loss weighted 1e-5) over half of that function's gradient elements are "
+            "exactly zero, against none with the backward outside the region.",
+            compare="buggy-fixed",
+            at_least=0.5,
+            dtypes=("float16",),
         ),
     )
 

@@ -1,18 +1,23 @@
-"""`amplint verify`: verdict logic, crash and hang handling with tiny fake fixtures (no torch),
-the JSON and text shapes, the missing-torch message, and one real CPU run of every fixture."""
+"""`amplint verify`: verdict logic, crash, hang and load handling with tiny fake fixtures (no
+torch), the JSON and text shapes, the command's usage errors, and the real fixtures: one shared
+CPU run of every prediction at every dtype, and break-the-fixture runs showing each claim can fail."""
 
 import json
 import math
+import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
 import time
+import importlib.util
 
 import pytest
 
 from amplint.harness import command
 from amplint.harness.report import render_json, render_text
-from amplint.harness.runner import VerifyRun, verify
+from amplint.harness.runner import ALL_DTYPES, VerifyRun, fixture_root, judge_all, plan, run_scripts, script_spec, verify
 from amplint.harness.verdict import (
     COMPARISONS,
     CONFIRMED,
@@ -21,8 +26,12 @@ from amplint.harness.verdict import (
     SKIPPED,
     bounds_text,
     combine,
+    evaluate_expected,
+    expected_quantities,
     holds,
     judge,
+    measured_text,
+    value_text,
 )
 from amplint.rule import Prediction, Rule
 from amplint.rules import ALL_RULES
@@ -41,6 +50,7 @@ REQUIRED_JSON_KEYS = {"code", "scenario", "device", "dtype", "buggy", "fixed", "
         ("fixed/buggy", 6.7e-7, 0.0439, 0.0439 / 6.7e-7),
         ("buggy-fixed", 0.97, 0.0, 0.97),
         ("buggy", 0.0, 0.1, 0.0),
+        ("fixed", 0.0, 4.0, 4.0),
         ("fixed/buggy", 0.0, 0.1, math.inf),  # a frozen quantity is infinitely far from a moving one
         ("buggy/fixed", 0.0, 0.0, 1.0),  # both exactly zero: the same
     ],
@@ -74,6 +84,49 @@ def test_judge():
     assert judge(prediction, 0.03, 0.0439)[1] == NOT_REPRODUCED
 
 
+def test_expected_mechanism():
+    mechanism = Prediction(
+        "sgd", "first_update", "claim", compare="fixed/buggy", at_least=0.95, at_most=1.05,
+        expected="buggy.loss_scale * fixed.logged_grad_norm / fixed.max_norm",
+    )
+    assert set(expected_quantities(mechanism.expected)) == {
+        ("fixed", "max_norm"), ("buggy", "loss_scale"), ("fixed", "logged_grad_norm")
+    }
+    values = {"buggy": {"loss_scale": 65536.0}, "fixed": {"logged_grad_norm": 0.8771766, "max_norm": 1.0}}
+    expected = evaluate_expected(mechanism.expected, values)
+    assert expected == pytest.approx(57486.65, rel=1e-6)
+    # AMP003 as measured: the update shrank 57,070x, the mechanism says 57,487x
+    assert judge(mechanism, 7.684616e-07, 0.04385884, expected)[1] == CONFIRMED
+    # the same shrinkage from another cause (a 1000x smaller lr) is not the mechanism
+    assert judge(mechanism, 7.684616e-10, 0.04385884, expected)[1] == NOT_REPRODUCED
+    assert bounds_text(mechanism) == (
+        "(fixed/buggy) / (buggy.loss_scale * fixed.logged_grad_norm / fixed.max_norm) in [0.95, 1.05]"
+    )
+    assert evaluate_expected("-(fixed.a - 1) / (buggy.b * 0)", {"buggy": {"b": 2.0}, "fixed": {"a": 3.0}}) == -math.inf
+
+
+@pytest.mark.parametrize(
+    "expression", ["buggy", "loss_scale", "os.system", "buggy.x ** 2", "buggy.x(1)", "fixed.a + 'b'", "buggy.x if 1 else 2"]
+)
+def test_expected_is_only_arithmetic_over_the_two_scripts(expression):
+    with pytest.raises(ValueError):
+        expected_quantities(expression)
+
+
+def test_tight_bands_print_the_digits_that_decide_them():
+    near_one = Prediction("s", "q", "claim", compare="buggy/fixed", at_least=0.999, at_most=1.001)
+    one_percent = Prediction("s", "q", "claim", compare="buggy/fixed", at_least=0.99, at_most=1.01)
+    exactly_zero = Prediction("s", "q", "claim", compare="buggy", at_least=0, at_most=0)
+    # 0.9976 fails [0.999, 1.001] and must not print as "0.998" or "1"
+    assert value_text(near_one, 0.9975879) == "0.99759"
+    assert value_text(near_one, 1.0) == "1.00000"
+    assert value_text(one_percent, 0.9975879) == "0.9976"
+    assert value_text(exactly_zero, 1e-12) == "1e-12" and value_text(exactly_zero, 0.0) == "0"
+    assert measured_text(near_one, 0.003352605) == "0.003352605"
+    at_least = Prediction("s", "q", "claim", compare="buggy/fixed", at_least=10)
+    assert measured_text(at_least, 0.003352605) == "0.003353"
+
+
 @pytest.mark.parametrize("rule", ALL_RULES, ids=[rule.code for rule in ALL_RULES])
 def test_every_shipped_prediction_is_well_formed(rule):
     for prediction in rule.PREDICTIONS:
@@ -81,6 +134,8 @@ def test_every_shipped_prediction_is_well_formed(rule):
         assert prediction.at_least is not None or prediction.at_most is not None, "a claim needs a bound"
         assert prediction.dtypes and set(prediction.dtypes) <= {"float16", "bfloat16"}
         assert prediction.claim.endswith(".")
+        if prediction.expected:
+            expected_quantities(prediction.expected)
     if rule.PREDICTIONS:
         assert "amplint verify" in rule.section("What goes wrong at runtime"), "the docs quote the measurement"
 
@@ -97,7 +152,8 @@ parser.add_argument("--scenario", action="append")
 args = parser.parse_args()
 {behaviour}
 print("human-readable lines come first")
-print(json.dumps({{"torch": "fake", "results": {{s: values for s in args.scenario}}}}))
+history = {{"panel": {{"line": [1.0, 2.0]}}}}
+print(json.dumps({{"torch": "fake", "results": {{s: values for s in args.scenario}}, "history": {{s: history for s in args.scenario}}}}))
 """
 
 
@@ -140,6 +196,19 @@ def test_a_crash_is_a_verdict_and_the_twin_and_other_rules_still_run(tmp_path):
     assert not run.ok
 
 
+def test_histories_and_the_mechanism_reach_the_row(tmp_path):
+    write_pair(tmp_path, "MECH", "values = {'q': 2.0e-3, 'scale': 500.0}", "values = {'q': 1.0, 'scale': 500.0}")
+    mechanism = Prediction("s", "q", "Shrunk by the scale.", compare="fixed/buggy", at_least=0.95, at_most=1.05, expected="buggy.scale")
+    missing = Prediction("s", "q", "Shrunk by what?", compare="fixed/buggy", at_least=0.95, at_most=1.05, expected="buggy.nothing")
+    run = verify([fake_rule("MECH", mechanism, missing)], "cpu", root=tmp_path)
+    row, broken = run.rows
+    assert (row.verdict, row.expected, row.value) == (CONFIRMED, 500.0, 1.0)
+    assert row.history == {"buggy": {"panel": {"line": [1.0, 2.0]}}, "fixed": {"panel": {"line": [1.0, 2.0]}}}
+    assert broken.verdict == ERROR and "buggy.py reported no `nothing` for scenario s" in broken.reason
+    assert "fixed/buggy = 500 = 1.000 x expected 500, claim in [0.95, 1.05]" in render_text(run)
+    assert json.loads(render_json(run))[0]["expected"] == "buggy.scale"
+
+
 def test_a_hang_times_out_and_names_the_script(tmp_path):
     write_pair(tmp_path, "HANG", "values = {'q': 1000.0}", "time.sleep(60)")
     started = time.monotonic()
@@ -147,8 +216,57 @@ def test_a_hang_times_out_and_names_the_script(tmp_path):
     assert time.monotonic() - started < 30
     (row,) = run.rows
     assert row.verdict == ERROR
-    assert "timed out after 3 s while running fixed.py (float16)" in row.reason
+    assert "timed out after 3 s while running fixtures/HANG/fixed.py (float16)" in row.reason
     assert row.buggy == 1000.0, "what finished before the hang still counts"
+
+
+def test_after_a_hang_or_a_crash_the_other_scripts_run_in_a_fresh_process(tmp_path):
+    # both rules share one worker: the hang and the crash must not take the others down
+    write_pair(tmp_path, "HANG", "time.sleep(60)", "values = {'q': 1.0}")
+    write_pair(tmp_path, "DIES", "import os; os._exit(9)", "values = {'q': 1.0}")
+    write_pair(tmp_path, "GOOD", "values = {'q': 1000.0}", "values = {'q': 1.0}")
+    rules = [fake_rule(code, GROWS) for code in ("HANG", "DIES", "GOOD")]
+    run = verify(rules, "cpu", timeout=3, root=tmp_path, jobs=1)
+    hang, dies, good = (rows_by_code(run)[code] for code in ("HANG", "DIES", "GOOD"))
+    assert hang.verdict == ERROR and "timed out after 3 s while running fixtures/HANG/buggy.py (float16)" in hang.reason
+    assert hang.fixed == 1.0
+    assert dies.verdict == ERROR and "exited with 9 while running fixtures/DIES/buggy.py (float16)" in dies.reason
+    assert dies.fixed == 1.0
+    assert good.verdict == CONFIRMED
+    assert run.processes == 3, "one worker, restarted once after the hang and once after the crash"
+
+
+# Pins itself to one CPU beside three busy competitors, then needs 1 s of CPU: about 4 s of
+# wall time, past a 2 s timeout, without anything being wrong.
+LOADED = """\
+import os, subprocess
+cpu = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {cpu})
+hog = f"import os, time\\nos.sched_setaffinity(0, {{{cpu}}})\\nend = time.monotonic() + 20\\nwhile time.monotonic() < end: pass"
+hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(3)]
+try:
+    time.sleep(0.3)  # let them start
+    start = time.process_time()
+    while time.process_time() - start < 1.0:
+        pass
+finally:
+    for each in hogs:
+        each.kill()
+values = {'q': 1.0}
+"""
+
+
+@pytest.mark.skipif(
+    not (hasattr(os, "sched_setaffinity") and os.path.exists("/proc/self/schedstat")),
+    reason="needs Linux CPU affinity and /proc/PID/schedstat to load one CPU on purpose",
+)
+def test_the_timeout_does_not_count_time_spent_waiting_for_a_cpu(tmp_path):
+    write_pair(tmp_path, "LOAD", "values = {'q': 1000.0}", LOADED)
+    started = time.monotonic()
+    (row,) = verify([fake_rule("LOAD", GROWS)], "cpu", timeout=2, root=tmp_path).rows
+    elapsed = time.monotonic() - started
+    assert row.verdict == CONFIRMED, row.reason
+    assert elapsed > 2.5, "the load did not slow the script down: this test proved nothing"
 
 
 @pytest.mark.parametrize(
@@ -227,7 +345,7 @@ def test_json_output(mixed_run):
 def test_text_output(mixed_run):
     text = render_text(mixed_run)
     lines = text.splitlines()
-    assert lines[0].startswith("amplint verify: torch fake, device cpu, 1 fixture process")
+    assert lines[0].startswith("amplint verify: torch fake, device cpu, 1 fixture process,")
     assert lines[2].split() == ["rule", "device", "dtype", "scenario", "quantity", "buggy", "fixed", "check", "verdict"]
     assert "buggy/fixed = 1000, claim >= 100" in lines[3] and lines[3].endswith("confirmed")
     assert "fixed/buggy = inf" in lines[4]
@@ -238,11 +356,56 @@ def test_text_output(mixed_run):
 # --------------------------------------------------------------------------- the command
 
 
-def test_usage_errors_exit_2(capsys):
+def test_usage_errors_exit_2(capsys, tmp_path):
     assert command.main(["AMP999"]) == 2
     assert "no rule matches AMP999" in capsys.readouterr().err
     assert command.main(["--timeout", "0"]) == 2
     assert command.main(["--device", "tpu"]) == 2
+    assert command.main(["--dtype", "float32"]) == 2
+    capsys.readouterr()
+    # NaN compares false with everything: it used to pass `<= 0` and crash in subprocess
+    for value in ("nan", "inf", "-inf"):
+        assert command.main([f"--timeout={value}"]) == 2
+        assert "--timeout must be a positive number of seconds" in capsys.readouterr().err
+    if importlib.util.find_spec("torch") is not None:
+        assert command.main(["AMP001", "--report", str(tmp_path / "no" / "such" / "dir" / "r.html")]) == 2
+        assert "cannot write the report" in capsys.readouterr().err
+
+
+def test_timeout_nan_is_a_usage_error_through_the_cli():
+    result = subprocess.run(
+        [sys.executable, "-m", "amplint", "verify", "--timeout", "nan"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 2 and "internal error" not in result.stderr, result.stderr
+    assert "--timeout must be a positive number of seconds, not nan" in result.stderr
+
+
+def test_the_cuda_probe_does_not_import_a_torch_py_from_the_callers_folder(tmp_path, monkeypatch):
+    marker = tmp_path / "imported"
+    (tmp_path / "torch.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "class cuda:\n    is_available = staticmethod(lambda: True)\n"
+    )
+    # The torch the probe should find: one on PYTHONPATH, as a user's environment may put it
+    # (and quicker to import than the real one).
+    (tmp_path / "site" / "torch").mkdir(parents=True)
+    (tmp_path / "site" / "torch" / "__init__.py").write_text("class cuda:\n    is_available = staticmethod(lambda: False)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.chdir(tmp_path)
+    assert command._cuda_available(60) == (False, None)
+    assert not marker.exists(), "the probe imported ./torch.py"
+    assert command.resolve_device("auto", 60) == ("cpu", None)
+
+
+def test_dtype_all_plans_every_prediction_at_every_dtype_it_is_about():
+    planned = plan(ALL_RULES, "cpu", ALL_DTYPES)
+    expected = [(rule.code, p, dtype) for rule in ALL_RULES for p in rule.PREDICTIONS for dtype in p.dtypes]
+    assert [(entry.rule.code, entry.prediction, entry.dtype) for entry in planned] == expected
+    assert all(entry.skip is None for entry in planned)
+    bfloat16 = plan(ALL_RULES, "cpu", "bfloat16")
+    assert [entry.prediction for entry in bfloat16 if entry.skip is None] == [
+        p for rule in ALL_RULES for p in rule.PREDICTIONS if "bfloat16" in p.dtypes
+    ]
 
 
 def test_without_torch_verify_says_how_to_get_it_and_linting_still_works():
@@ -263,28 +426,181 @@ def test_without_torch_verify_says_how_to_get_it_and_linting_still_works():
 # --------------------------------------------------------------------------- the real fixtures
 
 
-def test_every_prediction_is_confirmed_on_cpu():
-    pytest.importorskip("torch")
-    result = subprocess.run(
-        [sys.executable, "-m", "amplint.harness.command", "--output-format", "json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
-    rows = json.loads(result.stdout)
-    problems = [row for row in rows if row["verdict"] != "confirmed"]
-    assert not problems, json.dumps(problems, indent=2)
-    assert result.returncode == 0, result.stderr
-    expected = [(rule.code, p.scenario, p.quantity, p.dtypes[0]) for rule in ALL_RULES for p in rule.PREDICTIONS]
-    assert [(row["code"], row["scenario"], row["quantity"], row["dtype"]) for row in rows] == expected
-    assert all(row["device"] == "cpu" and REQUIRED_JSON_KEYS <= set(row) for row in rows)
+def test_every_prediction_is_confirmed_on_cpu_at_every_dtype(verified):
+    problems = [render_json(VerifyRun([row], "cpu", None, 0, 0.0)) for row in verified.rows if row.verdict != CONFIRMED]
+    assert not problems, "\n".join(problems)
+    assert verified.ok and verified.processes == min(len(ALL_RULES), os.cpu_count() or 1)
+    expected = [(rule.code, p.scenario, p.quantity, dtype) for rule in ALL_RULES for p in rule.PREDICTIONS for dtype in p.dtypes]
+    assert [(row.code, row.prediction.scenario, row.prediction.quantity, row.dtype) for row in verified.rows] == expected
+    assert {row.dtype for row in verified.rows} == {"float16", "bfloat16"}
+    # every row carries both scripts' per-step curves for the report
+    for row in verified.rows:
+        assert all(row.history.get(which) for which in ("buggy", "fixed")) or "raised" in row.prediction.quantity, row
 
 
-def test_amplint_verify_through_the_cli():
+def _identical_pairs(run: VerifyRun, copy: str):
+    """The run's predictions judged as if both scripts were `copy`.py. The fixtures are seeded
+    and single-threaded, so a pair whose buggy.py is a copy of its fixed.py would report the
+    fixed run's numbers twice: judging (fixed, fixed) is running that pair."""
+    outputs = {(code, dtype, which): run.outputs[(code, dtype, copy)] for (code, dtype, which) in run.outputs}
+    return judge_all(run.planned, "cpu", outputs)
+
+
+def _key(row):
+    return (row.code, row.prediction.scenario, row.prediction.quantity, row.dtype)
+
+
+# The predictions that hold however alike buggy.py and fixed.py are: the controls ("makes no
+# difference", "trains like the fixed run"). Identical pairs cannot break them; BROKEN below does.
+CONTROLS = {
+    ("AMP002", "ordinary", "zero_grad_fraction", "float16"),
+    ("AMP002", "tiny-grad", "zero_grad_fraction", "bfloat16"),
+    ("AMP004", "sgd-whole-loop-no-cache", "true_loss", "float16"),
+    ("AMP004", "sgd-whole-loop-no-cache", "true_loss", "bfloat16"),
+    ("AMP004", "sgd-per-iteration", "true_loss", "float16"),
+    ("AMP004", "sgd-per-iteration", "true_loss", "bfloat16"),
+    ("AMP004", "adam-per-iteration", "true_loss", "float16"),
+    ("AMP004", "adam-per-iteration", "true_loss", "bfloat16"),
+    ("AMP004", "adafactor-per-iteration", "true_loss", "bfloat16"),
+    ("AMP005", "adam", "true_loss", "float16"),
+    ("AMP005", "adam", "true_loss", "bfloat16"),
+    ("AMP005", "adamw", "weight_norm", "float16"),
+    ("AMP005", "adamw", "weight_norm", "bfloat16"),
+    ("AMP005", "adam-overflow", "true_loss", "bfloat16"),
+    ("AMP005", "unscale-then-plain-step", "raised", "float16"),
+    ("AMP005", "unscale-then-plain-step", "raised", "bfloat16"),
+    ("AMP006", "sgd", "true_loss", "float16"),
+    ("AMP006", "sgd", "true_loss", "bfloat16"),
+}
+
+
+def test_every_claim_of_an_effect_fails_when_buggy_and_fixed_are_the_same_script(verified):
+    """Break the fixture the simplest way: no mistake at all. Every claim that the mistake
+    does something (a ratio away from 1, a loss stuck, a mechanism's predicted size, the
+    fixed run skipping a step) must then be `not reproduced`, with either script as both."""
+    survivors = set()
+    for fixed_twice, buggy_twice in zip(_identical_pairs(verified, "fixed"), _identical_pairs(verified, "buggy")):
+        assert fixed_twice.verdict in (CONFIRMED, NOT_REPRODUCED) and buggy_twice.verdict in (CONFIRMED, NOT_REPRODUCED)
+        if fixed_twice.verdict == CONFIRMED and buggy_twice.verdict == CONFIRMED:
+            survivors.add(_key(fixed_twice))
+    assert survivors == CONTROLS, "a claim of an effect that identical scripts also satisfy proves nothing"
+
+
+def test_the_sharpened_claims_fail_on_an_identical_pair(verified):
+    """The audit's cases, spelled out: what each identical pair measures and why it fails."""
+    fixed_twice = {_key(row): row for row in _identical_pairs(verified, "fixed")}
+    buggy_twice = {_key(row): row for row in _identical_pairs(verified, "buggy")}
+    # Adam's [1, 10] band used to pass with no effect at all (ratio exactly 1)
+    for code in ("AMP001", "AMP003"):
+        row = fixed_twice[(code, "adam", "first_update", "float16")]
+        assert (row.value, row.verdict) == (1.0, NOT_REPRODUCED)
+    # the mechanisms: no shrinkage at all is not "shrunk by the scale"
+    row = fixed_twice[("AMP001", "sgd", "first_update", "float16")]
+    assert row.prediction.expected and row.value == pytest.approx(1 / 65536) and row.verdict == NOT_REPRODUCED
+    row = fixed_twice[("AMP003", "sgd", "logged_grad_norm", "float16")]
+    assert row.prediction.expected and row.verdict == NOT_REPRODUCED
+    # a loss that trains is not stuck
+    assert fixed_twice[("AMP001", "sgd", "loss_moved", "float16")].verdict == NOT_REPRODUCED
+    # a run with no overflow handling skipped nothing
+    assert buggy_twice[("AMP005", "adam-overflow", "skipped_steps", "float16")].value == 0
+    assert buggy_twice[("AMP005", "adam-overflow", "skipped_steps", "float16")].verdict == NOT_REPRODUCED
+    # surviving gradients are no coarser than themselves; the decay is not weaker than itself
+    assert fixed_twice[("AMP002", "small-grad", "grad_rel_error", "float16")].verdict == NOT_REPRODUCED
+    assert fixed_twice[("AMP005", "adam-l2", "weight_norm", "float16")].verdict == NOT_REPRODUCED
+    assert fixed_twice[("AMP006", "fp32-function", "grad_rel_error", "bfloat16")].verdict == NOT_REPRODUCED
+
+
+# Break each control with a small edit to a copy of its buggy.py: (old text, new text, count).
+# Each edit makes the buggy run differ from the fixed one in the way the control rules out.
+BROKEN = {
+    "AMP002": [
+        # ordinary gradients made tiny: zeros appear where the control says none do
+        ('SCENARIOS = {"ordinary": 1.0,', 'SCENARIOS = {"ordinary": 1e-5,', 1),
+        # a "bfloat16" run that is really float16: the tiny gradients underflow
+        ("dtype=amp_dtype)", "dtype=torch.float16)", 1),
+    ],
+    "AMP004": [
+        # the cache left on: the whole-loop control freezes like the buggy run
+        ("cache_enabled=cache_enabled)", "cache_enabled=True)", 2),
+        # CUDA's default foreach Adafactor: 0.9976 in bfloat16, outside the 0.1% band
+        ("foreach=False)", "foreach=True)", 1),
+        # one region around the whole loop where the control has one per iteration
+        ('lr=0.05), False, True),\n    "adam-per-iteration": (lambda params: torch.optim.Adam(params, lr=1e-3), False, True)',
+         'lr=0.05), True, True),\n    "adam-per-iteration": (lambda params: torch.optim.Adam(params, lr=1e-3), True, True)', 1),
+    ],
+    "AMP005": [
+        # an Adam that differs from the fixed one (twice the learning rate)
+        ('"adam": (lambda params: torch.optim.Adam(params, lr=1e-3)', '"adam": (lambda params: torch.optim.Adam(params, lr=2e-3)', 1),
+        ('"adam-overflow": (lambda params: torch.optim.Adam(params, lr=1e-3)', '"adam-overflow": (lambda params: torch.optim.Adam(params, lr=2e-3)', 1),
+        # Adam with L2 decay where the control has AdamW
+        ("torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1)", "torch.optim.Adam(params, lr=1e-3, weight_decay=0.1)", 1),
+        # no unscale_ before the plain step: scaler.update() raises
+        ("            scaler.unscale_(optimizer)\n", "            pass\n", 1),
+    ],
+    "AMP006": [
+        # a different built-in model
+        ("nn.GELU()", "nn.ReLU()", 1),
+        # with custom_fwd/custom_bwd the function's backward runs in float32 even inside the region
+        ("    def forward(ctx, a, b):", '    @torch.amp.custom_fwd(device_type="cpu")\n    def forward(ctx, a, b):', 1),
+        ("    def backward(ctx, grad):", '    @torch.amp.custom_bwd(device_type="cpu")\n    def backward(ctx, grad):', 1),
+    ],
+}
+# The claims the AMP006 custom_bwd edit must break besides the `sgd` control: the mechanism.
+MECHANISMS_BROKEN = {
+    ("AMP006", "fp32-function", "grad_rel_error", "float16"),
+    ("AMP006", "fp32-function", "grad_rel_error", "bfloat16"),
+    ("AMP006", "fp32-function-small-grad", "zero_grad_fraction", "float16"),
+}
+
+
+@pytest.fixture(scope="module")
+def broken(verified, tmp_path_factory):
+    """The controls and mechanisms judged on pairs whose buggy.py is an edited copy. Their
+    fixed.py is untouched, so its numbers are the shared run's: only the edited buggy scripts
+    run, all in one process, for the scenarios and dtypes in question."""
+    root = tmp_path_factory.mktemp("broken")
+    wanted = CONTROLS | MECHANISMS_BROKEN
+    specs = []
+    for code, edits in BROKEN.items():
+        (root / code).mkdir()
+        text = (fixture_root() / code / "buggy.py").read_text()
+        for old, new, count in edits:
+            assert text.count(old) == count, f"{code}: the edit {old!r} no longer matches buggy.py"
+            text = text.replace(old, new)
+        (root / code / "buggy.py").write_text(text)
+        for dtype in ("float16", "bfloat16"):
+            scenarios = sorted({scenario for (each, scenario, _, d) in wanted if each == code and d == dtype})
+            if scenarios:
+                specs.append(script_spec(code, "buggy", root / code / "buggy.py", "cpu", dtype, scenarios))
+    runs, _ = run_scripts(specs, timeout=120)
+    outputs = dict(verified.outputs)
+    outputs.update(runs)
+    rows = judge_all([entry for entry in verified.planned if _key_of(entry) in wanted], "cpu", outputs)
+    return {_key(row): row for row in rows}
+
+
+def _key_of(entry):
+    return (entry.rule.code, entry.prediction.scenario, entry.prediction.quantity, entry.dtype)
+
+
+def test_every_control_fails_on_a_pair_that_breaks_it(broken):
+    assert set(broken) == CONTROLS | MECHANISMS_BROKEN
+    survivors = {key: (row.verdict, row.reason or row.value) for key, row in broken.items() if row.verdict != NOT_REPRODUCED}
+    assert not survivors, survivors
+    # the foreach path is exactly the audit's 0.9976
+    adafactor = broken[("AMP004", "adafactor-per-iteration", "true_loss", "bfloat16")]
+    assert 0.99 < adafactor.value < 0.999
+    # the cache is the mechanism: left on, the "control" freezes like the buggy run
+    assert broken[("AMP004", "sgd-whole-loop-no-cache", "true_loss", "float16")].value > 10
+    # with custom_bwd the float32 function's gradients are exact again
+    assert broken[("AMP006", "fp32-function", "grad_rel_error", "float16")].buggy == 0
+
+
+def test_amplint_verify_through_the_cli_with_a_report(tmp_path):
     pytest.importorskip("torch")
+    page = tmp_path / "verify.html"
     result = subprocess.run(
-        [sys.executable, "-m", "amplint", "verify", "AMP006", "--dtype", "bfloat16"],
+        [sys.executable, "-m", "amplint", "verify", "AMP006", "--dtype", "bfloat16", "--report", str(page)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -293,4 +609,7 @@ def test_amplint_verify_through_the_cli():
     assert result.returncode == 0, result.stdout + result.stderr
     table = [line.split() for line in result.stdout.splitlines()]
     assert ["AMP006", "cpu", "bfloat16", "sgd", "true_loss"] in [cells[:5] for cells in table]
-    assert result.stdout.rstrip().endswith("1 prediction: 1 confirmed, 0 not reproduced, 0 skipped, 0 errors")
+    assert ["AMP006", "cpu", "bfloat16", "fp32-function-small-grad", "zero_grad_fraction"] in [cells[:5] for cells in table]
+    assert result.stdout.rstrip().endswith("3 predictions: 2 confirmed, 0 not reproduced, 1 skipped, 0 errors")
+    assert f"wrote {page}" in result.stderr
+    assert page.read_text().count('<figure class="prediction') == 3
