@@ -24,16 +24,20 @@ class StepInsideAutocast(Rule):
     cached copies.
 
     ## What goes wrong at runtime
-    When the region spans the loop, training silently goes wrong: the logged loss stays at
+    When the region spans the loop, training silently goes wrong (in eager mode with float32
+    weights, which is what autocast caches and what was measured): the logged loss stays at
     its first value while the true float32 loss follows the first step's gradient applied
     over and over. Measured by `amplint verify` (CPU, 30 steps, float16 and bfloat16 alike):
     the logged loss never moved from 0.118; the true loss ended at 5.7 instead of 0.015 with
-    SGD and 0.39 instead of 0.0043 with Adam. One region per iteration (or
-    `cache_enabled=False`) avoids the stale cache: stepping SGD or Adam inside a
+    SGD and 0.39 instead of 0.0043 with Adam. The same loop in a region opened with
+    `cache_enabled=False` trained exactly like the fixed run, so the stale cache is the
+    mechanism. One region per iteration also avoids it: stepping SGD or Adam inside a
     per-iteration region gave bit-identical results to stepping after it. Optimizers whose
-    `step()` does matrix products are the exception: `torch.optim.Adafactor` stepped inside
-    a per-iteration float16 region ended with a NaN loss (its `row_var @ col_var` runs in
-    float16 and underflows), while under bfloat16 it trained like the fixed run.
+    `step()` runs a matrix product are the exception, Adafactor-like ones:
+    `torch.optim.Adafactor` (its `row_var @ col_var`) stepped inside a per-iteration float16
+    region ended with a NaN loss, while under bfloat16 it trained like the fixed run (within
+    0.01%, in its for-loop implementation, `foreach=False`, which the fixture pins so that
+    CPU and CUDA run the same code).
 
     ## Example
     ```python

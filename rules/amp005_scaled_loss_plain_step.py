@@ -24,13 +24,19 @@ class ScaledLossPlainStep(Rule):
     With SGD (and any optimizer whose update is proportional to the gradient) each update is
     65,000x too large: measured by `amplint verify` (CPU, float16 and bfloat16), the first
     update was 2,874 instead of 0.044 and the loss was NaN after 20 steps. Adam's update
-    does not depend on the gradients' scale, so it came out identical to the fixed run's,
-    which is why this can hide for a long time, until a scaled gradient overflows float16:
-    with targets 100x larger, `scaler.step()` skips the overflowing steps and lowers the
-    scale, but `optimizer.step()` applies the inf and the loss became NaN (under bfloat16
-    nothing overflowed and Adam was unaffected). If the loop still calls `scaler.update()`,
-    nothing is silent: it raises `AssertionError: No inf checks were recorded prior to
-    update` on the first iteration.
+    does not depend on the gradients' scale: its float32 loss after 20 steps was the fixed
+    run's to within 0.001%, which is why this can hide for a long time. Two things still
+    break. Adam's L2 `weight_decay` is added to gradients 65536x too large, so it barely
+    acts: with `weight_decay=0.1` the weights' norm after 20 steps was 4.76 instead of 4.04;
+    AdamW, which decays the weights directly, came out the same as the fixed run. And
+    overflow: with targets 100x larger, `scaler.step()` skipped 4 of 20 float16 steps and
+    lowered the scale, but `optimizer.step()` applied the inf and the loss became NaN (under
+    bfloat16 nothing overflowed and Adam was unaffected). If the loop still calls
+    `scaler.update()` with no `scaler.unscale_()`, nothing is silent: it raises
+    `AssertionError: No inf checks were recorded prior to update` on the first iteration.
+    After `scaler.unscale_(optimizer)` (the unscale-clip-step sequence with a plain step at
+    the end) nothing raises: the gradients are unscaled, but the plain step applied the
+    overflowing gradients and the loss became NaN.
 
     ## Example
     ```python
@@ -283,7 +289,8 @@ def _message(step: Occurrence, backward: Occurrence, scaler_key: Optional[str], 
     return (
         f"{quote(step)} applies gradients from {quote(backward)} that still carry "
         f"`{scaler}`'s loss scale (65536 at start), and never skips inf/NaN steps: SGD-like updates come out "
-        f"~65,000x too large. Use `{scaler}.step({optimizer})` and `{scaler}.update()`."
+        f"~65,000x too large and Adam's L2 weight decay ~65,000x too weak. "
+        f"Use `{scaler}.step({optimizer})` and `{scaler}.update()`."
     )
 
 
@@ -292,6 +299,6 @@ def _unscaled_message(step: Occurrence, unscale: Occurrence) -> str:
     optimizer = step.receiver.text if step.receiver is not None else "optimizer"
     return (
         f"{quote(step)} steps past the scaler after {quote(unscale)}: the "
-        "gradients are unscaled, but a plain step applies inf/NaN gradients instead of skipping them "
-        f"(and `{scaler}.update()` then raises). Use `{scaler}.step({optimizer})`."
+        "gradients are unscaled, but a plain step applies inf/NaN gradients instead of skipping them, "
+        f"and nothing raises. Use `{scaler}.step({optimizer})`."
     )
