@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from amplint import __version__
 from amplint.harness.report import check_text, summary_counts, verdict_text
-from amplint.harness.runner import History, Row, VerifyRun
+from amplint.harness.runner import DTYPES, History, Row, VerifyRun
 from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED, measured_text
 
 SIDES = ("buggy", "fixed")
@@ -70,6 +71,8 @@ figcaption { min-width: 0; }
 .badge.confirmed { color: var(--ok); } .badge.not-reproduced { color: var(--bad); }
 .badge.skipped { color: var(--skip); } .badge.error { color: var(--err); }
 .claim { margin: 0 0 8px; }
+.claim code, .summary code { font: 12.5px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
+  background: #f1f3f5; border-radius: 3px; padding: 0 3px; }
 dl { display: grid; grid-template-columns: auto 1fr; gap: 1px 10px; margin: 0; font-size: 12.5px; }
 dt { color: var(--muted); }
 dd { margin: 0; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; overflow-wrap: anywhere; }
@@ -106,6 +109,11 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _prose(text: str) -> str:
+    """Escaped text with its `code spans` (as the rules write them) set as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+
+
 def _verdict_summary(run: VerifyRun) -> str:
     counts = summary_counts(run)
     return ", ".join(f"{count} {verdict}" for verdict, count in counts.items() if count) or "nothing ran"
@@ -124,7 +132,8 @@ def _anchor(code: str) -> str:
 
 def _header(run: VerifyRun, title: str) -> str:
     torch = f"torch {run.torch_version}" if run.torch_version else "torch unknown"
-    dtypes = sorted({row.dtype for row in run.rows if row.ran})
+    ran = {row.dtype for row in run.rows if row.ran}
+    dtypes = [dtype for dtype in DTYPES if dtype in ran] + sorted(ran - set(DTYPES))
     meta = " · ".join(
         [
             torch,
@@ -136,7 +145,8 @@ def _header(run: VerifyRun, title: str) -> str:
         ]
     )
     chips = "".join(
-        f'<span class="chip {VERDICT_CLASSES[verdict]}{"" if count else " zero"}">{count} {_e(verdict)}</span>'
+        f'<span class="chip {VERDICT_CLASSES[verdict]}{"" if count else " zero"}">{count} '
+        f'{_e(verdict + ("s" if verdict == ERROR and count != 1 else ""))}</span>'
         for verdict, count in summary_counts(run).items()
     )
     keys = (
@@ -162,7 +172,7 @@ def _section(code: str, rows: List[Row]) -> str:
     summary = _rule_summary(code)
     parts = [
         f'<section id="{_anchor(code)}"><h2>{_e(code)} <code>{_e(rows[0].name)}</code></h2>',
-        f'<p class="summary">{_e(summary)}</p>' if summary else "",
+        f'<p class="summary">{_prose(summary)}</p>' if summary else "",
     ]
     parts.extend(_figure(row) for row in rows)
     parts.append("</section>")
@@ -188,7 +198,7 @@ def _figure(row: Row) -> str:
         f'<span class="badge {verdict}">{_e(row.verdict)}</span></div>',
     ]
     if prediction is not None:
-        facts.append(f'<p class="claim">{_e(prediction.claim)}</p><dl>')
+        facts.append(f'<p class="claim">{_prose(prediction.claim)}</p><dl>')
         facts.append(f"<dt>quantity</dt><dd>{_e(prediction.quantity)}</dd>")
         facts.append(f'<dt>buggy</dt><dd class="buggy">{_e(measured_text(prediction, row.buggy))}</dd>')
         facts.append(f'<dt>fixed</dt><dd class="fixed">{_e(measured_text(prediction, row.fixed))}</dd>')
