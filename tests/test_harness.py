@@ -17,7 +17,17 @@ import pytest
 
 from amplint.harness import command
 from amplint.harness.report import render_json, render_text
-from amplint.harness.runner import ALL_DTYPES, VerifyRun, fixture_root, judge_all, plan, run_scripts, script_spec, verify
+from amplint.harness.runner import (
+    ALL_DTYPES,
+    VerifyRun,
+    Watchdog,
+    fixture_root,
+    judge_all,
+    plan,
+    run_scripts,
+    script_spec,
+    verify,
+)
 from amplint.harness.verdict import (
     COMPARISONS,
     CONFIRMED,
@@ -267,6 +277,23 @@ def test_the_timeout_does_not_count_time_spent_waiting_for_a_cpu(tmp_path):
     elapsed = time.monotonic() - started
     assert row.verdict == CONFIRMED, row.reason
     assert elapsed > 2, "the load did not slow the script down: this test proved nothing"
+
+
+def test_the_watchdog_discounts_waiting_for_a_cpu_but_not_without_end():
+    class Dog(Watchdog):
+        waited = 0.0
+
+        def _waited(self):
+            return self.waited
+
+    dog = Dog(pid=0, timeout=10)
+    dog._since = time.monotonic() - 30  # 30 s into the script ...
+    dog.waited = 25  # ... 25 of them waiting for a CPU: 5 s of running
+    assert dog.overrun() is None
+    dog.waited = 15  # 15 s of running
+    assert dog.overrun() == "timed out after 10 s (not counting 15 s spent waiting for a CPU)"
+    dog._since, dog.waited = time.monotonic() - 150, 145  # 5 s of running, but 150 s of wall time
+    assert dog.overrun() == "timed out after 10 s (150 s of wall time: the machine is starved of CPU)"
 
 
 @pytest.mark.parametrize(

@@ -244,7 +244,7 @@ def _run_process(specs: Sequence[ScriptSpec], timeout: float) -> Tuple[Dict[str,
                 failure = overrun
                 break
     finally:
-        if process.poll() is None:  # interrupted: leave no orphan training away
+        if process.poll() is None:  # interrupted (Ctrl-C): leave no orphan process training on
             process.kill()
         process.wait()
         for reader in readers:
@@ -303,7 +303,9 @@ class Watchdog:
         if wall - waited <= self.timeout and wall <= self.timeout * WALL_LIMIT_FACTOR:
             return None
         message = f"timed out after {self.timeout:g} s"
-        if waited >= 1:
+        if wall - waited <= self.timeout:
+            message += f" ({wall:.0f} s of wall time: the machine is starved of CPU)"
+        elif waited >= 1:
             message += f" (not counting {waited:.0f} s spent waiting for a CPU)"
         return message
 
