@@ -559,8 +559,8 @@ BROKEN = {
         # an Adam that differs from the fixed one (twice the learning rate)
         ('"adam": (lambda params: torch.optim.Adam(params, lr=1e-3)', '"adam": (lambda params: torch.optim.Adam(params, lr=2e-3)', 1),
         ('"adam-overflow": (lambda params: torch.optim.Adam(params, lr=1e-3)', '"adam-overflow": (lambda params: torch.optim.Adam(params, lr=2e-3)', 1),
-        # Adam with L2 decay where the control has AdamW
-        ("torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1)", "torch.optim.Adam(params, lr=1e-3, weight_decay=0.1)", 1),
+        # AdamW's decay lost, as Adam's L2 decay is: 2% off where the control allows 0.1%
+        ("torch.optim.AdamW(params, lr=1e-3, weight_decay=1.0)", "torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0)", 1),
         # no unscale_ before the plain step: scaler.update() raises
         ("            scaler.unscale_(optimizer)\n", "            pass\n", 1),
     ],
@@ -619,6 +619,8 @@ def test_every_control_fails_on_a_pair_that_breaks_it(broken):
     assert 0.99 < adafactor.value < 0.999
     # the cache is the mechanism: left on, the "control" freezes like the buggy run
     assert broken[("AMP004", "sgd-whole-loop-no-cache", "true_loss", "float16")].value > 10
+    # AdamW's decay switched off is 2% off, well outside the control's 0.1%
+    assert broken[("AMP005", "adamw", "weight_norm", "float16")].value > 1.01
     # with custom_bwd the float32 function's gradients are exact again
     assert broken[("AMP006", "fp32-function", "grad_rel_error", "float16")].buggy == 0
 
