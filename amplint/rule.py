@@ -15,7 +15,7 @@ from typing import ClassVar, Iterator, Optional, Tuple
 
 import libcst as cst
 
-from amplint.semantic import AMP_VOCABULARY, Occurrence, SemanticModel
+from amplint.semantic import AMP_VOCABULARY, EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead")
@@ -35,7 +35,8 @@ def quote(occurrence: "Occurrence") -> str:
     `` `apply_step(scaler, opt)` (which calls `s.step(opt)`) ``."""
     text = occurrence.event.describe()
     if occurrence.via:
-        return f"`{source_text(occurrence.call_site)}` (which calls {text})"
+        verb = "reads" if occurrence.kind is EventKind.GRADIENT_READ else "calls"
+        return f"`{source_text(occurrence.call_site)}` (which {verb} {text})"
     return text
 
 

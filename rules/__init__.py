@@ -6,6 +6,7 @@ from amplint.rules.amp003_clip_before_unscale import ClipBeforeUnscale
 from amplint.rules.amp004_step_inside_autocast import StepInsideAutocast
 from amplint.rules.amp005_scaled_loss_plain_step import ScaledLossPlainStep
 from amplint.rules.amp006_backward_inside_autocast import BackwardInsideAutocast
+from amplint.rules.amp009_scaled_gradients_read import ScaledGradientsRead
 
 ALL_RULES = (
     UnscaledBackward,
@@ -14,6 +15,7 @@ ALL_RULES = (
     StepInsideAutocast,
     ScaledLossPlainStep,
     BackwardInsideAutocast,
+    ScaledGradientsRead,
 )
 
 __all__ = ["ALL_RULES"]

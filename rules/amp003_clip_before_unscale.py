@@ -104,9 +104,10 @@ class ClipBeforeUnscale(Rule):
         # Gradients a function was called with: a scaler.step() or unscale_() after the clip
         # shows they carried the scale (a helper that clips, then steps the scaler).
         for step, state in model.states_before(EventKind.SCALER_STEP, EventKind.UNSCALE):
-            if state.gradients.entry_clips and step.receiver is not None and model.is_live(step.receiver.key, state.facts):
-                for clip in state.gradients.entry_clips:
-                    yield Report(clip.node, _message(clip, step.receiver.key, model))
+            if state.gradients.entry_uses and step.receiver is not None and model.is_live(step.receiver.key, state.facts):
+                for clip in state.gradients.entry_uses:
+                    if clip.kind is EventKind.CLIP:
+                        yield Report(clip.node, _message(clip, step.receiver.key, model))
 
     VALID = (
         """

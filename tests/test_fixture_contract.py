@@ -26,6 +26,7 @@ SHOWS = {
     "AMP004": {"AMP004", "AMP006"},
     "AMP005": {"AMP005"},
     "AMP006": {"AMP006"},
+    "AMP009": {"AMP009"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())

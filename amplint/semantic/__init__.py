@@ -40,7 +40,7 @@ from amplint.semantic.model import (
     Ref,
     ScalerInfo,
 )
-from amplint.semantic.names import dotted_name, names_read, roots
+from amplint.semantic.names import dotted_name, names_bound, names_read, roots
 from amplint.semantic.regions import Regions
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import ScalerFacts, find_scalers
@@ -199,6 +199,42 @@ class SemanticModel:
         return False
 
     # ------------------------------------------------------------------ events
+    def divided_by_loss_scale(self, occurrence: Occurrence) -> bool:
+        """Whether what the statement of `occurrence` binds (gradients from `autograd.grad`
+        of a scaled loss) is combined, in its unit, with a scaler's `get_scale()`: the AMP
+        docs' `grads = [g * inv_scale for g in scaled_grads]`."""
+        unit = occurrence.event.unit
+        bound: Set[str] = set()
+        scale: Set[str] = set()
+        combined_inline: List[FrozenSet[str]] = []
+        for statement, record in self.index.statement_records(unit):
+            reads_scale = any(
+                isinstance(r.node.func, cst.Attribute) and r.node.func.attr.value == "get_scale" for r in record.calls
+            )
+            targets = _assigned(statement)
+            if any(r.node is occurrence.node for r in record.calls):
+                bound |= targets
+            if reads_scale:
+                scale |= targets
+                combined_inline.append(frozenset(roots(names_read(statement))))
+        if not bound:
+            return False
+        grads = values_derived_from(unit, bound)
+        scales = values_derived_from(unit, scale)
+        if any(reads & grads for reads in combined_inline):
+            return True  # `[g / scaler.get_scale() for g in grads]`
+        return any(reads & grads and reads & scales for _, reads in unit.assignments)
+
+    def gradient_reads(self, unit: CodeUnit) -> List[AmpEvent]:
+        """`p.grad` reads in `unit` (as events), not those only compared with None."""
+        found = []
+        for statement, record in self.index.statement_records(unit):
+            for read in record.grad_reads:
+                event = self.classifier.gradient_read(read, statement, unit)
+                if event is not None:
+                    found.append(event)
+        return found
+
     def occurrences_in(self, unit: CodeUnit) -> Iterator[Occurrence]:
         """Every event `unit` runs, directly or in the helpers it calls (in source order,
         without regard to paths)."""
@@ -347,6 +383,14 @@ class SemanticModel:
             if record.node is node:
                 return self.classify(record)
         return None
+
+
+def _assigned(statement: cst.CSTNode) -> Set[str]:
+    if isinstance(statement, cst.Assign):
+        return {name for target in statement.targets for name in roots(names_bound(target.target))}
+    if isinstance(statement, (cst.AnnAssign, cst.AugAssign)):
+        return set(roots(names_bound(statement.target)))
+    return set()
 
 
 def values_derived_from(unit: CodeUnit, names: Set[str]) -> Set[str]:

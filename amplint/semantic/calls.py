@@ -22,7 +22,7 @@ from amplint.semantic.model import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
 from amplint.semantic.names import dotted_name, names_read, roots, source_text
 from amplint.semantic.resolve import Resolver, argument
 from amplint.semantic.scalers import ScalerFacts
-from amplint.semantic.walk import post_order
+from amplint.semantic.walk import iter_tree, post_order
 
 _SCALER_METHODS = {
     "scale": EventKind.SCALE,
@@ -79,6 +79,7 @@ class Classifier:
         self.resolver = resolver
         self.scalers = scalers
         self._cache: Dict[int, Classified] = {}
+        self._reads: Dict[int, Optional[AmpEvent]] = {}
         self._functions: Dict[int, CodeUnit] = {id(u.node): u for u in index.units if not u.is_module}
 
     def classify(self, record: CallRecord) -> Classified:
@@ -109,6 +110,18 @@ class Classifier:
             return self._backward(record, tensor) if tensor is not None else None
         if qualified in torch_api.CLIP_FUNCTIONS:
             return AmpEvent(EventKind.CLIP, node, record.unit)
+        if qualified in torch_api.AUTOGRAD_GRAD:
+            outputs = argument(node, 0, "outputs")
+            if outputs is None:
+                return None
+            return AmpEvent(
+                EventKind.AUTOGRAD_GRAD,
+                node,
+                record.unit,
+                tensor=outputs,
+                scaled_inline_by=self.scaling_of(outputs, record.unit),
+                tensor_reads=frozenset(roots(names_read(outputs))),
+            )
         if not isinstance(func, cst.Attribute):
             return self._helper(record)
         method = func.attr.value
@@ -205,6 +218,15 @@ class Classifier:
             scaled_inline_by=self.scaling_of(tensor, record.unit),
             tensor_reads=frozenset(roots(names_read(tensor))),
         )
+
+    def gradient_read(self, read: cst.Attribute, statement: cst.CSTNode, unit: CodeUnit) -> Optional[AmpEvent]:
+        """`p.grad` as an event, unless the statement only asks whether it is None."""
+        key = id(read)
+        if key not in self._reads:
+            self._reads[key] = None if _only_tests_for_none(read, statement) else AmpEvent(
+                EventKind.GRADIENT_READ, read, unit, statement=statement
+            )
+        return self._reads[key]
 
     def scaling_of(self, expression: cst.CSTNode, unit: CodeUnit) -> Optional[str]:
         """Who scales `expression` inline: the key of the live-or-not GradScaler whose
@@ -312,3 +334,11 @@ class Classifier:
         if function is None:
             return None
         return HelperCall(record, None, bound_self=bound_self or function.method and attribute is not None, foreign=function)
+
+
+def _only_tests_for_none(read: cst.Attribute, statement: cst.CSTNode) -> bool:
+    """`if p.grad is not None:`, `p.grad is None`: the scale changes nothing there."""
+    for node in iter_tree(statement):
+        if isinstance(node, cst.Comparison) and node.left is read:
+            return all(isinstance(t.operator, (cst.Is, cst.IsNot)) for t in node.comparisons)
+    return False

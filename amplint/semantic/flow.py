@@ -237,6 +237,8 @@ class FlowAnalysis:
             elif isinstance(item, HelperCall):
                 for inner in self.summary_for(item, depth + 1).events:
                     found.append(_nested(inner, item, context, to_symbol, self.model))
+        for read in self.model.gradient_reads(unit):
+            found.append(_own_event(read, CallContext(None, False, False), to_symbol, frozenset()))
         return tuple(found)
 
     def _sequences(self, unit: CodeUnit, depth: int) -> Optional[FrozenSet[Sequence]]:
@@ -621,13 +623,17 @@ class _Interpreter:
             item = self.model.classify(call)
             if item is not None:
                 states = self.execute(call, item, states)
+        for read in record.grad_reads:
+            event = self.model.classifier.gradient_read(read, owner, self.unit)
+            if event is not None:
+                states = self.execute(None, event, states)
         # `if (scaled := scaler.scale(loss)) is not None:` binds as it evaluates.
         for walrus in record.walruses:
             states = self.bind(names_bound(walrus.target), walrus.value, states)
         return states
 
-    def execute(self, record: CallRecord, item: Union[AmpEvent, HelperCall], states: Set[State]) -> Set[State]:
-        context = self.model.regions.context(record)
+    def execute(self, record: Optional[CallRecord], item: Union[AmpEvent, HelperCall], states: Set[State]) -> Set[State]:
+        context = self.model.regions.context(record) if record is not None else self._statement_context(item)
         if isinstance(item, HelperCall):
             return self.call_helper(item, context, states)
         if self.summarising:
@@ -650,6 +656,13 @@ class _Interpreter:
                 scaler = item.scaled_inline_by or _scaler_of(item.tensor_reads, state.scaled)
             result.add(self._apply(state, occurrence, scaler))
         return result
+
+    def _statement_context(self, item) -> CallContext:
+        """Where a gradient read runs: where the calls of its statement run, or nowhere special."""
+        record = self.model.index.record(item.statement) if isinstance(item, AmpEvent) else None
+        if record is not None and record.calls:
+            return self.model.regions.context(record.calls[0])
+        return CallContext(None, False, False)
 
     def call_helper(self, call: HelperCall, context: CallContext, states: Set[State]) -> Set[State]:
         depth = (self.summary_depth or 0) + 1
@@ -737,10 +750,10 @@ class _Interpreter:
                     mixed=True,
                     last_backward=occurrence,
                     entry=False,
-                    entry_clips=frozenset(),
+                    entry_uses=frozenset(),
                 )
             elif scaler == UNKNOWN_SCALER or not self.model.is_live(scaler, state.facts):
-                gradients = replace(gradients, last_backward=occurrence, entry=False, entry_clips=frozenset())
+                gradients = replace(gradients, last_backward=occurrence, entry=False, entry_uses=frozenset())
             else:
                 gradients = self._scaled(gradients, occurrence, scaler)
         elif kind is EventKind.FRAMEWORK_BACKWARD:
@@ -749,10 +762,10 @@ class _Interpreter:
         elif kind is EventKind.UNSCALE:
             if gradients.scaled_by is not None or gradients.entry:
                 optimizer = occurrence.argument.key if occurrence.argument is not None else "*"
-                gradients = replace(gradients, unscaled=gradients.unscaled | {optimizer}, unscale=occurrence, entry_clips=frozenset())
-        elif kind is EventKind.CLIP:
+                gradients = replace(gradients, unscaled=gradients.unscaled | {optimizer}, unscale=occurrence, entry_uses=frozenset())
+        elif kind in (EventKind.CLIP, EventKind.GRADIENT_READ):
             if gradients.entry and gradients.scaled_by is None and not gradients.unscaled:
-                gradients = replace(gradients, entry_clips=gradients.entry_clips | {occurrence})
+                gradients = replace(gradients, entry_uses=gradients.entry_uses | {occurrence})
         elif kind is EventKind.SCALER_STEP:
             optimizer = occurrence.argument.key if occurrence.argument is not None else "*"
             gradients = replace(
@@ -760,7 +773,7 @@ class _Interpreter:
                 plain_backwards=frozenset(),
                 stepped=gradients.stepped | {optimizer},
                 entry=False,
-                entry_clips=frozenset(),
+                entry_uses=frozenset(),
                 scaled_since_step=False,
             )
         elif kind in (EventKind.OPTIMIZER_STEP, EventKind.ZERO_GRAD):
@@ -907,7 +920,7 @@ def _join(states: Set[State]) -> Set[State]:
             others.add(state)
             continue
         g = state.gradients
-        core = replace(g, plain_backwards=frozenset(), entry_clips=frozenset(), mixed=False)
+        core = replace(g, plain_backwards=frozenset(), entry_uses=frozenset(), mixed=False)
         groups.setdefault((state.facts, state.scaled, core), []).append(state)
     for group in groups.values():
         if len(group) == 1:
@@ -917,7 +930,7 @@ def _join(states: Set[State]) -> Set[State]:
         merged = replace(
             g,
             plain_backwards=frozenset().union(*(s.gradients.plain_backwards for s in group)),
-            entry_clips=frozenset().union(*(s.gradients.entry_clips for s in group)),
+            entry_uses=frozenset().union(*(s.gradients.entry_uses for s in group)),
             mixed=any(s.gradients.mixed for s in group),
         )
         others.add(replace(group[0], gradients=merged))

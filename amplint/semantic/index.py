@@ -176,9 +176,14 @@ class ModuleIndex:
     loops: List[Tuple[CodeUnit, Union[cst.For, cst.While], Frames]]
     withs: List[Tuple[CodeUnit, WithFrame, Frames]]  # every `with` item, with the frames around it
     unit_of_scope: Dict[int, CodeUnit]
+    _owners: Dict[int, List[Tuple[cst.CSTNode, StatementRecord]]] = field(default_factory=dict)
 
     def record(self, node: cst.CSTNode) -> Optional[StatementRecord]:
         return self.statements.get(id(node))
+
+    def statement_records(self, unit: CodeUnit) -> List[Tuple[cst.CSTNode, "StatementRecord"]]:
+        """(statement, record) for the statements of `unit` that hold calls or reads."""
+        return [(node, record) for node, record in self._owners.get(id(unit), ())]
 
     def calls_to(self, last_name: str) -> Iterator[CallRecord]:
         """Calls whose callee's last dotted part is `last_name`: `train(...)`, `self.train(...)`."""
@@ -207,6 +212,7 @@ class _Indexer:
         self.loops: List[Tuple[CodeUnit, Union[cst.For, cst.While], Frames]] = []
         self.withs: List[Tuple[CodeUnit, WithFrame, Frames]] = []
         self.unit_of_scope: Dict[int, CodeUnit] = {}
+        self.owners: Dict[int, List[Tuple[cst.CSTNode, StatementRecord]]] = {}
 
         scope = self._scope("module", module, "<module>", None)
         unit = CodeUnit(module, "<module>", scope)
@@ -225,6 +231,7 @@ class _Indexer:
             loops=self.loops,
             withs=self.withs,
             unit_of_scope=self.unit_of_scope,
+            _owners=self.owners,
         )
 
     def _scope(self, kind: str, node: ScopeNode, name: str, parent: Optional[Scope]) -> Scope:
@@ -324,6 +331,10 @@ class _Indexer:
         elif isinstance(node, cst.AugAssign):
             self._expression(node.value, node, scope, unit, frames)
             self._expression_in_target(node.target, node, scope, unit, frames)
+            if isinstance(node.target, cst.Attribute) and node.target.attr.value == "grad":
+                # `p.grad += noise` reads the gradient it updates.
+                self._record(node, unit).grad_reads.append(node.target)
+                unit.grad_reads.append(node.target)
             bound = self._bind_target(node.target, None, "augassign", node, scope)
             self._flows(unit, bound, node.value, extra=bound)
         elif isinstance(node, cst.Import):
@@ -430,6 +441,13 @@ class _Indexer:
                 target = target.parent
         target.bind(Binding(name, target, value, kind, node, scope, source))
 
+    def _record(self, owner: cst.CSTNode, unit: CodeUnit) -> StatementRecord:
+        record = self.statements.get(id(owner))
+        if record is None:
+            record = self.statements[id(owner)] = StatementRecord()
+            self.owners.setdefault(id(unit), []).append((owner, record))
+        return record
+
     # expressions
     def _expression_in_target(self, target: cst.BaseExpression, owner, scope: Scope, unit: CodeUnit, frames: Frames) -> None:
         """Calls inside an assignment target run too: `d[key(x)] = v`, `self.get().x = v`."""
@@ -451,19 +469,19 @@ class _Indexer:
             kind = type(current)
             if kind is cst.Call:
                 if record is None:
-                    record = self.statements.setdefault(id(owner), StatementRecord())
+                    record = self._record(owner, unit)
                 call = CallRecord(current, unit, frames)
                 record.calls.append(call)
                 self.calls.append(call)
                 unit.calls.append(call)
             elif kind is cst.NamedExpr:
                 if record is None:
-                    record = self.statements.setdefault(id(owner), StatementRecord())
+                    record = self._record(owner, unit)
                 record.walruses.append(current)
                 self._flows(unit, self._bind_target(current.target, current.value, "walrus", current, scope), current.value)
             elif kind is cst.Attribute and current.attr.value == "grad":
                 if record is None:
-                    record = self.statements.setdefault(id(owner), StatementRecord())
+                    record = self._record(owner, unit)
                 record.grad_reads.append(current)
                 unit.grad_reads.append(current)
         for lam in lambdas:

@@ -36,6 +36,8 @@ class EventKind(enum.Enum):
     SCALER_UPDATE = "scaler.update"
     OPTIMIZER_STEP = "optimizer.step"
     ZERO_GRAD = "zero_grad"  # optimizer.zero_grad(), model.zero_grad(): gradients so far are gone
+    GRADIENT_READ = "gradient read"  # `p.grad` read (not written, not compared with None)
+    AUTOGRAD_GRAD = "autograd.grad"  # torch.autograd.grad(outputs, inputs): gradients as values
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Ref:
 @dataclass(frozen=True, eq=False)
 class AmpEvent:
     kind: EventKind
-    node: cst.Call
+    node: cst.CSTNode  # the call (for a gradient read, the `x.grad` attribute)
     unit: CodeUnit  # the unit whose code contains the call
     receiver: Optional[Ref] = None  # the scaler or optimizer the method is called on
     argument: Optional[Ref] = None  # the optimizer of `scaler.step(opt)` / `scaler.unscale_(opt)`
@@ -66,6 +68,8 @@ class AmpEvent:
     # An event of another linted module, run through a call in this one (`node` is that
     # call): how to name it, "`s.step(opt)` in optim_utils.py".
     foreign: Optional[str] = None
+    # Gradient reads: the statement (or compound-statement header) the read is part of.
+    statement: Optional[cst.CSTNode] = None
 
     def describe(self) -> str:
         """The call as a message quotes it."""
@@ -150,12 +154,12 @@ class Occurrence:
         return self.event.kind
 
     @property
-    def node(self) -> cst.Call:
+    def node(self) -> cst.CSTNode:
         """The call to point at: the event itself (in this file)."""
         return self.event.node
 
     @property
-    def call_site(self) -> cst.Call:
+    def call_site(self) -> cst.CSTNode:
         """Where `unit` runs it: the event, or the first helper call on the way to it."""
         return self.via[0] if self.via else self.event.node
 
@@ -182,9 +186,9 @@ class GradientState:
     # backwards beside it may well be an fp32 model's own (an actor-critic's critic).
     scaled_since_step: bool = False
     last_backward: Optional[Occurrence] = None
-    # Clips of the gradients the function was called with, before anything showed whether
-    # they were scaled.
-    entry_clips: FrozenSet[Occurrence] = frozenset()
+    # Clips and reads of the gradients the function was called with, before anything showed
+    # whether they were scaled.
+    entry_uses: FrozenSet[Occurrence] = frozenset()
 
     @property
     def carry_scale(self) -> bool:

@@ -70,6 +70,7 @@ NO_GRAD_CONTEXTS = frozenset(
 )
 
 AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward"})
+AUTOGRAD_GRAD = frozenset({"torch.autograd.grad"})
 
 DTYPES = {
     "torch.float16": "float16",

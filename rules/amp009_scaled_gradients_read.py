@@ -1,0 +1,303 @@
+from __future__ import annotations
+
+from typing import Dict, Iterator, Optional
+
+import libcst as cst
+
+from amplint.rule import Flagged, Prediction, Report, Rule, quote
+from amplint.semantic import EventKind, Occurrence, SemanticModel
+from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.walk import children, iter_tree
+
+# What reading a scaled gradient costs, by how it is read: a norm is off by the scale, noise
+# of a fixed size added to it is divided away with the scale.
+_NORM_METHODS = frozenset({"norm"})
+_NORM_FUNCTIONS = frozenset(
+    {
+        "torch.norm",
+        "torch.linalg.norm",
+        "torch.linalg.vector_norm",
+        "torch.nn.utils.get_total_norm",
+        "torch.nn.utils.clip_grad.get_total_norm",
+    }
+)
+_RANDOM = frozenset({"randn", "randn_like", "rand", "rand_like", "normal", "normal_"})
+_ADDING = frozenset({"add", "add_"})
+
+
+class ScaledGradientsRead(Rule):
+    """Gradients used before `scaler.unscale_()`, while they still carry the loss scale.
+
+    ## What it does
+    Flags gradient reads between a scaled backward and `scaler.unscale_(optimizer)` (or
+    `scaler.step`) that the scale corrupts: a norm of `p.grad` (logged or used for a
+    decision), noise of a fixed size added to `p.grad`, and
+    `torch.autograd.grad(scaler.scale(loss), ...)` in a function that never divides by
+    `scaler.get_scale()` (a gradient penalty). Clipping is AMP003's; reads only compared with
+    `None`, and linear changes the later unscale divides out (averaging, `all_reduce`,
+    `mul_`), are not flagged.
+
+    ## Why is this bad?
+    After `scaler.scale(loss).backward()` every gradient is multiplied by the loss scale
+    (65536 at the start) until `unscale_` divides it out. A norm read off them is 65536x too
+    large; noise added to them is divided by 65536 together with the gradients, so it all but
+    vanishes; a penalty on gradients from `autograd.grad` of a scaled loss is 65536x too
+    strong. The PyTorch AMP docs give the recipe for each: unscale first, or divide by
+    `scaler.get_scale()`.
+
+    ## What goes wrong at runtime
+    Nothing errors. Measured by `amplint verify` (CPU, SGD, a small MLP, float16 and bfloat16
+    alike, since the scaler scales either): the logged gradient norm was 57,487 instead of
+    0.88, the loss scale times the true norm, while training itself was unchanged; Gaussian
+    noise (std 0.05) added before `unscale_` moved the weights ~30,000x less than the same
+    noise added after (1.8e-5 against 0.53 away from a noiseless run in 20 steps); a
+    gradient-norm penalty on `autograd.grad(scaler.scale(loss), ...)` was 65536x too large,
+    overflowed, and 17 of 20 steps were skipped while the loss blew up.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    grad_norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    scaler.step(optimizer)
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    grad_norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    scaler.step(optimizer)
+    ```
+    For a gradient penalty, divide the gradients of the scaled loss by the scale:
+    `grads = [g / scaler.get_scale() for g in torch.autograd.grad(scaler.scale(loss), params, create_graph=True)]`.
+    """
+
+    code = "AMP009"
+    name = "scaled-gradients-read"
+
+    PREDICTIONS = (
+        Prediction(
+            "logged-norm",
+            "logged_grad_norm",
+            "A gradient norm read before `unscale_` is the true norm times the loss scale, within 1%.",
+            compare="buggy/fixed",
+            at_least=0.99,
+            at_most=1.01,
+            expected="buggy.loss_scale",
+        ),
+        Prediction(
+            "noise",
+            "noise_effect",
+            "Noise of a fixed size added before `unscale_` all but vanishes: the noisy run ends at least "
+            "1000x closer to a noiseless one than with the noise added after.",
+            compare="fixed/buggy",
+            at_least=1000,
+        ),
+        Prediction(
+            "penalty",
+            "penalty_grad_norm",
+            "A penalty on `autograd.grad(scaler.scale(loss), ...)` not divided by the scale sees the "
+            "gradient norm times the loss scale, within 1%.",
+            compare="buggy/fixed",
+            at_least=0.99,
+            at_most=1.01,
+            expected="buggy.loss_scale",
+        ),
+        Prediction(
+            "penalty",
+            "skipped_steps",
+            "That penalty overflows: at least 5 of 20 steps are skipped (none with the scale divided out).",
+            compare="buggy-fixed",
+            at_least=5,
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for read, state in model.states_before(EventKind.GRADIENT_READ):
+            how = _corrupting_use(read)
+            if how is not None and state.gradients.carry_scale:
+                # At the call when a helper reads them: the helper may be used rightly elsewhere.
+                yield Report(read.call_site, _message(read, how, model.scaler_name(state.gradients.scaler)))
+        # Gradients a function was called with: a scaler.step() or unscale_() after the read
+        # shows they carried the scale.
+        for step, state in model.states_before(EventKind.SCALER_STEP, EventKind.UNSCALE):
+            if step.receiver is None or not model.is_live(step.receiver.key, state.facts):
+                continue
+            for read in state.gradients.entry_uses:
+                how = _corrupting_use(read) if read.kind is EventKind.GRADIENT_READ else None
+                if how is not None:
+                    yield Report(read.call_site, _message(read, how, step.receiver.text))
+        for grad, state in model.states_before(EventKind.AUTOGRAD_GRAD):
+            scaler = grad.event.scaled_inline_by
+            if model.is_live(scaler, state.facts) and not model.divided_by_loss_scale(grad):
+                yield Report(grad.node, _penalty_message(grad, model.scaler_name(scaler)))
+
+    VALID = (
+        # The AMP docs' order: unscale, then read.
+        """
+import torch
+scaler.scale(loss).backward()
+scaler.unscale_(optimizer)
+grad_norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+scaler.step(optimizer)
+scaler.update()
+""",
+        # The AMP docs' gradient penalty: divided by the scale.
+        """
+import torch
+scaled_grads = torch.autograd.grad(outputs=scaler.scale(loss), inputs=model.parameters(), create_graph=True)
+inv_scale = 1.0 / scaler.get_scale()
+grads = [g * inv_scale for g in scaled_grads]
+penalty = torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
+scaler.scale(loss + penalty).backward()
+scaler.step(optimizer)
+""",
+        # Linear changes commute with the later unscale; None checks see no scale.
+        """
+import torch
+scaler.scale(loss).backward()
+for p in model.parameters():
+    if p.grad is not None:
+        torch.distributed.all_reduce(p.grad)
+        p.grad.div_(world_size)
+scaler.step(optimizer)
+scaler.update()
+""",
+        # No scaler, or a disabled one: nothing to divide out.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+scaler.scale(loss).backward()
+grad_norm = sum(p.grad.norm() for p in model.parameters())
+scaler.step(optimizer)
+""",
+        # bfloat16 training without a scaler reads plain gradients.
+        """
+import torch
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = model(x).mean()
+loss.backward()
+grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+optimizer.step()
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+grad_norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+scaler.step(optimizer)
+scaler.update()
+""",
+            at=((5, 37),),
+        ),
+        Flagged(
+            """
+import torch
+def noisy_step(model, optimizer, scaler, loss, sigma):
+    scaler.scale(loss).backward()
+    for p in model.parameters():
+        p.grad += sigma * torch.randn_like(p.grad)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            at=((6, 9),),
+        ),
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+grads = torch.autograd.grad(scaler.scale(loss), model.parameters(), create_graph=True)
+penalty = sum(g.pow(2).sum() for g in grads).sqrt()
+scaler.scale(loss + penalty).backward()
+scaler.step(optimizer)
+""",
+            at=((4, 9),),
+        ),
+        # A logging helper called between the scaled backward and the scaler's step.
+        Flagged(
+            """
+import torch
+def grad_norm(model):
+    return torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+class Trainer:
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.log(grad_norm(self.model))
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            at=((8, 18),),
+        ),
+    )
+
+
+def _corrupting_use(read: Occurrence) -> Optional[str]:
+    """How the statement around a `x.grad` read uses it, if the scale corrupts that use:
+    "norm" (a norm computed from it) or "noise" (random noise added to it)."""
+    statement = read.event.statement
+    if statement is None:
+        return None  # a read in another module: not judged
+    parents: Dict[int, cst.CSTNode] = {}
+    for node in iter_tree(statement):
+        for child in children(node):
+            parents[id(child)] = node
+    node: cst.CSTNode = read.event.node
+    while True:
+        parent = parents.get(id(node))
+        if parent is None:
+            break
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            call = parents.get(id(parent))
+            if isinstance(call, cst.Call) and call.func is parent:
+                # a method of the gradient (or of what is computed from it): `p.grad.norm()`
+                if parent.attr.value in _NORM_METHODS:
+                    return "norm"
+                if parent.attr.value in _ADDING and _random(call.args):
+                    return "noise"
+        if isinstance(parent, cst.Call) and _is_norm_function(parent.func):
+            return "norm"
+        if isinstance(parent, cst.AugAssign) and parent.target is node and _random([parent.value]):
+            return "noise"
+        if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Power) and parent.left is node:
+            return "norm"  # `p.grad ** 2`: a sum of squares
+        node = parent
+    return None
+
+
+def _is_norm_function(func: cst.BaseExpression) -> bool:
+    name = dotted_name(func) or ""
+    return name in _NORM_FUNCTIONS or name.rsplit(".", 1)[-1] in ("get_total_norm", "vector_norm")
+
+
+def _random(values) -> bool:
+    for value in values:
+        expression = value.value if isinstance(value, cst.Arg) else value
+        for node in iter_tree(expression):
+            if isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1] in _RANDOM:
+                return True
+    return False
+
+
+def _message(read: Occurrence, how: str, scaler: str) -> str:
+    if how == "noise":
+        effect = (
+            "noise added to it is divided by the scale together with the gradients when they are "
+            "unscaled, so it all but vanishes"
+        )
+    else:
+        effect = "a norm computed from it is 65536x too large, whether it is logged or acted on"
+    return (
+        f"{quote(read)} reads gradients that still carry `{scaler}`'s loss scale (65536 at start): {effect}. "
+        f"Call `{scaler}.unscale_(optimizer)` first."
+    )
+
+
+def _penalty_message(grad: Occurrence, scaler: str) -> str:
+    return (
+        f"{quote(grad)} returns gradients of a scaled loss, and nothing here divides them by "
+        f"`{scaler}.get_scale()`: a penalty built on them is 65536x too strong and overflows. Multiply "
+        f"them by `1.0 / {scaler}.get_scale()` first (the PyTorch AMP docs' gradient-penalty recipe)."
+    )
