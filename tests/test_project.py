@@ -30,6 +30,14 @@ def optimizer_step(optimizer):
     optimizer.zero_grad()
 
 
+def step_and_log(scaler, optimizer):
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+
+
 class Stepper:
     def __init__(self):
         self.scaler = torch.amp.GradScaler("cuda")
@@ -42,7 +50,7 @@ class Stepper:
 TRAIN = """
 import torch
 
-from .optim_utils import backward, clip_and_step, optimizer_step, Stepper
+from .optim_utils import backward, clip_and_step, optimizer_step, step_and_log, Stepper
 from . import optim_utils
 
 
@@ -79,6 +87,19 @@ def train_right(model, loader, optimizer):
             loss = model(x)
         scaler.scale(loss).backward()
         optim_utils.clip_and_step(model, optimizer, scaler)
+
+
+def train_optional_scaler(model, loader, optimizer, scaler=None):
+    # The helper's `scaler is not None` is this caller's: its plain step never sees scaled gradients.
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+        else:
+            loss.backward()
+        step_and_log(scaler, optimizer)
 """
 
 
@@ -128,7 +149,9 @@ def test_a_module_exports_what_its_functions_do_as_json():
     result = lint_source(textwrap.dedent(OPTIM_UTILS), "optim_utils.py", ALL_RULES)
     summary = json.loads(json.dumps(result.summary))  # plain JSON, for a cache
     functions = summary["functions"]
-    assert set(functions) == {"clip_and_step", "backward", "optimizer_step", "Stepper.step"}
+    assert set(functions) == {"clip_and_step", "backward", "optimizer_step", "step_and_log", "Stepper.step"}
+    facts = {(text, tuple(names), value) for sequence in functions["step_and_log"]["sequences"] for text, names, value in sequence["facts"]}
+    assert facts == {("scaler", ("scaler",), True), ("scaler", ("scaler",), False)}
     kinds = [event["kind"] for event in functions["clip_and_step"]["events"]]
     assert kinds == ["scaler.unscale_", "clip", "scaler.step", "scaler.update"]
     step = functions["clip_and_step"]["events"][2]

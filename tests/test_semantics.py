@@ -332,3 +332,22 @@ def test_many_training_loops_in_one_script_stay_tractable():
     )
     source = "import torch\nscaler = torch.amp.GradScaler('cuda')\n" + loop * 30
     assert [f.code for f in lint_text(source)] == ["AMP003"] * 30
+
+
+def test_the_else_of_a_conjunction_keeps_each_way_it_can_be_taken():
+    # `else` of `a and b`: `a` false, or `a` true and `b` false. The scaled backward needs
+    # both, so the plain step never sees it.
+    source = """
+        def f(scaler, args, opt, loss):
+            if args.fp16:
+                if args.amp == "pytorch":
+                    scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            if args.fp16 and args.amp == "pytorch":
+                scaler.step(opt)
+            else:
+                opt.step()
+        """
+    found = states(source, EventKind.OPTIMIZER_STEP)
+    assert found and all(g.scaled_by is None for _, g in found)

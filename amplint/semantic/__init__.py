@@ -25,7 +25,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
-from amplint.semantic.conditions import Assumption, assumptions
+from amplint.semantic.conditions import Assumption, alternatives, assumptions
 from amplint.semantic.exports import ExternalModules, export_summary
 from amplint.semantic.flow import FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
@@ -69,7 +69,7 @@ __all__ = [
 # `mixed_precision=` / `precision=` settings.
 AMP_VOCABULARY = ("autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=")
 
-_STEPS = frozenset({EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.ZERO_GRAD})
+_STEPS = frozenset({EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP})
 
 
 def analyze(module: cst.Module, external: Optional[ExternalModules] = None) -> "SemanticModel":
@@ -91,6 +91,7 @@ class SemanticModel:
         self.flow = FlowAnalysis(self)
         self._scaling: Dict[int, Tuple[Optional[str], FrozenSet[str]]] = {}
         self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
+        self._alternatives: Dict[Tuple[int, bool], List[List[Assumption]]] = {}
 
     # ------------------------------------------------------------------ the file
     @property
@@ -137,6 +138,13 @@ class SemanticModel:
         if key not in self._assumptions:
             self._assumptions[key] = assumptions(test, outcome)
         return self._assumptions[key]
+
+    def alternatives(self, test: cst.BaseExpression, outcome: bool) -> List[List[Assumption]]:
+        """The ways a branch can be taken (`amplint.semantic.conditions.alternatives`), once per test."""
+        key = (id(test), outcome)
+        if key not in self._alternatives:
+            self._alternatives[key] = alternatives(test, outcome)
+        return self._alternatives[key]
 
     def scaler_name(self, key: Optional[str], default: str = "scaler") -> str:
         info = self.scalers.get(key) if key is not None else None
@@ -313,20 +321,31 @@ class SemanticModel:
         (or a helper) steps before anything zeroes them, or they are still pending when the
         unit returns and a caller trains (see `trains`). A backward whose gradients are read
         and thrown away (a saliency map, an out-of-memory probe) is not a training step."""
-        flow = self.flow.unit_flow(backward.unit)
-        if flow is None:
-            return self.trains(backward.unit)  # too complex to follow: what the unit does at all
+        event = backward.event
 
         def pending(gradients: GradientState) -> bool:
-            return backward in gradients.plain_backwards or backward in (gradients.last_backward, gradients.scaled_by)
+            # In its own unit, or through the call of any unit that calls it, at any depth.
+            candidates = (*gradients.plain_backwards, gradients.last_backward, gradients.scaled_by)
+            return any(c is not None and c.event is event for c in candidates)
 
-        for occurrence, states in flow.before.items():
-            if occurrence.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
-                if any(pending(state.gradients) for state in states):
-                    return True
-        if any(pending(state.gradients) for state in flow.exits):
-            return self.trains(backward.unit, steps_here=False)
-        return False
+        followed = True
+        for unit in self.units:
+            flow = self.flow.unit_flow(unit)
+            if flow is None:
+                followed = False
+                continue
+            for occurrence, states in flow.before.items():
+                if occurrence.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
+                    if any(pending(state.gradients) for state in states):
+                        return True
+        own = self.flow.unit_flow(backward.unit)
+        if own is None:
+            return self.trains(backward.unit)  # too complex to follow: what the unit does at all
+        if not any(pending(state.gradients) for state in own.exits):
+            return False  # zeroed (or never left) before any step
+        if self.flow.has_visible_callers(backward.unit) and followed:
+            return False  # every caller was followed, and none steps on them
+        return self.trains(backward.unit, steps_here=False)
 
     def trains(self, unit: CodeUnit, _seen: Optional[Set[int]] = None, steps_here: bool = True) -> bool:
         """Whether gradients computed in `unit` can reach an optimizer: it (or a helper it

@@ -63,3 +63,25 @@ def assumptions(test: cst.BaseExpression, outcome: bool) -> List[Assumption]:
     ):
         return assumptions(test.args[0].value, outcome)
     return [(condition(test), outcome)]
+
+
+_MAX_ALTERNATIVES = 8
+
+
+def alternatives(test: cst.BaseExpression, outcome: bool) -> List[List[Assumption]]:
+    """The ways `test` can evaluate to `outcome`, each as the facts that then hold:
+    `a and b` is false when `a` is, or when `a` is true and `b` false. Where `assumptions`
+    keeps only what holds in every case, this keeps each case: the `else` of
+    `if args.fp16 and args.amp == "pytorch":` still knows `args.amp` when `args.fp16` holds."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return alternatives(test.expression, not outcome)
+    if isinstance(test, cst.BooleanOperation):
+        conjunction = isinstance(test.operator, cst.And) == outcome
+        left = alternatives(test.left, outcome)
+        right = alternatives(test.right, outcome)
+        if conjunction:  # `a and b` true, `a or b` false: both sides as asked
+            found = [l + r for l in left for r in right]
+        else:  # `a and b` false: `a` false, or `a` true and `b` false
+            found = left + [l + r for l in alternatives(test.left, not outcome) for r in right]
+        return found if len(found) <= _MAX_ALTERNATIVES else [[]]
+    return [assumptions(test, outcome)]

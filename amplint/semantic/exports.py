@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
+from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.model import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 
 if TYPE_CHECKING:
     from amplint.semantic import SemanticModel
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 
 
 # --------------------------------------------------------------------------- export
@@ -44,8 +45,16 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
         exported_events = [_event(event, path, origin, referenced) for event in summary.events]
         sequences = None
         if summary.sequences is not None:
+            # Each way through: the conditions it assumed on the function's parameters and
+            # on names its callers share (rewritten with the caller's arguments), its events.
             sequences = sorted(
-                ([_event(event, path, origin, referenced) for event in sequence.events] for sequence in summary.sequences),
+                (
+                    {
+                        "facts": sorted([cond.text, sorted(cond.names), value] for cond, value in sequence.facts),
+                        "events": [_event(event, path, origin, referenced) for event in sequence.events],
+                    }
+                    for sequence in summary.sequences
+                ),
                 key=repr,
             )
         functions[unit.name] = {
@@ -124,7 +133,8 @@ class ForeignFunction:
     params: Tuple[str, ...]
     method: bool
     events: Tuple[ForeignEvent, ...]
-    sequences: Optional[Tuple[Tuple[ForeignEvent, ...], ...]]
+    # Each way through: (the conditions it assumed, its events).
+    sequences: Optional[Tuple[Tuple[FrozenSet[Assumption], Tuple[ForeignEvent, ...]], ...]]
 
 
 def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
@@ -159,7 +169,15 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
             tuple(raw["params"]),
             bool(raw.get("method")),
             tuple(_foreign_event(e, path) for e in raw["events"]),
-            tuple(tuple(_foreign_event(e, path) for e in s) for s in sequences) if sequences is not None else None,
+            tuple(
+                (
+                    frozenset((Condition(text, frozenset(names)), bool(value)) for text, names, value in s["facts"]),
+                    tuple(_foreign_event(e, path) for e in s["events"]),
+                )
+                for s in sequences
+            )
+            if sequences is not None
+            else None,
         )
     return ForeignModule(path, functions, dict(data.get("scalers", {})))
 

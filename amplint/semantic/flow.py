@@ -819,14 +819,18 @@ class _Interpreter:
         return result
 
     def assume(self, test: cst.BaseExpression, outcome: bool, states: Set[State]) -> Set[State]:
-        facts = [fact for fact in self.model.assumptions(test, outcome) if fact[0].text in self.relevant]
-        if not facts:
-            return states
+        cases = {
+            frozenset(fact for fact in case if fact[0].text in self.relevant)
+            for case in self.model.alternatives(test, outcome)
+        }
+        if frozenset() in cases:
+            cases = {frozenset()}  # one way of taking the branch tells nothing worth keeping
         result = set()
         for state in states:
-            if any((cond, not value) in state.facts for cond, value in facts):
-                continue  # this branch contradicts what the path already assumed
-            result.add(replace(state, facts=state.facts | frozenset(facts)))
+            for facts in cases:
+                if any((cond, not value) in state.facts for cond, value in facts):
+                    continue  # this way contradicts what the path already assumed
+                result.add(replace(state, facts=state.facts | facts) if facts else state)
         return result
 
     def _assume_facts(self, state, facts: FrozenSet[Assumption], call: HelperCall):
@@ -862,7 +866,9 @@ class _Interpreter:
                     in_loop = True
                 elif isinstance(frame, GuardFrame) and id(frame.test) not in seen_tests:
                     seen_tests.add(id(frame.test))
-                    conditions = {c for outcome in (True, False) for c, _ in self.model.assumptions(frame.test, outcome)}
+                    conditions = {
+                        c for outcome in (True, False) for case in self.model.alternatives(frame.test, outcome) for c, _ in case
+                    }
                     for cond in conditions:
                         counts[cond.text] += 2 if in_loop else 1
                         if self.summarising and self.symbols.exportable(cond):
@@ -970,7 +976,7 @@ def _foreign_summary(call: HelperCall) -> Summary:
     summary = Summary(None, tuple(convert(e) for e in function.events))  # type: ignore[arg-type]
     if function.sequences is not None:
         summary.sequences = frozenset(
-            Sequence(frozenset(), tuple(convert(e) for e in sequence)) for sequence in function.sequences
+            Sequence(facts, tuple(convert(e) for e in events)) for facts, events in function.sequences
         )
     return summary
 
