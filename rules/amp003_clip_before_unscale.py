@@ -99,14 +99,14 @@ class ClipBeforeUnscale(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for clip, state in model.states_before(EventKind.CLIP):
-            if state.gradients.carry_scale:
+            if _clips(clip, model) and state.gradients.carry_scale:
                 yield Report(clip.node, _message(clip, state.gradients.scaler, model))
         # Gradients a function was called with: a scaler.step() or unscale_() after the clip
         # shows they carried the scale (a helper that clips, then steps the scaler).
         for step, state in model.states_before(EventKind.SCALER_STEP, EventKind.UNSCALE):
             if state.gradients.entry_uses and step.receiver is not None and model.is_live(step.receiver.key, state.facts):
                 for clip in state.gradients.entry_uses:
-                    if clip.kind is EventKind.CLIP:
+                    if clip.kind is EventKind.CLIP and _clips(clip, model):
                         yield Report(clip.node, _message(clip, step.receiver.key, model))
 
     VALID = (
@@ -190,6 +190,12 @@ def step(self, loss):
             at=((4, 5),),
         ),
     )
+
+
+def _clips(clip: Occurrence, model: SemanticModel) -> bool:
+    """A clip to judge: not one at an infinite norm, there only for the norm it returns
+    (AMP009's), nor one another module's function makes and its module reports."""
+    return not model.clip_only_measures(clip) and not clip.event.reported_where_written
 
 
 def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> str:

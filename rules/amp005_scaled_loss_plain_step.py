@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+import libcst as cst
+
 from amplint.rule import Flagged, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
@@ -151,6 +153,8 @@ class ScaledLossPlainStep(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for step, state in model.states_before(EventKind.OPTIMIZER_STEP):
+            if _takes_a_closure(step):
+                continue  # `opt.step(closure)` computes its own gradients (LBFGS)
             gradients = state.gradients
             if gradients.scaled_by is None or gradients.last_backward is not gradients.scaled_by:
                 # Nothing scaled, or a plain backward came last (an fp32 critic beside an AMP
@@ -272,6 +276,13 @@ def fit(self, loss):
             at=((5, 5),),
         ),
     )
+
+
+def _takes_a_closure(step: Occurrence) -> bool:
+    node = step.event.node
+    if not isinstance(node, cst.Call) or step.event.foreign is not None:
+        return False
+    return any(arg.keyword is None or arg.keyword.value == "closure" for arg in node.args if not arg.star)
 
 
 def _message(step: Occurrence, backward: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> str:

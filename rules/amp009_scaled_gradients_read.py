@@ -113,8 +113,8 @@ class ScaledGradientsRead(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        for read, state in model.states_before(EventKind.GRADIENT_READ):
-            how = _corrupting_use(read)
+        for read, state in model.states_before(EventKind.GRADIENT_READ, EventKind.CLIP):
+            how = _corrupting_use(read, model)
             if how is not None and state.gradients.carry_scale:
                 # At the call when a helper reads them: the helper may be used rightly elsewhere.
                 yield Report(read.call_site, _message(read, how, model.scaler_name(state.gradients.scaler)))
@@ -124,7 +124,7 @@ class ScaledGradientsRead(Rule):
             if step.receiver is None or not model.is_live(step.receiver.key, state.facts):
                 continue
             for read in state.gradients.entry_uses:
-                how = _corrupting_use(read) if read.kind is EventKind.GRADIENT_READ else None
+                how = _corrupting_use(read, model)
                 if how is not None:
                     yield Report(read.call_site, _message(read, how, step.receiver.text))
         for grad, state in model.states_before(EventKind.AUTOGRAD_GRAD):
@@ -234,12 +234,24 @@ class Trainer:
     )
 
 
-def _corrupting_use(read: Occurrence) -> Optional[str]:
-    """How the statement around a `x.grad` read uses it, if the scale corrupts that use:
-    "norm" (a norm computed from it) or "noise" (random noise added to it)."""
+def _corrupting_use(read: Occurrence, model: SemanticModel) -> Optional[str]:
+    """How a gradient read uses the gradients, if the scale corrupts that use: "norm" (a
+    norm computed from them, not divided by the scale after) or "noise" (random noise added
+    to them). A clip at an infinite norm is a norm read."""
+    if read.event.reported_where_written:
+        return None  # its own module reports it
+    if read.kind is EventKind.CLIP:
+        return "norm" if model.clip_only_measures(read) and not model.divided_by_loss_scale(read) else None
     statement = read.event.statement
-    if statement is None:
+    if statement is None or read.kind is not EventKind.GRADIENT_READ:
         return None  # a read in another module: not judged
+    how = _use_in(read, statement)
+    if how == "norm" and model.divided_by_loss_scale(read):
+        return None  # `norm / scaler.get_scale()`
+    return how
+
+
+def _use_in(read: Occurrence, statement: cst.CSTNode) -> Optional[str]:
     parents: Dict[int, cst.CSTNode] = {}
     for node in iter_tree(statement):
         for child in children(node):

@@ -42,8 +42,9 @@ from amplint.semantic.model import (
 )
 from amplint.semantic.names import dotted_name, names_bound, names_read, roots
 from amplint.semantic.regions import Regions
-from amplint.semantic.resolve import Resolver
+from amplint.semantic.resolve import Resolver, argument, is_infinity
 from amplint.semantic.scalers import ScalerFacts, find_scalers
+from amplint.semantic.walk import iter_tree
 
 __all__ = [
     "AMP_VOCABULARY",
@@ -207,31 +208,77 @@ class SemanticModel:
         return False
 
     # ------------------------------------------------------------------ events
+    def clip_only_measures(self, clip: Occurrence) -> bool:
+        """A clip at an infinite norm (`clip_grad_norm_(params, float("inf"))`): it clips
+        nothing and is there for the norm it returns."""
+        node = clip.event.node
+        if not isinstance(node, cst.Call) or clip.event.foreign is not None:
+            return False
+        # FSDP's `model.clip_grad_norm_(max_norm)` takes the norm first.
+        method = isinstance(node.func, cst.Attribute) and self.qualified(node.func) is None
+        return is_infinity(argument(node, 0 if method else 1, "max_norm"))
+
+    def confirmed_entry_uses(self) -> Set[int]:
+        """Events (ids) of clips and gradient reads on the gradients a function was called
+        with that a later live scaler.step()/unscale_() in that function shows were scaled:
+        what the function's own module reports (AMP003, AMP009)."""
+        found: Set[int] = set()
+        for occurrence, state in self.states_before(EventKind.SCALER_STEP, EventKind.UNSCALE):
+            if occurrence.receiver is not None and self.is_live(occurrence.receiver.key, state.facts):
+                found.update(id(use.event) for use in state.gradients.entry_uses)
+        return found
+
     def divided_by_loss_scale(self, occurrence: Occurrence) -> bool:
-        """Whether what the statement of `occurrence` binds (gradients from `autograd.grad`
-        of a scaled loss) is combined, in its unit, with a scaler's `get_scale()`: the AMP
-        docs' `grads = [g * inv_scale for g in scaled_grads]`."""
+        """Whether what `occurrence` computes (gradients from `autograd.grad` of a scaled
+        loss, a norm of scaled gradients) is divided by, or multiplied with the inverse of, a
+        scaler's `get_scale()` in its unit: the AMP docs' `[g * inv_scale for g in
+        scaled_grads]`, or `norm / scaler.get_scale()`."""
         unit = occurrence.event.unit
+        node = occurrence.event.node
         bound: Set[str] = set()
         scale: Set[str] = set()
-        combined_inline: List[FrozenSet[str]] = []
-        for statement, record in self.index.statement_records(unit):
-            reads_scale = any(
-                isinstance(r.node.func, cst.Attribute) and r.node.func.attr.value == "get_scale" for r in record.calls
-            )
-            targets = _assigned(statement)
-            if any(r.node is occurrence.node for r in record.calls):
-                bound |= targets
-            if reads_scale:
-                scale |= targets
-                combined_inline.append(frozenset(roots(names_read(statement))))
-        if not bound:
-            return False
+        records = self.index.statement_records(unit)
+        for statement, record in records:
+            if any(_calls_get_scale(r.node) for r in record.calls):
+                scale |= _assigned(statement)
+            if statement is occurrence.event.statement or any(r.node is node for r in record.calls):
+                bound |= _assigned(statement)
         grads = values_derived_from(unit, bound)
         scales = values_derived_from(unit, scale)
-        if any(reads & grads for reads in combined_inline):
-            return True  # `[g / scaler.get_scale() for g in grads]`
-        return any(reads & grads and reads & scales for _, reads in unit.assignments)
+
+        def is_gradient(side: cst.CSTNode, names: Set[str]) -> bool:
+            return any(n is node for n in iter_tree(side)) or bool(set(roots(names_read(side))) & names)
+
+        def is_scale(side: cst.CSTNode) -> bool:
+            return any(isinstance(n, cst.Call) and _calls_get_scale(n) for n in iter_tree(side)) or bool(
+                set(roots(names_read(side))) & scales
+            )
+
+        def not_nested(part: cst.CSTNode) -> bool:
+            return not isinstance(part, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+        statements = [
+            part
+            for top in unit.body
+            for part in iter_tree(top, not_nested)
+            if isinstance(part, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+        ]
+        for statement in statements:
+            local = set(grads)
+            for part in iter_tree(statement):
+                # `[g * inv_scale for g in scaled_grads]`: g is one of the gradients.
+                if isinstance(part, cst.CompFor) and set(roots(names_read(part.iter))) & local:
+                    local.update(roots(names_bound(part.target)))
+            for part in iter_tree(statement):
+                if isinstance(part, cst.BinaryOperation) and isinstance(part.operator, (cst.Divide, cst.Multiply)):
+                    if (is_gradient(part.left, local) and is_scale(part.right)) or (
+                        is_scale(part.left) and is_gradient(part.right, local)
+                    ):
+                        return True
+                if isinstance(part, cst.AugAssign) and isinstance(part.operator, (cst.DivideAssign, cst.MultiplyAssign)):
+                    if is_gradient(part.target, local) and is_scale(part.value):
+                        return True
+        return False
 
     def gradient_reads(self, unit: CodeUnit) -> List[AmpEvent]:
         """`p.grad` reads in `unit` (as events), not those only compared with None."""
@@ -402,6 +449,10 @@ class SemanticModel:
             if record.node is node:
                 return self.classify(record)
         return None
+
+
+def _calls_get_scale(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "get_scale"
 
 
 def _assigned(statement: cst.CSTNode) -> Set[str]:

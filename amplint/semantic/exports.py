@@ -35,6 +35,7 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
     None when none does."""
     functions: Dict[str, Any] = {}
     origin = os.path.basename(path)
+    confirmed = model.confirmed_entry_uses()
     referenced = set()
     for unit in model.units:
         if unit.is_module or not _exported(unit):
@@ -42,7 +43,7 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
         summary = model.flow.summary(unit)
         if not summary.events:
             continue
-        exported_events = [_event(event, path, origin, referenced) for event in summary.events]
+        exported_events = [_event(event, path, origin, referenced, confirmed) for event in summary.events]
         sequences = None
         if summary.sequences is not None:
             # Each way through: the conditions it assumed on the function's parameters and
@@ -51,7 +52,7 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
                 (
                     {
                         "facts": sorted([cond.text, sorted(cond.names), value] for cond, value in sequence.facts),
-                        "events": [_event(event, path, origin, referenced) for event in sequence.events],
+                        "events": [_event(event, path, origin, referenced, confirmed) for event in sequence.events],
                     }
                     for sequence in summary.sequences
                 ),
@@ -73,8 +74,9 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
     return {"version": SUMMARY_VERSION, "functions": functions, "scalers": scalers}
 
 
-def _event(event, path: str, origin: str, referenced: set) -> Dict[str, Any]:
+def _event(event, path: str, origin: str, referenced: set, confirmed=frozenset()) -> Dict[str, Any]:
     exported = {
+        "reported": event.event.reported_where_written or id(event.event) in confirmed,
         "kind": event.event.kind.value,
         "text": event.event.foreign or f"`{source_text(event.event.node)}`",
         "receiver": _ref(event.receiver, path),
@@ -125,6 +127,7 @@ class ForeignEvent:
     tensor_param: Optional[str]
     region: str  # "inherit", "on" (its own autocast), "off"
     framework_scaler: Optional[str]
+    reported: bool = False  # its own module reports it (see AmpEvent.reported_where_written)
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,7 @@ def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
         tensor_param=e.get("tensor_param"),
         region=e.get("region", "inherit"),
         framework_scaler=e.get("framework_scaler"),
+        reported=bool(e.get("reported")),
     )
 
 

@@ -961,6 +961,7 @@ def _foreign_summary(call: HelperCall) -> Summary:
                 argument=foreign.argument,
                 framework_scaler=foreign.framework_scaler,
                 foreign=f"{foreign.text} in {foreign.origin}",
+                reported_where_written=foreign.reported,
             )
         return SummaryEvent(
             event,

@@ -70,6 +70,9 @@ class AmpEvent:
     foreign: Optional[str] = None
     # Gradient reads: the statement (or compound-statement header) the read is part of.
     statement: Optional[cst.CSTNode] = None
+    # An event of another module that its own module already reports (a clip its function
+    # makes on the gradients it was called with, then steps the scaler on): callers leave it.
+    reported_where_written: bool = False
 
     def describe(self) -> str:
         """The call as a message quotes it."""

@@ -263,3 +263,13 @@ def argument(call: cst.Call, index: int, keyword: str) -> Optional[cst.BaseExpre
     if keyword in keywords:
         return keywords[keyword]
     return positional[index] if len(positional) > index else None
+
+
+def is_infinity(node: Optional[cst.BaseExpression]) -> bool:
+    """`float("inf")`, `math.inf`, `torch.inf`, `np.inf`: a clip at this norm only measures it."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "float" and node.args:
+        value = node.args[0].value
+        return isinstance(value, cst.SimpleString) and str(value.evaluated_value).lower() in ("inf", "infinity")
+    name = dotted_name(node) if node is not None else None
+    return name is not None and name.rsplit(".", 1)[-1] == "inf" and name.split(".")[0] in ("math", "torch", "np", "numpy")
+

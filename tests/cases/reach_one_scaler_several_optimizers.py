@@ -39,3 +39,25 @@ def actor_critic(actor, critic, batch, opt_actor, opt_critic, scaler):
     scaler.step(opt_actor)
     opt_critic.step()
     scaler.update()
+
+
+def calibrate_after_training(model, loader, logits, labels, scaler, opt_model):
+    # LBFGS's step(closure) computes its own gradients: the scaled ones left from training
+    # are not what it applies.
+    temperature = torch.nn.Parameter(torch.ones(1))
+    opt_temp = torch.optim.LBFGS([temperature], lr=0.01, max_iter=50)
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt_model.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt_model)
+        scaler.update()
+
+    def closure():
+        opt_temp.zero_grad()
+        nll = torch.nn.functional.cross_entropy(logits / temperature, labels)
+        nll.backward()
+        return nll
+
+    opt_temp.step(closure)

@@ -62,3 +62,18 @@ def gradient_penalty(model, x, optimizer, scaler):
     scaler.scale(loss + penalty).backward()
     scaler.step(optimizer)
     scaler.update()
+
+
+def log_norms(model, loader, optimizer, scaler, logger):
+    for step, (x, y) in enumerate(loader):
+        with torch.autocast("cuda"):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        scaler.scale(loss).backward()
+        # A clip at an infinite norm clips nothing: it is a norm read, 65536x too large.
+        total = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+        # Divided by the scale after reading: the true norm.
+        scaled = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+        logger.info("grad norm %.4f %.4f", total.item(), (scaled / scaler.get_scale()).item())
+        scaler.step(optimizer)
+        scaler.update()
