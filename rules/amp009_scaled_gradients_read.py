@@ -9,22 +9,6 @@ from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.walk import children, iter_tree
 
-# What reading a scaled gradient costs, by how it is read: a norm is off by the scale, noise
-# of a fixed size added to it is divided away with the scale.
-_NORM_METHODS = frozenset({"norm"})
-_NORM_FUNCTIONS = frozenset(
-    {
-        "torch.norm",
-        "torch.linalg.norm",
-        "torch.linalg.vector_norm",
-        "torch.nn.utils.get_total_norm",
-        "torch.nn.utils.clip_grad.get_total_norm",
-    }
-)
-_RANDOM = frozenset({"randn", "randn_like", "rand", "rand_like", "normal", "normal_"})
-_ADDING = frozenset({"add", "add_"})
-
-
 class ScaledGradientsRead(Rule):
     """Gradients used before `scaler.unscale_()`, while they still carry the loss scale.
 
@@ -129,7 +113,7 @@ class ScaledGradientsRead(Rule):
                     yield Report(read.call_site, _message(read, how, step.receiver.text))
         for grad, state in model.states_before(EventKind.AUTOGRAD_GRAD):
             scaler = grad.event.scaled_inline_by
-            if model.is_live(scaler, state.facts) and not model.divided_by_loss_scale(grad):
+            if model.is_live(scaler, state.facts) and not model.divided_by_loss_scale(grad.event):
                 yield Report(grad.node, _penalty_message(grad, model.scaler_name(scaler)))
 
     VALID = (
@@ -240,57 +224,7 @@ def _corrupting_use(read: Occurrence, model: SemanticModel) -> Optional[str]:
     to them). A clip at an infinite norm is a norm read."""
     if read.event.reported_where_written:
         return None  # its own module reports it
-    if read.kind is EventKind.CLIP:
-        return "norm" if model.clip_only_measures(read) and not model.divided_by_loss_scale(read) else None
-    statement = read.event.statement
-    if statement is None or read.kind is not EventKind.GRADIENT_READ:
-        return None  # a read in another module: not judged
-    how = _use_in(read, statement)
-    if how == "norm" and model.divided_by_loss_scale(read):
-        return None  # `norm / scaler.get_scale()`
-    return how
-
-
-def _use_in(read: Occurrence, statement: cst.CSTNode) -> Optional[str]:
-    parents: Dict[int, cst.CSTNode] = {}
-    for node in iter_tree(statement):
-        for child in children(node):
-            parents[id(child)] = node
-    node: cst.CSTNode = read.event.node
-    while True:
-        parent = parents.get(id(node))
-        if parent is None:
-            break
-        if isinstance(parent, cst.Attribute) and parent.value is node:
-            call = parents.get(id(parent))
-            if isinstance(call, cst.Call) and call.func is parent:
-                # a method of the gradient (or of what is computed from it): `p.grad.norm()`
-                if parent.attr.value in _NORM_METHODS:
-                    return "norm"
-                if parent.attr.value in _ADDING and _random(call.args):
-                    return "noise"
-        if isinstance(parent, cst.Call) and _is_norm_function(parent.func):
-            return "norm"
-        if isinstance(parent, cst.AugAssign) and parent.target is node and _random([parent.value]):
-            return "noise"
-        if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Power) and parent.left is node:
-            return "norm"  # `p.grad ** 2`: a sum of squares
-        node = parent
-    return None
-
-
-def _is_norm_function(func: cst.BaseExpression) -> bool:
-    name = dotted_name(func) or ""
-    return name in _NORM_FUNCTIONS or name.rsplit(".", 1)[-1] in ("get_total_norm", "vector_norm")
-
-
-def _random(values) -> bool:
-    for value in values:
-        expression = value.value if isinstance(value, cst.Arg) else value
-        for node in iter_tree(expression):
-            if isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1] in _RANDOM:
-                return True
-    return False
+    return model.scale_corrupts(read.event)
 
 
 def _message(read: Occurrence, how: str, scaler: str) -> str:

@@ -211,12 +211,28 @@ class SemanticModel:
     def clip_only_measures(self, clip: Occurrence) -> bool:
         """A clip at an infinite norm (`clip_grad_norm_(params, float("inf"))`): it clips
         nothing and is there for the norm it returns."""
-        node = clip.event.node
-        if not isinstance(node, cst.Call) or clip.event.foreign is not None:
-            return False
+        return self.clip_only_measures_event(clip.event)
+
+    def clip_only_measures_event(self, event: AmpEvent) -> bool:
+        node = event.node
+        if not isinstance(node, cst.Call) or event.foreign is not None:
+            return event.gradient_use == "norm"  # another module's: as its summary says
         # FSDP's `model.clip_grad_norm_(max_norm)` takes the norm first.
         method = isinstance(node.func, cst.Attribute) and self.qualified(node.func) is None
         return is_infinity(argument(node, 0 if method else 1, "max_norm"))
+
+    def scale_corrupts(self, event: AmpEvent) -> Optional[str]:
+        """How a gradient read's use is corrupted by the loss scale, if it is: "norm" or
+        "noise" (`amplint.semantic.gradient_use`), unless the result is divided by the
+        scaler's `get_scale()`. A clip at an infinite norm is a norm read."""
+        if event.kind is EventKind.CLIP:
+            measures = self.clip_only_measures_event(event)
+            return "norm" if measures and not self.divided_by_loss_scale(event) else None
+        if event.kind is not EventKind.GRADIENT_READ or event.gradient_use is None:
+            return None
+        if event.foreign is None and event.gradient_use == "norm" and self.divided_by_loss_scale(event):
+            return None  # `norm / scaler.get_scale()`
+        return event.gradient_use
 
     def confirmed_entry_uses(self) -> Set[int]:
         """Events (ids) of clips and gradient reads on the gradients a function was called
@@ -228,20 +244,20 @@ class SemanticModel:
                 found.update(id(use.event) for use in state.gradients.entry_uses)
         return found
 
-    def divided_by_loss_scale(self, occurrence: Occurrence) -> bool:
+    def divided_by_loss_scale(self, event: AmpEvent) -> bool:
         """Whether what `occurrence` computes (gradients from `autograd.grad` of a scaled
         loss, a norm of scaled gradients) is divided by, or multiplied with the inverse of, a
         scaler's `get_scale()` in its unit: the AMP docs' `[g * inv_scale for g in
         scaled_grads]`, or `norm / scaler.get_scale()`."""
-        unit = occurrence.event.unit
-        node = occurrence.event.node
+        unit = event.unit
+        node = event.node
         bound: Set[str] = set()
         scale: Set[str] = set()
         records = self.index.statement_records(unit)
         for statement, record in records:
             if any(_calls_get_scale(r.node) for r in record.calls):
                 scale |= _assigned(statement)
-            if statement is occurrence.event.statement or any(r.node is node for r in record.calls):
+            if statement is event.statement or any(r.node is node for r in record.calls):
                 bound |= _assigned(statement)
         grads = values_derived_from(unit, bound)
         scales = values_derived_from(unit, scale)

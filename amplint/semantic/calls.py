@@ -17,6 +17,7 @@ import libcst as cst
 
 from amplint.semantic import torch_api, vocabulary
 from amplint.semantic.exports import ExternalModules, ForeignFunction, imported_module
+from amplint.semantic.gradient_use import gradient_use
 from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
 from amplint.semantic.model import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
 from amplint.semantic.names import dotted_name, names_read, roots, source_text
@@ -224,7 +225,7 @@ class Classifier:
         key = id(read)
         if key not in self._reads:
             self._reads[key] = None if _only_tests_for_none(read, statement) else AmpEvent(
-                EventKind.GRADIENT_READ, read, unit, statement=statement
+                EventKind.GRADIENT_READ, read, unit, statement=statement, gradient_use=gradient_use(read, statement)
             )
         return self._reads[key]
 

@@ -36,6 +36,10 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
     functions: Dict[str, Any] = {}
     origin = os.path.basename(path)
     confirmed = model.confirmed_entry_uses()
+
+    def export(event) -> Dict[str, Any]:
+        return _event(event, path, origin, referenced, confirmed, model.scale_corrupts(event.event))
+
     referenced = set()
     for unit in model.units:
         if unit.is_module or not _exported(unit):
@@ -43,7 +47,7 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
         summary = model.flow.summary(unit)
         if not summary.events:
             continue
-        exported_events = [_event(event, path, origin, referenced, confirmed) for event in summary.events]
+        exported_events = [export(event) for event in summary.events]
         sequences = None
         if summary.sequences is not None:
             # Each way through: the conditions it assumed on the function's parameters and
@@ -52,7 +56,7 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
                 (
                     {
                         "facts": sorted([cond.text, sorted(cond.names), value] for cond, value in sequence.facts),
-                        "events": [_event(event, path, origin, referenced, confirmed) for event in sequence.events],
+                        "events": [export(event) for event in sequence.events],
                     }
                     for sequence in summary.sequences
                 ),
@@ -74,9 +78,10 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
     return {"version": SUMMARY_VERSION, "functions": functions, "scalers": scalers}
 
 
-def _event(event, path: str, origin: str, referenced: set, confirmed=frozenset()) -> Dict[str, Any]:
+def _event(event, path: str, origin: str, referenced: set, confirmed, use: Optional[str]) -> Dict[str, Any]:
     exported = {
         "reported": event.event.reported_where_written or id(event.event) in confirmed,
+        "use": use,
         "kind": event.event.kind.value,
         "text": event.event.foreign or f"`{source_text(event.event.node)}`",
         "receiver": _ref(event.receiver, path),
@@ -127,6 +132,7 @@ class ForeignEvent:
     tensor_param: Optional[str]
     region: str  # "inherit", "on" (its own autocast), "off"
     framework_scaler: Optional[str]
+    use: Optional[str] = None  # gradient reads and clips: what the scale corrupts
     reported: bool = False  # its own module reports it (see AmpEvent.reported_where_written)
 
 
@@ -152,6 +158,7 @@ def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
         region=e.get("region", "inherit"),
         framework_scaler=e.get("framework_scaler"),
         reported=bool(e.get("reported")),
+        use=e.get("use"),
     )
 
 

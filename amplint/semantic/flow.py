@@ -962,6 +962,7 @@ def _foreign_summary(call: HelperCall) -> Summary:
                 framework_scaler=foreign.framework_scaler,
                 foreign=f"{foreign.text} in {foreign.origin}",
                 reported_where_written=foreign.reported,
+                gradient_use=foreign.use,
             )
         return SummaryEvent(
             event,

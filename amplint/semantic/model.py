@@ -68,8 +68,10 @@ class AmpEvent:
     # An event of another linted module, run through a call in this one (`node` is that
     # call): how to name it, "`s.step(opt)` in optim_utils.py".
     foreign: Optional[str] = None
-    # Gradient reads: the statement (or compound-statement header) the read is part of.
+    # Gradient reads: the statement (or compound-statement header) the read is part of, and
+    # how it uses the gradients (`amplint.semantic.gradient_use`: "norm", "noise", or None).
     statement: Optional[cst.CSTNode] = None
+    gradient_use: Optional[str] = None
     # An event of another module that its own module already reports (a clip its function
     # makes on the gradients it was called with, then steps the scaler on): callers leave it.
     reported_where_written: bool = False
