@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from amplint.rules import ALL_RULES
+
 from conftest import BUGGY
 
 CLEAN = BUGGY.replace(
@@ -243,7 +245,7 @@ def test_parallel_and_serial_agree(amplint, project):
 def test_rule_command(amplint):
     listing = amplint("rule", "--all")
     assert listing.returncode == 0
-    assert [line.split()[0] for line in listing.stdout.splitlines()] == [f"AMP00{i}" for i in range(1, 7)]
+    assert [line.split()[0] for line in listing.stdout.splitlines()] == [rule.code for rule in ALL_RULES]
     page = amplint("rule", "AMP003")
     assert page.returncode == 0
     assert page.stdout.startswith("# AMP003 clip-before-unscale")
