@@ -454,9 +454,11 @@ class _Interpreter:
         self.summary_depth = summary_depth
         self.symbols = _Symbols(unit)
         self.before: Dict[Occurrence, Set[FlowState]] = {}
+        self._expansions: Dict[int, list] = {}
         self.work = 0
         self.relevant = self._relevant_conditions()
         self.tracked = self._tracked_names()
+        self._condition_names: Optional[FrozenSet[str]] = None
 
     @property
     def summarising(self) -> bool:
@@ -682,51 +684,62 @@ class _Interpreter:
                         merged = self._append(merged, nested)
                     result.add(merged)
             return result
-        mapper = _ArgumentMapper(call, self.model)
         result = set()
-        for state in states:
-            assert isinstance(state, FlowState)
-            for sequence in summary.sequences:
-                current = self._assume_facts(state, sequence.facts, call)
+        for facts, steps in self._expansion(call, context, summary):
+            for state in states:
+                assert isinstance(state, FlowState)
+                current = self._assume_facts(state, facts, call)
                 if current is None:
                     continue
-                for inner in sequence.events:
-                    current = self._apply_mapped(current, inner, call, context, mapper)
+                for occurrence, scaler, reads in steps:
+                    if reads is not None:  # a backward on what the caller passes: is it scaled here?
+                        scaler = scaler or _scaler_of(reads, current.scaled)
+                    current = self._apply(current, occurrence, scaler)
                 result.add(current)
         return result
 
-    def _apply_mapped(
-        self, state: FlowState, inner: SummaryEvent, call: HelperCall, context: CallContext, mapper: _ArgumentMapper
-    ) -> FlowState:
-        region, loop_inside = inner.region, inner.loop_inside_region
-        if inner.inherits_region:
-            region, loop_inside = context.region, context.loop_inside_region
-        occurrence = self.analysis.occurrence(
-            event=inner.event,
-            unit=self.unit,
-            via=(call.record.node,) + inner.via,
-            region=region,
-            loop_inside_region=loop_inside,
-            under_no_grad=inner.under_no_grad or context.under_no_grad,
-            receiver=mapper.ref(inner.receiver),
-            argument=mapper.ref(inner.argument),
-        )
-        scaler = None
-        if inner.event.kind is EventKind.BACKWARD:
-            if inner.tensor_param is not None:
-                argument = call.argument_for(inner.tensor_param)
-                if argument is None:
-                    scaler = UNKNOWN_SCALER
-                else:
-                    scaler = self.model.classifier.scaling_of(argument, self.unit) or _scaler_of(
-                        frozenset(roots(names_read(argument))), state.scaled
-                    )
-            elif inner.scaled is not None and inner.scaled.startswith("param:"):
-                mapped = mapper.ref(Ref(inner.scaled, inner.scaled))
-                scaler = mapped.key if mapped is not None else UNKNOWN_SCALER
-            else:
-                scaler = inner.scaled
-        return self._apply(state, occurrence, scaler)
+    def _expansion(self, call: HelperCall, context: CallContext, summary: Summary):
+        """Each way through the helper, as this call runs it: its conditions, and its events
+        as occurrences here with what scales each backward (computed once per call)."""
+        key = id(call.record.node)
+        found = self._expansions.get(key)
+        if found is not None:
+            return found
+        mapper = _ArgumentMapper(call, self.model)
+        found = []
+        for sequence in summary.sequences or ():
+            steps = []
+            for inner in sequence.events:
+                region, loop_inside = inner.region, inner.loop_inside_region
+                if inner.inherits_region:
+                    region, loop_inside = context.region, context.loop_inside_region
+                occurrence = self.analysis.occurrence(
+                    event=inner.event,
+                    unit=self.unit,
+                    via=(call.record.node,) + inner.via,
+                    region=region,
+                    loop_inside_region=loop_inside,
+                    under_no_grad=inner.under_no_grad or context.under_no_grad,
+                    receiver=mapper.ref(inner.receiver),
+                    argument=mapper.ref(inner.argument),
+                )
+                scaler, reads = None, None
+                if inner.event.kind is EventKind.BACKWARD:
+                    if inner.tensor_param is not None:
+                        argument = call.argument_for(inner.tensor_param)
+                        if argument is None:
+                            scaler = UNKNOWN_SCALER
+                        else:
+                            scaler, reads = self.model.scaling_and_reads(argument, self.unit)
+                    elif inner.scaled is not None and inner.scaled.startswith("param:"):
+                        mapped = mapper.ref(Ref(inner.scaled, inner.scaled))
+                        scaler = mapped.key if mapped is not None else UNKNOWN_SCALER
+                    else:
+                        scaler = inner.scaled
+                steps.append((occurrence, scaler, reads))
+            found.append((sequence.facts, steps))
+        self._expansions[key] = found
+        return found
 
     # summaries: collecting events
     def _summary_event(self, event: AmpEvent, context: CallContext, state: _PathState) -> SummaryEvent:
@@ -803,8 +816,10 @@ class _Interpreter:
     def bind(self, targets: List[str], value: Optional[cst.CSTNode], states: Set[State]) -> Set[State]:
         if not targets:
             return states
-        inline, reads = self.model.scaling_and_reads(value, self.unit)
         targets = roots(targets)
+        if not self._watches(targets):
+            return states  # no variable anything here asks about: nothing to update
+        inline, reads = self.model.scaling_and_reads(value, self.unit)
         watched = [target for target in targets if target in self.tracked]
         result: Set[State] = set()
         for state in states:
@@ -884,6 +899,16 @@ class _Interpreter:
         for scaler in self.model.scalers.values():
             relevant.update(cond.text for cond, _ in scaler.live_requirements)
         return frozenset(relevant)
+
+    def _watches(self, targets: List[str]) -> bool:
+        """Whether binding `targets` can change a state: they are tracked for scaling, or a
+        remembered condition reads them."""
+        if self._condition_names is None:
+            names = set()
+            for text in self.relevant:
+                names.update(re.findall(r"[A-Za-z_][\w.]*", text))
+            self._condition_names = frozenset(roots(names))
+        return any(t in self.tracked or t in self._condition_names or t.split(".")[0] in self._condition_names for t in targets)
 
     def _tracked_names(self) -> FrozenSet[str]:
         """Variables whose scaled-ness can matter: those a backward's tensor (or a helper
