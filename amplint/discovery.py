@@ -8,12 +8,12 @@ that cannot be read; the walk goes on with everything else.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from amplint.diagnostics import FileError
 from amplint.gitignore import GitIgnores, PatternList, is_repository_root, pattern_problem
+from amplint.source import file_kind
 
 LINTED_SUFFIXES = (".py", ".ipynb")
 DEFAULT_EXCLUDES = (
@@ -149,17 +149,3 @@ def not_a_regular_file(path: str) -> str:
     except OSError as error:
         return f"cannot read file: {error.strerror or error}"
     return f"not a regular file ({file_kind(mode)})"
-
-
-def file_kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    return "not a file"
