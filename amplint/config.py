@@ -116,11 +116,11 @@ def load(path: Optional[str], fallback_root: str, start: Optional[str] = None) -
     if config.target_version is None:
         config.target_version = requires_python(document)
     try:
-        check_patterns(config.exclude or [], f"{path}: `exclude`")
-        check_patterns(config.extend_exclude, f"{path}: `extend-exclude`")
-        check_patterns(list(config.per_file_ignores), f"{path}: `per-file-ignores`")
+        check_patterns(config.exclude or [], "`exclude`")
+        check_patterns(config.extend_exclude, "`extend-exclude`")
+        check_patterns(list(config.per_file_ignores), "`per-file-ignores`")
     except PatternError as error:
-        raise ConfigError(str(error)) from None
+        raise ConfigError(f"{path}: {error}") from None
     return config
 
 
