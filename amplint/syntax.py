@@ -15,10 +15,10 @@ grammar amplint knows. Three cases need more than that:
   version's grammar (`feature_version`), which catches `match` in a 3.9 project. This is
   CPython's best effort: not every newer construct is caught.
 - CPython accepts what LibCST rejects (a tab/space indent CPython accepts, a backslash before
-  the end of the file, thousands of implicitly concatenated strings): `parse_module` then
-  rewrites the text for LibCST without moving any character (tabs in indentation become
-  spaces, the final backslash a space, a huge run of strings one string of the same
-  extent) and parses that. Only if LibCST still fails is the file an error, and it says
+  the end of the file or alone on a line, thousands of implicitly concatenated strings):
+  `parse_module` then rewrites the text for LibCST without moving any character (tabs in
+  indentation become spaces, such a backslash a space, a huge run of strings one string of
+  the same extent) and parses that. Only if LibCST still fails is the file an error, and it says
   that the code is valid Python amplint could not analyse.
 
 Why every file pays for a CPython parse, when amplint analyses only files that mention AMP:
@@ -56,6 +56,7 @@ _OLDEST_FEATURE_VERSION: PythonVersion = (3, 7)
 # More implicitly concatenated strings than this in one expression are folded into one for
 # LibCST (whose parser gives up at a few thousand); fewer are parsed as written.
 _LONG_STRING_RUN = 500
+_LONE_BACKSLASH = re.compile(r"\\(?:\r\n|\r|\n)")
 
 
 @contextmanager
@@ -239,6 +240,11 @@ def normalise_for_libcst(source: str) -> str:
     in_string = _rows_inside_strings(tree)
     for index, line in enumerate(lines):
         if index + 1 in in_string:
+            continue
+        if _LONE_BACKSLASH.fullmatch(line) and not (index and lines[index - 1].rstrip("\r\n").endswith("\\")):
+            # A line that is only a backslash in column 0: CPython takes the indentation of
+            # the line it continues onto, as if this line were blank; LibCST may not.
+            lines[index] = " " + line[1:]
             continue
         body = line.lstrip(" \t\f")
         indent = line[: len(line) - len(body)]

@@ -14,7 +14,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 hypothesmith = pytest.importorskip("hypothesmith")
 
-from hypothesis import HealthCheck, assume, given, settings, strategies  # noqa: E402
+from hypothesis import HealthCheck, assume, example, given, settings, strategies  # noqa: E402
 
 from amplint.engine import lint_source  # noqa: E402
 from amplint.rules import ALL_RULES  # noqa: E402
@@ -59,6 +59,7 @@ def test_programs_from_the_grammar(source):
 
 @budget(8)
 @given(hypothesmith.from_node())
+@example("try:\n pass\n\\\r\nexcept :\n pass\n")  # a lone backslash line LibCST rejected
 def test_programs_from_libcst_nodes(source):
     check(source)
 
@@ -70,5 +71,6 @@ ODD_LINES = strategies.sampled_from(
 
 @budget(300)
 @given(strategies.lists(ODD_LINES, max_size=12).map("".join))
+@example("b'\\xff'''''''")  # LibCST refused with CSTValidationError, not a parse error
 def test_odd_whitespace_and_literals(source):
     check(source)

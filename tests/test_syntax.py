@@ -31,6 +31,7 @@ def same_verdict_with_and_without_amp(source, target=None):
 
 VALID_BUT_LIBCST_REJECTS = {
     "backslash and CRLF at the end": "x = 1\r\n\\\r\n",
+    "a backslash alone on a line (found by the fuzz test)": "try:\n pass\n\\\r\nexcept:\n pass\n",
     "tab/space indent CPython accepts": "if x:\n  if y:\n\t        pass\n  pass\n",
     "tabs inside a block": "if x:\n\tif y:\n \t pass\n\tz = '''\n\t keep\n'''\n",
     "5,000 implicitly concatenated strings": "x = " + " ".join("'a'" for _ in range(5000)) + "\n",
