@@ -55,10 +55,6 @@ def _lower(c: int) -> int:
     return c + 32 if 0x41 <= c <= 0x5A else c
 
 
-def _is_ascii_class(c: int, test) -> bool:  # noqa: ANN001 - a predicate from _CLASSES
-    return c < 0x80 and test(c)
-
-
 def _bracket(p: bytes, i: int, casefold: bool) -> Tuple[List[int], int, Optional[str]]:
     """The bytes one `[...]` at p[i] matches, the index after its `]`, and a remark for users.
 
@@ -130,7 +126,7 @@ def _bracket(p: bytes, i: int, casefold: bool) -> Tuple[List[int], int, Optional
                 test = _CLASSES.get(name)
                 if test is None:
                     raise _Malformed(f"unknown character class `[:{name.decode('latin-1')}:]`")
-                if _is_ascii_class(t_ch, test) or (name == b"upper" and casefold and 0x61 <= t_ch <= 0x7A):
+                if (t_ch < 0x80 and test(t_ch)) or (name == b"upper" and casefold and 0x61 <= t_ch <= 0x7A):
                     matched = True
                 p_ch = 0
             elif t_ch == p_ch:

@@ -40,7 +40,7 @@ import sys
 import tokenize
 import warnings
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -194,10 +194,6 @@ class _NewerSyntax(cst.CSTVisitor):
 # --------------------------------------------------------------------------- LibCST
 
 
-class NotAnalysable(Exception):
-    """Valid Python (CPython accepts it) that LibCST cannot parse even after normalising."""
-
-
 def parse_module(source: str) -> Union[cst.Module, cst.ParserSyntaxError]:
     """LibCST's tree of valid Python, normalised if that is what it takes; else LibCST's error.
 
@@ -258,12 +254,12 @@ def normalise_for_libcst(source: str) -> str:
     return _fold_string_runs(text, tree)
 
 
-def _rows_inside_strings(tree: ast.AST) -> set:
+def _rows_inside_strings(tree: ast.AST) -> Set[int]:
     """Rows that start inside a multi-line string literal: their whitespace is the string's."""
     rows = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Constant, ast.JoinedStr)) and isinstance(getattr(node, "value", ""), (str, bytes, list)):
-            end = getattr(node, "end_lineno", None) or node.lineno
+        if isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))):
+            end = node.end_lineno or node.lineno
             rows.update(range(node.lineno + 1, end + 1))
     return rows
 
