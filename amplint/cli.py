@@ -15,13 +15,21 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
-import pathspec
-
 from amplint import __version__
-from amplint.config import Config, ConfigError, find_pyproject, load, split_codes
+from amplint.config import (
+    TARGET_VERSIONS,
+    Config,
+    ConfigError,
+    PythonVersion,
+    find_pyproject,
+    load,
+    parse_target_version,
+    split_codes,
+)
 from amplint.diagnostics import FileError, FileResult, RunReport
-from amplint.discovery import DEFAULT_EXCLUDES, Discovery
+from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
 from amplint.engine import lint_bytes
+from amplint.gitignore import PatternList
 from amplint.output import FORMATS
 from amplint.output.text import render_statistics
 from amplint.project import link
@@ -85,6 +93,7 @@ def _check_parser() -> argparse.ArgumentParser:
     files.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="patterns to skip on top of the defaults")
     files.add_argument("--force-exclude", action="store_true", help="apply excludes to files named on the command line too (pre-commit)")
     files.add_argument("--no-respect-gitignore", action="store_true", help="lint files that .gitignore ignores")
+    files.add_argument("--target-version", choices=TARGET_VERSIONS, metavar="VERSION", help="the Python the code runs on, py37 to py314: its grammar decides what is a syntax error (default: the config's target-version, else requires-python, else the newest)")
     files.add_argument("--stdin-filename", metavar="NAME", help="the name standard input is linted and reported as (a .ipynb name reads a notebook); implies -")
     output = parser.add_argument_group("output")
     output.add_argument(
@@ -122,8 +131,11 @@ def check_command(argv: Sequence[str]) -> int:
         config = _load_config(options, [stdin_name] if reads_stdin else paths)
         rules = _selected_rules(options, config)
         per_file = _per_file_ignores(config)
-    except (ConfigError, SelectionError) as error:
+        check_patterns(split_codes(options.exclude) or [], "--exclude")
+        check_patterns(split_codes(options.extend_exclude) or [], "--extend-exclude")
+    except (ConfigError, SelectionError, PatternError) as error:
         return _usage_error(str(error))
+    target = parse_target_version(options.target_version) if options.target_version else config.target_version
 
     discovery = Discovery(
         root=config.root,
@@ -137,17 +149,17 @@ def check_command(argv: Sequence[str]) -> int:
         # An editor passes every file it opens; --force-exclude keeps excluded ones quiet.
         excluded = options.force_exclude and stdin_name != "-" and discovery.is_excluded(stdin_name, is_dir=False)
         files = [] if excluded else [stdin_name]
-        results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config, per_file))] if files else []
+        results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config, per_file), target)] if files else []
     else:
         files, errors = discovery.files(paths)
         if not files and not errors:
             print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
-        jobs = [(path, _codes_for(path, rules, config, per_file)) for path in files]
+        jobs = [(path, _codes_for(path, rules, config, per_file), None, target) for path in files]
         workers = options.jobs or os.cpu_count() or 1
         results = _lint_all(jobs, workers)
-        codes_by_path = dict(jobs)
+        codes_by_path = {job[0]: job[1] for job in jobs}
         # Files that import linted modules, again with what those modules' functions do.
-        results = link(results, lambda linked: _lint_all([(p, codes_by_path[p], s) for p, s in linked], workers))
+        results = link(results, lambda linked: _lint_all([(p, codes_by_path[p], s, target) for p, s in linked], workers))
 
     findings = sorted(f for result in results for f in result.findings)
     errors += [result.error for result in results if result.error is not None]
@@ -184,7 +196,7 @@ def _load_config(options: argparse.Namespace, paths: Sequence[str]) -> Config:
     if options.config:
         return load(options.config, os.getcwd())
     start = os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else os.getcwd()
-    return load(find_pyproject(start), os.getcwd())
+    return load(find_pyproject(start), os.getcwd(), start)
 
 
 def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[Rule], ...]:
@@ -204,21 +216,21 @@ def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[R
     )
 
 
-def _per_file_ignores(config: Config) -> List[Tuple[pathspec.PathSpec, List[str]]]:
+def _per_file_ignores(config: Config) -> List[Tuple[PatternList, List[str]]]:
     return [
-        (pathspec.PathSpec.from_lines("gitwildmatch", [pattern]), validate(codes, ALL_RULES))
+        (PatternList.from_patterns(config.root, [pattern]), validate(codes, ALL_RULES))
         for pattern, codes in config.per_file_ignores.items()
     ]
 
 
 def _codes_for(
-    path: str, rules: Sequence[Type[Rule]], config: Config, per_file: Sequence[Tuple[pathspec.PathSpec, List[str]]]
+    path: str, rules: Sequence[Type[Rule]], config: Config, per_file: Sequence[Tuple[PatternList, List[str]]]
 ) -> Tuple[str, ...]:
     ignored: List[str] = []
     if per_file:
-        relative = os.path.relpath(os.path.abspath(path), config.root).replace(os.sep, "/")
-        for spec, codes in per_file:
-            if spec.match_file(relative):
+        relative = os.path.relpath(os.path.abspath(path), config.root)
+        for patterns, codes in per_file:
+            if patterns.ignored(relative, is_dir=False):
                 ignored.extend(codes)
     return tuple(r.code for r in rules if not any(c == "ALL" or r.code.startswith(c) for c in ignored))
 
@@ -233,16 +245,17 @@ def _lint_all(jobs: Sequence[tuple], workers: int) -> List[FileResult]:
 
 def lint_file(job: tuple) -> FileResult:
     """Lint one file in isolation: whatever goes wrong becomes this file's error. A job is
-    (path, rule codes) or, in a run's second phase, (path, codes, summaries of the linted
-    modules it imports)."""
+    (path, rule codes, summaries of the linted modules it imports (a run's second phase) or
+    None, the target Python or None); the last two may be left out."""
     path, codes = job[0], job[1]
     summaries = job[2] if len(job) > 2 else None
-    return _lint_isolated(path, codes, read_file, summaries)
+    target = job[3] if len(job) > 3 else None
+    return _lint_isolated(path, codes, read_file, summaries, target)
 
 
-def lint_stdin(name: str, codes: Tuple[str, ...]) -> FileResult:
+def lint_stdin(name: str, codes: Tuple[str, ...], target: Optional[PythonVersion] = None) -> FileResult:
     """Lint standard input as the file `name`."""
-    return _lint_isolated(name, codes, _read_stdin)
+    return _lint_isolated(name, codes, _read_stdin, target=target)
 
 
 def _read_stdin(name: str) -> Union[bytes, FileError]:
@@ -251,14 +264,18 @@ def _read_stdin(name: str) -> Union[bytes, FileError]:
 
 
 def _lint_isolated(
-    path: str, codes: Tuple[str, ...], read: Callable[[str], Union[bytes, FileError]], summaries=None
+    path: str,
+    codes: Tuple[str, ...],
+    read: Callable[[str], Union[bytes, FileError]],
+    summaries=None,
+    target: Optional[PythonVersion] = None,
 ) -> FileResult:
     try:
         data = read(path)
         if isinstance(data, FileError):
             return FileResult(path, error=data)
         external = ExternalModules(path, summaries) if summaries else None
-        return lint_bytes(data, path, [_RULES_BY_CODE[c] for c in codes], external)
+        return lint_bytes(data, path, [_RULES_BY_CODE[c] for c in codes], external, target)
     except Exception as error:  # a bug in amplint must not end the run
         return FileResult(path, error=FileError(path, f"internal error while linting: {type(error).__name__}: {error}"))
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from amplint.discovery import PatternError, check_patterns
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -20,7 +23,12 @@ KNOWN_KEYS = (
     "extend-exclude",
     "per-file-ignores",
     "respect-gitignore",
+    "target-version",
 )
+# The Python versions a project can target: the grammars amplint can parse (LibCST knows
+# up to 3.14).
+TARGET_VERSIONS = tuple(f"py3{minor}" for minor in range(7, 15))
+PythonVersion = Tuple[int, int]
 
 
 class ConfigError(ValueError):
@@ -38,6 +46,9 @@ class Config:
     extend_exclude: List[str] = field(default_factory=list)
     per_file_ignores: Dict[str, List[str]] = field(default_factory=dict)
     respect_gitignore: bool = True
+    # The Python the project runs on: its grammar decides what is a syntax error. None: the
+    # newest grammar amplint knows.
+    target_version: Optional[PythonVersion] = None
 
 
 def find_pyproject(start: str) -> Optional[str]:
@@ -63,7 +74,7 @@ def _has_amplint_table(path: str) -> bool:
         return False
     try:
         tool = tomllib.loads(data.decode("utf-8", errors="replace")).get("tool")
-    except tomllib.TOMLDecodeError as error:
+    except (tomllib.TOMLDecodeError, RecursionError) as error:
         # A broken file that meant to configure amplint must not be skipped in silence
         # (a parent directory's configuration would quietly apply instead).
         if b"tool.amplint" in data:
@@ -72,16 +83,12 @@ def _has_amplint_table(path: str) -> bool:
     return isinstance(tool, dict) and "amplint" in tool
 
 
-def load(path: Optional[str], fallback_root: str) -> Config:
+def load(path: Optional[str], fallback_root: str, start: Optional[str] = None) -> Config:
+    """The configuration in `path`; with no file, the defaults, rooted at `fallback_root`, and
+    the grammar of the nearest pyproject.toml's requires-python above `start`."""
     if path is None:
-        return Config(root=os.path.abspath(fallback_root))
-    try:
-        with open(path, "rb") as handle:
-            document = tomllib.load(handle)
-    except OSError as error:
-        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+        return Config(root=os.path.abspath(fallback_root), target_version=project_python(start or fallback_root))
+    document = _read_toml(path)
     tool = document.get("tool", {})
     table = tool.get("amplint", {}) if isinstance(tool, dict) else {}
     if not isinstance(table, dict):
@@ -105,7 +112,100 @@ def load(path: Optional[str], fallback_root: str) -> Config:
     if not isinstance(respect, bool):
         raise ConfigError(f"{path}: respect-gitignore must be true or false")
     config.respect_gitignore = respect
+    config.target_version = _target_version(table, path)
+    if config.target_version is None:
+        config.target_version = requires_python(document)
+    try:
+        check_patterns(config.exclude or [], "`exclude`")
+        check_patterns(config.extend_exclude, "`extend-exclude`")
+        check_patterns(list(config.per_file_ignores), "`per-file-ignores`")
+    except PatternError as error:
+        raise ConfigError(f"{path}: {error}") from None
     return config
+
+
+def _read_toml(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: not UTF-8 (invalid byte at offset {error.start})") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as error:
+        raise ConfigError(f"{path} is not valid TOML: {error or 'nested too deeply'}") from None
+
+
+def parse_target_version(value: Any) -> Optional[PythonVersion]:
+    """`py312` -> (3, 12); None if it is not a version amplint knows."""
+    if not isinstance(value, str) or value not in TARGET_VERSIONS:
+        return None
+    return (3, int(value[3:]))
+
+
+def target_version_error(value: Any, where: str) -> str:
+    return f"{where}: target-version must be one of {', '.join(TARGET_VERSIONS)}, not {value!r}"
+
+
+def _target_version(table: Dict[str, Any], path: str) -> Optional[PythonVersion]:
+    if "target-version" not in table:
+        return None
+    version = parse_target_version(table["target-version"])
+    if version is None:
+        raise ConfigError(target_version_error(table["target-version"], path))
+    return version
+
+
+_SPECIFIER = re.compile(r"\s*(~=|===|==|!=|<=|>=|<|>)\s*(\d+)(?:\.(\d+|\*))?(?:\.[0-9a-z*]+)*\s*")
+
+
+def requires_python(document: Dict[str, Any]) -> Optional[PythonVersion]:
+    """The oldest Python a `[project] requires-python` admits, as ruff reads it; None if unknown.
+
+    `>=3.9` and `~=3.9` -> (3, 9); `>=3.9, <3.13` -> (3, 9); `==3.11.*` -> (3, 11). Upper
+    bounds and exclusions do not make the grammar older or newer. A specifier amplint cannot
+    read leaves the grammar at the newest.
+    """
+    project = document.get("project")
+    value = project.get("requires-python") if isinstance(project, dict) else None
+    if not isinstance(value, str):
+        return None
+    lower: Optional[PythonVersion] = None
+    for clause in value.split(","):
+        if not clause.strip():
+            continue
+        match = _SPECIFIER.fullmatch(clause)
+        if match is None:
+            return None
+        operator, major, minor = match.group(1), int(match.group(2)), match.group(3)
+        if operator in ("<", "<=", "!="):
+            continue
+        if major != 3:
+            return None
+        version = (3, int(minor) if minor and minor != "*" else 0)
+        lower = version if lower is None else max(lower, version)
+    return lower
+
+
+def project_python(start: str) -> Optional[PythonVersion]:
+    """requires-python of the nearest pyproject.toml above `start`, for a project without
+    [tool.amplint]. A broken file there is not amplint's to report."""
+    directory = os.path.abspath(start)
+    if not os.path.isdir(directory):
+        directory = os.path.dirname(directory)
+    while True:
+        candidate = os.path.join(directory, "pyproject.toml")
+        if os.path.isfile(candidate):
+            try:
+                return requires_python(_read_toml(candidate))
+            except ConfigError:
+                return None
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        directory = parent
 
 
 def _strings(table: Dict[str, Any], key: str, path: str, optional: bool = False) -> Optional[List[str]]:

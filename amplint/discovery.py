@@ -1,14 +1,19 @@
-"""Which files a run lints: the paths given, walked recursively, minus excludes and .gitignore."""
+"""Which files a run lints: the paths given, walked recursively, minus excludes and .gitignore.
+
+Only regular files are linted. A FIFO or a device found while walking (or named on the
+command line) would block the run or never end, so it is a per-path error, as is a directory
+that cannot be read; the walk goes on with everything else.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
-
-import pathspec
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from amplint.diagnostics import FileError
+from amplint.gitignore import GitIgnores, PatternList, is_repository_root, pattern_problem
+from amplint.source import file_kind
 
 LINTED_SUFFIXES = (".py", ".ipynb")
 DEFAULT_EXCLUDES = (
@@ -19,6 +24,17 @@ DEFAULT_EXCLUDES = (
 )
 
 
+class PatternError(ValueError):
+    """A pattern the user gave amplint that can never do what it says (a usage error)."""
+
+
+def check_patterns(patterns: Sequence[str], where: str) -> None:
+    for pattern in patterns:
+        problem = pattern_problem(pattern)
+        if problem:
+            raise PatternError(f"invalid pattern `{pattern}` in {where}: {problem}")
+
+
 @dataclass
 class Discovery:
     root: str
@@ -26,57 +42,81 @@ class Discovery:
     extend_exclude: Sequence[str] = ()
     respect_gitignore: bool = True
     force_exclude: bool = False
-    _spec: pathspec.PathSpec = field(init=False)
-    _gitignores: Dict[str, Optional[pathspec.PathSpec]] = field(default_factory=dict, init=False)
+    _excludes: PatternList = field(init=False)
+    _gitignores: GitIgnores = field(default_factory=GitIgnores, init=False)
 
     def __post_init__(self) -> None:
         self.root = os.path.abspath(self.root)
-        self._spec = pathspec.PathSpec.from_lines("gitwildmatch", [*self.exclude, *self.extend_exclude])
+        self._excludes = PatternList.from_patterns(self.root, [*self.exclude, *self.extend_exclude])
 
     def files(self, paths: Sequence[str]) -> Tuple[List[str], List[FileError]]:
         found: List[str] = []
         errors: List[FileError] = []
         for path in paths:
             if os.path.isdir(path):
-                found.extend(self._walk(path))
+                for item in self._walk(path):
+                    if isinstance(item, FileError):
+                        errors.append(item)
+                    else:
+                        found.append(item)
             elif os.path.isfile(path):
                 # A file named explicitly is linted whatever its name (pre-commit passes files
                 # one by one), unless --force-exclude asks for the excludes to apply too.
                 if not (self.force_exclude and self.is_excluded(path, is_dir=False)):
                     found.append(path)
             elif os.path.lexists(path):
-                errors.append(FileError(path, "not a regular file or directory"))
+                errors.append(FileError(path, not_a_regular_file(path)))
             else:
                 errors.append(FileError(path, "no such file or directory"))
         unique = list(dict.fromkeys(found))
         return unique, errors
 
-    def _walk(self, given: str) -> Iterator[str]:
+    def _walk(self, given: str) -> Iterator[Union[str, FileError]]:
         top = os.path.abspath(given)
         top_in_project = os.path.relpath(top, self.root)
         # Inside the project, patterns rooted at the project root apply below `top` too,
         # unless `top` itself is excluded: a directory the user names is always walked, so
         # `amplint .venv/lib/python3.11/site-packages/pkg` lints pkg.
-        rooted = not top_in_project.startswith("..") and not self._matches(top_in_project, True)
+        rooted = not top_in_project.startswith("..") and not self._excludes.ignored(top_in_project, True)
+        # A directory the user names is walked unless git ignores it (then git would ignore
+        # all of it); a repository's own root is never ignored.
+        if self.respect_gitignore and not is_repository_root(top) and self._gitignores.ignored(top, True):
+            return
 
         def excluded(path: str, is_dir: bool) -> bool:
             path = os.path.abspath(path)
-            if self._matches(os.path.relpath(path, top), is_dir):
+            if self._excludes.decide_path(os.path.relpath(path, top), is_dir):
                 return True
-            if rooted and self._matches(os.path.relpath(path, self.root), is_dir):
+            if rooted and self._excludes.decide_path(os.path.relpath(path, self.root), is_dir):
                 return True
-            return self.respect_gitignore and self._gitignored(path, is_dir)
+            return self.respect_gitignore and self._gitignores.ignored(path, is_dir)
 
-        for directory, subdirs, filenames in os.walk(given):
-            subdirs[:] = sorted(
-                d
-                for d in subdirs
-                if not os.path.islink(os.path.join(directory, d)) and not excluded(os.path.join(directory, d), True)
-            )
-            for filename in sorted(filenames):
-                path = os.path.join(directory, filename)
-                if filename.endswith(LINTED_SUFFIXES) and not excluded(path, False):
+        pending = [given]
+        while pending:
+            directory = pending.pop()
+            try:
+                with os.scandir(directory) as listing:
+                    entries = sorted(listing, key=lambda entry: entry.name)
+            except OSError as error:
+                yield FileError(os.path.normpath(directory), f"cannot read directory: {error.strerror or error}")
+                continue
+            subdirectories = []
+            for entry in entries:
+                path = os.path.join(directory, entry.name)
+                if entry.is_dir(follow_symlinks=False):
+                    if not excluded(path, True):
+                        subdirectories.append(path)
+                    continue
+                if not entry.name.endswith(LINTED_SUFFIXES) or excluded(path, False):
+                    continue
+                problem = _file_problem(entry)
+                if problem == "":
+                    continue  # a symbolic link to a directory: not followed, like any linked directory
+                if problem:
+                    yield FileError(os.path.normpath(path), problem)
+                else:
                     yield os.path.normpath(path)  # `sub/train.py`, not `./sub/train.py`
+            pending.extend(reversed(subdirectories))
 
     def is_excluded(self, path: str, is_dir: bool) -> bool:
         """For a path named on the command line (--force-exclude)."""
@@ -84,36 +124,28 @@ class Discovery:
         relative = os.path.relpath(absolute, self.root)
         if relative.startswith(".."):
             relative = os.path.basename(absolute)
-        return self._matches(relative, is_dir) or (self.respect_gitignore and self._gitignored(absolute, is_dir))
+        return self._excludes.ignored(relative, is_dir) or (
+            self.respect_gitignore and self._gitignores.ignored(absolute, is_dir)
+        )
 
-    def _matches(self, relative: str, is_dir: bool) -> bool:
-        """gitignore semantics: `build` matches `build/` at any depth, `src/gen/` is rooted."""
-        return self._spec.match_file(relative.replace(os.sep, "/") + ("/" if is_dir else ""))
 
-    def _gitignored(self, absolute: str, is_dir: bool) -> bool:
-        directory = os.path.dirname(absolute)
-        while True:
-            spec = self._gitignore(directory)
-            if spec is not None:
-                relative = os.path.relpath(absolute, directory).replace(os.sep, "/")
-                if spec.match_file(relative + ("/" if is_dir else "")):
-                    return True
-            if os.path.isdir(os.path.join(directory, ".git")):
-                return False
-            parent = os.path.dirname(directory)
-            if parent == directory:
-                return False
-            directory = parent
+def _file_problem(entry: "os.DirEntry[str]") -> Optional[str]:
+    """None for a regular file (or a link to one); "" for a link to a directory; else why not."""
+    try:
+        if entry.is_file():
+            return None
+        if entry.is_dir():
+            return ""
+    except OSError:
+        pass
+    return not_a_regular_file(entry.path)
 
-    def _gitignore(self, directory: str) -> Optional[pathspec.PathSpec]:
-        if directory not in self._gitignores:
-            path = os.path.join(directory, ".gitignore")
-            spec = None
-            if os.path.isfile(path):
-                try:
-                    with open(path, encoding="utf-8", errors="replace") as handle:
-                        spec = pathspec.PathSpec.from_lines("gitwildmatch", handle)
-                except OSError:
-                    spec = None
-            self._gitignores[directory] = spec
-        return self._gitignores[directory]
+
+def not_a_regular_file(path: str) -> str:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "broken symbolic link" if os.path.islink(path) else "no such file or directory"
+    except OSError as error:
+        return f"cannot read file: {error.strerror or error}"
+    return f"not a regular file ({file_kind(mode)})"

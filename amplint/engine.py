@@ -1,4 +1,4 @@
-"""Lint one file's contents: cheap pre-check, one parse, one semantic model, every selected rule.
+"""Lint one file's contents: syntax verdict, cheap pre-check, one parse, one semantic model, every rule.
 
 A notebook's code cells are joined into one source first (amplint.notebook), and its findings
 are mapped back to cells.
@@ -9,9 +9,7 @@ a rule) becomes a per-file error; the caller carries on with the next file.
 
 from __future__ import annotations
 
-import ast
 import functools
-import re
 import sys
 from dataclasses import replace
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Type
@@ -26,6 +24,7 @@ from amplint.rule import Rule
 from amplint.semantic import SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
+from amplint.syntax import PythonVersion, parse_module, syntax_error, where
 
 
 _RECURSION_LIMIT = 10_000
@@ -48,19 +47,31 @@ def _triggers(rules: Tuple[Type[Rule], ...]) -> FrozenSet[str]:
 
 
 def lint_bytes(
-    data: bytes, path: str, rules: Sequence[Type[Rule]], external: Optional[ExternalModules] = None
+    data: bytes,
+    path: str,
+    rules: Sequence[Type[Rule]],
+    external: Optional[ExternalModules] = None,
+    target: Optional[PythonVersion] = None,
 ) -> FileResult:
     """Lint a file's contents, read from disk or standard input: a notebook, or Python source.
-    `external`: summaries of the other linted modules it may import (see `amplint.project`)."""
+    `external`: summaries of the other linted modules it may import (see `amplint.project`).
+    `target`: the Python the project runs on, whose grammar decides what is a syntax error
+    (None: the newest grammar amplint knows)."""
     if is_notebook(path):
-        return _lint_notebook(data, path, rules, external)
+        return _lint_notebook(data, path, rules, external, target)
     source = decode_python(data, path)
     if isinstance(source, FileError):
         return FileResult(path, error=source)
-    return lint_source(source, path, rules, external=external)
+    return lint_source(source, path, rules, external=external, target=target)
 
 
-def _lint_notebook(data: bytes, path: str, rules: Sequence[Type[Rule]], external: Optional[ExternalModules]) -> FileResult:
+def _lint_notebook(
+    data: bytes,
+    path: str,
+    rules: Sequence[Type[Rule]],
+    external: Optional[ExternalModules],
+    target: Optional[PythonVersion],
+) -> FileResult:
     text = decode_notebook(data, path)
     notebook = parse_notebook(text, path) if isinstance(text, str) else text
     if isinstance(notebook, FileError):
@@ -70,7 +81,7 @@ def _lint_notebook(data: bytes, path: str, rules: Sequence[Type[Rule]], external
     too_large = size_error(path, len(notebook.python.encode("utf-8")), what="code in notebook")
     if too_large:
         return FileResult(path, error=too_large)
-    result = lint_source(notebook.python, path, rules, notebook.cells, external)
+    result = lint_source(notebook.python, path, rules, notebook.cells, external, target)
     if result.findings:
         # Frames show the cells as written (`%time`, not the `pass` that was parsed).
         result.source = notebook.display
@@ -98,6 +109,7 @@ def lint_source(
     rules: Sequence[Type[Rule]],
     cells: Optional[CellMap] = None,
     external: Optional[ExternalModules] = None,
+    target: Optional[PythonVersion] = None,
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells."""
     # LibCST's tree walks recurse once per nesting level: a 400-term string concatenation
@@ -105,32 +117,40 @@ def lint_source(
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
     try:
-        return _lint_source(source, path, rules, cells, external)
+        return _lint_source(source, path, rules, cells, external, target)
     finally:
         sys.setrecursionlimit(limit)
 
 
 def _lint_source(
-    source: str, path: str, rules: Sequence[Type[Rule]], cells: Optional[CellMap], external: Optional[ExternalModules] = None
+    source: str,
+    path: str,
+    rules: Sequence[Type[Rule]],
+    cells: Optional[CellMap],
+    external: Optional[ExternalModules] = None,
+    target: Optional[PythonVersion] = None,
 ) -> FileResult:
     result = FileResult(path)
+    # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax).
+    result.error = syntax_error(source, path, target, cells)
     if not rules or not might_use_amp(source, rules):
-        # Not worth a LibCST parse, but a broken file is still reported: CPython's own parser
-        # checks it for a fraction of the cost.
-        result.skipped = True
-        result.error = _syntax_error(source, path, cells)
+        result.skipped = True  # not worth a LibCST parse: no rule can match
+        return result
+    if result.error is not None:
         return result
     try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as error:
-        # CPython's message is the one users know; LibCST's is the fallback for the rare
-        # file only one of the two parsers rejects.
-        result.error = _syntax_error(source, path, cells) or FileError(
-            path, f"syntax error at {_where(error.raw_line, error.raw_column + 1, cells)}: {error.message}"
-        )
-        return result
+        module = parse_module(source)
     except RecursionError:
         result.error = FileError(path, "could not parse: nesting too deep")
+        return result
+    if isinstance(module, cst.ParserSyntaxError):
+        # Python accepts the file (the verdict above), LibCST does not even after
+        # normalising it: say so rather than call valid code a syntax error.
+        result.error = FileError(
+            path,
+            f"could not analyse: LibCST cannot parse this valid Python "
+            f"(at {where(module.raw_line, module.raw_column + 1, cells)}: {module.message.splitlines()[0]})",
+        )
         return result
     try:
         model = analyze(module, external)
@@ -144,29 +164,6 @@ def _lint_source(
     except RecursionError:
         result.error = FileError(path, "could not analyse: nesting too deep")
     return result
-
-
-def _syntax_error(source: str, path: str, cells: Optional[CellMap] = None) -> Optional[FileError]:
-    try:
-        ast.parse(source, filename=path)
-    except SyntaxError as error:
-        message = error.msg
-        if cells is not None:
-            # CPython's "... on line 7" counts rows of the joined cells; say where that is.
-            message = re.sub(r"on line (\d+)", lambda m: _cell_line(int(m.group(1)), cells), message)
-        return FileError(path, f"syntax error at {_where(error.lineno or 1, error.offset or 1, cells)}: {message}")
-    except (ValueError, RecursionError, MemoryError) as error:
-        return FileError(path, f"could not parse: {error}")
-    return None
-
-
-def _cell_line(row: int, cells: CellMap) -> str:
-    number, cell_row = cells.locate(row)
-    return f"in cell {number} on line {cell_row}" if number is not None else f"on line {row}"
-
-
-def _where(row: int, column: int, cells: Optional[CellMap]) -> str:
-    return cells.describe(row, column) if cells is not None else f"{row}:{column}"
 
 
 def _run_rules(model: SemanticModel, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, str]]:

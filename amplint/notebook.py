@@ -35,6 +35,7 @@ from amplint.diagnostics import FileError
 PYTHON_CELL_MAGICS = frozenset({"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"})
 
 _LINE_BREAK = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _CELL_MAGIC = re.compile(r"%%(?P<name>\w+)")
 _ESCAPE = ("%", "!", "?", "/", ",", ";")
 # `obj?`, `obj.attr??`, `np.*load*?`, `%timeit?`: IPython's help suffix.
@@ -127,6 +128,13 @@ def parse_notebook(text: str, path: str) -> Union[Notebook, FileError, None]:
     display: List[str] = []
     spans: List[CellSpan] = []
     for number, _, lines, kept in _python_cells(document):
+        surrogate = _LONE_SURROGATE.search("".join(lines))
+        if surrogate:
+            # JSON can escape half of a UTF-16 pair (`"\ud800"`); that is no character,
+            # and no kernel could run the cell.
+            return FileError(
+                path, f"invalid notebook: cell {number} contains a lone surrogate (\\u{ord(surrogate.group()):04x}), which is not text"
+            )
         first = len(python) + 1
         kept, indent = _dedent(kept)
         python.extend(kept)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import tokenize
 from typing import Optional, Union
 
@@ -19,14 +20,44 @@ MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024
 
 
 def read_file(path: str) -> Union[bytes, FileError]:
+    """The file's bytes; only a regular file is read, and never past the size limit.
+
+    Discovery already keeps FIFOs and devices out, but a path can change between the walk and
+    the read: opening without blocking and checking what was opened means a FIFO cannot hang
+    the run and `/dev/zero` cannot fill the memory.
+    """
     try:
-        too_large = size_error(path, os.path.getsize(path))
-        if too_large:
-            return too_large
-        with open(path, "rb") as handle:
-            return handle.read()
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError as error:
         return FileError(path, f"cannot read file: {error.strerror or error}")
+    with os.fdopen(descriptor, "rb") as handle:
+        try:
+            mode = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(mode):
+                return FileError(path, f"not a regular file ({file_kind(mode)})")
+            too_large = size_error(path, os.fstat(descriptor).st_size)
+            if too_large:
+                return too_large
+            limit = MAX_NOTEBOOK_BYTES if is_notebook(path) else MAX_FILE_BYTES
+            data = handle.read(limit + 1)
+        except OSError as error:
+            return FileError(path, f"cannot read file: {error.strerror or error}")
+    # A file that grew after it was measured.
+    return size_error(path, len(data)) or data
+
+
+def file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a file"
 
 
 def size_error(path: str, size: int, what: str = "file") -> Optional[FileError]:

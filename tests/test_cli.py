@@ -328,3 +328,19 @@ def test_a_function_too_complex_to_follow_is_named_and_counted(amplint, project)
     assert "hard.py: train: too complex to follow within the budget; not analysed" in result.stderr
     stats = amplint("--statistics", ".", cwd=root)
     assert "1\t-\tfunctions too complex to analyse (skipped)" in stats.stdout
+
+
+def test_a_pyproject_that_is_not_utf8_is_a_configuration_error(amplint, project):
+    root = project({"pyproject.toml": b"[tool.amplint]\n# caf\xe9\nselect = ['AMP003']\n", "good.py": BUGGY})
+    result = amplint("good.py", cwd=root)
+    assert result.returncode == 2
+    assert "pyproject.toml is not valid TOML: not UTF-8 (invalid byte at offset 20)" in result.stderr
+    assert "internal error" not in result.stderr
+
+
+def test_python_m_does_not_import_the_linted_projects_modules(amplint, project):
+    # `python -m` puts the current directory first on sys.path; a project's own libcst.py
+    # must not replace the real one.
+    root = project({"libcst.py": "raise SystemExit('the project libcst.py was imported')\n", "good.py": BUGGY})
+    result = amplint("--concise", "good.py", cwd=root)
+    assert result.returncode == 1 and "good.py:8:5: AMP003" in result.stdout, result.stderr

@@ -307,6 +307,17 @@ def test_broken_notebooks_are_per_file_errors(amplint, tmp_path):
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
 
 
+def test_a_lone_surrogate_in_a_cell_is_an_invalid_notebook(amplint, tmp_path):
+    # JSON can escape half of a UTF-16 pair; json.loads hands back a str no encoder takes.
+    write(tmp_path, "train.ipynb", TRAIN)
+    write(tmp_path, "s.ipynb", notebook(SETUP, cell("x = 'PLACEHOLDER'\n")).replace("PLACEHOLDER", "\\ud800"))
+    result = amplint("--concise", ".", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "train.ipynb:cell 4:7:5: AMP003" in result.stdout
+    assert "s.ipynb: invalid notebook: cell 2 contains a lone surrogate (\\ud800), which is not text" in result.stderr
+    assert "internal error" not in result.stderr
+
+
 def test_empty_and_non_python_notebooks_are_clean(amplint, tmp_path):
     write(tmp_path, "empty.ipynb", notebook())
     write(tmp_path, "r.ipynb", notebook(cell("x <- 1 %>% f()\n"), metadata={"language_info": {"name": "R"}}))

@@ -150,6 +150,28 @@ def test_sarif_multiline_region_and_encoded_uri(amplint, tmp_path):
     assert location["region"] == {"startLine": 8, "startColumn": 5, "endLine": 10, "endColumn": 6}
 
 
+@pytest.mark.parametrize("output_format", ["sarif", "json", "text", "github"])
+def test_a_file_name_that_is_not_utf8_is_reported_in_every_format(tmp_path, output_format):
+    import subprocess
+    import sys
+
+    (tmp_path / "good.py").write_text(BUGGY)
+    with open(bytes(tmp_path / "bad") + b"\xff.py", "wb") as handle:
+        handle.write(BUGGY.encode())
+    result = subprocess.run(
+        [sys.executable, "-m", "amplint", "--output-format", output_format, "."], cwd=tmp_path, capture_output=True
+    )
+    assert result.returncode == 1, result.stderr
+    # Text formats write the name's bytes as they are, as ruff does; JSON escapes them.
+    assert b"good.py" in result.stdout and (b"bad\xff.py" in result.stdout or b"bad\\udcff.py" in result.stdout
+                                            or b"bad%FF.py" in result.stdout)
+    if output_format == "sarif":
+        document = json.loads(result.stdout)
+        validate_sarif(document)
+        uris = sorted(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in document["runs"][0]["results"])
+        assert uris == ["bad%FF.py", "good.py"]  # the name's own bytes, percent-encoded
+
+
 def test_sarif_files_not_linted_are_notifications(amplint, tmp_path):
     write(tmp_path, {"train.py": BUGGY, "broken.py": "def f(:\n    torch.autocast\n"})
     result, document = sarif(amplint, tmp_path, ".")

@@ -9,6 +9,7 @@ repository root (see amplint.output.locations). Files that could not be linted a
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from typing import Any, Dict
 from urllib.parse import quote
@@ -114,4 +115,6 @@ def _artifact(path: str, root: str) -> Dict[str, str]:
     relative = relative_path(path, root)
     if relative is None:
         return {"uri": pathlib.Path(path).resolve().as_uri()}
-    return {"uri": quote(relative), "uriBaseId": ROOT}
+    # The file name's own bytes, percent-encoded: a name that is not UTF-8 (decoded with
+    # surrogate escapes) still gets a URI that points at it.
+    return {"uri": quote(os.fsencode(relative)), "uriBaseId": ROOT}

@@ -86,7 +86,10 @@ def source_text(node: cst.CSTNode) -> str:
     A call split over lines reads `f(a, b)`, not `f( a, b )`.
     """
     if isinstance(node, cst.BaseExpression) and (node.lpar or node.rpar):
-        node = node.with_changes(lpar=[], rpar=[])
+        try:
+            node = node.with_changes(lpar=[], rpar=[])
+        except cst.CSTValidationError:
+            pass  # `()`: an empty tuple is its parentheses
     text = ""
     for line in _EMPTY_MODULE.code_for_node(node).splitlines():
         line = line.strip()

@@ -1,0 +1,479 @@
+"""git's ignore rules, exactly as git applies them, without running git.
+
+A file is ignored when git would ignore it: the `.gitignore` files from the repository root
+down to the file's directory (a deeper file wins, and within a file the last matching
+pattern), then `$GIT_DIR/info/exclude`, then `core.excludesFile` (default
+`~/.config/git/ignore`). A path inside an ignored directory is ignored whatever a later `!`
+pattern says, because git never looks inside that directory. Patterns are git's `wildmatch`
+(ported below to regular expressions over bytes, so non-UTF-8 names match as git matches
+them); `core.ignoreCase` is honoured.
+
+git accepts every pattern: one it cannot use (`[z-a`, a lone `\\`) simply never matches, and
+so it is here. Patterns the user gives amplint itself (`--exclude`) are checked with
+`pattern_problem` first, and a bad one is a usage error.
+
+Nothing here runs git: amplint must work where git is not installed (a Docker image, a
+pre-commit environment). The tests compare every verdict with `git check-ignore`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Pattern, Sequence, Tuple
+
+# git skips ignore files larger than this (dir.c, PATTERN_MAX_FILE_SIZE).
+_MAX_IGNORE_FILE = 100 * 1024 * 1024
+_NEVER = re.compile(rb"(?!)")
+
+# --------------------------------------------------------------------------- wildmatch
+
+_CLASSES = {
+    b"alnum": lambda c: chr(c).isalnum(),
+    b"alpha": lambda c: chr(c).isalpha(),
+    b"blank": lambda c: c in (0x20, 0x09),
+    b"cntrl": lambda c: c < 0x20 or c == 0x7F,
+    b"digit": lambda c: 0x30 <= c <= 0x39,
+    b"graph": lambda c: 0x21 <= c <= 0x7E,
+    b"lower": lambda c: 0x61 <= c <= 0x7A,
+    b"print": lambda c: 0x20 <= c <= 0x7E,
+    b"punct": lambda c: 0x21 <= c <= 0x7E and not chr(c).isalnum(),
+    b"space": lambda c: c in (0x20, 0x09, 0x0A, 0x0B, 0x0C, 0x0D),
+    b"upper": lambda c: 0x41 <= c <= 0x5A,
+    b"xdigit": lambda c: chr(c) in "0123456789abcdefABCDEF",
+}
+_SLASH = ord("/")
+
+
+class _Malformed(Exception):
+    """A pattern wildmatch aborts on: it can never match (git), or is a usage error (ours)."""
+
+
+def _lower(c: int) -> int:
+    return c + 32 if 0x41 <= c <= 0x5A else c
+
+
+def _bracket(p: bytes, i: int, casefold: bool) -> Tuple[List[int], int, Optional[str]]:
+    """The bytes one `[...]` at p[i] matches, the index after its `]`, and a remark for users.
+
+    A port of wildmatch.c's bracket loop, run once for every possible text byte, so that
+    every quirk is kept: `[z-a]` matches `z` (the `z` is read before the range is seen),
+    `[]a]` and `[!]a]` contain `]`, `[[:alpha]` is a plain set, an unknown `[:class:]`
+    aborts.
+    """
+    remark: Optional[str] = None
+    members: List[int] = []
+    end = -1
+    for t in range(1, 256):
+        t_ch = _lower(t) if casefold else t
+        j = i + 1
+        p_ch = p[j] if j < len(p) else 0
+        if p_ch == ord("^"):
+            p_ch = ord("!")
+        negated = p_ch == ord("!")
+        if negated:
+            j += 1
+            p_ch = p[j] if j < len(p) else 0
+        prev_ch = 0
+        matched = False
+        while True:
+            if not p_ch:
+                raise _Malformed("unclosed `[`")
+            if p_ch == ord("\\"):
+                j += 1
+                p_ch = p[j] if j < len(p) else 0
+                if not p_ch:
+                    raise _Malformed("unclosed `[`")
+                if t_ch == p_ch:
+                    matched = True
+            elif p_ch == ord("-") and prev_ch and j + 1 < len(p) and p[j + 1] != ord("]"):
+                j += 1
+                p_ch = p[j]
+                if p_ch == ord("\\"):
+                    j += 1
+                    p_ch = p[j] if j < len(p) else 0
+                    if not p_ch:
+                        raise _Malformed("unclosed `[`")
+                if prev_ch <= t_ch <= p_ch:
+                    matched = True
+                elif casefold and 0x61 <= t_ch <= 0x7A and prev_ch <= t_ch - 32 <= p_ch:
+                    matched = True
+                if prev_ch > p_ch and remark is None:
+                    remark = f"character range `{chr(prev_ch)}-{chr(p_ch)}` is reversed"
+                p_ch = 0
+            elif p_ch == ord("[") and j + 1 < len(p) and p[j + 1] == ord(":"):
+                j += 2
+                s = j
+                while j < len(p) and p[j] != ord("]"):
+                    j += 1
+                if j >= len(p):
+                    raise _Malformed("unclosed `[`")
+                if j - s - 1 < 0 or p[j - 1] != ord(":"):
+                    # No `:]`: an ordinary `[` in the set.
+                    j = s - 2
+                    p_ch = ord("[")
+                    if t_ch == p_ch:
+                        matched = True
+                    prev_ch = p_ch
+                    j += 1
+                    p_ch = p[j] if j < len(p) else 0
+                    if p_ch == ord("]"):
+                        break
+                    continue
+                name = p[s : j - 1]
+                test = _CLASSES.get(name)
+                if test is None:
+                    raise _Malformed(f"unknown character class `[:{name.decode('latin-1')}:]`")
+                if (t_ch < 0x80 and test(t_ch)) or (name == b"upper" and casefold and 0x61 <= t_ch <= 0x7A):
+                    matched = True
+                p_ch = 0
+            elif t_ch == p_ch:
+                matched = True
+            prev_ch = p_ch
+            j += 1
+            p_ch = p[j] if j < len(p) else 0
+            if p_ch == ord("]"):
+                break
+        if matched != negated:
+            members.append(t)
+        end = j + 1
+    return members, end, remark
+
+
+def _byte_class(members: Iterable[int]) -> bytes:
+    chosen = sorted(set(members))
+    if not chosen:
+        return rb"(?!)"
+    return b"[" + b"".join(b"\\x%02x" % c for c in chosen) + b"]"
+
+
+def _literal(c: int, casefold: bool) -> bytes:
+    """The text bytes equal to pattern byte `c`.
+
+    Under core.ignoreCase wildmatch lowers an upper-case text byte and an upper-case pattern
+    byte, but not the byte after a backslash: there `\\A` matches nothing at all.
+    """
+    if not casefold:
+        return re.escape(bytes([c]))
+    return _byte_class(t for t in range(1, 256) if _lower(t) == c)
+
+
+def translate(pattern: bytes, pathname: bool = True, casefold: bool = False) -> Tuple[bytes, Optional[str]]:
+    """A regular expression (for `fullmatch`) equivalent to wildmatch(pattern, text, flags).
+
+    `pathname` is WM_PATHNAME (`*` and `?` stop at `/`, `**` spans directories). Raises
+    _Malformed for a pattern wildmatch aborts on. The second value is a remark about a
+    pattern that is valid for git but surely not what its author meant (a reversed range).
+    """
+    out: List[bytes] = []
+    remark: Optional[str] = None
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == ord("\\"):
+            if i + 1 >= n:
+                raise _Malformed("ends with a lone `\\`")
+            # The escaped byte is compared as written, not lowered (see _literal).
+            out.append(_literal(pattern[i + 1], casefold))
+            i += 2
+        elif c == ord("?"):
+            out.append(rb"[^/]" if pathname else rb".")
+            i += 1
+        elif c == ord("*"):
+            j = i
+            while j < n and pattern[j] == ord("*"):
+                j += 1
+            double = j - i >= 2
+            if not pathname:
+                out.append(rb".*")
+            elif double and (i == 0 or pattern[i - 1] == _SLASH) and (
+                j == n or pattern[j] == _SLASH or pattern[j : j + 2] == b"\\/"
+            ):
+                if j < n and pattern[j] == _SLASH:
+                    out.append(rb"(?:.*/)?")  # `**/`: no directory, or any number of them
+                    j += 1
+                else:
+                    out.append(rb".*")
+            else:
+                out.append(rb"[^/]*")
+            i = j
+        elif c == ord("["):
+            members, i, bracket_remark = _bracket(pattern, i, casefold)
+            remark = remark or bracket_remark
+            if pathname:
+                members = [m for m in members if m != _SLASH]
+            out.append(_byte_class(members))
+        else:
+            out.append(_literal(_lower(c) if casefold else c, casefold))
+            i += 1
+    return b"".join(out), remark
+
+
+# --------------------------------------------------------------------------- patterns
+
+
+@dataclass(frozen=True)
+class IgnorePattern:
+    """One line of an ignore file, parsed as dir.c's parse_path_pattern does."""
+
+    text: str  # as written, for messages
+    negated: bool
+    directory_only: bool  # a trailing `/`
+    basename_only: bool  # no `/` except a trailing one: matches the name at any depth
+    regex: Pattern[bytes]
+
+
+def _simple_length(body: bytes) -> int:
+    """How many leading bytes are plain (dir.c's simple_length)."""
+    for index, c in enumerate(body):
+        if c in b"*?[\\":
+            return index
+    return len(body)
+
+
+def parse_pattern(line: bytes, casefold: bool = False) -> Tuple[IgnorePattern, Optional[str]]:
+    """A pattern, and what is wrong with it for a user who typed it (None if nothing)."""
+    line = line.split(b"\0", 1)[0]  # git reads each line as a C string
+    text = line.decode("utf-8", "surrogateescape")
+    body = line
+    negated = body.startswith(b"!")
+    if negated:
+        body = body[1:]
+    directory_only = body.endswith(b"/")
+    if directory_only:
+        body = body[:-1]
+    basename_only = b"/" not in body
+    problem: Optional[str] = None
+    try:
+        if basename_only:
+            source, problem = translate(body, pathname=False, casefold=casefold)
+        else:
+            # match_pathname compares the plain head literally and wildmatches only the
+            # rest, as a pattern of its own: so in `foo**/bar` the `**` counts as leading
+            # and spans directories.
+            body = body[1:] if body.startswith(b"/") else body
+            head = _simple_length(body)
+            rest, problem = translate(body[head:], pathname=True, casefold=casefold)
+            source = b"".join(_literal(_lower(c) if casefold else c, casefold) for c in body[:head]) + rest
+        regex = re.compile(source, re.DOTALL)
+    except _Malformed as error:
+        regex, problem = _NEVER, str(error)
+    if not body and problem is None:
+        problem = "`!` negates nothing" if negated else "matches nothing"
+    return IgnorePattern(text, negated, directory_only, basename_only, regex), problem
+
+
+def pattern_problem(pattern: str) -> Optional[str]:
+    """Why a pattern a user gave amplint is unusable, or None. git would silently ignore it."""
+    if not pattern.strip():
+        return "the pattern is empty"
+    if pattern.startswith("#"):
+        return "a pattern starting with `#` is a comment (write `\\#` for a name that starts with #)"
+    return parse_pattern(_trim(os.fsencode(pattern)))[1]
+
+
+def _trim(line: bytes) -> bytes:
+    """git's trim_trailing_spaces: drop unescaped trailing spaces (not tabs)."""
+    last_space = None
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == 0x20:
+            if last_space is None:
+                last_space = i
+        elif c == ord("\\"):
+            i += 1
+            if i >= len(line):
+                return line
+            last_space = None
+        else:
+            last_space = None
+        i += 1
+    return line if last_space is None else line[:last_space]
+
+
+def parse_lines(data: bytes, casefold: bool = False) -> List[IgnorePattern]:
+    """The patterns of an ignore file, as add_patterns_from_buffer reads it."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    patterns = []
+    for line in data.split(b"\n"):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line or line.startswith(b"#"):
+            continue
+        line = _trim(line)
+        if line:
+            patterns.append(parse_pattern(line, casefold)[0])
+    return patterns
+
+
+@dataclass
+class PatternList:
+    """The patterns of one ignore file (or of --exclude), relative to `base`."""
+
+    base: bytes  # absolute directory, os.fsencode'd, no trailing separator
+    patterns: Sequence[IgnorePattern]
+
+    @classmethod
+    def from_patterns(cls, base: str, lines: Iterable[str], casefold: bool = False) -> "PatternList":
+        encoded = b"\n".join(os.fsencode(line) for line in lines)
+        return cls(os.fsencode(base), parse_lines(encoded, casefold))
+
+    def decide(self, relative: bytes, is_dir: bool) -> Optional[bool]:
+        """True (ignored) or False (re-included by `!`) by the last matching pattern; None if none."""
+        basename = relative.rsplit(b"/", 1)[-1]
+        for pattern in reversed(self.patterns):
+            if pattern.directory_only and not is_dir:
+                continue
+            if pattern.regex.fullmatch(basename if pattern.basename_only else relative):
+                return not pattern.negated
+        return None
+
+    def decide_path(self, relative: str, is_dir: bool) -> bool:
+        """For patterns used on their own (--exclude): whether `relative` itself is excluded."""
+        return bool(self.decide(_posix(relative), is_dir))
+
+    def ignored(self, relative: str, is_dir: bool) -> bool:
+        """Whether `relative` or a directory above it is excluded."""
+        parts = _posix(relative).split(b"/")
+        for depth in range(1, len(parts)):
+            if self.decide(b"/".join(parts[:depth]), True):
+                return True
+        return bool(self.decide(b"/".join(parts), is_dir))
+
+
+def _posix(relative: str) -> bytes:
+    return os.fsencode(relative.replace(os.sep, "/")).strip(b"/")
+
+
+# --------------------------------------------------------------------------- repositories
+
+
+@dataclass
+class _Repository:
+    root: str
+    lists: List[PatternList]  # core.excludesFile, info/exclude: what .gitignore files override
+    casefold: bool
+
+
+@dataclass
+class _Directory:
+    repository: Optional[_Repository]
+    lists: List[PatternList]  # .gitignore files from the repository root down to here
+    ignored: bool  # the directory, or one above it, is ignored: so is everything inside
+
+
+@dataclass
+class GitIgnores:
+    """Answers "would git ignore this path?" for paths in any number of repositories."""
+
+    environ: Dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    _directories: Dict[str, _Directory] = field(default_factory=dict, init=False)
+
+    def ignored(self, path: str, is_dir: bool) -> bool:
+        path = os.path.abspath(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        state = self._directory(parent)
+        return state.ignored or self._decide(state, path, is_dir)
+
+    def _decide(self, state: _Directory, path: str, is_dir: bool) -> bool:
+        lists = list(reversed(state.lists))
+        if state.repository is not None:
+            lists += list(reversed(state.repository.lists))
+        encoded = os.fsencode(path)
+        for patterns in lists:
+            relative = encoded[len(patterns.base) :].lstrip(b"/" if os.sep == "/" else b"/\\")
+            if os.sep != "/":
+                relative = relative.replace(os.fsencode(os.sep), b"/")
+            verdict = patterns.decide(relative, is_dir)
+            if verdict is not None:
+                return verdict
+        return False
+
+    def _directory(self, directory: str) -> _Directory:
+        state = self._directories.get(directory)
+        if state is not None:
+            return state
+        parent = os.path.dirname(directory)
+        if is_repository_root(directory):
+            repository = _open_repository(directory, self.environ)
+            state = _Directory(repository, self._gitignore(directory, repository), False)
+        elif parent == directory:  # the filesystem root, outside any repository
+            state = _Directory(None, self._gitignore(directory, None), False)
+        else:
+            above = self._directory(parent)
+            if above.ignored or self._decide(above, directory, True):
+                state = _Directory(above.repository, [], True)
+            else:
+                state = _Directory(above.repository, above.lists + self._gitignore(directory, above.repository), False)
+        self._directories[directory] = state
+        return state
+
+    @staticmethod
+    def _gitignore(directory: str, repository: Optional[_Repository]) -> List[PatternList]:
+        # git reads an in-tree .gitignore only if it is not a symbolic link (git >= 2.32).
+        data = _read_ignore_file(os.path.join(directory, ".gitignore"), follow_symlinks=False)
+        if not data:
+            return []
+        casefold = repository.casefold if repository else False
+        return [PatternList(os.fsencode(directory), parse_lines(data, casefold))]
+
+
+def is_repository_root(directory: str) -> bool:
+    return os.path.lexists(os.path.join(directory, ".git"))
+
+
+def _read_ignore_file(path: str, follow_symlinks: bool = True) -> Optional[bytes]:
+    """The file's bytes, or None if git would not read it (missing, unreadable, a link, huge)."""
+    try:
+        info = os.stat(path, follow_symlinks=follow_symlinks)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_IGNORE_FILE:
+            return None
+        with open(path, "rb") as handle:
+            return handle.read(_MAX_IGNORE_FILE + 1)
+    except (OSError, ValueError):
+        return None
+
+
+def _git_directories(root: str) -> Tuple[Optional[str], Optional[str]]:
+    """($GIT_DIR, $GIT_COMMON_DIR) of the repository at `root`; a `.git` file points elsewhere."""
+    dot_git = os.path.join(root, ".git")
+    if os.path.isdir(dot_git):
+        git_dir = dot_git
+    else:
+        data = _read_ignore_file(dot_git)
+        if data is None or not data.startswith(b"gitdir:"):
+            return None, None
+        target = os.fsdecode(data[len(b"gitdir:") :].strip())
+        git_dir = os.path.normpath(os.path.join(root, target))
+    common = git_dir
+    pointer = _read_ignore_file(os.path.join(git_dir, "commondir"))
+    if pointer is not None:
+        common = os.path.normpath(os.path.join(git_dir, os.fsdecode(pointer.strip())))
+    return git_dir, common
+
+
+def _open_repository(root: str, environ: Dict[str, str]) -> _Repository:
+    from amplint.gitconfig import read_config
+
+    git_dir, common_dir = _git_directories(root)
+    config = read_config(git_dir, common_dir, environ)
+    casefold = config.boolean("core.ignorecase", False)
+    # Read in git's order, core.excludesFile then info/exclude; the list read last is asked first.
+    lists: List[PatternList] = []
+    excludes_file = config.path("core.excludesfile", root, environ.get("HOME"))
+    if excludes_file is None:
+        config_home = environ.get("XDG_CONFIG_HOME") or (
+            os.path.join(environ["HOME"], ".config") if environ.get("HOME") else None
+        )
+        excludes_file = os.path.join(config_home, "git", "ignore") if config_home else None
+    for source in (excludes_file, os.path.join(common_dir, "info", "exclude") if common_dir else None):
+        data = _read_ignore_file(source) if source else None
+        if data:
+            lists.append(PatternList(os.fsencode(root), parse_lines(data, casefold)))
+    return _Repository(root, lists, casefold)
