@@ -72,8 +72,14 @@ def _child_fields(cls: Type[cst.CSTNode]) -> Tuple[str, ...]:
     return fields
 
 
+# Nodes with no children that carry code: answered without looking at their fields.
+_LEAVES = frozenset({cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.Imaginary, cst.Ellipsis, cst.Pass})
+
+
 def children(node: cst.CSTNode) -> List[cst.CSTNode]:
     """The node's children that carry code, in field order (lexical order for expressions)."""
+    if type(node) in _LEAVES:
+        return []
     found: List[cst.CSTNode] = []
     for name in _child_fields(type(node)):
         value = getattr(node, name)
