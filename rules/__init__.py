@@ -6,6 +6,8 @@ from amplint.rules.amp003_clip_before_unscale import ClipBeforeUnscale
 from amplint.rules.amp004_step_inside_autocast import StepInsideAutocast
 from amplint.rules.amp005_scaled_loss_plain_step import ScaledLossPlainStep
 from amplint.rules.amp006_backward_inside_autocast import BackwardInsideAutocast
+from amplint.rules.amp007_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
+from amplint.rules.amp008_grad_scaler_in_loop import GradScalerInLoop
 from amplint.rules.amp009_scaled_gradients_read import ScaledGradientsRead
 
 ALL_RULES = (
@@ -15,6 +17,8 @@ ALL_RULES = (
     StepInsideAutocast,
     ScaledLossPlainStep,
     BackwardInsideAutocast,
+    ScalerStateNotCheckpointed,
+    GradScalerInLoop,
     ScaledGradientsRead,
 )
 

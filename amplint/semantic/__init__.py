@@ -12,6 +12,8 @@ The parts, each in its own module:
 - `regions`: autocast regions and the region each call runs in;
 - `calls`: what each call is (an AMP event, a helper of the file, or nothing);
 - `flow`: the order of events through each unit and helper, and the gradients' state;
+- `checkpoints`: where optimizers' and scalers' state is saved and restored;
+- `repetition`: the loops whose every iteration runs a call again;
 - `model`: the public types rules see.
 
 Rules ask questions of `SemanticModel`; they never walk the tree for facts another rule
@@ -25,6 +27,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
+from amplint.semantic.checkpoints import Checkpoints, HandOff, StateCall
 from amplint.semantic.conditions import Assumption, alternatives, assumptions
 from amplint.semantic.exports import ExternalModules, export_summary
 from amplint.semantic.flow import FlowAnalysis, UnitFlow
@@ -42,8 +45,9 @@ from amplint.semantic.model import (
 )
 from amplint.semantic.names import dotted_name, names_bound, names_read, roots
 from amplint.semantic.regions import Regions
+from amplint.semantic.repetition import Repetition, Repetitions
 from amplint.semantic.resolve import Resolver, argument, is_infinity
-from amplint.semantic.scalers import ScalerFacts, find_scalers
+from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key, find_scalers
 from amplint.semantic.walk import iter_tree
 
 __all__ = [
@@ -57,9 +61,12 @@ __all__ = [
     "EventKind",
     "FlowState",
     "GradientState",
+    "HandOff",
     "Occurrence",
     "Ref",
+    "Repetition",
     "ScalerInfo",
+    "StateCall",
     "SemanticModel",
     "analyze",
 ]
@@ -93,6 +100,8 @@ class SemanticModel:
         self._scaling: Dict[int, Tuple[Optional[str], FrozenSet[str]]] = {}
         self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
         self._alternatives: Dict[Tuple[int, bool], List[List[Assumption]]] = {}
+        self._checkpoints: Optional[Checkpoints] = None
+        self._repetitions: Optional[Repetitions] = None
 
     # ------------------------------------------------------------------ the file
     @property
@@ -206,6 +215,158 @@ class SemanticModel:
             if event.kind is EventKind.BACKWARD and event.scaled_inline_by == UNKNOWN_SCALER:
                 return True
         return False
+
+    def grad_scalers_built(self) -> Iterator[Tuple[ScalerInfo, CallRecord]]:
+        """Each `GradScaler(...)` the file builds into a variable, with the scaler it fills;
+        not one built with a literal `enabled=False` (whatever else the variable holds)."""
+        for binding, call in self.scaler_facts.constructions:
+            info = self.scalers.get(binding_key(binding))
+            record = self.repetitions.record(call)
+            if info is None or info.framework is not None or record is None:
+                continue
+            enabled = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "enabled"), None)
+            if enabled is not None and self.resolver.boolean(enabled, binding.value_scope) is False:
+                continue
+            yield info, record
+
+    @property
+    def float16_possible(self) -> bool:
+        """Whether the file's autocast may run in float16: False only when it has autocast
+        regions and every active one is known to be bfloat16 (or float32). A GradScaler that
+        only serves bfloat16 never overflows at its default scale (bfloat16 has float32's range)."""
+        active = [region for region in self.autocast_regions if region.active]
+        if not active:
+            return True
+        return any(not region.possible_dtypes or region.may_be_float16 for region in active)
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def checkpoints(self) -> Checkpoints:
+        """Where optimizers' and scalers' state is saved and restored (`amplint.semantic.checkpoints`)."""
+        if self._checkpoints is None:
+            self._checkpoints = Checkpoints(self.index, self.resolver, self.scaler_facts, self.classify)
+        return self._checkpoints
+
+    def optimizer_checkpoints(self, scaler: Optional[str] = None) -> List[StateCall]:
+        """Where the file saves an optimizer's state (`optimizer.state_dict()`) or restores it
+        (`optimizer.load_state_dict(...)`), copies kept in memory aside. With `scaler` (a
+        key), only those a run of that scaler can reach: for a scaler local to a function,
+        the checkpoints in the functions connected to it by calls in this file (what it
+        calls, what calls it, where it is passed or returned); for one also kept in an
+        attribute or a module global, the whole file's."""
+        found = self.checkpoints.optimizer_state()
+        aliases = self.checkpoints.aliases(scaler) if scaler is not None else set()
+        if not aliases or not all(key.startswith("fn:") for key in aliases):
+            return found  # kept on an object or in a module global: it lives as long as they do
+        homes = [unit for unit in self.units if any(key.rsplit(":", 1)[0] == unit.scope.key for key in aliases)]
+        connected = self.repetitions.connected(homes)
+        return [call for call in found if any(call.record.unit is unit for unit in connected)]
+
+    def scaler_state_kept(self, scaler: str) -> Optional[HandOff]:
+        """Why the scaler `scaler`'s state may reach a checkpoint, or None when nothing the file
+        shows saves or restores it (see `amplint.semantic.checkpoints`)."""
+        return self.checkpoints.scaler_state_kept(scaler)
+
+    def restored_before(self, record: CallRecord, scaler: str) -> Optional[StateCall]:
+        """A `load_state_dict` of the scaler `scaler` that runs before the call `record` in its
+        unit (directly, or in a helper it calls first), not on an exclusive branch."""
+        order = {id(r.node): i for i, r in enumerate(record.unit.calls)}
+        here = order.get(id(record.node), -1)
+        for restore in self.checkpoints.state_calls:
+            if not restore.restores or restore.key != scaler:
+                continue
+            if restore.record.unit is record.unit:
+                before = restore.record
+            else:
+                # A helper of the unit that restores it: `self.load_checkpoint(path)`.
+                before = next(
+                    (
+                        caller
+                        for caller in self.repetitions.callers(restore.record.unit)
+                        if caller.unit is record.unit
+                    ),
+                    None,
+                )
+                if before is None:
+                    continue
+            if order.get(id(before.node), here) < here and not self._exclusive(before.frames, record.frames):
+                return restore
+        return None
+
+    def _exclusive(self, first, second) -> bool:
+        """Whether two stacks of frames lie on branches that cannot both be taken: the two
+        sides of one `if`, or `if args.resume:` and a later `if not args.resume:`."""
+        from amplint.semantic.index import GuardFrame
+
+        guards = {id(f.test): f.outcome for f in first if isinstance(f, GuardFrame)}
+        if any(isinstance(f, GuardFrame) and guards.get(id(f.test), f.outcome) != f.outcome for f in second):
+            return True
+        facts = {fact for f in first if isinstance(f, GuardFrame) for fact in self.assumptions(f.test, f.outcome)}
+        return any(
+            (condition, not value) in facts
+            for f in second
+            if isinstance(f, GuardFrame)
+            for condition, value in self.assumptions(f.test, f.outcome)
+        )
+
+    # ------------------------------------------------------------------ repetition
+    @property
+    def repetitions(self) -> Repetitions:
+        """Which loops run a call again each iteration (`amplint.semantic.repetition`)."""
+        if self._repetitions is None:
+            self._repetitions = Repetitions(self.index, self.classify)
+        return self._repetitions
+
+    def iterations_of(self, record: CallRecord) -> List[Repetition]:
+        """The loops that run the call `record` in every iteration: the innermost loop around
+        it, or a loop of a caller around a call of its function; not when an `if` between them
+        tests something the iteration changes (`if scaler is None:`)."""
+        return [r for r in self.repetitions.around(record) if self.repetitions.runs_every_iteration(record, r)]
+
+    def scaler_steps_within(self, scaler: str, record: CallRecord, repetition: Repetition) -> List[Occurrence]:
+        """The `scaler.step(optimizer)` calls of the scaler `scaler` (a key) that run in the same
+        iteration of `repetition` as the call `record`: in the loop's body, or anywhere in
+        the function the iteration calls to reach `record`."""
+        if repetition.via:
+            candidates = list(self.occurrences_in(record.unit))
+        else:
+            candidates = [
+                o for o in self.occurrences_in(repetition.unit) if self.repetitions.inside(o.call_site, repetition.loop)
+            ]
+        return [
+            o
+            for o in candidates
+            if o.kind is EventKind.SCALER_STEP and o.receiver is not None and o.receiver.key == scaler
+        ]
+
+    def outlives(self, ref: Optional[Ref], unit: CodeUnit, repetition: Repetition) -> bool:
+        """Whether the object `ref` (as `unit` names it) lives across iterations of
+        `repetition`: nothing in an iteration binds it anew, followed through the parameters
+        of the functions along `via`. Unknown objects are not said to."""
+        if ref is None or ref.key.startswith(("unknown:", "param:")):
+            return False
+        name = ref.text if not ref.key.startswith("expr:") else _leading_name(ref.text)
+        if name is None:
+            return False
+        scope = unit.scope
+        calls = list(repetition.via)
+        while True:
+            # `self.optimizer.optimizer` is new when `self.optimizer` is.
+            parts = name.split(".")
+            keys = {self.resolver.identity(".".join(parts[:n]), scope) for n in range(1, len(parts) + 1) if parts[:n] != ["self"]}
+            bindings = [b for b in all_bindings(self.index) if binding_key(b) in keys]
+            if any(self.repetitions.binds_each_iteration(b, repetition) for b in bindings):
+                return False
+            parameter = "." not in name and name in scope.params
+            if not parameter or not calls:
+                return True
+            call = calls.pop()
+            item = self.classify(call)
+            argument = item.argument_for(name) if isinstance(item, HelperCall) else None
+            name = dotted_name(argument) if argument is not None else None
+            if name is None:
+                return argument is None  # a default value lives as long as the function
+            scope = call.unit.scope
 
     # ------------------------------------------------------------------ events
     def clip_only_measures(self, clip: Occurrence) -> bool:
@@ -477,6 +638,14 @@ def _assigned(statement: cst.CSTNode) -> Set[str]:
     if isinstance(statement, (cst.AnnAssign, cst.AugAssign)):
         return set(roots(names_bound(statement.target)))
     return set()
+
+
+def _leading_name(text: str) -> Optional[str]:
+    """`optimizers` in `optimizers[0]`, `self.opts` in `self.opts["g"]`."""
+    import re
+
+    found = re.match(r"[A-Za-z_][\w.]*", text)
+    return found.group(0).rstrip(".") if found else None
 
 
 def values_derived_from(unit: CodeUnit, names: Set[str]) -> Set[str]:

@@ -1,0 +1,433 @@
+"""Checkpoints: where a file saves and restores the state of its optimizers and GradScalers.
+
+A checkpoint holds `obj.state_dict()`; a resume calls `obj.load_state_dict(...)`. Both are
+found by their receiver, a variable known by its binding: an optimizer (built in the file,
+stepped by a scaler, or named like one) or a GradScaler. An object handed to a function of
+another module named as only checkpointing is (`save_checkpoint(model, optimizer, path)`,
+`load_checkpoint(path, model, optimizer)`, `torch.save(optimizer, path)`) has its state saved
+or restored there too; torch.distributed.checkpoint's `get_state_dict(model, optimizer)` and
+`set_state_dict(...)` likewise. Copies kept in memory are not checkpoints:
+`copy.deepcopy(optimizer.state_dict())`, `opt.load_state_dict(opt.state_dict())`.
+
+A scaler's state can reach a checkpoint without the file writing `scaler.state_dict()` where
+the scaler is built. It is followed into the helpers of the file it is passed to
+(`save_checkpoint(model, optimizer, scaler, path)` whose body saves `scaler.state_dict()`)
+and through the variables it is copied into (`self.scaler = scaler`). Where it is handed to
+code the file does not show, the layer does not guess what that code does; it says that the
+state may be kept when the code is one that checkpoints or holds objects for checkpointing:
+a function named like saving (`save_checkpoint`, `misc.save_model`), a class
+(`Checkpointer(model, scaler=scaler)`, `Trainer(..., scaler)`), a container (`to_save =
+{"scaler": scaler}`), another object's attribute (`state.scaler = scaler`), a return value.
+A function that only trains with it (`train_one_epoch(model, optimizer, scaler)`) does not
+keep its state. A file that saves state generically (`getattr(self, name).state_dict()`, a
+loop over objects) may keep anything's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint.semantic import vocabulary
+from amplint.semantic.calls import Classified, HelperCall
+from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
+from amplint.semantic.names import dotted_name
+from amplint.semantic.resolve import Resolver
+from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key
+from amplint.semantic.walk import iter_tree
+
+# Functions whose job is to write or read a checkpoint: `save_checkpoint`, `save_on_master`,
+# `torch.save`, `save_model`, `dump_state`, `snapshot`, `resume_from`, `load_ckpt`.
+_CHECKPOINTING = re.compile(r"save|checkpoint|ckpt|snapshot|state|dump|persist|serial|resume|restore|load|store")
+# Functions named as only checkpointing is: what they are handed is saved or restored there.
+_CHECKPOINTING_CALL = re.compile(r"save|checkpoint|ckpt|snapshot|resume|restore|^load_(model|state|training)")
+_RESTORING = re.compile(r"load|resume|restore")
+_COPIES = frozenset({"deepcopy", "copy"})
+# Methods that put an object in a collection: `objects.append(scaler)`, `to_save.update(...)`.
+_COLLECTING = frozenset({"append", "extend", "add", "insert", "update", "setdefault", "register"})
+# torch.distributed.checkpoint's whole-state functions: (qualified name, restores).
+_DCP_STATE = {
+    "torch.distributed.checkpoint.state_dict.get_state_dict": False,
+    "torch.distributed.checkpoint.state_dict.get_optimizer_state_dict": False,
+    "torch.distributed.checkpoint.state_dict.set_state_dict": True,
+    "torch.distributed.checkpoint.state_dict.set_optimizer_state_dict": True,
+}
+# Following a scaler through helpers and copies, at most this many hops.
+_MAX_ALIASES = 32
+
+
+@dataclass(frozen=True, eq=False)
+class StateCall:
+    """`receiver.state_dict()` (a save) or `receiver.load_state_dict(...)` (a restore); or a
+    checkpointing function handed `receiver` (`save_checkpoint(model, optimizer, path)`)."""
+
+    record: CallRecord
+    receiver: str  # as written: `self.optimizer`
+    key: str  # the variable (`amplint.semantic.resolve.Resolver.identity`)
+    restores: bool
+
+    @property
+    def node(self) -> cst.Call:
+        return self.record.node
+
+    @property
+    def direct(self) -> bool:
+        """`obj.state_dict()` / `obj.load_state_dict(...)` itself, not a checkpointing
+        function handed the object."""
+        func = self.record.node.func
+        return isinstance(func, cst.Attribute) and func.attr.value in ("state_dict", "load_state_dict")
+
+
+@dataclass(frozen=True)
+class HandOff:
+    """A place a scaler's object leaves the code the file shows: why its state may be kept there."""
+
+    node: cst.CSTNode
+    why: str
+
+
+class Checkpoints:
+    def __init__(
+        self, index: ModuleIndex, resolver: Resolver, scalers: ScalerFacts, classify: Callable[[CallRecord], Classified]
+    ) -> None:
+        self.index = index
+        self.resolver = resolver
+        self.scalers = scalers
+        self.classify = classify
+        self.state_calls: List[StateCall] = []
+        # state_dict() of attributes looked up by name (`getattr(self, name).state_dict()`):
+        # the file checkpoints generically, and names in strings are not followed. A loop
+        # over objects (`for obj in to_save.values(): obj.state_dict()`) is not generic: the
+        # scaler is in it only if it was put in a collection, which is a hand-off.
+        self.generic: List[CallRecord] = []
+        parents = self._parents()
+        for record in index.calls:
+            func = record.node.func
+            dcp = _DCP_STATE.get(resolver.qualified(func) or "")
+            if dcp is not None:
+                # `get_state_dict(model, optimizers=optimizer)`: the optimizers' state, whichever argument.
+                for arg in record.node.args:
+                    name = dotted_name(arg.value)
+                    if name is not None:
+                        self.state_calls.append(StateCall(record, name, resolver.identity(name, record.unit.scope), dcp))
+                continue
+            if not isinstance(func, cst.Attribute) or func.attr.value not in ("state_dict", "load_state_dict"):
+                self._handed_to_checkpointing(record)
+                continue
+            restores = func.attr.value == "load_state_dict"
+            if _in_memory(record, restores, parents, resolver):
+                continue
+            receiver = dotted_name(func.value)
+            if receiver is None:
+                if not restores and _is_getattr(func.value):
+                    self.generic.append(record)  # `getattr(self, name).state_dict()`
+                continue
+            if not restores and _generic_receiver(resolver.bindings(receiver, record.unit.scope)):
+                # `scaler = getattr(self, key); state[key] = scaler.state_dict()`
+                self.generic.append(record)
+                continue
+            self.state_calls.append(StateCall(record, receiver, resolver.identity(receiver, record.unit.scope), restores))
+        self._kept: Dict[str, Optional[HandOff]] = {}
+        self._returns: Optional[List[Tuple[CodeUnit, cst.Return]]] = None
+
+    def _handed_to_checkpointing(self, record: CallRecord) -> None:
+        """`save_checkpoint(model, optimizer, epoch, path)`, `load_checkpoint(path, model,
+        optimizer)`: objects handed to a checkpointing function the file does not show have
+        their state saved (or restored) there. A helper of the file is read instead."""
+        callee = (dotted_name(record.node.func) or "").rsplit(".", 1)[-1].lower()
+        if not callee or not _CHECKPOINTING_CALL.search(callee):
+            return
+        item = self.classify(record)
+        if isinstance(item, HelperCall) and item.callee is not None:
+            return
+        restores = bool(_RESTORING.search(callee))
+        for arg in record.node.args:
+            for name in _objects(arg.value):
+                self.state_calls.append(StateCall(record, name, self.resolver.identity(name, record.unit.scope), restores))
+
+    def _parents(self) -> Dict[int, CallRecord]:
+        """id(call) -> the call it is an argument of."""
+        parents: Dict[int, CallRecord] = {}
+        for record in self.index.calls:
+            for arg in record.node.args:
+                if isinstance(arg.value, cst.Call):
+                    parents[id(arg.value)] = record
+        return parents
+
+    # ------------------------------------------------------------------ optimizers
+    def is_optimizer(self, call: StateCall) -> bool:
+        if call.key in self.scalers.optimizers:
+            return True
+        return vocabulary.looks_like_optimizer(call.receiver)
+
+    def optimizer_state(self) -> List[StateCall]:
+        """Where the file checkpoints an optimizer's state or restores it from a checkpoint."""
+        return [call for call in self.state_calls if self.is_optimizer(call)]
+
+    # ------------------------------------------------------------------ scalers
+    def scaler_state(self, key: str) -> List[StateCall]:
+        """Saves and restores of the scaler `key`'s state, through copies and helpers."""
+        aliases = self.aliases(key)
+        return [call for call in self.state_calls if call.key in aliases]
+
+    def scaler_state_kept(self, key: str) -> Optional[HandOff]:
+        """Why the scaler `key`'s state may reach a checkpoint: the file saves or restores it
+        (through copies and helpers), hands it to code that may, or saves state generically.
+        None when nothing the file shows keeps it."""
+        if key not in self._kept:
+            self._kept[key] = self._why_kept(key)
+        return self._kept[key]
+
+    def _why_kept(self, key: str) -> Optional[HandOff]:
+        found = self.scaler_state(key)
+        if found:
+            return HandOff(found[0].node, "its state is saved or restored")
+        if self.generic:
+            return HandOff(self.generic[0].node, "the file saves objects' state generically")
+        return next(self._hand_offs(key, self.aliases(key)), None)
+
+    def aliases(self, key: str) -> Set[str]:
+        """The variables that hold the scaler `key`: itself, what it is copied into
+        (`self.scaler = scaler`), the parameters of this file's helpers it is passed to."""
+        found = {key}
+        pending = [key]
+        while pending and len(found) < _MAX_ALIASES:
+            current = pending.pop()
+            for alias in self._copies(current):
+                if alias not in found:
+                    found.add(alias)
+                    pending.append(alias)
+        return found
+
+    def _copies(self, key: str) -> Iterator[str]:
+        for binding in all_bindings(self.index):
+            value = binding.value
+            if isinstance(value, cst.IfExp):  # `self.scaler = scaler if amp else None`
+                candidates = [value.body, value.orelse]
+            else:
+                candidates = [value] if value is not None else []
+            for candidate in candidates:
+                name = dotted_name(candidate) if candidate is not None else None
+                if name is not None and self.resolver.identity(name, binding.value_scope) == key:
+                    yield binding_key(binding)
+        for record, position, argument in self._passed(key):
+            item = self.classify(record)
+            if isinstance(item, HelperCall) and item.callee is not None:
+                parameter = _parameter_for(item, position, argument)
+                if parameter is not None:
+                    yield self.resolver.identity(parameter, item.callee.scope)
+        for _, targets in self._returned({key}):
+            yield from targets or ()
+
+    def _returned(self, aliases: Set[str]) -> Iterator[Tuple[cst.Return, Optional[List[str]]]]:
+        """Each `return` of a holder of the scaler (alone, or in a tuple), with the variables
+        the callers in this file unpack it into; None when some caller's use is not a plain
+        assignment, or no caller is in the file."""
+        if self._returns is None:
+            self._returns = [(unit, node) for unit in self.index.units if not unit.is_module for node in _returns(unit)]
+        for unit, node in self._returns:
+            position = self._position_returned(node.value, aliases, unit.scope)
+            if position is None:
+                continue
+            targets: Optional[List[str]] = []
+            callers = self._callers(unit)
+            for record in callers:
+                target = self._unpacked_into(record, position)
+                if target is None:
+                    targets = None
+                    break
+                targets.append(target)  # type: ignore[union-attr]
+            yield node, targets if callers else None
+
+    def _position_returned(self, value: Optional[cst.BaseExpression], aliases: Set[str], scope: Scope) -> Optional[int]:
+        """-1 when `value` is a holder of the scaler, its index when it is in the tuple returned."""
+        if value is None:
+            return None
+        name = dotted_name(value)
+        if name is not None:
+            return -1 if self.resolver.identity(name, scope) in aliases else None
+        if isinstance(value, cst.Tuple):
+            for index, element in enumerate(value.elements):
+                name = dotted_name(element.value)
+                if name is not None and self.resolver.identity(name, scope) in aliases:
+                    return index
+        return None
+
+    def _callers(self, unit: CodeUnit) -> List[CallRecord]:
+        found = []
+        for record in self.index.calls:
+            item = self.classify(record)
+            if isinstance(item, HelperCall) and item.callee is unit:
+                found.append(record)
+        return found
+
+    def _unpacked_into(self, record: CallRecord, position: int) -> Optional[str]:
+        """The variable that takes the returned value at `position` (-1: the whole value)
+        where the call is the right-hand side of an assignment."""
+        for binding in self._bindings_from(record):
+            if position == -1 and binding.value is record.node:
+                return binding_key(binding)
+            if position >= 0 and isinstance(binding.node, cst.Assign) and len(binding.node.targets) == 1:
+                target = binding.node.targets[0].target
+                if isinstance(target, (cst.Tuple, cst.List)) and position < len(target.elements):
+                    element = target.elements[position].value
+                    if dotted_name(element) == binding.name:
+                        return binding_key(binding)
+        return None
+
+    def _bindings_from(self, record: CallRecord) -> Iterator:
+        for binding in all_bindings(self.index):
+            if binding.source is record.node:
+                yield binding
+
+    def _passed(self, key: str) -> Iterator[Tuple[CallRecord, int, cst.Arg]]:
+        """Calls that take the scaler itself as an argument: (call, position, argument)."""
+        for record in self.index.calls:
+            for position, arg in enumerate(record.node.args):
+                if any(self.resolver.identity(name, record.unit.scope) == key for name in _objects(arg.value)):
+                    yield record, position, arg
+
+    def _hand_offs(self, original: str, aliases: Set[str]) -> Iterator[HandOff]:
+        """Where a holder of the scaler hands it to code that may checkpoint it."""
+        for key in aliases:
+            if key != original and key.startswith("dot:"):
+                # `state.scaler = scaler`: another object holds it, and may be saved whole.
+                yield HandOff(self.index.module, f"`{key[4:]}` holds it")
+            for record, _, arg in self._passed(key):
+                item = self.classify(record)
+                if isinstance(item, HelperCall) and item.callee is not None:
+                    continue  # followed: its parameter is an alias
+                callee = dotted_name(record.node.func) or ""
+                last = callee.rsplit(".", 1)[-1]
+                if callee == "setattr":
+                    yield HandOff(record.node, "an object's attribute holds it")
+                elif "." in callee and last in _COLLECTING:
+                    yield HandOff(record.node, f"`{callee}` collects it")
+                elif _CHECKPOINTING.search(last.lower()):
+                    yield HandOff(record.node, f"it is passed to `{callee}`")
+                elif last[:1].isupper():
+                    yield HandOff(record.node, f"an instance of `{callee}` holds it")
+        # Inside an object whose whole state is saved: `trainer.state_dict()` with
+        # `trainer.scaler` the scaler, `self.state_dict()` of a class that does not show its
+        # own `state_dict`.
+        for key in aliases:
+            name = key.rsplit(":", 1)[-1]
+            owner = name.rsplit(".", 1)[0] if "." in name else None
+            if owner is None:
+                continue
+            for call in self.state_calls:
+                if owner == "self" and call.receiver == "self":
+                    classes = self.resolver.class_and_bases(call.record.unit.scope)
+                    if any(key.startswith(c.key + ":") for c in classes) and not any(
+                        b.kind == "def" for c in classes for b in c.bindings.get("state_dict", ())
+                    ):
+                        yield HandOff(call.node, "`self.state_dict()` may hold it")
+                elif owner != "self" and (call.receiver == owner or owner.startswith(call.receiver + ".")):
+                    yield HandOff(call.node, f"`{call.receiver}`'s state may hold it")
+        # Into a container, another object's attribute, a return value.
+        for binding in all_bindings(self.index):
+            if binding_key(binding) in aliases or binding.source is None:
+                continue
+            source = binding.source
+            if isinstance(source, (cst.Dict, cst.List, cst.Tuple, cst.Set)) and self._mentions(source, aliases, binding.value_scope):
+                yield HandOff(binding.node, f"`{binding.name}` collects it")
+        for record in self.index.calls:
+            for arg in record.node.args:
+                if isinstance(arg.value, (cst.Dict, cst.List, cst.Tuple, cst.Set)) and self._mentions(arg.value, aliases, record.unit.scope):
+                    yield HandOff(record.node, "it is passed inside a collection")
+        for unit, loop, _ in self.index.loops:
+            if isinstance(loop, cst.For):
+                iterated = loop.iter
+                if isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute):
+                    iterated = iterated.func.value  # `{"scaler": scaler, ...}.items()`
+                if isinstance(iterated, (cst.Dict, cst.List, cst.Tuple, cst.Set)) and self._mentions(iterated, aliases, unit.scope):
+                    yield HandOff(loop, "a loop over objects holds it")
+        for node, targets in self._returned(aliases):
+            if targets is None:
+                yield HandOff(node, "it is returned to code that may keep it")
+
+    def _mentions(self, expression: cst.BaseExpression, aliases: Set[str], scope: Scope) -> bool:
+        """Whether a collection literal holds the scaler object itself (not `scaler.get_scale()`)."""
+        candidates: List[cst.BaseExpression] = []
+        if isinstance(expression, (cst.List, cst.Tuple, cst.Set)):
+            candidates += [element.value for element in expression.elements]
+        elif isinstance(expression, cst.Dict):
+            candidates += [element.value for element in expression.elements if isinstance(element, cst.DictElement)]
+        for candidate in candidates:
+            name = dotted_name(candidate)
+            if name is not None and self.resolver.identity(name, scope) in aliases:
+                return True
+        return False
+
+
+def _generic_receiver(bindings) -> bool:
+    """A variable filled by `getattr(obj, name)`: state saved by attribute name."""
+    return bool(bindings) and all(_is_getattr(b.value) for b in bindings)
+
+
+def _objects(value: cst.BaseExpression) -> List[str]:
+    """The variables an argument may hand over: `scaler`, or either branch of `scaler if
+    amp else None`."""
+    if isinstance(value, cst.IfExp):
+        return _objects(value.body) + _objects(value.orelse)
+    name = dotted_name(value)
+    return [name] if name is not None else []
+
+
+def _is_getattr(value: Optional[cst.BaseExpression]) -> bool:
+    return isinstance(value, cst.Call) and dotted_name(value.func) == "getattr"
+
+
+def _in_memory(record: CallRecord, restores: bool, parents: Dict[int, CallRecord], resolver: Resolver) -> bool:
+    """A state copied in memory, not a checkpoint: `copy.deepcopy(opt.state_dict())`,
+    `opt.load_state_dict(opt.state_dict())`, `opt.load_state_dict(copy.deepcopy(saved))`,
+    `opt.load_state_dict(initial)` with `initial` such a copy."""
+
+    def copied(value: Optional[cst.BaseExpression]) -> bool:
+        if isinstance(value, cst.Call):
+            name = (dotted_name(value.func) or "").rsplit(".", 1)[-1]
+            return name in _COPIES or name == "state_dict"
+        return False
+
+    if restores:
+        if not record.node.args:
+            return False
+        value = record.node.args[0].value
+        name = dotted_name(value)
+        if name is not None:
+            values = resolver.values(name, record.unit.scope)
+            return bool(values) and all(copied(bound) for bound, _ in values)
+        return copied(value)
+    parent = parents.get(id(record.node))
+    if parent is None:
+        return False
+    name = (dotted_name(parent.node.func) or "").rsplit(".", 1)[-1]
+    return name in _COPIES or name == "load_state_dict"
+
+
+def _parameter_for(call: HelperCall, position: int, arg: cst.Arg) -> Optional[str]:
+    """The callee's parameter that receives `arg` (the call's argument at `position`)."""
+    if arg.keyword is not None:
+        return arg.keyword.value if arg.keyword.value in call.parameters else None
+    if arg.star:
+        return None
+    args = call.record.node.args
+    if any(a.star for a in args[:position]):
+        return None
+    index = sum(1 for a in args[:position] if a.keyword is None) + (1 if call.bound_self else 0)
+    parameters = call.parameters
+    return parameters[index] if index < len(parameters) else None
+
+
+def _returns(unit: CodeUnit) -> Iterator[cst.Return]:
+    """The unit's own return statements (not those of functions nested in it)."""
+
+    def descend(node: cst.CSTNode) -> bool:
+        return node is unit.node or not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+    for node in iter_tree(unit.node, descend):
+        if isinstance(node, cst.Return):
+            yield node

@@ -1,0 +1,242 @@
+"""How often code runs: the loop whose every iteration runs a call again.
+
+A call runs once per iteration of the innermost loop around it in its unit. A call in no loop
+of its unit runs once per call of the unit, so it repeats with every loop of a caller in the
+file around a call of that unit (followed a few callers up): `scaler = GradScaler()` in
+`train_one_epoch`, called from `for epoch in ...:`, runs once per epoch.
+
+Not every loop repeats what it holds. A body that ends every iteration with a top-level
+`break`, `return` or `raise` runs once (a retry loop that breaks on success), and a call
+under an `if` whose test changes from iteration to iteration (`if scaler is None:`, `if
+step == 0:`, `if not hasattr(self, "scaler"):`) need not run each time. What is bound in the
+loop, or in the functions an iteration calls, is what changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
+
+import libcst as cst
+
+from amplint.semantic.calls import Classified, HelperCall
+from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, LoopFrame, ModuleIndex
+from amplint.semantic.names import dotted_name, names_read, roots
+from amplint.semantic.walk import iter_tree
+
+Loop = Union[cst.For, cst.While]
+
+# How many callers up a function's calls are followed to find the loop that repeats them.
+_MAX_CALLERS = 3
+# Tests that ask whether something exists yet: lazy initialisation, which runs once.
+_EXISTENCE_CHECKS = frozenset({"hasattr", "getattr", "callable", "isinstance"})
+
+
+@dataclass(frozen=True, eq=False)
+class Repetition:
+    """A call runs once per iteration of `loop`, written in `unit`: directly in the loop's body
+    (`via` empty), or in a function that the calls along `via` reach from inside the loop
+    (`via[0]` is in the loop; each next call is in the callee of the one before)."""
+
+    loop: Loop
+    unit: CodeUnit
+    via: Tuple[CallRecord, ...] = ()
+
+    @property
+    def header(self) -> str:
+        """The loop's first line, as a message quotes it: `for epoch in range(epochs):`."""
+        from amplint.semantic.names import source_text
+
+        if isinstance(self.loop, cst.For):
+            return f"for {source_text(self.loop.target)} in {source_text(self.loop.iter)}:"
+        return f"while {source_text(self.loop.test)}:"
+
+
+class Repetitions:
+    def __init__(self, index: ModuleIndex, classify: Callable[[CallRecord], Classified]) -> None:
+        self.index = index
+        self.classify = classify
+        self._callers: Optional[Dict[int, List[CallRecord]]] = None
+        self._bodies: Dict[int, FrozenSet[int]] = {}
+        self._records: Optional[Dict[int, CallRecord]] = None
+        self._bindings: Optional[List[Binding]] = None
+
+    # ------------------------------------------------------------------ lookups
+    def record(self, call: cst.Call) -> Optional[CallRecord]:
+        """The index's record of a call node."""
+        if self._records is None:
+            self._records = {id(record.node): record for record in self.index.calls}
+        return self._records.get(id(call))
+
+    def callers(self, unit: CodeUnit) -> List[CallRecord]:
+        """The calls in this file that run `unit` (a function of the file)."""
+        if self._callers is None:
+            self._callers = {}
+            for record in self.index.calls:
+                if not record.immediate:
+                    continue
+                item = self.classify(record)
+                if isinstance(item, HelperCall) and item.callee is not None:
+                    self._callers.setdefault(id(item.callee), []).append(record)
+        return self._callers.get(id(unit), [])
+
+    def callees(self, unit: CodeUnit) -> List[CodeUnit]:
+        """The functions of this file that `unit` calls."""
+        found = []
+        for record in unit.calls:
+            item = self.classify(record)
+            if isinstance(item, HelperCall) and item.callee is not None:
+                found.append(item.callee)
+        return found
+
+    def connected(self, units: List[CodeUnit]) -> List[CodeUnit]:
+        """`units`, everything they call, everything that calls them, transitively: the
+        code of this file one run of them may go through."""
+        found: List[CodeUnit] = []
+        for direction in (self.callees, lambda unit: [record.unit for record in self.callers(unit)]):
+            pending = list(units)
+            seen: Set[int] = set()
+            while pending:
+                unit = pending.pop()
+                if id(unit) in seen:
+                    continue
+                seen.add(id(unit))
+                if not any(unit is other for other in found):
+                    found.append(unit)
+                pending.extend(direction(unit))
+        return found
+
+    def body(self, loop: Loop) -> FrozenSet[int]:
+        """The ids of every node in the loop's body (not its `else`)."""
+        key = id(loop)
+        if key not in self._bodies:
+            self._bodies[key] = frozenset(id(node) for node in iter_tree(loop.body))
+        return self._bodies[key]
+
+    def inside(self, node: cst.CSTNode, loop: Loop) -> bool:
+        return id(node) in self.body(loop)
+
+    # ------------------------------------------------------------------ the loops
+    def around(self, record: CallRecord) -> List[Repetition]:
+        """The loops a call runs once per iteration of: the innermost loop around it in its
+        unit, or else, for each caller in the file, the loops around the calls that run it.
+        Loops that run their body once are not repetitions."""
+        return list(self._around(record, (), 0))
+
+    def _around(self, record: CallRecord, via: Tuple[CallRecord, ...], depth: int) -> Iterator[Repetition]:
+        loops = [frame.node for frame in record.frames if isinstance(frame, LoopFrame)]
+        if loops:
+            if self.repeats(loops[-1]):
+                yield Repetition(loops[-1], record.unit, via)
+            return
+        if depth >= _MAX_CALLERS or record.unit.is_module:
+            return
+        for caller in self.callers(record.unit):
+            if any(caller is seen for seen in via):
+                continue  # recursion
+            yield from self._around(caller, (caller,) + via, depth + 1)
+
+    def repeats(self, loop: Loop) -> bool:
+        """False for a loop whose body ends every iteration at a top-level `break`, `return`
+        or `raise` (in the body itself, or in the body of a `try` there): it runs once."""
+        statements: List[cst.CSTNode] = list(loop.body.body)
+        while statements:
+            statement = statements.pop(0)
+            if isinstance(statement, cst.SimpleStatementLine):
+                if any(isinstance(small, (cst.Break, cst.Return, cst.Raise)) for small in statement.body):
+                    return False
+            elif isinstance(statement, (cst.Try, cst.TryStar)):
+                statements.extend(statement.body.body)
+                if statement.orelse is not None:
+                    statements.extend(statement.orelse.body.body)
+        return True
+
+    # ------------------------------------------------------------------ what an iteration runs
+    def units_called(self, repetition: Repetition) -> List[CodeUnit]:
+        """The functions along `via`: each runs whole, once per iteration."""
+        units = []
+        for call in repetition.via:
+            item = self.classify(call)
+            if isinstance(item, HelperCall) and item.callee is not None:
+                units.append(item.callee)
+        return units
+
+    def binds_each_iteration(self, binding: Binding, repetition: Repetition) -> bool:
+        """Whether `binding` runs within one iteration: its statement is in the loop's body, or
+        in a function the iteration calls along `via` (a parameter is not: it holds what the
+        caller passes)."""
+        if binding.kind == "param":
+            return False
+        if self.inside(binding.node, repetition.loop):
+            return True
+        home = self.index.unit_of_scope.get(id(binding.value_scope))
+        return home is not None and any(home is unit for unit in self.units_called(repetition))
+
+    def all_bindings(self) -> List[Binding]:
+        if self._bindings is None:
+            from amplint.semantic.scalers import all_bindings
+
+            self._bindings = list(all_bindings(self.index))
+        return self._bindings
+
+    def runs_every_iteration(self, record: CallRecord, repetition: Repetition) -> bool:
+        """Whether the `if`s between the loop and the call test the same thing each iteration:
+        none reads what an iteration binds (the loop variable, a counter, the very variable
+        the call fills: `if scaler is None:`), or asks whether something exists yet."""
+        # The calls from the loop down to `record`, each with the unit it is written in.
+        chain = list(repetition.via[1:]) + [record]
+        first = repetition.via[0] if repetition.via else record
+        varying = self._bound_in_loop(repetition)
+        if self._guards_vary(first, varying, after=repetition.loop):
+            return False
+        caller = first
+        for current in chain if repetition.via else []:
+            varying = self._varying_in_callee(caller, varying)
+            if varying is None or self._guards_vary(current, varying):
+                return False
+            caller = current
+        return True
+
+    def _bound_in_loop(self, repetition: Repetition) -> Set[str]:
+        names: Set[str] = set()
+        for binding in self.all_bindings():
+            if self.inside(binding.node, repetition.loop) or binding.node is repetition.loop:
+                names.add(binding.name)
+        return names
+
+    def _varying_in_callee(self, call: CallRecord, varying: Set[str]) -> Optional[Set[str]]:
+        """What may differ between calls inside the callee of `call`: everything it binds, and
+        the parameters that receive something the caller's iteration changes."""
+        item = self.classify(call)
+        if not isinstance(item, HelperCall) or item.callee is None:
+            return None
+        callee = item.callee
+        names = {
+            binding.name
+            for binding in self.all_bindings()
+            if binding.kind != "param" and self.index.unit_of_scope.get(id(binding.value_scope)) is callee
+        }
+        for parameter in callee.parameters:
+            argument = item.argument_for(parameter)
+            if argument is not None and set(roots(names_read(argument))) & _roots(varying):
+                names.add(parameter)
+        return names
+
+    def _guards_vary(self, record: CallRecord, varying: Set[str], after: Optional[Loop] = None) -> bool:
+        frames = record.frames
+        if after is not None:
+            positions = [i for i, frame in enumerate(frames) if isinstance(frame, LoopFrame) and frame.node is after]
+            frames = frames[positions[-1] + 1 :] if positions else frames
+        tests = [frame.test for frame in frames if isinstance(frame, GuardFrame)]
+        return any(self._test_varies(test, varying) for test in tests)
+
+    @staticmethod
+    def _test_varies(test: cst.BaseExpression, varying: Set[str]) -> bool:
+        for node in iter_tree(test):
+            if isinstance(node, cst.Call) and dotted_name(node.func) in _EXISTENCE_CHECKS:
+                return True
+        return bool(set(roots(names_read(test))) & _roots(varying))
+
+
+def _roots(names: Set[str]) -> Set[str]:
+    return set(roots(names)) | set(names)

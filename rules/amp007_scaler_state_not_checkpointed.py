@@ -1,0 +1,375 @@
+from __future__ import annotations
+
+from typing import Iterator, Set
+
+from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.semantic import ScalerInfo, SemanticModel, StateCall
+from amplint.semantic.names import source_text
+
+
+class ScalerStateNotCheckpointed(Rule):
+    """A checkpoint saves or restores the optimizer's state but not the GradScaler's.
+
+    ## What it does
+    Flags a `GradScaler(...)` built in a file that checkpoints an optimizer
+    (`optimizer.state_dict()` saved, `optimizer.load_state_dict(...)` on resume, or the
+    optimizer handed to another module's `save_checkpoint(...)` / `load_checkpoint(...)`)
+    but never saves or restores the scaler's state; and a `GradScaler(...)` built again
+    after `scaler.load_state_dict(...)` restored it.
+
+    A scaler local to a function counts only when a checkpoint is in code connected to that
+    function by calls in the file (it calls it, is called by it, or is handed the scaler);
+    one kept on an object or in a module global, anywhere in the file. The scaler's state
+    counts as kept when the file calls `scaler.state_dict()` or
+    `scaler.load_state_dict(...)` anywhere (a checkpoint dict built over several statements,
+    a trainer's own `state_dict()`), including through its helpers
+    (`save_checkpoint(model, optimizer, scaler, path)` whose body saves it) and the variables
+    it is copied into; and when the scaler is handed to code that may checkpoint it: a
+    function named like saving, a class (`Checkpointer(model, scaler=scaler)`), a
+    collection or another object (`to_save = {"scaler": scaler}`), a return value, an object
+    whose whole `state_dict()` is saved. Scalers built with `enabled=False`, files whose
+    autocast is only bfloat16, and framework-managed precision (accelerate, Lightning,
+    DeepSpeed save their own scaler) are not flagged.
+
+    ## Why is this bad?
+    The scaler's scale is training state, like the optimizer's moments: the run lowered it
+    from 65536 to whatever its gradients fit in float16. A resumed run whose scaler is new
+    starts again at 65536 and overflows again, skipping each overflowing step and halving
+    the scale, until it is back where it was. A `GradScaler` built again after
+    `load_state_dict` throws the restored scale away the same way.
+
+    ## What goes wrong at runtime
+    Measured by `amplint verify` (CPU, float16, Adam, targets large enough that the run's
+    scale fell from 65536 to 1024 in 20 steps; then a save, a reload into a new model,
+    optimizer and scaler, and 20 more steps): the buggy resume restarted at scale 65536
+    instead of 1024 and skipped 7 of its 20 steps where the fixed resume skipped 1. The 6
+    extra skipped steps are exactly the 6 halvings from 65536 back down to the saved 1024.
+    The cost is one skipped step per halving between 65536 and the scale the run had
+    reached, at every resume: nothing for a run whose scale never fell, a handful of lost
+    updates for one that did.
+
+    ## Example
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    ...
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+    ...
+    checkpoint = torch.load(path)
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    ...
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()},
+        path,
+    )
+    ...
+    checkpoint = torch.load(path)
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scaler.load_state_dict(checkpoint["scaler"])
+    ```
+    """
+
+    code = "AMP007"
+    name = "scaler-state-not-checkpointed"
+    severity = "error"
+    # A scaler the file builds is what the rule is about.
+    triggers = ("GradScaler",)
+
+    PREDICTIONS = (
+        Prediction(
+            "overflow",
+            "resume_scale",
+            "The resumed run starts again at the initial scale: its first scale after the resume is 65536, "
+            "at least 16x the scale the fixed run continues with (the one it had reached).",
+            compare="buggy/fixed",
+            at_least=16,
+            dtypes=("float16",),
+        ),
+        Prediction(
+            "overflow",
+            "skipped_after_resume",
+            "The resumed run skips one step per halving back to the saved scale: buggy minus fixed skipped "
+            "steps after the resume is log2(65536 / saved scale), within 10%.",
+            compare="buggy-fixed",
+            at_least=0.9,
+            at_most=1.1,
+            expected="buggy.halvings_to_saved_scale",
+            dtypes=("float16",),
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        if not model.float16_possible:
+            return
+        reported: Set[str] = set()
+        for scaler, record in model.grad_scalers_built():
+            restore = model.restored_before(record, scaler.key)
+            if restore is not None:
+                yield Report(record.node, _built_again(scaler, record.node, restore))
+                continue
+            # Quote a save where there is one, the optimizer's own state_dict() first.
+            checkpoints = sorted(model.optimizer_checkpoints(scaler.key), key=lambda c: (c.restores, not c.direct))
+            if checkpoints and scaler.key not in reported and model.scaler_state_kept(scaler.key) is None:
+                reported.add(scaler.key)
+                yield Report(record.node, _not_checkpointed(scaler, record.node, checkpoints[0]))
+
+    VALID = (
+        # The canonical checkpoint: the scaler's state beside the optimizer's.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+if args.resume:
+    ckpt = torch.load(args.resume)
+    optimizer.load_state_dict(ckpt["optimizer"])
+    scaler.load_state_dict(ckpt["scaler"])
+torch.save({"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, "last.pt")
+""",
+        # An optional scaler, checkpointed when there is one; the dict built over several statements.
+        """
+import torch
+scaler = torch.cuda.amp.GradScaler() if args.amp else None
+def save(epoch):
+    ckpt = {"epoch": epoch, "optimizer": optimizer.state_dict()}
+    if scaler is not None:
+        ckpt["scaler"] = scaler.state_dict()
+    torch.save(ckpt, "last.pt")
+""",
+        # `enabled=use_amp`: the state is saved whatever it is.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+checkpoint = {"optimizer": optimizer.state_dict()}
+checkpoint["grad_scaler"] = scaler.state_dict()
+torch.save(checkpoint, path)
+""",
+        # A disabled scaler has no state worth keeping.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+torch.save({"optimizer": optimizer.state_dict()}, path)
+""",
+        # bfloat16 only: nothing overflows, the scale never falls.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+torch.save({"optimizer": optimizer.state_dict()}, path)
+""",
+        # A helper of the file that saves its parameter's state.
+        """
+import torch
+def save_checkpoint(model, optimizer, grad_scaler, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scaler": grad_scaler.state_dict()}, path)
+scaler = torch.amp.GradScaler("cuda")
+save_checkpoint(model, optimizer, scaler, "last.pt")
+""",
+        # Checkpoint helpers of another module, handed the scaler.
+        """
+import torch
+from utils import load_checkpoint, save_checkpoint
+scaler = torch.amp.GradScaler(enabled=use_fp16)
+net_g, optim_g, epoch, scaler_state = load_checkpoint(last_path, net_g, optim_g)
+if scaler_state:
+    scaler.load_state_dict(scaler_state)
+save_checkpoint(net_g, optim_g, lr, epoch, last_path, scaler)
+""",
+        """
+import torch
+from utils import save_on_master
+scaler = torch.amp.GradScaler("cuda")
+save_on_master({"optimizer": optimizer.state_dict()}, path, scaler=scaler)
+""",
+        # A trainer whose own state_dict() holds the scaler's.
+        """
+import torch
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.optimizer = optimizer
+        self.grad_scaler = torch.cuda.amp.GradScaler()
+    def state_dict(self):
+        state = {"optimizer": self.optimizer.state_dict()}
+        state["grad_scaler"] = self.grad_scaler.state_dict()
+        return state
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.grad_scaler.load_state_dict(state["grad_scaler"])
+""",
+        # The whole trainer object is saved; its class (elsewhere) includes the scaler.
+        """
+import torch
+trainer.scaler = torch.amp.GradScaler("cuda")
+trainer.optimizer.load_state_dict(torch.load(path)["optimizer"])
+torch.save(trainer.state_dict(), path)
+""",
+        # Objects handed to a framework's checkpointing.
+        """
+import torch
+from ignite.handlers import Checkpoint
+scaler = torch.amp.GradScaler("cuda")
+to_save = {"model": model, "optimizer": optimizer, "scaler": scaler}
+Checkpoint.load_objects(to_load=to_save, checkpoint=torch.load(path))
+optimizer.load_state_dict(torch.load(opt_path))
+""",
+        # accelerate saves its own scaler with save_state.
+        """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer = accelerator.prepare(model, optimizer)
+accelerator.save_state("ckpt")
+torch.save(optimizer.state_dict(), "opt.pt")
+""",
+        # An in-memory copy of the optimizer is not a checkpoint.
+        """
+import copy, torch
+scaler = torch.amp.GradScaler("cuda")
+initial = copy.deepcopy(optimizer.state_dict())
+optimizer.load_state_dict(initial)
+""",
+        # The scaler is built again only on the branch that does not resume.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+if args.resume:
+    ckpt = torch.load(args.resume)
+    scaler.load_state_dict(ckpt["scaler"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+else:
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**10)
+torch.save({"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, path)
+""",
+        # Built again only when there was nothing to resume.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+if args.resume:
+    ckpt = torch.load(args.resume)
+    scaler.load_state_dict(ckpt["scaler"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+if not args.resume:
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**10)
+torch.save({"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, path)
+""",
+        # A scaler local to a function that no checkpoint is connected to (a warm-up, a
+        # benchmark): it does not live across a resume.
+        """
+import torch
+def warmup(model, optimizer, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+def save(model, optimizer, scaler, path):
+    torch.save({"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, path)
+""",
+        # No checkpoint at all: nothing to resume.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+torch.save(model.state_dict(), "model.pt")
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = model(x, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+""",
+            at=((3, 10),),
+        ),
+        # Resume only: the optimizer's state comes back, the scaler's does not.
+        Flagged(
+            """
+import torch
+class Trainer:
+    def __init__(self, model, optimizer, use_amp):
+        self.optimizer = optimizer
+        self.scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+    def resume(self, path):
+        state = torch.load(path)
+        self.optimizer.load_state_dict(state["optimizer"])
+""",
+            at=((6, 23),),
+        ),
+        # Another module's checkpoint helpers get the optimizer, not the scaler.
+        Flagged(
+            """
+import torch
+from utils import load_checkpoint, save_checkpoint
+optim_g = torch.optim.AdamW(net_g.parameters(), lr)
+net_g, optim_g, epoch = load_checkpoint(last_path, net_g, optim_g)
+scaler = torch.amp.GradScaler(enabled=use_fp16)
+for epoch in range(epoch, epochs):
+    train_and_evaluate(net_g, optim_g, scaler, loader)
+    save_checkpoint(net_g, optim_g, lr, epoch, last_path)
+""",
+            at=((6, 10),),
+        ),
+        # Handed to a training function only, which does not checkpoint it.
+        Flagged(
+            """
+import torch
+from engine import train_one_epoch
+scaler = torch.amp.GradScaler("cuda", enabled=args.amp)
+for epoch in range(args.epochs):
+    train_one_epoch(model, loader, optimizer, scaler)
+    torch.save({"optimizer": optimizer.state_dict(), "epoch": epoch}, "last.pt")
+""",
+            at=((4, 10),),
+        ),
+        # Built again after its state was restored.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+ckpt = torch.load(path)
+optimizer.load_state_dict(ckpt["optimizer"])
+scaler.load_state_dict(ckpt["scaler"])
+scaler = torch.amp.GradScaler("cuda")
+""",
+            at=((7, 10),),
+        ),
+    )
+
+
+def _not_checkpointed(scaler: ScalerInfo, call, optimizer: StateCall) -> str:
+    what = "saves" if not optimizer.restores else "restores"
+    return (
+        f"`{scaler.name}` (`{source_text(call)}`) is never saved or restored, while this file {what} the "
+        f"optimizer's state (`{source_text(optimizer.node)}`): a resumed run starts again at the initial scale "
+        f"(65536) and skips steps until it is back at the scale the run had reached. Save "
+        f"`{scaler.name}.state_dict()` in the checkpoint and call `{scaler.name}.load_state_dict(...)` on resume."
+    )
+
+
+def _built_again(scaler: ScalerInfo, call, restore: StateCall) -> str:
+    return (
+        f"`{source_text(call)}` builds a new GradScaler after `{source_text(restore.node)}` restored "
+        f"`{scaler.name}`: the restored scale is thrown away and the run starts again at 65536. Build the "
+        "scaler once, before restoring its state."
+    )
