@@ -32,11 +32,13 @@ class ScalerStateNotCheckpointed(Rule):
     DeepSpeed save their own scaler) are not flagged.
 
     ## Why is this bad?
-    The scaler's scale is training state, like the optimizer's moments: the run lowered it
+    The scaler's scale is training state, like the optimizer's moments: the run moved it
     from 65536 to whatever its gradients fit in float16. A resumed run whose scaler is new
-    starts again at 65536 and overflows again, skipping each overflowing step and halving
-    the scale, until it is back where it was. A `GradScaler` built again after
-    `load_state_dict` throws the restored scale away the same way.
+    starts again at 65536. If the scale had fallen, it overflows again, skipping each
+    overflowing step and halving the scale until it is back where it was; if it had grown,
+    it runs at a lower scale, closer to float16 underflow, for 2000 steps per doubling. A
+    `GradScaler` built again after `load_state_dict` throws the restored scale away the
+    same way.
 
     ## What goes wrong at runtime
     Measured by `amplint verify` (CPU, float16, Adam, targets large enough that the run's
@@ -44,9 +46,9 @@ class ScalerStateNotCheckpointed(Rule):
     optimizer and scaler, and 20 more steps): the buggy resume restarted at scale 65536
     instead of 1024 and skipped 7 of its 20 steps where the fixed resume skipped 1. The 6
     extra skipped steps are exactly the 6 halvings from 65536 back down to the saved 1024.
-    The cost is one skipped step per halving between 65536 and the scale the run had
-    reached, at every resume: nothing for a run whose scale never fell, a handful of lost
-    updates for one that did.
+    By that mechanism the cost is one skipped step per halving between 65536 and the scale
+    the run had reached, at every resume: none for a run whose scale never fell, a handful
+    of lost updates for one that did.
 
     ## Example
     ```python

@@ -257,6 +257,31 @@ def test_state_saved_by_attribute_name_may_be_anything():
     assert found.scaler_state_kept(info.key).why == "the file saves objects' state generically"
 
 
+def test_returns_are_found_in_nested_blocks():
+    found = model(
+        """
+        import torch
+        def build_amp(cfg):
+            scaler = torch.amp.GradScaler("cuda")
+            try:
+                if cfg.amp:
+                    with ctx:
+                        return scaler
+            finally:
+                pass
+        def other():
+            scaler = torch.amp.GradScaler("cuda")
+            def inner(scaler):
+                return scaler
+            return inner(None)
+        """
+    )
+    (returned, local) = scalers(found)
+    assert found.scaler_state_kept(returned[0].key).why == "it is returned to code that may keep it"
+    # `inner`'s return is its own parameter's, not `other`'s scaler
+    assert found.scaler_state_kept(local[0].key) is None
+
+
 def test_returned_to_no_caller_in_the_file_may_be_kept():
     found = model(
         """

@@ -37,7 +37,7 @@ from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
 from amplint.semantic.names import dotted_name
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key
-from amplint.semantic.walk import iter_tree
+from amplint.semantic.walk import children
 
 # Functions whose job is to write or read a checkpoint: `save_checkpoint`, `save_on_master`,
 # `torch.save`, `save_model`, `dump_state`, `snapshot`, `resume_from`, `load_ckpt`.
@@ -132,6 +132,9 @@ class Checkpoints:
             self.state_calls.append(StateCall(record, receiver, resolver.identity(receiver, record.unit.scope), restores))
         self._kept: Dict[str, Optional[HandOff]] = {}
         self._returns: Optional[List[Tuple[CodeUnit, cst.Return]]] = None
+        self._assigned_from: Optional[Dict[str, List[str]]] = None
+        self._aliases: Dict[str, Set[str]] = {}
+        self._arguments: Optional[Dict[str, List[Tuple[CallRecord, int, cst.Arg]]]] = None
 
     def _handed_to_checkpointing(self, record: CallRecord) -> None:
         """`save_checkpoint(model, optimizer, epoch, path)`, `load_checkpoint(path, model,
@@ -192,7 +195,9 @@ class Checkpoints:
     def aliases(self, key: str) -> Set[str]:
         """The variables that hold the scaler `key`: itself, what it is copied into
         (`self.scaler = scaler`), the parameters of this file's helpers it is passed to."""
-        found = {key}
+        if key in self._aliases:
+            return self._aliases[key]
+        found = self._aliases[key] = {key}
         pending = [key]
         while pending and len(found) < _MAX_ALIASES:
             current = pending.pop()
@@ -203,16 +208,16 @@ class Checkpoints:
         return found
 
     def _copies(self, key: str) -> Iterator[str]:
-        for binding in all_bindings(self.index):
-            value = binding.value
-            if isinstance(value, cst.IfExp):  # `self.scaler = scaler if amp else None`
-                candidates = [value.body, value.orelse]
-            else:
-                candidates = [value] if value is not None else []
-            for candidate in candidates:
-                name = dotted_name(candidate) if candidate is not None else None
-                if name is not None and self.resolver.identity(name, binding.value_scope) == key:
-                    yield binding_key(binding)
+        if self._assigned_from is None:
+            # variable -> the variables assigned from it: `self.scaler = scaler`,
+            # `self.scaler = scaler if amp else None`.
+            self._assigned_from = {}
+            for binding in all_bindings(self.index):
+                if binding.value is not None:
+                    for name in _objects(binding.value):
+                        source = self.resolver.identity(name, binding.value_scope)
+                        self._assigned_from.setdefault(source, []).append(binding_key(binding))
+        yield from self._assigned_from.get(key, ())
         for record, position, argument in self._passed(key):
             item = self.classify(record)
             if isinstance(item, HelperCall) and item.callee is not None:
@@ -283,12 +288,16 @@ class Checkpoints:
             if binding.source is record.node:
                 yield binding
 
-    def _passed(self, key: str) -> Iterator[Tuple[CallRecord, int, cst.Arg]]:
-        """Calls that take the scaler itself as an argument: (call, position, argument)."""
-        for record in self.index.calls:
-            for position, arg in enumerate(record.node.args):
-                if any(self.resolver.identity(name, record.unit.scope) == key for name in _objects(arg.value)):
-                    yield record, position, arg
+    def _passed(self, key: str) -> List[Tuple[CallRecord, int, cst.Arg]]:
+        """Calls that take the variable `key` itself as an argument: (call, position, argument)."""
+        if self._arguments is None:
+            self._arguments = {}
+            for record in self.index.calls:
+                for position, arg in enumerate(record.node.args):
+                    for name in _objects(arg.value):
+                        passed = self.resolver.identity(name, record.unit.scope)
+                        self._arguments.setdefault(passed, []).append((record, position, arg))
+        return self._arguments.get(key, [])
 
     def _hand_offs(self, original: str, aliases: Set[str]) -> Iterator[HandOff]:
         """Where a holder of the scaler hands it to code that may checkpoint it."""
@@ -423,11 +432,20 @@ def _parameter_for(call: HelperCall, position: int, arg: cst.Arg) -> Optional[st
 
 
 def _returns(unit: CodeUnit) -> Iterator[cst.Return]:
-    """The unit's own return statements (not those of functions nested in it)."""
-
-    def descend(node: cst.CSTNode) -> bool:
-        return node is unit.node or not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
-
-    for node in iter_tree(unit.node, descend):
-        if isinstance(node, cst.Return):
-            yield node
+    """The unit's own return statements (not those of functions nested in it), found through
+    its statements only: a return is never inside an expression."""
+    pending: List[cst.CSTNode] = list(unit.body)
+    while pending:
+        statement = pending.pop()
+        if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            for small in statement.body:
+                if isinstance(small, cst.Return):
+                    yield small
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        else:
+            for child in children(statement):
+                if isinstance(child, (cst.BaseSuite, cst.BaseCompoundStatement, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)):
+                    pending.append(child)
+                elif isinstance(child, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+                    pending.append(child)
