@@ -361,10 +361,11 @@ scaler = torch.amp.GradScaler("cuda")
 
 def _not_checkpointed(scaler: ScalerInfo, call, optimizer: StateCall) -> str:
     what = "saves" if not optimizer.restores else "restores"
+    where = source_text(optimizer.node) if optimizer.direct else f"{source_text(optimizer.node.func)}(..., {optimizer.receiver}, ...)"
     return (
         f"`{scaler.name}` (`{source_text(call)}`) is never saved or restored, while this file {what} the "
-        f"optimizer's state (`{source_text(optimizer.node)}`): a resumed run starts again at the initial scale "
-        f"(65536) and skips steps until it is back at the scale the run had reached. Save "
+        f"optimizer's state (`{where}`): a resumed run starts again at the initial scale (65536 by default) "
+        f"and skips steps until it is back at the scale the run had reached. Save "
         f"`{scaler.name}.state_dict()` in the checkpoint and call `{scaler.name}.load_state_dict(...)` on resume."
     )
 
@@ -372,6 +373,7 @@ def _not_checkpointed(scaler: ScalerInfo, call, optimizer: StateCall) -> str:
 def _built_again(scaler: ScalerInfo, call, restore: StateCall) -> str:
     return (
         f"`{source_text(call)}` builds a new GradScaler after `{source_text(restore.node)}` restored "
-        f"`{scaler.name}`: the restored scale is thrown away and the run starts again at 65536. Build the "
+        f"`{scaler.name}`: the restored scale is thrown away and the run starts again at the initial scale "
+        "(65536 by default). Build the "
         "scaler once, before restoring its state."
     )

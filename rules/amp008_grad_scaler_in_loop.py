@@ -364,6 +364,6 @@ def _message(name: str, record: CallRecord, loop: Repetition, step: Occurrence) 
         where = f"{built} builds a new GradScaler in every iteration of `{loop.header}`"
         fix = "Build the scaler once, before the loop."
     return (
-        f"{where}: each starts again at the initial scale (65536) while `{optimizer}` carries on, so the "
+        f"{where}: each starts again at the initial scale (65536 by default) while `{optimizer}` carries on, so the "
         f"scale never adapts and, whenever 65536 overflows float16, the same steps are skipped again. {fix}"
     )
