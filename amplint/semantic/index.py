@@ -177,6 +177,22 @@ class ModuleIndex:
     withs: List[Tuple[CodeUnit, WithFrame, Frames]]  # every `with` item, with the frames around it
     unit_of_scope: Dict[int, CodeUnit]
     _owners: Dict[int, List[Tuple[cst.CSTNode, StatementRecord]]] = field(default_factory=dict)
+    _lines: Dict[int, Union[cst.SimpleStatementLine, cst.SimpleStatementSuite]] = field(default_factory=dict)
+    _owners_of_calls: Dict[int, cst.CSTNode] = field(default_factory=dict)
+
+    def statement_of(self, call: cst.Call) -> Optional[cst.BaseStatement]:
+        """The statement a call is evaluated in, as it stands in its block: the line of a
+        simple statement that is alone on its line, or the compound statement whose header
+        holds it (`if`, `with`, `for`). None inside a lambda, or on a line of several."""
+        owner = self._owners_of_calls.get(id(call))
+        if owner is None:
+            return None
+        line = self._lines.get(id(owner))
+        if line is None:
+            return owner if isinstance(owner, cst.BaseCompoundStatement) else None
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            return line
+        return None
 
     def record(self, node: cst.CSTNode) -> Optional[StatementRecord]:
         return self.statements.get(id(node))
@@ -213,6 +229,8 @@ class _Indexer:
         self.withs: List[Tuple[CodeUnit, WithFrame, Frames]] = []
         self.unit_of_scope: Dict[int, CodeUnit] = {}
         self.owners: Dict[int, List[Tuple[cst.CSTNode, StatementRecord]]] = {}
+        self.lines: Dict[int, Union[cst.SimpleStatementLine, cst.SimpleStatementSuite]] = {}
+        self.owners_of_calls: Dict[int, cst.CSTNode] = {}
 
         scope = self._scope("module", module, "<module>", None)
         unit = CodeUnit(module, "<module>", scope)
@@ -232,6 +250,8 @@ class _Indexer:
             withs=self.withs,
             unit_of_scope=self.unit_of_scope,
             _owners=self.owners,
+            _lines=self.lines,
+            _owners_of_calls=self.owners_of_calls,
         )
 
     def _scope(self, kind: str, node: ScopeNode, name: str, parent: Optional[Scope]) -> Scope:
@@ -257,6 +277,7 @@ class _Indexer:
     def _statement(self, node: cst.CSTNode, scope: Scope, unit: CodeUnit, frames: Frames) -> None:
         if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             for small in node.body:
+                self.lines[id(small)] = node
                 self._small(small, scope, unit, frames)
         elif isinstance(node, cst.If):
             self._expression(node.test, node, scope, unit, frames)
@@ -471,6 +492,7 @@ class _Indexer:
                 if record is None:
                     record = self._record(owner, unit)
                 call = CallRecord(current, unit, frames)
+                self.owners_of_calls[id(current)] = owner
                 record.calls.append(call)
                 self.calls.append(call)
                 unit.calls.append(call)
