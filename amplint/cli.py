@@ -332,7 +332,9 @@ def _write(report: RunReport, options: argparse.Namespace) -> None:
             target.write(statistics.render(report, options.output_format))
             return
         human = options.output_format in HUMAN_FORMATS
-        color = human and use_color(options.color, target)
+        # A report file gets colour only when asked for by name: FORCE_COLOR is for terminals
+        # and CI logs, not for the artifacts a job uploads.
+        color = human and (options.color == "always" if stream is not None else use_color(options.color, target))
         target.write(FORMATS[options.output_format](report, color=color, summary=not options.quiet))
     finally:
         if stream is not None:

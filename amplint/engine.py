@@ -217,7 +217,7 @@ def _locate(
         ran = {rule.code for rule in rules}
         for unused in unused_directives(suppressions, ran, {rule.code for rule in ALL_RULES}):
             directive = unused.directive
-            if suppressions.suppresses(directive.row, UNUSED_NOQA, besides=directive):
+            if suppressions.suppresses(directive.row, UNUSED_NOQA):
                 continue
             where = (directive.row, directive.column, directive.row, directive.end_column)
             findings.append(_finding(unused_noqa, path, where, unused.title, unused.help, cells))

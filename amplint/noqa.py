@@ -17,7 +17,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Collection, Iterator, List, Optional, Set, Tuple
+from typing import Collection, Iterator, List, Set, Tuple
 
 _CODES = r"(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?"
 _LINE = re.compile(r"#\s*noqa" + _CODES, re.IGNORECASE)
@@ -45,6 +45,8 @@ class Directive:
         return not self.codes
 
     def covers(self, code: str) -> bool:
+        # Only a directive that names AMP100 silences it (`# noqa: AMP003, AMP100`): a blanket
+        # one would otherwise hide the report that it is itself stale.
         if code == UNUSED_NOQA:
             return code in self.codes
         return self.blanket or code in self.codes
@@ -59,11 +61,11 @@ class Directive:
 class Suppressions:
     directives: List[Directive] = field(default_factory=list)
 
-    def suppresses(self, row: int, code: str, besides: Optional[Directive] = None) -> bool:
+    def suppresses(self, row: int, code: str) -> bool:
         """Whether a finding of `code` on `row` is suppressed; the directive that does it is
-        marked as used. `besides`: a directive that may not suppress (its own report)."""
+        marked as used."""
         for directive in self._covering(row):
-            if directive is not besides and directive.covers(code):
+            if directive.covers(code):
                 directive.used.add(code)
                 return True
         return False

@@ -31,14 +31,14 @@ class Progress:
     """`amplint: 1,204/14,343 files linted` while a long run lasts."""
 
     def __init__(
-        self, total: int, stream: Optional[TextIO] = None, delay: float = DELAY_SECONDS, enabled: bool = True
+        self, total: int, stream: Optional[TextIO] = None, delay: Optional[float] = None, enabled: bool = True
     ) -> None:
         self.total = total
         self.done = 0
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled and total > 0
         self._start = time.monotonic()
-        self._delay = delay
+        self._delay = DELAY_SECONDS if delay is None else delay
         self._drawn_at: Optional[float] = None
         self._width = 0
 

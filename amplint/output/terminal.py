@@ -3,7 +3,7 @@
 `--color always|never` wins. Otherwise `FORCE_COLOR` (any non-empty value) turns colour on,
 as ruff and the force-color.org convention do, even over `NO_COLOR`; `NO_COLOR` (non-empty,
 no-color.org) turns it off; else colour only when writing to a terminal. A file named with
-`-o` is not a terminal.
+`-o` gets colour only with `--color always`.
 """
 
 from __future__ import annotations
