@@ -17,7 +17,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Collection, Iterator, List, Set, Tuple
+from typing import Collection, Iterator, List, Optional, Set, Tuple
 
 _CODES = r"(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?"
 _LINE = re.compile(r"#\s*noqa" + _CODES, re.IGNORECASE)
@@ -174,3 +174,49 @@ def _describe(directive: Directive, unused: Tuple[str, ...], unknown: Tuple[str,
 
 def _codes(codes: Tuple[str, ...]) -> str:
     return ", ".join(f"`{c}`" for c in codes)
+
+
+@dataclass(frozen=True)
+class LineEdit:
+    """Replace columns `start`..`end` (0-based, in characters) of line `row` (1-based)."""
+
+    row: int
+    start: int
+    end: int
+    text: str
+
+
+def edit_adding_code(source: str, row: int, code: str) -> Optional[LineEdit]:
+    """The edit that makes `row` suppress `code`: a `  # noqa: CODE` at the end of the line,
+    or `, CODE` added to the line's `# noqa: ...` directive. None when the line already
+    suppresses it, or when no comment can end that line (it ends inside a string that goes
+    on, or after a backslash continuation)."""
+    lines = source.splitlines(keepends=False)
+    if not 1 <= row <= len(lines):
+        return None
+    line = lines[row - 1]
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    for token in tokens:
+        if token.start[0] <= row < token.end[0]:
+            return None  # a string (or f-string) that goes on past this line
+    if line.rstrip().endswith("\\"):
+        return None
+    for token in tokens:
+        if token.type != tokenize.COMMENT or token.start[0] != row:
+            continue
+        file_match = _FILE.search(token.string)
+        match = file_match or _LINE.search(token.string)
+        if match is None:
+            continue
+        if match.group("codes") is None:
+            return None  # a blanket `# noqa` already covers every code
+        codes = {c.upper() for c in re.split(r"[\s,]+", match.group("codes")) if c}
+        if code in codes:
+            return None
+        at = token.start[1] + match.end("codes")
+        return LineEdit(row, at, at, f", {code}")
+    content = line.rstrip()
+    return LineEdit(row, len(content), len(line), f"  # noqa: {code}")
