@@ -43,6 +43,17 @@ async def client(lsp_client: LanguageClient, tmp_path):
     await lsp_client.shutdown_session()
 
 
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "amplint", "server"]))
+async def neovim(lsp_client: LanguageClient, tmp_path):
+    # Neovim 0.11 offers UTF-8 positions first, and the server takes them.
+    result = await lsp_client.initialize_session(
+        types.InitializeParams(capabilities=client_capabilities("neovim@v0.11.0"), root_uri=tmp_path.as_uri())
+    )
+    lsp_client.server_capabilities = result.capabilities
+    yield
+    await lsp_client.shutdown_session()
+
+
 async def diagnostics_for(client, uri, count=None, settle=0.0):
     """Wait for diagnostics for `uri` (and, with `count`, for that many findings)."""
     loop = asyncio.get_running_loop()
@@ -195,6 +206,17 @@ async def test_columns_are_utf16_code_units(client: LanguageClient, tmp_path):
     uri = open_file(client, tmp_path / "train.py", text)
     (diagnostic,) = await diagnostics_for(client, uri, 1)
     start = len('    s = "😀"; '.encode("utf-16-le")) // 2
+    assert diagnostic.range.start == types.Position(7, start)
+    assert diagnostic.range.end == types.Position(7, start + len(CLIP))
+
+
+@pytest.mark.asyncio
+async def test_columns_are_utf8_bytes_for_neovim(neovim: LanguageClient, tmp_path):
+    assert neovim.server_capabilities.position_encoding == types.PositionEncodingKind.Utf8
+    text = BUGGY.replace("    " + CLIP, '    s = "😀"; ' + CLIP)
+    uri = open_file(neovim, tmp_path / "train.py", text)
+    (diagnostic,) = await diagnostics_for(neovim, uri, 1)
+    start = len('    s = "😀"; '.encode("utf-8"))
     assert diagnostic.range.start == types.Position(7, start)
     assert diagnostic.range.end == types.Position(7, start + len(CLIP))
 
