@@ -9,7 +9,7 @@ import pytest
 
 from amplint.rules import ALL_RULES
 
-from conftest import BUGGY
+from conftest import BUGGY, run_amplint
 
 CLEAN = BUGGY.replace(
     "    torch.nn.utils.clip_grad_norm_", "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_"
@@ -44,7 +44,9 @@ def project(tmp_path):
     return write
 
 
-def test_exit_codes_and_text_output(amplint, project):
+def test_exit_codes_and_text_output(project):
+    # Through a real `python -m amplint` process: exit codes and output as a shell sees them.
+    amplint = run_amplint
     root = project({"buggy.py": BUGGY, "clean.py": CLEAN})
     result = amplint("buggy.py", "clean.py", cwd=root)
     assert result.returncode == 1, result.stderr
