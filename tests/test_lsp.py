@@ -1,5 +1,8 @@
 """`amplint server` end to end: a real LSP client (pytest-lsp) starts the server over stdio,
-opens, edits, saves and closes documents and notebooks, and asks for code actions."""
+opens, edits, saves and closes documents and notebooks, and asks for code actions.
+
+One server per client kind serves the whole module (each test works on its own files), so
+the suite pays for a server's start once, not per test."""
 
 import asyncio
 import subprocess
@@ -19,10 +22,13 @@ from conftest import BUGGY  # noqa: E402
 CLIP = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
 FIXED = BUGGY.replace(CLIP, "scaler.unscale_(optimizer)\n    " + CLIP)
 WAIT = 30  # seconds: a loaded CI machine, a cold interpreter
+SERVER = ClientServerConfig(server_command=[sys.executable, "-m", "amplint", "server"])
+# The tests share their module's event loop, where the module's server lives.
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "amplint", "server"]))
-async def client(lsp_client: LanguageClient, tmp_path):
+@pytest_lsp.fixture(config=SERVER, scope="module")
+async def client(lsp_client: LanguageClient, tmp_path_factory):
     capabilities = client_capabilities("visual-studio-code")
     capabilities.notebook_document = types.NotebookDocumentClientCapabilities(
         synchronization=types.NotebookDocumentSyncClientCapabilities()
@@ -36,18 +42,20 @@ async def client(lsp_client: LanguageClient, tmp_path):
 
     lsp_client.protocol.fm.features[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS] = record
     result = await lsp_client.initialize_session(
-        types.InitializeParams(capabilities=capabilities, root_uri=tmp_path.as_uri())
+        types.InitializeParams(capabilities=capabilities, root_uri=tmp_path_factory.mktemp("vscode").as_uri())
     )
     lsp_client.server_capabilities = result.capabilities
     yield
     await lsp_client.shutdown_session()
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "amplint", "server"]))
-async def neovim(lsp_client: LanguageClient, tmp_path):
+@pytest_lsp.fixture(config=SERVER, scope="module")
+async def neovim(lsp_client: LanguageClient, tmp_path_factory):
     # Neovim 0.11 offers UTF-8 positions first, and the server takes them.
     result = await lsp_client.initialize_session(
-        types.InitializeParams(capabilities=client_capabilities("neovim@v0.11.0"), root_uri=tmp_path.as_uri())
+        types.InitializeParams(
+            capabilities=client_capabilities("neovim@v0.11.0"), root_uri=tmp_path_factory.mktemp("neovim").as_uri()
+        )
     )
     lsp_client.server_capabilities = result.capabilities
     yield
@@ -87,7 +95,7 @@ def replace_all(client, uri, text, version):
     )
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_capabilities(client: LanguageClient):
     capabilities = client.server_capabilities
     assert list(capabilities.code_action_provider.code_action_kinds) == [types.CodeActionKind.QuickFix]
@@ -95,7 +103,7 @@ async def test_capabilities(client: LanguageClient):
     assert selector.notebook == "jupyter-notebook"
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_diagnostics_on_open_with_severity_code_and_help(client: LanguageClient, tmp_path):
     uri = open_file(client, tmp_path / "train.py", BUGGY)
     (diagnostic,) = await diagnostics_for(client, uri, 1)
@@ -109,7 +117,7 @@ async def test_diagnostics_on_open_with_severity_code_and_help(client: LanguageC
     assert diagnostic.code_description.href.endswith("#amp003")
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_edits_are_debounced_and_only_the_last_version_is_published(client: LanguageClient, tmp_path):
     uri = open_file(client, tmp_path / "train.py", BUGGY)
     await diagnostics_for(client, uri, 1)
@@ -123,7 +131,7 @@ async def test_edits_are_debounced_and_only_the_last_version_is_published(client
     assert [p.version for p in after] == [4], "one lint for the burst of edits, of the final version"
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_save_and_close(client: LanguageClient, tmp_path):
     uri = open_file(client, tmp_path / "train.py", BUGGY)
     await diagnostics_for(client, uri, 1)
@@ -133,7 +141,7 @@ async def test_save_and_close(client: LanguageClient, tmp_path):
     assert await diagnostics_for(client, uri, 0) == []
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_the_cli_configuration_applies(client: LanguageClient, tmp_path):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.amplint]\nextend-exclude = ["generated"]\nper-file-ignores = { "scripts/*.py" = ["AMP003"] }\n'
@@ -154,7 +162,7 @@ async def test_the_cli_configuration_applies(client: LanguageClient, tmp_path):
     assert await diagnostics_for(client, linted, 0) == []
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_noqa_code_action(client: LanguageClient, tmp_path):
     text = BUGGY.replace(CLIP, CLIP + "  # see #12")
     uri = open_file(client, tmp_path / "train.py", text)
@@ -189,7 +197,7 @@ async def test_noqa_code_action(client: LanguageClient, tmp_path):
     assert not none
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_unused_noqa_is_a_greyed_out_warning(client: LanguageClient, tmp_path):
     uri = open_file(client, tmp_path / "stale.py", "import torch\nx = torch.ones(1)  # noqa: AMP003\n")
     (diagnostic,) = await diagnostics_for(client, uri, 1)
@@ -199,7 +207,7 @@ async def test_unused_noqa_is_a_greyed_out_warning(client: LanguageClient, tmp_p
     assert diagnostic.range.start == types.Position(1, 19)
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_columns_are_utf16_code_units(client: LanguageClient, tmp_path):
     # An emoji is one code point but two UTF-16 code units, LSP's default position encoding.
     text = BUGGY.replace("    " + CLIP, '    s = "😀"; ' + CLIP)
@@ -210,7 +218,7 @@ async def test_columns_are_utf16_code_units(client: LanguageClient, tmp_path):
     assert diagnostic.range.end == types.Position(7, start + len(CLIP))
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_columns_are_utf8_bytes_for_neovim(neovim: LanguageClient, tmp_path):
     assert neovim.server_capabilities.position_encoding == types.PositionEncodingKind.Utf8
     text = BUGGY.replace("    " + CLIP, '    s = "😀"; ' + CLIP)
@@ -221,7 +229,7 @@ async def test_columns_are_utf8_bytes_for_neovim(neovim: LanguageClient, tmp_pat
     assert diagnostic.range.end == types.Position(7, start + len(CLIP))
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_a_syntax_error_while_typing_clears_stale_findings(client: LanguageClient, tmp_path):
     uri = open_file(client, tmp_path / "train.py", BUGGY)
     await diagnostics_for(client, uri, 1)
@@ -261,7 +269,7 @@ def open_notebook(client, path, cells):
     return [document.uri for document in documents]
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_notebook_cells_are_linted_together(client: LanguageClient, tmp_path):
     markup, code = types.NotebookCellKind.Markup, types.NotebookCellKind.Code
     cells = open_notebook(client, tmp_path / "train.ipynb", [(markup, "# Train"), (code, SETUP), (code, STEP)])
@@ -290,7 +298,7 @@ async def test_notebook_cells_are_linted_together(client: LanguageClient, tmp_pa
     assert await diagnostics_for(client, cells[2], 0) == []
 
 
-@pytest.mark.asyncio
+@in_module_loop
 async def test_noqa_action_in_a_notebook_cell(client: LanguageClient, tmp_path):
     code = types.NotebookCellKind.Code
     cells = open_notebook(client, tmp_path / "n.ipynb", [(code, SETUP), (code, STEP)])
