@@ -103,4 +103,24 @@ def verified():
     from amplint.harness.runner import ALL_DTYPES, verify
     from amplint.rules import ALL_RULES
 
-    return verify(ALL_RULES, "cpu", ALL_DTYPES)
+    return verify([rule for rule in ALL_RULES if rule.PREDICTIONS], "cpu", ALL_DTYPES)
+
+
+# --------------------------------------------------------------------------- parallel runs
+
+
+def pytest_collection_modifyitems(config, items):
+    """Start the slowest tests first, longest first.
+
+    `python -m pytest` runs on every CPU (pytest-xdist, `-n auto --dist loadgroup`): the
+    scheduler hands tests (or whole `xdist_group`s, such as the tests sharing the session's
+    real `verify` run) to the workers in turn, in this order. Tests marked
+    `slow(seconds=...)` (the real harness runs, the real pre-commit run, the wheel build) go
+    first, longest first, so that they start at once on different workers instead of queueing
+    behind each other at the end."""
+    slow = sorted(
+        (item for item in items if item.get_closest_marker("slow")),
+        key=lambda item: -item.get_closest_marker("slow").kwargs.get("seconds", 1),
+    )
+    if slow:
+        items[:] = slow + [item for item in items if not item.get_closest_marker("slow")]

@@ -453,6 +453,8 @@ def test_without_torch_verify_says_how_to_get_it_and_linting_still_works():
 # --------------------------------------------------------------------------- the real fixtures
 
 
+@pytest.mark.slow(seconds=90)
+@pytest.mark.xdist_group("verified")
 def test_every_prediction_is_confirmed_on_cpu_at_every_dtype(verified):
     problems = [render_json(VerifyRun([row], "cpu", None, 0, 0.0)) for row in verified.rows if row.verdict != CONFIRMED]
     assert not problems, "\n".join(problems)
@@ -501,6 +503,7 @@ CONTROLS = {
 }
 
 
+@pytest.mark.xdist_group("verified")
 def test_every_claim_of_an_effect_fails_when_buggy_and_fixed_are_the_same_script(verified):
     """Break the fixture the simplest way: no mistake at all. Every claim that the mistake
     does something (a ratio away from 1, a loss stuck, a mechanism's predicted size, the
@@ -513,6 +516,7 @@ def test_every_claim_of_an_effect_fails_when_buggy_and_fixed_are_the_same_script
     assert survivors == CONTROLS, "a claim of an effect that identical scripts also satisfy proves nothing"
 
 
+@pytest.mark.xdist_group("verified")
 def test_the_sharpened_claims_fail_on_an_identical_pair(verified):
     """The audit's cases, spelled out: what each identical pair measures and why it fails."""
     fixed_twice = {_key(row): row for row in _identical_pairs(verified, "fixed")}
@@ -610,6 +614,7 @@ def _key_of(entry):
     return (entry.rule.code, entry.prediction.scenario, entry.prediction.quantity, entry.dtype)
 
 
+@pytest.mark.xdist_group("verified")
 def test_every_control_fails_on_a_pair_that_breaks_it(broken):
     assert set(broken) == CONTROLS | MECHANISMS_BROKEN
     survivors = {key: (row.verdict, row.reason or row.value) for key, row in broken.items() if row.verdict != NOT_REPRODUCED}
@@ -625,6 +630,7 @@ def test_every_control_fails_on_a_pair_that_breaks_it(broken):
     assert broken[("AMP006", "fp32-function", "grad_rel_error", "float16")].buggy == 0
 
 
+@pytest.mark.slow(seconds=20)
 def test_amplint_verify_through_the_cli_with_a_report(tmp_path):
     pytest.importorskip("torch")
     page = tmp_path / "verify.html"
