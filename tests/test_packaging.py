@@ -22,6 +22,7 @@ def wheel(tmp_path_factory):
     return zipfile.ZipFile(path)
 
 
+@pytest.mark.slow(seconds=12)
 def test_wheel_layout(wheel):
     names = wheel.namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}

@@ -70,7 +70,7 @@ def pre_commit(*args, cwd, env):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=55)
 def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
