@@ -96,14 +96,32 @@ def amplint():
 
 
 @pytest.fixture(scope="session")
-def verified():
+def verified(tmp_path_factory):
     """One real `amplint verify --dtype all` on CPU, shared by every test that needs measurements:
-    each prediction at every dtype it is about (one fixture process per rule, ~20 s)."""
+    each prediction at every dtype it is about (one fixture process per rule, ~20 s).
+
+    Once per run, not once per xdist worker: the first worker to need it runs it and leaves
+    it, pickled, in the run's shared temporary directory; the others wait for it there."""
     pytest.importorskip("torch")
     from amplint.harness.runner import ALL_DTYPES, verify
     from amplint.rules import ALL_RULES
 
-    return verify([rule for rule in ALL_RULES if rule.PREDICTIONS], "cpu", ALL_DTYPES)
+    def run():
+        return verify([rule for rule in ALL_RULES if rule.PREDICTIONS], "cpu", ALL_DTYPES)
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return run()
+    import pickle
+
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent / "verified.pickle"
+    with FileLock(str(shared) + ".lock"):
+        if shared.is_file():
+            return pickle.loads(shared.read_bytes())
+        result = run()
+        shared.write_bytes(pickle.dumps(result))
+        return result
 
 
 # --------------------------------------------------------------------------- parallel runs

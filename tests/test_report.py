@@ -116,7 +116,6 @@ def browse(chromium, tmp_path, page: Path, *action: str) -> subprocess.Completed
     )
 
 
-@pytest.mark.xdist_group("verified")
 def test_the_real_report_renders_in_a_headless_browser(verified, chromium, tmp_path):
     page = tmp_path / "verify.html"
     page.write_text(render_html(verified), encoding="utf-8")

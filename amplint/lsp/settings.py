@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 from typing import Optional, Tuple, Type
 
+from amplint.syntax import PythonVersion
+
 from amplint import cli
 from amplint.discovery import DEFAULT_EXCLUDES, Discovery
 from amplint.rule import Rule
 
 
-def rules_for(path: Optional[str]) -> Tuple[Type[Rule], ...]:
-    """The rules for `path` (None: an unsaved buffer, configured from the working directory).
+def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[PythonVersion]]:
+    """The rules for `path` (None: an unsaved buffer, configured from the working directory),
+    and the Python version its syntax is judged against (`target-version`).
 
     Raises ConfigError or SelectionError for a broken configuration, as the command does."""
     options = cli._check_parser().parse_args([])
@@ -34,5 +37,6 @@ def rules_for(path: Optional[str]) -> Tuple[Type[Rule], ...]:
             force_exclude=True,
         )
         if discovery.is_excluded(path, is_dir=False):
-            return ()
-    return tuple(cli._RULES_BY_CODE[code] for code in cli._codes_for(anchor, rules, config, per_file))
+            return (), config.target_version
+    codes = cli._codes_for(anchor, rules, config, per_file)
+    return tuple(cli._RULES_BY_CODE[code] for code in codes), config.target_version
