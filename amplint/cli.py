@@ -1,4 +1,5 @@
-"""The `amplint` command: `amplint [check] [PATH ...]`, `amplint rule CODE`, `amplint verify`.
+"""The `amplint` command: `amplint [check] [PATH ...]`, `amplint rule CODE`, `amplint verify`,
+`amplint server` (the language server, amplint.lsp).
 
 `amplint - --stdin-filename train.py` lints standard input as if it were that file (editors);
 `--stdin-filename` alone implies `-`.
@@ -15,7 +16,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
-from amplint import __version__
+from amplint import __version__, progress, show, subcommands
 from amplint.config import (
     TARGET_VERSIONS,
     Config,
@@ -30,8 +31,8 @@ from amplint.diagnostics import FileError, FileResult, RunReport
 from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
 from amplint.engine import lint_bytes
 from amplint.gitignore import PatternList
-from amplint.output import FORMATS
-from amplint.output.text import render_statistics
+from amplint.output import FORMATS, HUMAN_FORMATS, statistics
+from amplint.output.terminal import use_color
 from amplint.project import link
 from amplint.rule import Rule
 from amplint.rules import ALL_RULES
@@ -48,7 +49,8 @@ USAGE = """\
 amplint [check] [PATH ...] [options]   lint files and directories (default: .)
 amplint - --stdin-filename NAME         lint standard input as the file NAME (editors)
 amplint rule CODE | --all               show a rule's documentation, or list all rules
-amplint verify [CODE ...] [options]     run the fixtures and confirm each rule's runtime failure"""
+amplint verify [CODE ...] [options]     run the fixtures and confirm each rule's runtime failure
+amplint server                          the language server (LSP over stdio) for editors"""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -60,8 +62,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from amplint.harness.command import main as verify
 
             return verify(args[1:])
+        if args and args[0] == "server":
+            from amplint.lsp import main as server
+
+            return server(args[1:])
         if args and args[0] == "check":
             args = args[1:]
+        elif args and subcommands.mistyped(args[0]):
+            return _usage_error(f"unknown command or path `{args[0]}`; did you mean `amplint {subcommands.mistyped(args[0])}`?")
         return check_command(args)
     except BrokenPipeError:  # `amplint . | head`
         sys.stderr.close()
@@ -98,14 +106,20 @@ def _check_parser() -> argparse.ArgumentParser:
     output = parser.add_argument_group("output")
     output.add_argument(
         "--output-format",
-        choices=sorted(FORMATS),
-        default="text",
-        help="text (default), json, github (GitHub Actions annotations), sarif (code scanning)",
+        choices=[name for name in FORMATS if name != "text"],
+        type=lambda name: "full" if name == "text" else name,  # `text`: full's old name
+        default="full",
+        metavar="FORMAT",
+        help="full (default: title, location, code frame, help), concise (one line each), json, json-lines, "
+        "junit, github (Actions annotations), gitlab (Code Quality), pylint, sarif (code scanning)",
     )
-    output.add_argument("--concise", action="store_true", help="text: one line per finding, no code frame")
-    output.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead")
-    output.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="text: colour output (default: auto)")
-    output.add_argument("-q", "--quiet", action="store_true", help="text: print findings only, no summary line")
+    output.add_argument("-o", "--output-file", metavar="PATH", help="write the findings to this file instead of standard output")
+    output.add_argument("--concise", action="store_true", help="the same as --output-format concise")
+    output.add_argument("--statistics", action="store_true", help="print the number of findings per rule instead (JSON with a JSON format)")
+    output.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour the full and concise formats (default: auto; FORCE_COLOR, NO_COLOR)")
+    output.add_argument("-q", "--quiet", action="store_true", help="print findings only: no summary line, no progress")
+    output.add_argument("--show-settings", action="store_true", help="print the resolved configuration and exit")
+    output.add_argument("--show-files", action="store_true", help="print the files that would be linted and exit")
     run = parser.add_argument_group("run")
     run.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     run.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml's [tool.amplint]")
@@ -136,6 +150,8 @@ def check_command(argv: Sequence[str]) -> int:
     except (ConfigError, SelectionError, PatternError) as error:
         return _usage_error(str(error))
     target = parse_target_version(options.target_version) if options.target_version else config.target_version
+    if options.concise and options.output_format == "full":
+        options.output_format = "concise"
 
     discovery = Discovery(
         root=config.root,
@@ -144,6 +160,10 @@ def check_command(argv: Sequence[str]) -> int:
         respect_gitignore=config.respect_gitignore and not options.no_respect_gitignore,
         force_exclude=options.force_exclude,
     )
+    workers = options.jobs or os.cpu_count() or 1
+    if options.show_settings:
+        sys.stdout.write(show.settings(config, rules, discovery, paths, options.output_format, workers, target))
+        return EXIT_CLEAN
     if reads_stdin:
         errors: List[FileError] = []
         # An editor passes every file it opens; --force-exclude keeps excluded ones quiet.
@@ -152,11 +172,19 @@ def check_command(argv: Sequence[str]) -> int:
         results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config, per_file), target)] if files else []
     else:
         files, errors = discovery.files(paths)
+        if options.show_files:
+            sys.stdout.write(show.files(files))
+            for error in sorted(errors):
+                print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+            return EXIT_ERROR if errors else EXIT_CLEAN
         if not files and not errors:
             print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
         jobs = [(path, _codes_for(path, rules, config, per_file), None, target) for path in files]
-        workers = options.jobs or os.cpu_count() or 1
-        results = _lint_all(jobs, workers)
+        shown = progress.Progress(len(jobs), enabled=not options.quiet and progress.wanted())
+        try:
+            results = _lint_all(jobs, workers, shown)
+        finally:
+            shown.close()
         codes_by_path = {job[0]: job[1] for job in jobs}
         # Files that import linted modules, again with what those modules' functions do.
         results = link(results, lambda linked: _lint_all([(p, codes_by_path[p], s, target) for p, s in linked], workers))
@@ -171,7 +199,10 @@ def check_command(argv: Sequence[str]) -> int:
         notebooks={r.path: r.cells for r in results if r.cells is not None},
         skipped_functions=[f"{r.path}: {name}" for r in results for name in r.skipped_functions],
     )
-    _write(report, options)
+    try:
+        _write(report, options)
+    except OSError as error:
+        return _usage_error(f"cannot write {options.output_file}: {error.strerror or error}")
     for skipped in report.skipped_functions:
         # Never silently: a function too complex to follow is named, so no one reads its
         # silence as a clean bill of health.
@@ -235,12 +266,21 @@ def _codes_for(
     return tuple(r.code for r in rules if not any(c == "ALL" or r.code.startswith(c) for c in ignored))
 
 
-def _lint_all(jobs: Sequence[tuple], workers: int) -> List[FileResult]:
+def _lint_all(jobs: Sequence[tuple], workers: int, shown: Optional[progress.Progress] = None) -> List[FileResult]:
+    results: List[FileResult] = []
     if workers <= 1 or len(jobs) < _PARALLEL_THRESHOLD:
-        return [lint_file(job) for job in jobs]
+        for job in jobs:
+            results.append(lint_file(job))
+            if shown is not None:
+                shown.advance()
+        return results
     workers = min(workers, len(jobs))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lint_file, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+        for result in pool.map(lint_file, jobs, chunksize=max(1, len(jobs) // (workers * 4))):
+            results.append(result)
+            if shown is not None:
+                shown.advance()
+    return results
 
 
 def lint_file(job: tuple) -> FileResult:
@@ -281,15 +321,24 @@ def _lint_isolated(
 
 
 def _write(report: RunReport, options: argparse.Namespace) -> None:
-    if options.statistics:
-        sys.stdout.write(render_statistics(report))
-        return
-    color = options.color == "always" or (
-        options.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    )
-    sys.stdout.write(
-        FORMATS[options.output_format](report, concise=options.concise, color=color, summary=not options.quiet)
-    )
+    """The findings, on standard output or in the file named by -o."""
+    stream = None
+    if options.output_file:
+        os.makedirs(os.path.dirname(os.path.abspath(options.output_file)), exist_ok=True)
+        stream = open(options.output_file, "w", encoding="utf-8")
+    try:
+        target = stream if stream is not None else sys.stdout
+        if options.statistics:
+            target.write(statistics.render(report, options.output_format))
+            return
+        human = options.output_format in HUMAN_FORMATS
+        # A report file gets colour only when asked for by name: FORCE_COLOR is for terminals
+        # and CI logs, not for the artifacts a job uploads.
+        color = human and (options.color == "always" if stream is not None else use_color(options.color, target))
+        target.write(FORMATS[options.output_format](report, color=color, summary=not options.quiet))
+    finally:
+        if stream is not None:
+            stream.close()
 
 
 # --------------------------------------------------------------------------- rule

@@ -27,6 +27,14 @@ class Finding:
     # Notebooks: (line, column, end line, end column) in the .ipynb file itself, for formats
     # that point into the file on disk (GitHub annotations, SARIF).
     file_span: Optional[Tuple[int, int, int, int]] = None
+    # `message` is the short title; `help` says why it matters and what to write instead.
+    help: Optional[str] = None
+    severity: str = "error"  # the rule's: "error" or "warning"
+
+    @property
+    def text(self) -> str:
+        """Title and help as one paragraph, for formats with a single message field."""
+        return f"{self.message}. {self.help}" if self.help else self.message
 
     def span_in_file(self) -> Tuple[int, int, int, int]:
         """Where the finding is in the file on disk, 1-based, end column exclusive."""

@@ -18,9 +18,9 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.diagnostics import FileError, FileResult, Finding
-from amplint.noqa import parse_suppressions
+from amplint.noqa import UNUSED_NOQA, might_have_directives, parse_suppressions, unused_directives
 from amplint.notebook import CellMap, is_notebook, parse_notebook
-from amplint.rule import Rule
+from amplint.rule import Report, Rule
 from amplint.semantic import SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
@@ -133,8 +133,14 @@ def _lint_source(
     result = FileResult(path)
     # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax).
     result.error = syntax_error(source, path, target, cells)
-    if not rules or not might_use_amp(source, rules):
+    # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
+    parsing_rules = [rule for rule in rules if rule.code != UNUSED_NOQA]
+    if not parsing_rules or not might_use_amp(source, parsing_rules):
         result.skipped = True  # not worth a LibCST parse: no rule can match
+        if result.error is None and rules:
+            # No rule can fire here, so an `AMPxxx` in a `# noqa` suppresses nothing.
+            result.findings = _locate(None, [], path, source, cells, rules=rules)
+            result.source = source if result.findings else None
         return result
     if result.error is not None:
         return result
@@ -155,7 +161,7 @@ def _lint_source(
     try:
         model = analyze(module, external)
         reports = _run_rules(model, rules)
-        result.findings = _locate(module, reports, path, source, cells)
+        result.findings = _locate(module, reports, path, source, cells, rules=rules)
         result.summary = export_summary(model, path)
         result.imports = imports_of(model.index)
         result.skipped_functions = [unit.name for unit in model.skipped_units]
@@ -166,7 +172,7 @@ def _lint_source(
     return result
 
 
-def _run_rules(model: SemanticModel, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, str]]:
+def _run_rules(model: SemanticModel, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, Report]]:
     seen: Dict[Tuple[str, int], bool] = {}
     reports = []
     for rule in rules:
@@ -174,47 +180,75 @@ def _run_rules(model: SemanticModel, rules: Sequence[Type[Rule]]) -> List[Tuple[
             key = (rule.code, id(report.node))
             if key not in seen:  # one node reached by many paths is one finding
                 seen[key] = True
-                reports.append((rule, report.node, report.message))
+                reports.append((rule, report.node, report))
     return reports
 
 
 def _locate(
-    module: cst.Module,
-    reports: Iterable[Tuple[Type[Rule], cst.CSTNode, str]],
+    module: Optional[cst.Module],
+    reports: Iterable[Tuple[Type[Rule], cst.CSTNode, Report]],
     path: str,
     source: str,
     cells: Optional[CellMap] = None,
+    rules: Sequence[Type[Rule]] = (),
 ) -> List[Finding]:
     reports = list(reports)
-    if not reports:
+    unused_noqa = next((rule for rule in rules if rule.code == UNUSED_NOQA), None)
+    if not reports and (unused_noqa is None or not might_have_directives(source)):
         return []
-    # Positions are resolved only for files with findings; the copy is skipped so that the
-    # nodes the rules hold are the nodes the wrapper knows.
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     suppressions = parse_suppressions(source)
     findings = []
-    for rule, node, message in reports:
-        span = positions[node]
-        row, column = span.start.line, span.start.column + 1
-        if suppressions.suppresses(row, rule.code):
-            continue
-        cell, cell_row = cells.locate(row) if cells is not None else (None, None)
-        findings.append(
-            Finding(
-                path=path,
-                row=row,
-                column=column,
-                code=rule.code,
-                message=message,
-                end_row=span.end.line,
-                end_column=span.end.column + 1,
-                name=rule.name,
-                url=rule.url(),
-                cell=cell,
-                cell_row=cell_row,
-            )
-        )
+    if reports:
+        assert module is not None
+        # Positions are resolved only for files with findings; the copy is skipped so that
+        # the nodes the rules hold are the nodes the wrapper knows.
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        for rule, node, report in reports:
+            span = positions[node]
+            row, column = span.start.line, span.start.column + 1
+            if suppressions.suppresses(row, rule.code):
+                continue
+            where = (row, column, span.end.line, span.end.column + 1)
+            findings.append(_finding(rule, path, where, str(report.message), report.help, cells))
+    if unused_noqa is not None:
+        # After the rules' findings: which directives they used is known only now.
+        from amplint.rules import ALL_RULES
+
+        ran = {rule.code for rule in rules}
+        for unused in unused_directives(suppressions, ran, {rule.code for rule in ALL_RULES}):
+            directive = unused.directive
+            if suppressions.suppresses(directive.row, UNUSED_NOQA):
+                continue
+            where = (directive.row, directive.column, directive.row, directive.end_column)
+            findings.append(_finding(unused_noqa, path, where, unused.title, unused.help, cells))
     return sorted(findings)
+
+
+def _finding(
+    rule: Type[Rule],
+    path: str,
+    span: Tuple[int, int, int, int],
+    message: str,
+    help: Optional[str],
+    cells: Optional[CellMap],
+) -> Finding:
+    row, column, end_row, end_column = span
+    cell, cell_row = cells.locate(row) if cells is not None else (None, None)
+    return Finding(
+        path=path,
+        row=row,
+        column=column,
+        code=rule.code,
+        message=message,
+        end_row=end_row,
+        end_column=end_column,
+        name=rule.name,
+        url=rule.url(),
+        cell=cell,
+        cell_row=cell_row,
+        help=help,
+        severity=rule.severity,
+    )
 
 
 def lint_text(source: str, rules: Optional[Sequence[Type[Rule]]] = None, path: str = "<string>") -> List[Finding]:

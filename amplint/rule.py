@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Optional, Tuple
+from typing import ClassVar, Iterator, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -22,12 +22,33 @@ DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime"
 DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules.md#{code}"
 
 
+SEVERITIES = ("error", "warning")
+
+
+@dataclass(frozen=True)
+class Message:
+    """What a finding says: a short title (what is wrong, in the user's names), and help (why it
+    matters and what to write instead). Output formats lay them out as ruff does: the title
+    on the finding's first line, `help:` under the code frame."""
+
+    title: str
+    help: Optional[str] = None
+
+
 @dataclass(frozen=True)
 class Report:
-    """A rule's finding before it has a file position: the node to point at and what to say."""
+    """A rule's finding before it has a file position: the node to point at and what to say.
+
+    `message` is the title; a rule may pass a `Message` instead, which supplies both."""
 
     node: cst.CSTNode
-    message: str
+    message: Union[str, Message]
+    help: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.message, Message):
+            object.__setattr__(self, "help", self.message.help if self.help is None else self.help)
+            object.__setattr__(self, "message", self.message.title)
 
 
 def quote(occurrence: "Occurrence") -> str:
@@ -89,6 +110,9 @@ class Rule:
     # any selected rule's words is not parsed. The semantic layer's own vocabulary by
     # default; a test checks that no example or case the rule flags lacks them.
     triggers: ClassVar[Tuple[str, ...]] = AMP_VOCABULARY
+    # How output formats present the rule's findings: SARIF level, GitHub ::error/::warning,
+    # LSP DiagnosticSeverity, GitLab severity. One of SEVERITIES.
+    severity: ClassVar[str] = "error"
     VALID: ClassVar[Tuple[str, ...]] = ()
     INVALID: ClassVar[Tuple[Flagged, ...]] = ()
     PREDICTIONS: ClassVar[Tuple[Prediction, ...]] = ()

@@ -9,6 +9,7 @@ from amplint.rules.amp006_backward_inside_autocast import BackwardInsideAutocast
 from amplint.rules.amp007_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
 from amplint.rules.amp008_grad_scaler_in_loop import GradScalerInLoop
 from amplint.rules.amp009_scaled_gradients_read import ScaledGradientsRead
+from amplint.rules.amp100_unused_noqa import UnusedNoqa
 
 ALL_RULES = (
     UnscaledBackward,
@@ -20,6 +21,7 @@ ALL_RULES = (
     ScalerStateNotCheckpointed,
     GradScalerInLoop,
     ScaledGradientsRead,
+    UnusedNoqa,  # runs after the others: it reads which `# noqa` they used
 )
 
 __all__ = ["ALL_RULES"]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.rule import Flagged, Prediction, Report, Rule, quote
+from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -264,7 +264,7 @@ def train(model, opt, scaler, use_amp):
     )
 
 
-def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> str:
+def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> Message:
     tensor = source_text(backward.event.tensor) if backward.event.tensor is not None else "loss"
     scaler = step.receiver.text if step.receiver is not None else "scaler"
     optimizer = step.argument.text if step.argument is not None else "optimizer"
@@ -277,8 +277,8 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> st
         fix = f"Use `{scaler}.backward({tensor})`, which scales the loss"
     else:
         fix = f"Use `{scaler}.scale({tensor}).backward()` before stepping `{optimizer}`"
-    return (
-        f"{quote(backward)} runs on a loss `{scaler}` never scaled, yet "
-        f"{quote(step)} divides the gradients by the loss scale (65536 at start): "
-        f"SGD-like updates come out ~65,000x too small (Adam's only slightly). {fix}."
+    return Message(
+        f"{quote(backward)} runs on a loss `{scaler}` never scaled",
+        f"{quote(step)} still divides the gradients by the loss scale (65536 at start): "
+        f"SGD-like updates come out ~65,000x too small (Adam's only slightly). {fix}.",
     )

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import AutocastRegion, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -286,7 +286,7 @@ for x, y in loader:
     )
 
 
-def _message(region: AutocastRegion) -> str:
+def _message(region: AutocastRegion) -> Message:
     if region.dtype_is_default and len(region.possible_devices) > 1:
         how = "float16 whenever it runs on CUDA (the default dtype there)"
     elif region.dtype_is_default:
@@ -295,9 +295,9 @@ def _message(region: AutocastRegion) -> str:
         how = "float16"
     else:
         how = "float16 on some runs (its dtype can be torch.float16)"
-    return (
-        f"`{source_text(region.anchor)}` runs the forward in {how} but no enabled GradScaler scales "
-        "the loss: gradients below ~6e-8 flush to zero in backward and those weights silently stop "
+    return Message(
+        f"`{source_text(region.anchor)}` runs the forward in {how} but no enabled GradScaler scales the loss",
+        "Gradients below ~6e-8 flush to zero in backward and those weights silently stop "
         "learning. Add `scaler = torch.amp.GradScaler(\"cuda\")` with `scaler.scale(loss).backward()`, "
-        "or use dtype=torch.bfloat16."
+        "or use dtype=torch.bfloat16.",
     )

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from amplint.rule import Flagged, Prediction, Report, Rule, quote
+from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -198,7 +198,7 @@ def _clips(clip: Occurrence, model: SemanticModel) -> bool:
     return not model.clip_only_measures(clip) and not clip.event.reported_where_written
 
 
-def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> str:
+def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> Message:
     later_unscale: Optional[str] = None
     optimizer = "optimizer"
     scaler = model.scaler_name(scaler_key)
@@ -220,7 +220,8 @@ def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) 
         fix = f"Move `{later_unscale}` before the clip"
     else:
         fix = f"Call `{scaler}.unscale_({optimizer})` before clipping"
-    return (
-        f"{quote(clip)} clips gradients that still carry the loss scale (65536 at start), "
-        f"so the threshold is effectively thousands of times too small and the update shrinks. {fix}."
+    return Message(
+        f"{quote(clip)} clips gradients that still carry the loss scale",
+        "The loss scale is 65536 at start, so the threshold is effectively thousands of times too "
+        f"small and the update shrinks. {fix}.",
     )

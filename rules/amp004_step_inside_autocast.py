@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.rule import Flagged, Prediction, Report, Rule, quote
+from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -210,19 +210,21 @@ for x in loader:
     )
 
 
-def _message(step: Occurrence) -> str:
+def _message(step: Occurrence) -> Message:
     region = step.region
     assert region is not None
-    message = (
-        f"{quote(step)} runs inside `{source_text(region.anchor)}`: only the forward pass and loss belong "
-        "under autocast; the optimizer update should run in the weights' own precision."
+    title = f"{quote(step)} runs inside `{source_text(region.anchor)}`"
+    help = (
+        "Only the forward pass and loss belong under autocast; the optimizer update should run in "
+        "the weights' own precision."
     )
     if step.loop_inside_region and region.cache_enabled is not False:
-        message += (
-            " Worse, the region spans the training loop: autocast caches low-precision copies of the "
-            "weights for the whole region, so forwards after this step keep using stale weights and "
-            "training silently freezes. Enter autocast inside the loop, around the forward pass only."
+        title += ", which spans the training loop"
+        help += (
+            " Worse, autocast caches low-precision copies of the weights for the whole region, so "
+            "forwards after this step keep using stale weights and training silently freezes. Enter "
+            "autocast inside the loop, around the forward pass only."
         )
     else:
-        message += " Move it after the `with` block."
-    return message
+        help += " Move it after the `with` block."
+    return Message(title, help)

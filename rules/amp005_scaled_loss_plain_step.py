@@ -4,7 +4,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from amplint.rule import Flagged, Prediction, Report, Rule, quote
+from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -285,32 +285,34 @@ def _takes_a_closure(step: Occurrence) -> bool:
     return any(arg.keyword is None or arg.keyword.value == "closure" for arg in node.args if not arg.star)
 
 
-def _message(step: Occurrence, backward: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> str:
+def _message(step: Occurrence, backward: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> Message:
     optimizer = step.receiver.text if step.receiver is not None else "optimizer"
     info = model.scalers.get(scaler_key) if scaler_key is not None else None
     scaler = model.scaler_name(scaler_key)
+    title = f"{quote(step)} applies gradients that still carry `{scaler}`'s loss scale"
     if info is not None and info.framework is not None:
         prepare = {"accelerate": f"{scaler}.prepare({optimizer})", "fabric": f"{scaler}.setup_optimizers({optimizer})"}.get(
             info.framework, "self.optimizers()"
         )
-        return (
-            f"{quote(step)} applies gradients from {quote(backward)} that still carry `{scaler}`'s loss scale "
-            f"(65536 at start), and never skips inf/NaN steps: `{optimizer}` is not one the framework prepared, "
-            f"so its step does not unscale. Use `{optimizer} = {prepare}`."
+        return Message(
+            title,
+            f"The gradients come from {quote(backward)}, scaled by 65536 at start, and a plain step never "
+            f"skips inf/NaN steps: `{optimizer}` is not one the framework prepared, so its step does not "
+            f"unscale. Use `{optimizer} = {prepare}`.",
         )
-    return (
-        f"{quote(step)} applies gradients from {quote(backward)} that still carry "
-        f"`{scaler}`'s loss scale (65536 at start), and never skips inf/NaN steps: SGD-like updates come out "
-        f"~65,000x too large and Adam's L2 weight decay ~65,000x too weak. "
-        f"Use `{scaler}.step({optimizer})` and `{scaler}.update()`."
+    return Message(
+        title,
+        f"The gradients come from {quote(backward)}, scaled by 65536 at start, and a plain step never "
+        f"skips inf/NaN steps: SGD-like updates come out ~65,000x too large and Adam's L2 weight decay "
+        f"~65,000x too weak. Use `{scaler}.step({optimizer})` and `{scaler}.update()`.",
     )
 
 
-def _unscaled_message(step: Occurrence, unscale: Occurrence) -> str:
+def _unscaled_message(step: Occurrence, unscale: Occurrence) -> Message:
     scaler = unscale.receiver.text if unscale.receiver is not None else "scaler"
     optimizer = step.receiver.text if step.receiver is not None else "optimizer"
-    return (
-        f"{quote(step)} steps past the scaler after {quote(unscale)}: the "
-        "gradients are unscaled, but a plain step applies inf/NaN gradients instead of skipping them, "
-        f"and nothing raises. Use `{scaler}.step({optimizer})`."
+    return Message(
+        f"{quote(step)} steps past the scaler after {quote(unscale)}",
+        "The gradients are unscaled, but a plain step applies inf/NaN gradients instead of skipping "
+        f"them, and nothing raises. Use `{scaler}.step({optimizer})`.",
     )

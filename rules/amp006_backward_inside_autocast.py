@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.semantic import EventKind, SemanticModel
+from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
-from amplint.rule import Flagged, Prediction, Report, Rule, quote
+from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 
 
 class BackwardInsideAutocast(Rule):
@@ -88,13 +88,7 @@ class BackwardInsideAutocast(Rule):
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for backward in model.events_in_regions(EventKind.BACKWARD):
             assert backward.region is not None
-            yield Report(
-                backward.call_site,
-                f"{quote(backward)} runs inside `{source_text(backward.region.anchor)}`; "
-                "only the forward pass and loss belong under autocast, and a custom autograd.Function "
-                "without `@torch.amp.custom_bwd` would run its backward in low precision here. "
-                "Dedent the backward out of the `with` block.",
-            )
+            yield Report(backward.call_site, _message(backward))
 
     VALID = (
         """
@@ -149,4 +143,14 @@ def train_step(self, x):
 """,
             at=((6, 9),),
         ),
+    )
+
+
+def _message(backward: Occurrence) -> Message:
+    assert backward.region is not None
+    return Message(
+        f"{quote(backward)} runs inside `{source_text(backward.region.anchor)}`",
+        "Only the forward pass and loss belong under autocast, and a custom autograd.Function "
+        "without `@torch.amp.custom_bwd` would run its backward in low precision here. Dedent the "
+        "backward out of the `with` block.",
     )

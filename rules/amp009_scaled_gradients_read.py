@@ -4,7 +4,7 @@ from typing import Dict, Iterator, Optional
 
 import libcst as cst
 
-from amplint.rule import Flagged, Prediction, Report, Rule, quote
+from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.walk import children, iter_tree
@@ -227,7 +227,7 @@ def _corrupting_use(read: Occurrence, model: SemanticModel) -> Optional[str]:
     return model.scale_corrupts(read.event)
 
 
-def _message(read: Occurrence, how: str, scaler: str) -> str:
+def _message(read: Occurrence, how: str, scaler: str) -> Message:
     if how == "noise":
         effect = (
             "noise added to it is divided by the scale together with the gradients when they are "
@@ -235,15 +235,15 @@ def _message(read: Occurrence, how: str, scaler: str) -> str:
         )
     else:
         effect = "a norm computed from it is 65536x too large, whether it is logged or acted on"
-    return (
-        f"{quote(read)} reads gradients that still carry `{scaler}`'s loss scale (65536 at start): {effect}. "
-        f"Call `{scaler}.unscale_(optimizer)` first."
+    return Message(
+        f"{quote(read)} reads gradients that still carry `{scaler}`'s loss scale",
+        f"The loss scale is 65536 at start: {effect}. Call `{scaler}.unscale_(optimizer)` first.",
     )
 
 
-def _penalty_message(grad: Occurrence, scaler: str) -> str:
-    return (
-        f"{quote(grad)} returns gradients of a scaled loss, and nothing here divides them by "
-        f"`{scaler}.get_scale()`: a penalty built on them is 65536x too strong and overflows. Multiply "
-        f"them by `1.0 / {scaler}.get_scale()` first (the PyTorch AMP docs' gradient-penalty recipe)."
+def _penalty_message(grad: Occurrence, scaler: str) -> Message:
+    return Message(
+        f"{quote(grad)} returns gradients of a scaled loss that nothing divides by `{scaler}.get_scale()`",
+        "A penalty built on them is 65536x too strong and overflows. Multiply them by "
+        f"`1.0 / {scaler}.get_scale()` first (the PyTorch AMP docs' gradient-penalty recipe).",
     )

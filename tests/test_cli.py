@@ -9,7 +9,7 @@ import pytest
 
 from amplint.rules import ALL_RULES
 
-from conftest import BUGGY
+from conftest import BUGGY, run_amplint
 
 CLEAN = BUGGY.replace(
     "    torch.nn.utils.clip_grad_norm_", "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_"
@@ -44,15 +44,28 @@ def project(tmp_path):
     return write
 
 
-def test_exit_codes_and_text_output(amplint, project):
+def test_exit_codes_and_text_output(project):
+    # Through a real `python -m amplint` process: exit codes and output as a shell sees them.
+    amplint = run_amplint
     root = project({"buggy.py": BUGGY, "clean.py": CLEAN})
     result = amplint("buggy.py", "clean.py", cwd=root)
     assert result.returncode == 1, result.stderr
-    assert "buggy.py:8:5: AMP003 `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)`" in result.stdout
-    assert "scaler.unscale_(optimizer)" in result.stdout  # the fix, in the user's own names
-    assert "\n8 |     torch.nn.utils.clip_grad_norm_" in result.stdout  # code frame
-    assert "\n  |     " + "^" * 55 + " AMP003\n" in result.stdout
-    assert "Found 1 error." in result.stdout
+    # ruff's layout: code and short title, location, code frame, help.
+    lines = result.stdout.splitlines()
+    assert lines[0] == "AMP003 `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` clips gradients that still carry the loss scale"
+    assert lines[1:8] == [
+        " --> buggy.py:8:5",
+        "  |",
+        "7 |     scaler.scale(loss).backward()",
+        "8 |     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+        "  |     " + "^" * 55,
+        "9 |     scaler.step(optimizer)",
+        "  |",
+    ]
+    assert lines[8].startswith("help: The loss scale is 65536 at start")
+    assert lines[8].endswith("Call `scaler.unscale_(optimizer)` before clipping.")  # the fix, in the user's own names
+    assert lines[9:] == ["", "Found 1 error."]
+    assert max(len(line) for line in lines if not line.startswith("help:")) < 120
     clean = amplint("clean.py", cwd=root)
     assert clean.returncode == 0 and "All checks passed!" in clean.stdout
 

@@ -172,13 +172,14 @@ def test_text_output_names_the_cell_and_frames_the_cell(amplint, tmp_path):
     write(tmp_path, "train.ipynb", TRAIN)
     result = amplint("train.ipynb", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
-    assert result.stdout.startswith(f"train.ipynb:cell 4:7:5: AMP003 `{CLIP}` clips gradients")
-    frame = result.stdout.split("\n")[1:6]
+    assert result.stdout.startswith(f"AMP003 `{CLIP}` clips gradients")
+    frame = result.stdout.split("\n")[1:7]
     assert frame == [
+        " --> train.ipynb:cell 4:7:5",
         "  |",
         "6 |     %time torch.cuda.synchronize()",
         f"7 |     {CLIP}",
-        "  |     " + "^" * len(CLIP) + " AMP003",
+        "  |     " + "^" * len(CLIP),
         "8 |     scaler.step(optimizer)",
     ]
     assert "Found 1 error." in result.stdout
@@ -201,10 +202,10 @@ def test_frame_stays_inside_the_cell(amplint, tmp_path):
     write(tmp_path, "n.ipynb", text)
     result = amplint("n.ipynb", cwd=tmp_path)
     blocks = result.stdout.split("\n\n")
-    assert blocks[0].splitlines()[0].startswith("n.ipynb:cell 2:1:1: AMP003")
-    assert blocks[0].splitlines()[1:] == ["  |", f"1 | {CLIP}", "  | " + "^" * len(CLIP) + " AMP003", "  |"]
-    assert blocks[1].splitlines()[0].startswith("n.ipynb:cell 4:2:1: AMP003")
-    assert blocks[1].splitlines()[2:5] == ["1 | scaler.scale(loss).backward()", f"2 | {CLIP}", "  | " + "^" * len(CLIP) + " AMP003"]
+    assert blocks[0].splitlines()[0].startswith("AMP003 ")
+    assert blocks[0].splitlines()[1:6] == [" --> n.ipynb:cell 2:1:1", "  |", f"1 | {CLIP}", "  | " + "^" * len(CLIP), "  |"]
+    assert blocks[1].splitlines()[1] == " --> n.ipynb:cell 4:2:1"
+    assert blocks[1].splitlines()[3:6] == ["1 | scaler.scale(loss).backward()", f"2 | {CLIP}", "  | " + "^" * len(CLIP)]
 
 
 def test_json_keeps_the_joined_row_and_adds_the_cell(amplint, tmp_path):

@@ -227,6 +227,6 @@ def test_json_cell_fields_are_null_for_python_files(amplint, tmp_path):
 
 def test_every_format_is_offered(amplint):
     usage = amplint("--help").stdout
-    for name in ("text", "json", "github", "sarif"):
+    for name in ("full", "concise", "json", "json-lines", "junit", "github", "gitlab", "pylint", "sarif"):
         assert name in FORMATS
         assert name in usage

@@ -2,19 +2,29 @@
 
 pre-commit installs a hook repository at a commit. So that the test checks this working tree
 (as `pre-commit try-repo` does) and not only what was last committed, it commits a snapshot
-of the tree (tracked and untracked, not ignored, files) to a temporary repository and points
-`.pre-commit-config.yaml` there; in CI, on a clean checkout, that snapshot is HEAD.
+of the tree (tracked and untracked, not ignored, files) to a temporary repository, on a
+branch named `main`, and uses the README's own `.pre-commit-config.yaml` snippet with only
+`repo:` pointed there; in CI, on a clean checkout, that snapshot is HEAD.
 """
 
 import os
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from conftest import REPO
+
+PUBLIC_REPO = "https://github.com/amplint/amplint"
+
+
+def readme_snippet():
+    """The README's `.pre-commit-config.yaml`, as a user copies it."""
+    section = (REPO / "README.md").read_text().split("\n## pre-commit\n", 1)[1]
+    snippet = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert snippet.startswith("# .pre-commit-config.yaml\n") and PUBLIC_REPO in snippet
+    return snippet
 from test_notebooks import CLIP, LOOP, SETUP, cell, notebook
 from test_output_formats import BUGGY
 
@@ -47,7 +57,7 @@ def snapshot_of_this_checkout(target, env):
         if source.is_file():  # tracked files deleted in the working tree are left out
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
-    git("init", "-q", cwd=target, env=env)
+    git("init", "-q", "-b", "main", cwd=target, env=env)
     git("add", "-A", cwd=target, env=env)
     git("commit", "-q", "-m", "snapshot", cwd=target, env=env)
     return git("rev-parse", "HEAD", cwd=target, env=env).stdout.strip()
@@ -60,6 +70,7 @@ def pre_commit(*args, cwd, env):
     )
 
 
+@pytest.mark.slow(seconds=55)
 def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -80,17 +91,8 @@ def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
 
     project = tmp_path / "project"
     project.mkdir()
-    (project / ".pre-commit-config.yaml").write_text(
-        textwrap.dedent(
-            f"""\
-            repos:
-              - repo: {hooks}
-                rev: {rev}
-                hooks:
-                  - id: amplint
-            """
-        )
-    )
+    snippet = readme_snippet()
+    (project / ".pre-commit-config.yaml").write_text(snippet.replace(PUBLIC_REPO, str(hooks)))
     (project / "train.py").write_text(BUGGY)
     (project / "explore.ipynb").write_text(notebook(cell("# Explore", kind="markdown"), SETUP, LOOP))
     # Staged, but excluded by default (`build`): the hook's --force-exclude keeps it out.
@@ -118,8 +120,8 @@ def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
     output = failing.stdout + failing.stderr
     assert failing.returncode == 1, output
     assert "amplint" in output and "Failed" in output
-    assert "train.py:8:5: AMP003" in output
-    assert "explore.ipynb:cell 3:7:5: AMP003" in output
+    assert "--> train.py:8:5" in output
+    assert "--> explore.ipynb:cell 3:7:5" in output
     assert "generated.py" not in output and "notes.txt" not in output
 
     (project / "train.py").write_text(FIXED)
@@ -128,3 +130,8 @@ def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
     passing = pre_commit("run", "--all-files", cwd=project, env=env)
     assert passing.returncode == 0, passing.stdout + passing.stderr
     assert "amplint" in passing.stdout and "Passed" in passing.stdout
+
+    # The README's promise: `pre-commit autoupdate` replaces `rev: main` with the newest commit.
+    update = pre_commit("autoupdate", cwd=project, env=env)
+    assert update.returncode == 0, update.stdout + update.stderr
+    assert f"rev: {rev}" in (project / ".pre-commit-config.yaml").read_text()

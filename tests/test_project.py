@@ -133,7 +133,7 @@ def test_helpers_of_other_linted_modules_count_where_they_are_called(tmp_path):
         ("pkg/train.py", 22, "AMP004"),  # optimizer_step() steps under autocast
         ("pkg/train.py", 30, "AMP001"),  # Stepper().step() steps its own GradScaler
     ]
-    messages = {f["location"]["row"]: f["message"] for f in findings}
+    messages = {f["location"]["row"]: f"{f['message']}. {f['help']}" for f in findings}
     assert "`scaler.step(optimizer)` in optim_utils.py" in messages[13]
 
 

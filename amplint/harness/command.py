@@ -78,7 +78,8 @@ def select_rules(codes: Sequence[str]) -> Tuple[List[Type[Rule]], List[str]]:
     from amplint.rules import ALL_RULES
 
     if not codes:
-        return list(ALL_RULES), []
+        # Rules without a runtime claim (AMP100 reads comments) have nothing to run.
+        return [rule for rule in ALL_RULES if rule.PREDICTIONS], []
     wanted = [code.upper() for code in codes]
     unknown = [code for code in wanted if not any(rule.code.startswith(code) for rule in ALL_RULES)]
     chosen = [rule for rule in ALL_RULES if any(rule.code.startswith(code) for code in wanted)]

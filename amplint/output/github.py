@@ -1,8 +1,10 @@
 """`--output-format github`: GitHub Actions workflow commands, one annotation per finding.
 
 `::error file=train.py,line=10,col=5,endLine=10,endColumn=60,title=AMP003 (clip-before-unscale)::…`
-A file that could not be linted is an annotation too, on the file. Notebooks are annotated
-on the line of the .ipynb that holds the offending code, and the message names the cell.
+The command is the finding's severity (`::error`, or `::warning` for a warning rule); the
+message is the location, code and title, then a `help:` line. A file that could not be
+linted is an error annotation too, on the file. Notebooks are annotated on the line of the
+.ipynb that holds the offending code, and the message names the cell.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ def render(report: RunReport, **_: object) -> str:
         properties.append(("title", f"{finding.code} ({finding.name})" if finding.name else finding.code))
         # The message repeats the location for the log, where a notebook's reads `cell 3:12:5`.
         where = location(replace(finding, path=file))
-        lines.append(_command(properties, f"{where}: {finding.code} {finding.message}"))
+        message = f"{where}: {finding.code} {finding.message}"
+        if finding.help:
+            message += f"\nhelp: {finding.help}"
+        lines.append(_command(properties, message, finding.severity))
     for error in sorted(report.errors):
         file = _file(error.path, root)
         lines.append(_command([("file", file), ("title", "amplint: file not linted")], f"{file}: {error.message}"))
@@ -41,9 +46,10 @@ def _file(path: str, root: str) -> str:
     return relative_path(path, root) or path
 
 
-def _command(properties: List[Tuple[str, object]], message: str) -> str:
+def _command(properties: List[Tuple[str, object]], message: str, severity: str = "error") -> str:
+    command = "warning" if severity == "warning" else "error"
     rendered = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties)
-    return f"::error {rendered}::{_escape_data(message)}"
+    return f"::{command} {rendered}::{_escape_data(message)}"
 
 
 def _escape_data(text: str) -> str:

@@ -1,37 +1,77 @@
-"""`--output-format json`: a list of findings in ruff's JSON shape (1-based rows and columns).
+"""`--output-format json` (a list) and `json-lines` (one object per line): ruff's JSON shape.
+
+Rows and columns are 1-based. `message` is the finding's short title and `help` says why it
+matters and what to write instead; `severity` is `error` or `warning`; `fix` is null until
+amplint can fix.
 
 For a notebook, `location` and `end_location` are in the joined code cells (what `noqa_row`
 and the rows of other findings count in), `cell` is the cell as Jupyter numbers it (every
 cell, 1-based) and `cell_location` the row and column within that cell; both are null for a
 `.py` file.
+
+A file that could not be linted (a syntax error, undecodable, unreadable) is an item too,
+as ruff reports syntax errors: `code` is null, `message` says why, and the location is the
+file's start.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Any, Dict, List
 
-from amplint.diagnostics import RunReport
+from amplint.diagnostics import FileError, Finding, RunReport
+
+
+def items(report: RunReport) -> List[Dict[str, Any]]:
+    found = [_finding(finding) for finding in report.findings]
+    return found + [_not_linted(error) for error in sorted(report.errors)]
 
 
 def render(report: RunReport, **_: object) -> str:
-    items = []
-    for finding in report.findings:
-        items.append(
-            {
-                "cell": finding.cell,
-                "cell_location": (
-                    {"column": finding.column, "row": finding.cell_row} if finding.cell is not None else None
-                ),
-                "code": finding.code,
-                "end_location": {"column": finding.end_column, "row": finding.end_row},
-                "filename": os.path.abspath(finding.path) if finding.path != "-" else finding.path,
-                "fix": None,
-                "location": {"column": finding.column, "row": finding.row},
-                "message": finding.message,
-                "name": finding.name,
-                "noqa_row": finding.row,
-                "url": finding.url,
-            }
-        )
-    return json.dumps(items, indent=2) + "\n"
+    return json.dumps(items(report), indent=2) + "\n"
+
+
+def render_lines(report: RunReport, **_: object) -> str:
+    return "".join(json.dumps(item) + "\n" for item in items(report))
+
+
+def _filename(path: str) -> str:
+    return os.path.abspath(path) if path != "-" else path
+
+
+def _finding(finding: Finding) -> Dict[str, Any]:
+    return {
+        "cell": finding.cell,
+        "cell_location": ({"column": finding.column, "row": finding.cell_row} if finding.cell is not None else None),
+        "code": finding.code,
+        "end_location": {"column": finding.end_column, "row": finding.end_row},
+        "filename": _filename(finding.path),
+        "fix": None,
+        "help": finding.help,
+        "location": {"column": finding.column, "row": finding.row},
+        "message": finding.message,
+        "name": finding.name,
+        "noqa_row": finding.row,
+        "severity": finding.severity,
+        "url": finding.url,
+    }
+
+
+def _not_linted(error: FileError) -> Dict[str, Any]:
+    start = {"column": 1, "row": 1}
+    return {
+        "cell": None,
+        "cell_location": None,
+        "code": None,
+        "end_location": start,
+        "filename": _filename(error.path),
+        "fix": None,
+        "help": None,
+        "location": start,
+        "message": error.message,
+        "name": None,
+        "noqa_row": None,
+        "severity": "error",
+        "url": None,
+    }

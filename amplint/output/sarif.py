@@ -68,7 +68,7 @@ def _rule(rule: Any) -> Dict[str, Any]:
         "fullDescription": {"text": _unwrap(rule.section("What it does") or rule.summary())},
         "help": {"text": page, "markdown": page},
         "helpUri": rule.url(),
-        "defaultConfiguration": {"level": "error"},
+        "defaultConfiguration": {"level": _level(rule.severity)},
         "properties": {"tags": ["pytorch", "mixed-precision", "correctness"]},
     }
 
@@ -80,7 +80,7 @@ def _unwrap(text: str) -> str:
 
 def _result(finding: Finding, index: Dict[str, int], root: str) -> Dict[str, Any]:
     line, column, end_line, end_column = finding.span_in_file()
-    message = finding.message
+    message = finding.text
     result: Dict[str, Any] = {"ruleId": finding.code}
     if finding.code in index:
         result["ruleIndex"] = index[finding.code]
@@ -89,7 +89,7 @@ def _result(finding: Finding, index: Dict[str, int], root: str) -> Dict[str, Any
         message += f" (cell {finding.cell}, line {finding.cell_row})"
     result.update(
         {
-            "level": "error",
+            "level": _level(finding.severity),
             "message": {"text": message},
             "locations": [
                 {
@@ -109,6 +109,10 @@ def _result(finding: Finding, index: Dict[str, int], root: str) -> Dict[str, Any
     if finding.cell is not None:
         result["properties"] = {"cell": finding.cell, "cellLine": finding.cell_row, "cellColumn": finding.column}
     return result
+
+
+def _level(severity: str) -> str:
+    return "warning" if severity == "warning" else "error"
 
 
 def _artifact(path: str, root: str) -> Dict[str, str]:

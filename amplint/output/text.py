@@ -1,11 +1,28 @@
-"""`--output-format text`: `path:row:col: CODE message`, with a code frame unless --concise."""
+"""`--output-format full` (the default) and `concise`: findings for a person to read.
+
+`full` is ruff's layout: the code and a short title, the location, a code frame, and a
+`help:` line saying why it matters and what to write instead:
+
+    AMP003 `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` clips gradients that still carry the loss scale
+     --> train.py:8:5
+      |
+    7 |     scaler.scale(loss).backward()
+    8 |     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+      |     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+    9 |     scaler.step(optimizer)
+      |
+    help: The loss scale is 65536 at start, so ...
+
+`concise` is one line per finding, `path:row:col: CODE title`. `text` is the old name of
+`full`, kept so that existing scripts go on working.
+"""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 from collections import Counter
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from amplint.diagnostics import Finding, RunReport
 from amplint.notebook import CellMap
@@ -28,8 +45,17 @@ class Style:
     def red(self, text: str) -> str:
         return self._wrap("1;31", text)
 
+    def yellow(self, text: str) -> str:
+        return self._wrap("1;33", text)
+
     def blue(self, text: str) -> str:
         return self._wrap("1;34", text)
+
+    def cyan(self, text: str) -> str:
+        return self._wrap("1;36", text)
+
+    def severity(self, finding: Finding, text: str) -> str:
+        return self.yellow(text) if finding.severity == "warning" else self.red(text)
 
 
 def location(finding: Finding) -> str:
@@ -42,23 +68,65 @@ def render(report: RunReport, concise: bool = False, color: bool = False, summar
     style = Style(color)
     out: List[str] = []
     for finding in report.findings:
-        out.append(f"{style.bold(location(finding))}: {style.red(finding.code)} {finding.message}")
-        if not concise:
-            out.extend(_frame(finding, report.sources.get(finding.path), style, report.notebooks.get(finding.path)))
-    count = len(report.findings)
-    if summary and count:
-        out.append(f"Found {count} error{'s' if count != 1 else ''}.")
-    elif summary and not report.errors:
-        out.append("All checks passed!")
+        if concise:
+            out.append(f"{style.bold(location(finding))}: {style.severity(finding, finding.code)} {finding.message}")
+        else:
+            out.extend(_full(finding, report, style))
+    if summary:
+        out.extend(_summary(report))
     return "\n".join(out) + "\n" if out else ""
 
 
-def _frame(finding: Finding, source: Optional[str], style: Style, cells: Optional[CellMap] = None) -> List[str]:
+def render_concise(report: RunReport, **options: object) -> str:
+    return render(report, **{**options, "concise": True})
+
+
+def render_full(report: RunReport, **options: object) -> str:
+    return render(report, **{**options, "concise": False})
+
+
+def _full(finding: Finding, report: RunReport, style: Style) -> List[str]:
+    width, frame = _frame(finding, report.sources.get(finding.path), style, report.notebooks.get(finding.path))
+    lines = [
+        f"{style.severity(finding, finding.code)} {style.bold(finding.message)}",
+        # The arrow lines up with the frame's gutter, as in ruff.
+        f"{' ' * width}{style.blue('-->')} {location(finding)}",
+        *frame,
+    ]
+    if finding.help:
+        lines.append(f"{style.cyan('help')}: {finding.help}")
+    lines.append("")
+    return lines
+
+
+def _summary(report: RunReport) -> List[str]:
+    count = len(report.findings)
+    if not count:
+        return [] if report.errors else ["All checks passed!"]
+    warnings = sum(1 for finding in report.findings if finding.severity == "warning")
+    errors = count - warnings
+    if not warnings:
+        return [f"Found {_plural(errors, 'error')}."]
+    if not errors:
+        return [f"Found {_plural(warnings, 'warning')}."]
+    return [f"Found {_plural(errors, 'error')} and {_plural(warnings, 'warning')}."]
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
+def _frame(
+    finding: Finding, source: Optional[str], style: Style, cells: Optional[CellMap] = None
+) -> Tuple[int, List[str]]:
+    """The width of the line numbers, and the frame: the finding's line with one either side."""
     if source is None:
-        return []
+        return 1, []
     lines = _LINE_BREAK.split(source)
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()  # the file's last line break starts no line
     if not 1 <= finding.row <= len(lines):
-        return []
+        return 1, []
     # A notebook's frame stays inside the finding's cell and counts rows as the cell does.
     cell = cells.cell_at(finding.row) if cells is not None else None
     top, bottom, offset = (cell.first_row, cell.last_row, cell.first_row - 1) if cell else (1, len(lines), 0)
@@ -76,10 +144,9 @@ def _frame(finding: Finding, source: Optional[str], style: Style, cells: Optiona
             # carets sit under the code.
             pad = "".join(c if c == "\t" else " " * _width(c) for c in line[: finding.column - 1])
             carets = "^" * max(1, sum(_width(c) for c in line[finding.column - 1 : end - 1]))
-            frame.append(f"{gutter} {pad}{style.red(carets + ' ' + finding.code)}")
+            frame.append(f"{gutter} {pad}{style.severity(finding, carets)}")
     frame.append(gutter)
-    frame.append("")
-    return frame
+    return width, frame
 
 
 def _width(character: str) -> int:

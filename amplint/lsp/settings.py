@@ -1,0 +1,42 @@
+"""Which rules apply to a file the editor holds: exactly what `amplint PATH --force-exclude`
+would apply, from the `[tool.amplint]` found upwards from the file (amplint.cli's own code).
+
+An open file that the configuration excludes (`exclude`, `extend-exclude`, the defaults such
+as `site-packages`, `.gitignore`) gets no rules, as pre-commit's `--force-exclude` run would:
+jumping to a library's definition does not fill the editor with its findings.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple, Type
+
+from amplint.syntax import PythonVersion
+
+from amplint import cli
+from amplint.discovery import DEFAULT_EXCLUDES, Discovery
+from amplint.rule import Rule
+
+
+def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[PythonVersion]]:
+    """The rules for `path` (None: an unsaved buffer, configured from the working directory),
+    and the Python version its syntax is judged against (`target-version`).
+
+    Raises ConfigError or SelectionError for a broken configuration, as the command does."""
+    options = cli._check_parser().parse_args([])
+    anchor = path if path is not None else os.path.join(os.getcwd(), "untitled.py")
+    config = cli._load_config(options, [anchor])
+    rules = cli._selected_rules(options, config)
+    per_file = cli._per_file_ignores(config)
+    if path is not None:
+        discovery = Discovery(
+            root=config.root,
+            exclude=config.exclude or DEFAULT_EXCLUDES,
+            extend_exclude=config.extend_exclude,
+            respect_gitignore=config.respect_gitignore,
+            force_exclude=True,
+        )
+        if discovery.is_excluded(path, is_dir=False):
+            return (), config.target_version
+    codes = cli._codes_for(anchor, rules, config, per_file)
+    return tuple(cli._RULES_BY_CODE[code] for code in codes), config.target_version

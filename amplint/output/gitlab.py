@@ -1,0 +1,74 @@
+"""`--output-format gitlab`: a GitLab Code Quality report (JSON), as ruff writes it.
+
+    amplint:
+      script: amplint --output-format gitlab -o gl-code-quality-report.json .
+      artifacts:
+        reports:
+          codequality: gl-code-quality-report.json
+
+Paths are relative to `CI_PROJECT_DIR` (the checkout) where GitLab sets it, else to the
+working directory. Severity: an `error` finding is `major`, a `warning` is `minor`; a file
+that could not be linted is `critical`. Each fingerprint is stable across runs (code, path,
+message and, for repeats, which repeat) so GitLab can tell new findings from old ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from typing import Any, Dict, List
+
+from amplint.diagnostics import RunReport
+from amplint.output.locations import relative_path
+
+SEVERITY = {"error": "major", "warning": "minor"}
+
+
+def render(report: RunReport, **_: object) -> str:
+    root = os.path.abspath(os.environ.get("CI_PROJECT_DIR") or os.getcwd())
+    seen: Counter = Counter()
+    issues: List[Dict[str, Any]] = []
+    for finding in report.findings:
+        path = relative_path(finding.path, root) or finding.path
+        line, column, end_line, end_column = finding.span_in_file()
+        description = finding.message
+        if finding.cell is not None:
+            description += f" (cell {finding.cell}, line {finding.cell_row})"
+        key = (finding.code, path, finding.message)
+        seen[key] += 1
+        issues.append(
+            {
+                "check_name": finding.code,
+                "description": f"{finding.code} {description}",
+                "content": {"body": finding.help or ""},
+                "categories": ["Bug Risk"],
+                "fingerprint": _fingerprint(*key, str(seen[key])),
+                "severity": SEVERITY.get(finding.severity, "major"),
+                "location": {
+                    "path": path,
+                    "positions": {
+                        "begin": {"line": line, "column": column},
+                        "end": {"line": max(end_line, line), "column": end_column},
+                    },
+                },
+            }
+        )
+    for error in sorted(report.errors):
+        path = relative_path(error.path, root) or error.path
+        issues.append(
+            {
+                "check_name": "amplint/file-not-linted",
+                "description": f"amplint could not lint this file: {error.message}",
+                "categories": ["Bug Risk"],
+                "fingerprint": _fingerprint("file-not-linted", path, error.message),
+                "severity": "critical",
+                "location": {"path": path, "lines": {"begin": 1, "end": 1}},
+            }
+        )
+    return json.dumps(issues, indent=2) + "\n"
+
+
+def _fingerprint(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:32]

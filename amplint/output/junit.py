@@ -1,0 +1,55 @@
+"""`--output-format junit`: JUnit XML, for CI systems that show test reports (GitLab, Jenkins,
+Azure Pipelines), in ruff's shape.
+
+One `<testsuite>` per file with findings, one `<testcase name="amplint.AMP003">` per finding
+with a `<failure>` whose `type` is the finding's severity (`error` or `warning`); a file that
+could not be linted is a testcase with an `<error>`. A clean run is one passing testcase, so
+that the report is never empty.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from typing import Dict, List, Tuple
+
+from amplint.diagnostics import FileError, Finding, RunReport
+from amplint.output.text import location
+
+
+def render(report: RunReport, **_: object) -> str:
+    by_file: Dict[str, Tuple[List[Finding], List[FileError]]] = {}
+    for finding in report.findings:
+        by_file.setdefault(finding.path, ([], []))[0].append(finding)
+    for error in sorted(report.errors):
+        by_file.setdefault(error.path, ([], []))[1].append(error)
+
+    failures, errors = len(report.findings), len(report.errors)
+    root = ET.Element("testsuites", name="amplint", tests=str(max(1, failures + errors)), failures=str(failures), errors=str(errors))
+    if not by_file:
+        suite = ET.SubElement(root, "testsuite", name="amplint", tests="1", disabled="0", errors="0", failures="0", package="amplint")
+        ET.SubElement(suite, "testcase", name="No errors found", classname="amplint")
+    for path, (findings, not_linted) in by_file.items():
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=path,
+            tests=str(len(findings) + len(not_linted)),
+            disabled="0",
+            errors=str(len(not_linted)),
+            failures=str(len(findings)),
+            package="amplint",
+        )
+        classname = os.path.splitext(path)[0]
+        for finding in findings:
+            line, column = (finding.cell_row, finding.column) if finding.cell is not None else (finding.row, finding.column)
+            case = ET.SubElement(
+                suite, "testcase", name=f"amplint.{finding.code}", classname=classname, line=str(line), column=str(column)
+            )
+            failure = ET.SubElement(case, "failure", message=finding.message, type=finding.severity)
+            failure.text = f"{location(finding)}: {finding.code} {finding.text}"
+        for error in not_linted:
+            case = ET.SubElement(suite, "testcase", name="amplint.file-not-linted", classname=classname)
+            ET.SubElement(case, "error", message=error.message, type="error").text = f"{path}: {error.message}"
+    ET.indent(root, space="    ")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

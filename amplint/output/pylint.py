@@ -1,0 +1,26 @@
+"""`--output-format pylint`: `path:row: [CODE] message`, ruff's pylint-style lines, for tools
+that parse pylint's parseable output (Jenkins, older editor plugins).
+
+Rows are rows of the file on disk: for a notebook, the line of the .ipynb that holds the
+code, and the message names the cell. The format has no severity field (neither has ruff's);
+where severity matters, use `json`, `sarif`, `gitlab` or `github`.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from amplint.diagnostics import RunReport
+
+
+def render(report: RunReport, **_: object) -> str:
+    lines: List[str] = []
+    for finding in report.findings:
+        line = finding.span_in_file()[0]
+        message = finding.message
+        if finding.cell is not None:
+            message += f" (cell {finding.cell}, line {finding.cell_row})"
+        lines.append(f"{finding.path}:{line}: [{finding.code}] {message}")
+    for error in sorted(report.errors):
+        lines.append(f"{error.path}:1: [amplint] could not lint this file: {error.message}")
+    return "".join(line + "\n" for line in lines)

@@ -1,0 +1,58 @@
+"""`--show-settings` and `--show-files`: what a run would use, without linting anything.
+
+`--show-settings` prints the configuration resolved from `[tool.amplint]` and the command
+line, as TOML-like `key = value` lines; `--show-files` prints, one per line and sorted, the
+files a run with the same paths and options would lint.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Optional, Sequence, Tuple, Type
+
+from amplint.config import Config
+from amplint.discovery import Discovery
+from amplint.rule import Rule
+
+
+def settings(
+    config: Config,
+    rules: Sequence[Type[Rule]],
+    discovery: Discovery,
+    paths: Sequence[str],
+    output_format: str,
+    jobs: int,
+    target: Optional[Tuple[int, int]] = None,
+) -> str:
+    values = [
+        ("settings-file", config.path),
+        ("root", config.root),
+        ("paths", list(paths)),
+        ("rules", [f"{rule.code} ({rule.name})" for rule in rules]),
+        ("target-version", f"py{target[0]}{target[1]}" if target else None),
+        ("per-file-ignores", config.per_file_ignores),
+        ("exclude", list(discovery.exclude)),
+        ("extend-exclude", list(discovery.extend_exclude)),
+        ("respect-gitignore", discovery.respect_gitignore),
+        ("force-exclude", discovery.force_exclude),
+        ("output-format", output_format),
+        ("jobs", jobs),
+    ]
+    lines = [f"{key} = {_value(value)}" for key, value in values]
+    if config.path is None:
+        lines[0] += "  # no [tool.amplint] found: defaults"
+    return "\n".join(lines) + "\n"
+
+
+def _value(value: object) -> str:
+    if value is None:
+        return '""'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in value.items()) + " }" if value else "{}"
+    return json.dumps(value)
+
+
+def files(found: Iterable[str]) -> str:
+    return "".join(f"{path}\n" for path in sorted(found))
