@@ -6,6 +6,9 @@ from amplint.rules.amp003_clip_before_unscale import ClipBeforeUnscale
 from amplint.rules.amp004_step_inside_autocast import StepInsideAutocast
 from amplint.rules.amp005_scaled_loss_plain_step import ScaledLossPlainStep
 from amplint.rules.amp006_backward_inside_autocast import BackwardInsideAutocast
+from amplint.rules.amp010_half_precision_master_weights import HalfPrecisionMasterWeights
+from amplint.rules.amp011_autocast_device_mismatch import AutocastDeviceMismatch
+from amplint.rules.amp014_deprecated_amp_api import DeprecatedAmpApi
 
 ALL_RULES = (
     UnscaledBackward,
@@ -14,6 +17,9 @@ ALL_RULES = (
     StepInsideAutocast,
     ScaledLossPlainStep,
     BackwardInsideAutocast,
+    HalfPrecisionMasterWeights,
+    AutocastDeviceMismatch,
+    DeprecatedAmpApi,
 )
 
 __all__ = ["ALL_RULES"]

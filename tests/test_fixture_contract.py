@@ -26,6 +26,8 @@ SHOWS = {
     "AMP004": {"AMP004", "AMP006"},
     "AMP005": {"AMP005"},
     "AMP006": {"AMP006"},
+    "AMP010": {"AMP010"},
+    "AMP011": {"AMP011"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())
