@@ -42,8 +42,9 @@ class AutocastDeviceMismatch(Rule):
     else-CPU, so on the CPU): under `autocast("cuda")` the model's output was float32 and every
     step's loss was bit-identical to a run with no autocast at all, while
     `autocast(device_type=device.type)` produced float16 or bfloat16 outputs and losses that
-    differ from float32 in the low digits. What the mistake costs is mixed precision itself:
-    its speed and memory on that device, and any test of the low-precision path.
+    differ from float32's by up to 7e-5 (on a loss of 0.025): mixed precision at work. What
+    the mistake costs is mixed precision itself: its speed and memory on that device, and any
+    test of the low-precision path.
 
     ## Example
     ```python
