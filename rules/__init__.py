@@ -9,6 +9,9 @@ from amplint.rules.amp006_backward_inside_autocast import BackwardInsideAutocast
 from amplint.rules.amp007_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
 from amplint.rules.amp008_grad_scaler_in_loop import GradScalerInLoop
 from amplint.rules.amp009_scaled_gradients_read import ScaledGradientsRead
+from amplint.rules.amp010_half_precision_master_weights import HalfPrecisionMasterWeights
+from amplint.rules.amp011_autocast_device_mismatch import AutocastDeviceMismatch
+from amplint.rules.amp014_deprecated_amp_api import DeprecatedAmpApi
 from amplint.rules.amp100_unused_noqa import UnusedNoqa
 
 ALL_RULES = (
@@ -21,6 +24,9 @@ ALL_RULES = (
     ScalerStateNotCheckpointed,
     GradScalerInLoop,
     ScaledGradientsRead,
+    HalfPrecisionMasterWeights,
+    AutocastDeviceMismatch,
+    DeprecatedAmpApi,
     UnusedNoqa,  # runs after the others: it reads which `# noqa` they used
 )
 

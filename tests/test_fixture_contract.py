@@ -29,6 +29,8 @@ SHOWS = {
     "AMP007": {"AMP007"},
     "AMP008": {"AMP008"},
     "AMP009": {"AMP009"},
+    "AMP010": {"AMP010"},
+    "AMP011": {"AMP011"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())

@@ -462,7 +462,7 @@ def test_without_torch_verify_says_how_to_get_it_and_linting_still_works():
 def test_every_prediction_is_confirmed_on_cpu_at_every_dtype(verified):
     problems = [render_json(VerifyRun([row], "cpu", None, 0, 0.0)) for row in verified.rows if row.verdict != CONFIRMED]
     assert not problems, "\n".join(problems)
-    assert verified.ok and verified.processes == min(len(ALL_RULES), os.cpu_count() or 1)
+    assert verified.ok and verified.processes == min(len([r for r in ALL_RULES if r.PREDICTIONS]), os.cpu_count() or 1)
     expected = [(rule.code, p.scenario, p.quantity, dtype) for rule in ALL_RULES for p in rule.PREDICTIONS for dtype in p.dtypes]
     assert [(row.code, row.prediction.scenario, row.prediction.quantity, row.dtype) for row in verified.rows] == expected
     assert {row.dtype for row in verified.rows} == {"float16", "bfloat16"}

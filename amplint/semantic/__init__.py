@@ -14,6 +14,9 @@ The parts, each in its own module:
 - `flow`: the order of events through each unit and helper, and the gradients' state;
 - `checkpoints`: where optimizers' and scalers' state is saved and restored;
 - `repetition`: the loops whose every iteration runs a call again;
+- `precision`: where modules are cast, which optimizers train them, in-place averages (EMAs);
+- `devices`: where code places its tensors, and what an autocast region is gated on;
+- `deprecations`: uses of the deprecated per-device AMP API and their replacements;
 - `model`: the public types rules see.
 
 Rules ask questions of `SemanticModel`; they never walk the tree for facts another rule
@@ -22,6 +25,7 @@ needs too. `rules/README.md` says how to add one.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -29,6 +33,8 @@ import libcst as cst
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.checkpoints import Checkpoints, HandOff, StateCall
 from amplint.semantic.conditions import Assumption, alternatives, assumptions
+from amplint.semantic.deprecations import DeprecatedAmpUse, find_deprecated_uses
+from amplint.semantic.devices import Devices, Placement
 from amplint.semantic.exports import ExternalModules, export_summary
 from amplint.semantic.flow import FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
@@ -44,6 +50,17 @@ from amplint.semantic.model import (
     ScalerInfo,
 )
 from amplint.semantic.names import dotted_name, names_bound, names_read, roots
+from amplint.semantic.precision import (
+    InPlaceAverage,
+    ModuleCast,
+    OptimizerBuild,
+    PrecisionFacts,
+    PrecisionFinder,
+    Successors,
+    averaged_in,
+    find_precision,
+    trained_in,
+)
 from amplint.semantic.regions import Regions
 from amplint.semantic.repetition import Repetition, Repetitions
 from amplint.semantic.resolve import Resolver, argument, is_infinity
@@ -58,11 +75,16 @@ __all__ = [
     "Binding",
     "CallRecord",
     "CodeUnit",
+    "DeprecatedAmpUse",
     "EventKind",
     "FlowState",
     "GradientState",
     "HandOff",
+    "InPlaceAverage",
+    "ModuleCast",
     "Occurrence",
+    "OptimizerBuild",
+    "Placement",
     "Ref",
     "Repetition",
     "ScalerInfo",
@@ -593,6 +615,69 @@ class SemanticModel:
         return bool(self.scaler_facts.optimizers) or any(
             o.kind in _STEPS for u in self.units for o in self.occurrences_in(u)
         )
+
+    # ------------------------------------------------------------------ precision outside autocast
+    @cached_property
+    def precision_finder(self) -> PrecisionFinder:
+        return find_precision(self.index, self.resolver)
+
+    @property
+    def precision(self) -> PrecisionFacts:
+        """Casts of modules, optimizer constructions and what they train, in-place averages."""
+        return self.precision_finder.facts
+
+    @cached_property
+    def successors(self) -> Successors:
+        return Successors(self.index)
+
+    def trained_in_low_precision(self, dtype: str = "float16") -> Iterator[Tuple[ModuleCast, OptimizerBuild]]:
+        """Casts that may cast a module to `dtype` (`model.half()`, `unet.to(dtype=weight_dtype)`),
+        each with an optimizer that then trains the module's parameters in that dtype: it holds
+        them on a way the cast can take (their branch conditions do not contradict), nothing
+        that may keep float32 master weights takes it (apex, DeepSpeed, accelerate), it is
+        built or some optimizer steps after the cast, and nothing after the cast casts the
+        module back to float32 or hands it to code that may (adapters, `cast_training_params`)."""
+        return trained_in(self, dtype)
+
+    def averaged_in_low_precision(self, dtype: str = "float16") -> Iterator[Tuple[ModuleCast, InPlaceAverage]]:
+        """Casts that may cast a module to `dtype` whose parameters a loop that runs after the
+        cast decays in place: an EMA kept in that dtype (`ema = deepcopy(model).half()`,
+        then `e.mul_(d).add_(p, alpha=1 - d)`)."""
+        return averaged_in(self, dtype)
+
+    # ------------------------------------------------------------------ devices
+    @cached_property
+    def devices(self) -> Devices:
+        """Placements (`.to(device)`, `.cuda()`, `device=`) and what regions are gated on."""
+        return Devices(self.index, self.resolver, self.regions, self.classify)
+
+    def runtime_device_choices(self, region: AutocastRegion) -> List[Placement]:
+        """Placements in the code around `region` (its unit, what encloses it, its class, the
+        module's top level, its callers in the file) on a device chosen at run time among
+        device types that include one the region does not switch autocast on for
+        (`.to(device)` with `device = torch.device("cuda" if ... else "cpu")` around an
+        `autocast("cuda")`). Empty when the region is gated on the device (its `enabled=`,
+        an `if` around it or a decorator test for CUDA), when its own function puts things on
+        the region's device literally (`net.to("cuda")`, `x.cuda()`: that code runs there), or
+        when the device is unknown."""
+        if not region.possible_devices or self.devices.gated_on_device(region):
+            return []
+        own = self.devices.placements_in([region.unit])
+        if any(p.literal and p.devices and p.devices <= region.possible_devices for p in own):
+            return []
+        return [
+            placement
+            for placement in self.devices.placements_in(self.devices.related_units(region.unit))
+            if placement.chosen_at_run_time and placement.devices - region.possible_devices
+        ]
+
+    # ------------------------------------------------------------------ the deprecated API
+    @cached_property
+    def deprecated_amp_uses(self) -> List[DeprecatedAmpUse]:
+        """Calls, decorators and hand-ons of `torch.cuda.amp.*` / `torch.cpu.amp.*` (not under a
+        compatibility shim), each with its `torch.amp` replacement, the device type, how this
+        file spells the replacement, the import that spelling needs, and the rewritten node."""
+        return find_deprecated_uses(self.index, self.resolver)
 
     # ------------------------------------------------------------------ regions
     def backwards_fed_by(self, region: AutocastRegion) -> List[Occurrence]:

@@ -127,6 +127,7 @@ class AutocastRegion:
     legacy: Optional[str] = None  # "torch.cuda.amp.autocast" for the deprecated per-device classes
     # What holds whenever the region is on: `enabled=scaler is not None` -> scaler is not None.
     enabled_requires: Tuple[Assumption, ...] = ()
+    enabled_expression: Optional[cst.BaseExpression] = None  # its `enabled=` argument, if any
     body: Optional[cst.BaseSuite] = None  # the `with` body (None for a decorated function)
     assigned: Set[str] = field(default_factory=set)  # variables bound inside the region
 

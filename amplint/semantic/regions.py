@@ -166,6 +166,7 @@ class Regions:
             possible_dtypes=dtypes,
             enabled=self.resolver.boolean(values.get("enabled"), where),
             enabled_requires=tuple(assumptions(values["enabled"], True)) if "enabled" in values else (),
+            enabled_expression=values.get("enabled"),
             cache_enabled=self.resolver.boolean(values.get("cache_enabled"), where),
             under_no_grad=under_no_grad,
             dtype_is_default=dtype_is_default,

@@ -17,6 +17,7 @@ import libcst as cst
 from amplint.semantic import torch_api
 from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.names import dotted_name
+from amplint.semantic.walk import iter_tree
 
 _MAX_DEPTH = 4
 # Default autocast dtypes by device; other devices' defaults are left unknown.
@@ -203,7 +204,7 @@ class Resolver:
             is_str = isinstance(value.func, cst.Name) and value.func.value == "str"
             if (qualified == "torch.device" or is_str) and value.args:
                 return self.devices(value.args[0].value, scope, depth + 1)
-            return frozenset()
+            return self._returned(value, scope, depth, self.devices)
         if isinstance(value, cst.Attribute) and value.attr.value == "type":
             # `device.type`: the device's kind.
             return self.devices(value.value, scope, depth + 1)
@@ -227,6 +228,23 @@ class Resolver:
             found |= follow(bound, where, depth + 1)
         for argument, caller in self.arguments_for(name, scope):
             found |= follow(argument, caller, depth + 1)
+        return found
+
+    def _returned(self, call: cst.Call, scope: Scope, depth: int, follow) -> FrozenSet[str]:
+        """What a function of this file returns, for `device = get_device()`: each `return`
+        value of its body, read in its own scope."""
+        if not isinstance(call.func, cst.Name):
+            return frozenset()
+        found: FrozenSet[str] = frozenset()
+        for binding in self.bindings(call.func.value, scope):
+            if binding.kind != "def" or not isinstance(binding.node, cst.FunctionDef):
+                continue
+            inner = next((s for s in self.index.scopes if s.node is binding.node), None)
+            if inner is None:
+                continue
+            for node in iter_tree(binding.node.body, lambda n: not isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda))):
+                if isinstance(node, cst.Return) and node.value is not None:
+                    found |= follow(node.value, inner, depth + 1)
         return found
 
     def _dict_literal(self, value: cst.BaseExpression, scope: Scope) -> Optional[Tuple[cst.Dict, Scope]]:

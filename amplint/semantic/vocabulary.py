@@ -88,3 +88,33 @@ def named_like_scaling(name: str) -> bool:
 
 def named_like_a_loss(name: str) -> bool:
     return "loss" in _last(name)
+
+
+# Precision outside autocast (`amplint.semantic.precision`).
+# A call that takes an optimizer and returns a schedule for it keeps no weights.
+_SCHEDULE_FRAGMENTS = ("sched", "lr", "warmup", "swa", "plateau")
+# Wrappers that keep float32 master weights of a low-precision model: apex's FP16_Optimizer
+# and amp.initialize, fairseq's FP16Optimizer, DeepSpeed's initialize, MixedPrecision...
+_MASTER_WEIGHT_FRAGMENTS = ("fp16", "fp32", "master", "mixedprecision", "mixed_precision", "initialize")
+# Calls after which a module's trainable parameters may no longer have the dtype it was cast
+# to: adapters added (LoRA layers are often built or upcast in float32), training params
+# upcast (diffusers' `cast_training_params(unet, dtype=torch.float32)`), k-bit preparation.
+_PRECISION_CHANGING_FRAGMENTS = ("adapter", "lora", "peft", "inject", "cast", "float", "fp32", "precision", "kbit")
+
+
+def named_like_a_schedule(callee: str) -> bool:
+    """`LambdaLR`, `get_cosine_schedule_with_warmup`, `ReduceLROnPlateau`, `SWALR`."""
+    return any(fragment in _last(callee) for fragment in _SCHEDULE_FRAGMENTS)
+
+
+def named_like_master_weights(callee: str) -> bool:
+    """`FP16_Optimizer`, `amp.initialize`, `deepspeed.initialize`, `optim.FP16Optimizer.build_optimizer`:
+    anywhere in the dotted name."""
+    lowered = callee.lower()
+    return any(fragment in lowered for fragment in _MASTER_WEIGHT_FRAGMENTS)
+
+
+def may_change_parameter_precision(callee: str) -> bool:
+    """`unet.add_adapter(...)`, `get_peft_model(model, cfg)`, `cast_training_params(unet, ...)`,
+    `prepare_model_for_kbit_training(model)`."""
+    return any(fragment in _last(callee) for fragment in _PRECISION_CHANGING_FRAGMENTS)

@@ -1,0 +1,294 @@
+"""Uses of the deprecated per-device AMP API, each with its replacement.
+
+`torch.cuda.amp.autocast`, `torch.cuda.amp.GradScaler`, `torch.cuda.amp.custom_fwd`,
+`torch.cuda.amp.custom_bwd`, `torch.cpu.amp.autocast` and `torch.cpu.amp.GradScaler` raise a
+FutureWarning when called; `torch.amp.*` takes the device type instead. A *use* is where the
+old name is called, applied as a decorator, or handed on to be called later (assigned,
+passed as an argument, `functools.partial`, a base class); an import alone, `isinstance`,
+an annotation, a string or a comment is none. Names are resolved through imports
+(`from torch.cuda import amp` -> `amp.GradScaler()`).
+
+A use under a compatibility shim is not one: a name also imported from the new API on
+another branch (`try: from torch.amp import autocast` / `except ImportError: from
+torch.cuda.amp import autocast`), or a call in an `if` that tests the torch version or
+`hasattr(torch, ...)`.
+
+Each use carries what a fix needs, so that the fix defines every name it writes:
+- the replacement's spelling in this file: a name already bound to it (`from torch.amp
+  import autocast as ac` -> `ac`), else through a bound `torch.amp` or `torch`, else
+  `torch.amp.X` with `import torch` to add;
+- for calls and decorators, the replacement node: the device type first (`autocast`,
+  `GradScaler`) or as `device_type=` (`custom_fwd`, `custom_bwd`), and the old autocast's
+  positional arguments (`enabled, dtype, cache_enabled`) as keywords, since the new
+  signature puts `dtype` second. `torch.cuda.amp.autocast(*args)` has no safe rewrite.
+- the import alias that bound the old name (`from torch.cuda.amp import autocast`), which a
+  fix may drop once no use of it is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import libcst as cst
+from libcst import MaybeSentinel
+
+from amplint.semantic.index import Binding, CallRecord, GuardFrame, ModuleIndex, Scope
+from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.resolve import Resolver
+from amplint.semantic.scalers import all_bindings
+
+# deprecated name -> (its replacement in torch.amp, the device type it implied, the kind)
+DEPRECATED = {
+    "torch.cuda.amp.autocast": ("torch.amp.autocast", "cuda", "autocast"),
+    "torch.cuda.amp.autocast_mode.autocast": ("torch.amp.autocast", "cuda", "autocast"),
+    "torch.cpu.amp.autocast": ("torch.amp.autocast", "cpu", "autocast"),
+    "torch.cpu.amp.autocast_mode.autocast": ("torch.amp.autocast", "cpu", "autocast"),
+    "torch.cuda.amp.GradScaler": ("torch.amp.GradScaler", "cuda", "scaler"),
+    "torch.cuda.amp.grad_scaler.GradScaler": ("torch.amp.GradScaler", "cuda", "scaler"),
+    "torch.cpu.amp.GradScaler": ("torch.amp.GradScaler", "cpu", "scaler"),
+    "torch.cpu.amp.grad_scaler.GradScaler": ("torch.amp.GradScaler", "cpu", "scaler"),
+    "torch.cuda.amp.custom_fwd": ("torch.amp.custom_fwd", "cuda", "custom_fwd"),
+    "torch.cuda.amp.autocast_mode.custom_fwd": ("torch.amp.custom_fwd", "cuda", "custom_fwd"),
+    "torch.cuda.amp.custom_bwd": ("torch.amp.custom_bwd", "cuda", "custom_bwd"),
+    "torch.cuda.amp.autocast_mode.custom_bwd": ("torch.amp.custom_bwd", "cuda", "custom_bwd"),
+}
+# Names that are the replacement (or the same class under another path).
+_SAME_AS = {
+    "torch.amp.autocast": ("torch.amp.autocast", "torch.autocast", "torch.amp.autocast_mode.autocast"),
+    "torch.amp.GradScaler": ("torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"),
+    "torch.amp.custom_fwd": ("torch.amp.custom_fwd", "torch.amp.autocast_mode.custom_fwd"),
+    "torch.amp.custom_bwd": ("torch.amp.custom_bwd", "torch.amp.autocast_mode.custom_bwd"),
+}
+# The old autocast's positional parameters; the new one takes (device_type, dtype, enabled, cache_enabled).
+_LEGACY_AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")
+_SHIM_WORDS = ("version", "hasattr", "is_torch_", "torch_")
+_NOT_A_USE = frozenset({"isinstance", "issubclass", "hasattr", "getattr", "type", "print", "repr", "str", "id"})
+
+
+@dataclass(frozen=True, eq=False)
+class DeprecatedAmpUse:
+    node: cst.CSTNode  # what a fix replaces: the call, the bare decorator, or the reference
+    kind: str  # "call", "decorator", "reference", "base"
+    deprecated: str  # "torch.cuda.amp.autocast"
+    replacement: str  # "torch.amp.autocast"
+    device_type: str  # "cuda" or "cpu"
+    spelling: str  # how this file can write the replacement: "torch.amp.autocast", "ac"
+    import_to_add: Optional[str]  # "import torch" when the spelling needs it
+    new_node: Optional[cst.CSTNode]  # the rewritten call or decorator; None when not safe
+    import_alias: Optional[cst.ImportAlias] = None  # the alias that bound the old name, if any
+
+    @property
+    def new_text(self) -> Optional[str]:
+        return source_text(self.new_node) if self.new_node is not None else None
+
+
+def find_deprecated_uses(index: ModuleIndex, resolver: Resolver) -> List[DeprecatedAmpUse]:
+    return _Finder(index, resolver).uses
+
+
+class _Finder:
+    def __init__(self, index: ModuleIndex, resolver: Resolver) -> None:
+        self.index = index
+        self.resolver = resolver
+        self.uses: List[DeprecatedAmpUse] = []
+        seen = set()
+
+        def add(node: cst.CSTNode, kind: str, scope: Scope, frames=()) -> None:
+            if id(node) in seen or (kind != "call" and not isinstance(node, (cst.Name, cst.Attribute))):
+                return  # a call handed on is a use of its own, found as a call
+            use = self._use(node, kind, scope, frames)
+            if use is not None:
+                seen.add(id(node))
+                self.uses.append(use)
+
+        for record in index.calls:
+            scope = record.unit.scope
+            call = record.node
+            if self._deprecated(call.func, scope) is not None:
+                add(call, "call", scope, record.frames)
+                continue
+            callee = self.resolver.qualified(call.func) or dotted_name(call.func) or ""
+            if callee.rsplit(".", 1)[-1] in _NOT_A_USE:
+                continue
+            for arg in call.args:  # `functools.partial(torch.cuda.amp.autocast, ...)`, `f(amp.autocast)`
+                for value in _branches(arg.value):
+                    add(value, "reference", scope, record.frames)
+        for unit in index.units:
+            outer = unit.scope.parent or unit.scope
+            for decorator in unit.decorators:
+                if not isinstance(decorator, cst.Call):
+                    add(decorator, "decorator", outer)
+        for binding in all_bindings(index):
+            if binding.value is not None and binding.kind in ("assign", "walrus"):
+                for value in _branches(binding.value):
+                    add(value, "reference", binding.value_scope)
+        for scope in index.scopes:
+            if scope.kind == "class" and isinstance(scope.node, cst.ClassDef):
+                for base in scope.node.bases:
+                    add(base.value, "base", scope.parent or scope)
+
+    def _deprecated(self, node: cst.CSTNode, scope: Scope) -> Optional[str]:
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            return None
+        qualified = self.resolver.qualified(node)
+        return qualified if qualified in DEPRECATED else None
+
+    def _use(self, node: cst.CSTNode, kind: str, scope: Scope, frames) -> Optional[DeprecatedAmpUse]:
+        target = node.func if isinstance(node, cst.Call) else node
+        deprecated = self._deprecated(target, scope)
+        if deprecated is None:
+            return None
+        head = (dotted_name(target) or "").split(".")[0]
+        bindings = self.resolver.bindings(head, scope)
+        if any(self._modern(binding) for binding in bindings):
+            return None  # a compatibility shim: the new API on another branch
+        for frame in frames:
+            if isinstance(frame, GuardFrame) and any(word in source_text(frame.test).lower() for word in _SHIM_WORDS):
+                return None  # `if TORCH_VERSION >= (2, 4): ... else: torch.cuda.amp.autocast()`
+        replacement, device, what = DEPRECATED[deprecated]
+        spelling, import_to_add = self._spelling(replacement, scope)
+        new_node = None
+        if kind == "call":
+            new_node = _rewrite_call(node, what, device, spelling)  # type: ignore[arg-type]
+        elif kind == "decorator" and what in ("custom_fwd", "custom_bwd"):
+            new_node = cst.Call(func=cst.parse_expression(spelling), args=[_keyword("device_type", _string(device))])
+        alias = next((self._alias(b) for b in bindings if _imports_old_api(b)), None)
+        return DeprecatedAmpUse(node, kind, deprecated, replacement, device, spelling, import_to_add, new_node, alias)
+
+    def _modern(self, binding: Binding) -> bool:
+        """An import of the new API (`from torch.amp import autocast`, `from torch import amp`)."""
+        if binding.kind != "import":
+            return False
+        for target in _import_targets(binding):
+            if target in ("torch.amp", "torch.autocast") or target.startswith("torch.amp."):
+                return True
+        return False
+
+    def _alias(self, binding: Binding) -> Optional[cst.ImportAlias]:
+        node = binding.node
+        if isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                local = alias.asname.name if alias.asname is not None else alias.name
+                if (dotted_name(local) or "").split(".")[0] == binding.name:  # type: ignore[arg-type]
+                    return alias
+        return None
+
+    def _spelling(self, replacement: str, scope: Scope) -> Tuple[str, Optional[str]]:
+        """How `scope` can write `replacement` with a name it already binds, else with
+        `import torch` to add."""
+        member = replacement.rsplit(".", 1)[-1]
+        candidates: List[Tuple[int, str]] = []
+        current: Optional[Scope] = scope
+        while current is not None:
+            for name, bindings in current.bindings.items():
+                if not bindings or any(b.kind != "import" for b in bindings):
+                    continue
+                if self.resolver.binding_scope(name, scope) is not current:
+                    continue  # shadowed nearer to the use
+                targets = {t for b in bindings for t in _import_targets(b) if _local_of(b, t) == name}
+                if len(targets) != 1:
+                    continue
+                target = targets.pop()
+                if target in _SAME_AS[replacement]:
+                    candidates.append((0, name))
+                elif target == "torch.amp":
+                    candidates.append((1, f"{name}.{member}"))
+                elif target == "torch" and name == "torch":
+                    candidates.append((2, replacement))
+            current = current.parent
+        if candidates:
+            return min(candidates)[1], None
+        return replacement, "import torch"
+
+
+def _import_targets(binding: Binding) -> List[str]:
+    node = binding.node
+    found: List[str] = []
+    if isinstance(node, cst.Import):
+        for alias in node.names:
+            full = dotted_name(alias.name) or ""
+            found.append(full if alias.asname is not None else full.split(".")[0])
+    elif isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None and not isinstance(node.names, cst.ImportStar):
+        module = dotted_name(node.module) or ""
+        for alias in node.names:
+            found.append(f"{module}.{dotted_name(alias.name)}")
+    return found
+
+
+def _imports_old_api(binding: Binding) -> bool:
+    """`from torch.cuda.amp import autocast`, `from torch.cuda import amp`; not `import torch`."""
+    return binding.kind == "import" and any(
+        target in DEPRECATED or target in ("torch.cuda.amp", "torch.cpu.amp") for target in _import_targets(binding)
+    )
+
+
+def _local_of(binding: Binding, target: str) -> Optional[str]:
+    """The local name an import binds for `target`."""
+    node = binding.node
+    names = node.names if isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar) else ()
+    for alias in names:  # type: ignore[union-attr]
+        full = dotted_name(alias.name) or ""
+        local = dotted_name(alias.asname.name) if alias.asname is not None else None  # type: ignore[arg-type]
+        if isinstance(node, cst.ImportFrom):
+            if f"{dotted_name(node.module)}.{full}" == target:  # type: ignore[arg-type]
+                return local or full
+        elif (full if alias.asname is not None else full.split(".")[0]) == target:
+            return local or full.split(".")[0]
+    return None
+
+
+def _branches(value: cst.BaseExpression) -> List[cst.BaseExpression]:
+    """`a if c else b` -> [a, b]; anything else -> [itself]."""
+    if isinstance(value, cst.IfExp):
+        return _branches(value.body) + _branches(value.orelse)
+    return [value]
+
+
+def _string(text: str) -> cst.SimpleString:
+    return cst.SimpleString(f'"{text}"')
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+
+
+def _with_commas(args: List[cst.Arg]) -> List[cst.Arg]:
+    """Every argument but the last separated by a comma; the last keeps its own (a trailing one)."""
+    fixed = []
+    for position, arg in enumerate(args):
+        if position < len(args) - 1 and arg.comma is MaybeSentinel.DEFAULT:
+            arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        fixed.append(arg)
+    return fixed
+
+
+def _rewrite_call(call: cst.Call, what: str, device: str, spelling: str) -> Optional[cst.Call]:
+    """The call with the new API: `torch.cuda.amp.autocast(True, torch.bfloat16)` ->
+    `torch.amp.autocast("cuda", enabled=True, dtype=torch.bfloat16)`."""
+    args = list(call.args)
+    func = cst.parse_expression(spelling)
+    if what == "scaler":
+        # torch.amp.GradScaler(device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+        new_args = [cst.Arg(_string(device))] + args
+    elif what == "autocast":
+        if any(arg.star == "*" for arg in args):
+            return None  # positions cannot be mapped to the new signature
+        positional = [arg for arg in args if arg.keyword is None and not arg.star]
+        if len(positional) > len(_LEGACY_AUTOCAST_PARAMETERS):
+            return None
+        named = [
+            arg.with_changes(keyword=cst.Name(name), equal=_keyword(name, arg.value).equal)
+            for name, arg in zip(_LEGACY_AUTOCAST_PARAMETERS, positional)
+        ]
+        rest = [arg for arg in args if arg.keyword is not None or arg.star]
+        new_args = [cst.Arg(_string(device))] + named + rest
+    else:  # custom_fwd(fwd=None, *, device_type, cast_inputs=None), custom_bwd(bwd=None, *, device_type)
+        positional = [arg for arg in args if arg.keyword is None and not arg.star]
+        rest = [arg for arg in args if arg.keyword is not None or arg.star]
+        new_args = positional + [_keyword("device_type", _string(device))] + rest
+    return call.with_changes(func=func, args=_with_commas(new_args))

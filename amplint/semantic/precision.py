@@ -1,0 +1,810 @@
+"""Where modules' parameters are cast, which optimizers train them, and which copies are
+averaged in place: the precision facts that live outside autocast.
+
+- **Casts.** `model.half()`, `model.to(torch.float16)`, `unet.to(device, dtype=weight_dtype)`,
+  `Net().cuda().half()`, `ema = deepcopy(model).half()`, with every dtype the cast can be
+  (followed as `Resolver.dtypes` does). A module's `.half()`/`.to()` casts it in place and
+  returns it, so `model.half()` anywhere casts `model`; a cast of a fresh object
+  (`deepcopy(model).half()`) casts only what it is assigned to. Tensors are cast the same
+  way; they matter only when an optimizer trains the variable's parameters.
+- **Optimizers.** Every construction of an optimizer (`torch.optim.*`, the classes of
+  `vocabulary.OPTIMIZER_CLASSES`, an `optimizer_class` variable bound to them, or a call named
+  like an optimizer that is handed `.parameters()`), the modules whose parameters it holds
+  (`Adam(model.parameters())`, param groups, a `params` list filled in a loop over
+  `model.named_parameters()`, `chain(unet.parameters(), te.parameters()) if train_te else
+  unet.parameters()`), each with the branch conditions under which it holds them, and the
+  call that may keep float32 master weights for it, if any (apex's `FP16_Optimizer(opt)`,
+  `model, opt = amp.initialize(...)`, `deepspeed.initialize`; not accelerate's `prepare`).
+- **In-place averages.** Loops over a module's parameters or state dict that decay them in
+  place (`e.mul_(d).add_(p, alpha=1 - d)`, `v *= d`, `e.lerp_(p, 1 - d)`): an EMA's update.
+- **What may run after a call** (`Successors`): the statements of its unit that can execute
+  after it (a `return` or `raise` ends the way, a loop runs its body again, the other branch
+  of an `if` does not run).
+
+A module is known by its path: the identity of the variable it starts from
+(`Resolver.identity`) and the attributes after it (`model.encoder` is (`fn:main:model`,
+`encoder`); DDP's `.module` is transparent). Paths are followed through simple aliases
+(`m = model.module`, `model = DDP(model)`, `model = model.to(device)`) and parameters (what
+the calls of the file pass). What cannot be followed is unknown, and unknown never pairs a
+cast with an optimizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from amplint.semantic import vocabulary
+from amplint.semantic.conditions import Assumption, assumptions
+from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, ModuleIndex, Scope
+from amplint.semantic.names import dotted_name, names_read, roots
+from amplint.semantic.resolve import Resolver, split_args
+from amplint.semantic.scalers import all_bindings
+from amplint.semantic.torch_api import OPTIMIZER_MODULE_PREFIXES
+from amplint.semantic.walk import children, iter_tree
+
+_MAX_DEPTH = 6
+# Methods of nn.Module that return the module itself: a chain of them starts from the module.
+_MODULE_CHAIN = frozenset(
+    {"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "train", "eval", "requires_grad_", "type", "xpu", "mps"}
+)
+_CAST_METHODS = {"half": "float16", "bfloat16": "bfloat16", "float": "float32", "double": "float64"}
+# What hands an optimizer a module's parameters.
+_PARAMETER_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children"})
+_STATE_METHODS = frozenset({"parameters", "named_parameters", "state_dict", "buffers"})
+_COPIES = frozenset({"copy.deepcopy", "deepcopy"})
+# `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
+_FRAMEWORK_PREPARE = frozenset({"prepare", "setup", "setup_optimizers"})
+# What fills a list of parameters, or an optimizer: `params.append(p)`, `opt.add_param_group(g)`.
+_FILLING = frozenset({"append", "extend", "insert", "add", "add_param_group"})
+# In-place updates that decay a parameter toward another: what an EMA's update loop does.
+_DECAY_METHODS = frozenset({"mul_", "lerp_", "_foreach_mul_", "_foreach_lerp_"})
+
+# A module's path: the identity of the variable it starts from, and the attributes after it.
+ModulePath = Tuple[str, Tuple[str, ...]]
+
+
+@dataclass(frozen=True, eq=False)
+class ModuleCast:
+    """A cast of a variable's parameters (or values) to other dtypes."""
+
+    node: cst.Call  # the cast: `model.half()`, `unet.to(device, dtype=weight_dtype)`
+    record: CallRecord
+    dtypes: FrozenSet[str]  # every dtype it can cast to; empty when unknown
+    name: str  # the variable that holds the cast object, as written: `model`, `self.ema`
+    paths: FrozenSet[ModulePath]  # every module path that variable can be
+    copy_of: Optional[str]  # `deepcopy(model).half()`: the module copied, as written
+    facts: FrozenSet[Assumption]  # the branch conditions it runs under
+
+    @property
+    def unit(self) -> CodeUnit:
+        return self.record.unit
+
+    def covers(self, path: ModulePath) -> bool:
+        """Whether the cast casts the module at `path`: it or a module containing it."""
+        return any(root == path[0] and path[1][: len(rest)] == rest for root, rest in self.paths)
+
+
+@dataclass(frozen=True, eq=False)
+class OptimizerBuild:
+    """One construction of an optimizer and the modules whose parameters it holds."""
+
+    node: cst.Call
+    record: CallRecord
+    name: Optional[str]  # the variable it is bound to, as written; None when not bound
+    # Each module path whose parameters it holds, with the conditions under which it holds
+    # them (a branch of `chain(a, b) if train_b else a`).
+    trains: Dict[ModulePath, Tuple[FrozenSet[Assumption], ...]]
+    facts: FrozenSet[Assumption]  # the branch conditions it is built under
+    # A call that may keep float32 master weights for it (apex, DeepSpeed), if any.
+    wrapped_by: Optional[cst.Call] = None
+
+    @property
+    def unit(self) -> CodeUnit:
+        return self.record.unit
+
+
+@dataclass(frozen=True, eq=False)
+class InPlaceAverage:
+    """A loop that decays a module's parameters in place: `for e, p in zip(ema.parameters(),
+    model.parameters()): e.mul_(d).add_(p, alpha=1 - d)`."""
+
+    loop: cst.For
+    unit: CodeUnit
+    module: ModulePath
+    update: cst.CSTNode  # the decaying call or `*=`
+
+
+@dataclass
+class PrecisionFacts:
+    casts: List[ModuleCast] = field(default_factory=list)
+    optimizers: List[OptimizerBuild] = field(default_factory=list)
+    averages: List[InPlaceAverage] = field(default_factory=list)
+
+
+def find_precision(index: ModuleIndex, resolver: Resolver) -> "PrecisionFinder":
+    return PrecisionFinder(index, resolver)
+
+
+def cast_dtypes(call: cst.Call, resolver: Resolver, scope: Scope) -> Optional[FrozenSet[str]]:
+    """The dtypes a `.half()` / `.bfloat16()` / `.float()` / `.to(..., dtype)` call casts to
+    (empty when unknown); None when the call is no cast (a `.to(device)`)."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return None
+    method = func.attr.value
+    if method in _CAST_METHODS and not call.args:
+        return frozenset({_CAST_METHODS[method]})
+    if method != "to":
+        return None
+    positional, keywords = split_args(call.args)
+    found: FrozenSet[str] = frozenset()
+    for value in positional:
+        found |= resolver.dtypes(value, scope)
+    if "dtype" in keywords:
+        # `.to(dtype=weight_dtype)` casts even when we cannot tell to what.
+        return found | resolver.dtypes(keywords["dtype"], scope)
+    return found or None
+
+
+def module_chain(expression: cst.BaseExpression) -> Tuple[List[cst.Call], cst.BaseExpression]:
+    """`Net().to(device).half()` -> ([the .half() call, the .to() call], `Net()`)."""
+    calls: List[cst.Call] = []
+    while (
+        isinstance(expression, cst.Call)
+        and isinstance(expression.func, cst.Attribute)
+        and expression.func.attr.value in _MODULE_CHAIN
+    ):
+        calls.append(expression)
+        expression = expression.func.value
+    return calls, expression
+
+
+def guard_facts(record: CallRecord) -> FrozenSet[Assumption]:
+    """What the `if` branches around a call assume."""
+    found: Set[Assumption] = set()
+    for frame in record.frames:
+        if isinstance(frame, GuardFrame):
+            found.update(assumptions(frame.test, frame.outcome))
+    return frozenset(found)
+
+
+def contradicts(one: FrozenSet[Assumption], other: FrozenSet[Assumption]) -> bool:
+    return any((condition, not value) in other for condition, value in one)
+
+
+class PrecisionFinder:
+    def __init__(self, index: ModuleIndex, resolver: Resolver) -> None:
+        self.index = index
+        self.resolver = resolver
+        self.facts = PrecisionFacts()
+        self.bindings = list(all_bindings(index))
+        # id(call) -> the binding whose value is that call, or a module chain starting from it
+        self.assigned: Dict[int, Binding] = {}
+        for binding in self.bindings:
+            for value in _branches(binding.value):
+                if isinstance(value, cst.Call):
+                    calls, root = module_chain(value)
+                    for call in calls + ([root] if isinstance(root, cst.Call) else []):
+                        self.assigned.setdefault(id(call), binding)
+        # list or optimizer identity -> (what is appended, its scope, the branch conditions it is appended under)
+        self._appended: Optional[Dict[str, List[Tuple[cst.BaseExpression, Scope, FrozenSet[Assumption]]]]] = None
+        self._bound_from: Optional[Dict[int, Binding]] = None
+        self.parent_call: Dict[int, cst.Call] = {}
+        for record in index.calls:
+            for arg in record.node.args:
+                self.parent_call[id(arg.value)] = record.node
+        for record in index.calls:
+            self._cast(record)
+            self._optimizer(record)
+        if self.facts.casts:
+            self._averages()
+
+    # module paths
+    def paths(self, name: str, scope: Scope, depth: int = 0) -> Set[ModulePath]:
+        """The module paths a dotted name read in `scope` can be: itself, what its root was
+        assigned from (`m = model.module`, `model = DDP(model)`, `model = model.to(device)`)
+        and, for a parameter, what the calls of the file pass for it."""
+        parts = name.split(".")
+        if parts[0] == "self" and len(parts) > 1:
+            root, rest = "self." + parts[1], parts[2:]
+        else:
+            root, rest = parts[0], parts[1:]
+        suffix = tuple(part for part in rest if part != "module")  # DDP's `.module` is the model
+        if root == "self":
+            owner = self.resolver.owning_class(scope)
+            return {(f"{owner.key}:self" if owner is not None else "self", suffix)}
+        found = {(self.resolver.identity(root, scope), suffix)}
+        if depth > 3:
+            return found
+        sources = [(value, where) for value, where in self.resolver.values(root, scope)]
+        sources += self.resolver.arguments_for(root, scope)
+        for value, where in sources:
+            source = self._module_source(value)
+            if source is not None and (source != root or where is not scope):
+                found |= {(key, inner + suffix) for key, inner in self.paths(source, where, depth + 1)}
+        return found
+
+    def _module_source(self, value: Optional[cst.BaseExpression]) -> Optional[str]:
+        """The dotted name a value is the same module as: `model`, `model.module`,
+        `model.to(device)`, `DDP(model)`, `torch.compile(model)`."""
+        if value is None:
+            return None
+        _, root = module_chain(value)
+        if isinstance(root, cst.Call) and root.args and (self.resolver.qualified(root.func) or "").startswith("torch."):
+            _, root = module_chain(root.args[0].value)  # DistributedDataParallel(model), torch.compile(model)
+        return dotted_name(root)
+
+    # casts
+    def _cast(self, record: CallRecord) -> None:
+        node = record.node
+        func = node.func
+        if not isinstance(func, cst.Attribute) or (func.attr.value not in _CAST_METHODS and func.attr.value != "to"):
+            return
+        scope = record.unit.scope
+        dtypes = cast_dtypes(node, self.resolver, scope)
+        if dtypes is None:
+            return
+        _, root = module_chain(func.value)
+        paths: Set[ModulePath] = set()
+        names: List[str] = []
+        copy_of = None
+        name = dotted_name(root)
+        if name is not None:
+            names.append(name)
+            paths |= self.paths(name, scope)
+        elif isinstance(root, cst.Call) and (self.resolver.qualified(root.func) or dotted_name(root.func)) in _COPIES:
+            copy_of = dotted_name(root.args[0].value) if root.args else None
+        binding = self.assigned.get(id(node))
+        if binding is not None:
+            names.append(binding.name)
+            paths |= self.paths(binding.name, binding.value_scope)
+        if names:
+            self.facts.casts.append(ModuleCast(node, record, dtypes, names[0], frozenset(paths), copy_of, guard_facts(record)))
+
+    # optimizers
+    def _optimizer(self, record: CallRecord) -> None:
+        node = record.node
+        binding = self.assigned.get(id(node))
+        bound = binding if binding is not None and binding.value is node else None
+        if not self._builds_optimizer(node, record.unit.scope, bound):
+            return
+        positional, keywords = split_args(node.args)
+        params = keywords.get("params", positional[0] if positional else None)
+        if params is None:
+            return
+        trains: Dict[ModulePath, List[FrozenSet[Assumption]]] = {}
+        self._modules_in(params, record.unit.scope, frozenset(), trains, 0, set())
+        if bound is not None:  # `optimizer.add_param_group({"params": head.parameters()})`
+            for group, where, when in self.appended().get(self.resolver.identity(bound.name, bound.value_scope), []):
+                self._modules_in(group, where, when, trains, 0, set())
+        self.facts.optimizers.append(
+            OptimizerBuild(
+                node,
+                record,
+                bound.name if bound is not None else None,
+                {path: tuple(facts) for path, facts in trains.items()},
+                guard_facts(record),
+                self._master_weights(node, bound),
+            )
+        )
+
+    def _builds_optimizer(self, call: cst.Call, scope: Scope, bound: Optional[Binding]) -> bool:
+        if vocabulary.named_like_master_weights(dotted_name(call.func) or ""):
+            return False  # fairseq's `FP16Optimizer.build_optimizer(cfg, params)` keeps them
+        if self._optimizer_class(call.func, scope):
+            return True
+        # `optimizer = getattr(torch.optim, name)(model.parameters(), lr=lr)`, `OPTIMIZERS[name](...)`,
+        # `optimizer_cls(...)`; not `param_optimizer = list(model.named_parameters())`.
+        func = call.func
+        return (
+            bound is not None
+            and (isinstance(func, (cst.Call, cst.Subscript)) or vocabulary.looks_like_optimizer(dotted_name(func) or ""))
+            and vocabulary.looks_like_optimizer(bound.name)
+            and not vocabulary.named_like_master_weights(bound.name)
+            and any(isinstance(n, cst.Attribute) and n.attr.value in _PARAMETER_METHODS for n in iter_tree(call))
+        )
+
+    def _optimizer_class(self, func: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+        if isinstance(func, cst.IfExp):
+            return self._optimizer_class(func.body, scope, depth + 1) or self._optimizer_class(func.orelse, scope, depth + 1)
+        qualified = self.resolver.qualified(func) or ""
+        name = dotted_name(func)
+        if name is None:
+            return False
+        last = name.rsplit(".", 1)[-1]
+        if qualified.startswith(OPTIMIZER_MODULE_PREFIXES):
+            return last[:1].isupper() and "lr_scheduler" not in qualified and "swa_utils" not in qualified
+        if last in vocabulary.OPTIMIZER_CLASSES or last.lower() in vocabulary.OPTIMIZER_FACTORIES:
+            return True
+        if depth < 2 and not qualified:
+            # `optimizer_class = bnb.optim.AdamW8bit if args.use_8bit_adam else torch.optim.AdamW`
+            return any(
+                value is not None and self._optimizer_class(value, where, depth + 1)
+                for value, where in self.resolver.values(name, scope)
+            )
+        return False
+
+    def _modules_in(
+        self,
+        expression: cst.BaseExpression,
+        scope: Scope,
+        facts: FrozenSet[Assumption],
+        found: Dict[ModulePath, List[FrozenSet[Assumption]]],
+        depth: int,
+        seen: Set[Tuple[str, int]],
+    ) -> None:
+        """The modules whose parameters `expression` holds, each with the conditions under
+        which it does (into `found`)."""
+        if depth > _MAX_DEPTH:
+            return
+        if isinstance(expression, cst.IfExp):
+            for branch, outcome in ((expression.body, True), (expression.orelse, False)):
+                branch_facts = facts | frozenset(assumptions(expression.test, outcome))
+                self._modules_in(branch, scope, branch_facts, found, depth + 1, seen)
+            return
+        if isinstance(expression, cst.Call):
+            func = expression.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _PARAMETER_METHODS:
+                module = self._module_source(func.value)
+                if module is not None:
+                    for path in self.paths(module, scope):
+                        found.setdefault(path, []).append(facts)
+                return
+            for arg in expression.args:
+                self._modules_in(arg.value, scope, facts, found, depth + 1, seen)
+            return
+        if isinstance(expression, cst.Lambda):
+            return  # `filter(lambda p: p.requires_grad, model.parameters())`: the filter, not a module
+        name = dotted_name(expression)
+        if name is not None:
+            marker = (name, id(scope))
+            if marker in seen:
+                return
+            seen.add(marker)
+            sources: List[Tuple[cst.BaseExpression, Scope, FrozenSet[Assumption]]] = []
+            for binding in self.resolver.bindings(name, scope):
+                source = binding.value if binding.value is not None else binding.source
+                if source is not None:
+                    sources.append((source, binding.value_scope, facts))
+            sources += [(value, where, facts) for value, where in self.resolver.arguments_for(name, scope)]
+            # `if args.train_te: groups.append({"params": te.parameters()})`: held on that branch only
+            sources += [(value, where, facts | when) for value, where, when in self.appended().get(self.resolver.identity(name, scope), [])]
+            root = name if name.startswith("self.") and name.count(".") == 1 else name.rsplit(".", 1)[0]
+            if not sources and root != name:
+                # `v.weight` for `v in model.modules()`: what its owner is drawn from
+                sources.append((cst.parse_expression(root), scope, facts))
+            for source, where, held in sources:
+                self._modules_in(source, where, held, found, depth + 1, seen)
+            if not sources:
+                # A module handed over whole: `create_optimizer_v2(model, "adamw")`.
+                for path in self.paths(name, scope):
+                    found.setdefault(path, []).append(facts)
+            return
+        for child in children(expression):
+            # list and dict displays, comprehensions (their `for ... in` too), subscripts
+            for inner in [child] if isinstance(child, cst.BaseExpression) else children(child):
+                if isinstance(inner, cst.BaseExpression):
+                    self._modules_in(inner, scope, facts, found, depth + 1, seen)
+                elif isinstance(inner, cst.CompFor):
+                    self._modules_in(inner.iter, scope, facts, found, depth + 1, seen)
+
+    def appended(self) -> Dict[str, List[Tuple[cst.BaseExpression, Scope, FrozenSet[Assumption]]]]:
+        """What each list variable is filled with: `params.append(p)`, `.extend(...)`, `+=`."""
+        if self._appended is None:
+            self._appended = {}
+            for record in self.index.calls:
+                func = record.node.func
+                if isinstance(func, cst.Attribute) and func.attr.value in _FILLING and record.node.args:
+                    for owner in map(dotted_name, _branches(func.value)):  # `(a if c else b).append(p)`
+                        if owner is not None:
+                            key = self.resolver.identity(owner, record.unit.scope)
+                            value = record.node.args[-1].value
+                            self._appended.setdefault(key, []).append((value, record.unit.scope, guard_facts(record)))
+            for binding in self.bindings:
+                if binding.kind == "augassign" and isinstance(binding.node, cst.AugAssign):
+                    key = self.resolver.identity(binding.name, binding.value_scope)
+                    # the branch it runs on, from the calls of its statement (`p += [x for x in m.parameters()]`)
+                    statement = self.index.record(binding.node)
+                    when = guard_facts(statement.calls[0]) if statement is not None and statement.calls else frozenset()
+                    self._appended.setdefault(key, []).append((binding.node.value, binding.value_scope, when))
+        return self._appended
+
+    def _master_weights(self, node: cst.Call, bound: Optional[Binding]) -> Optional[cst.Call]:
+        """A call that takes the optimizer and may keep float32 master weights for it: one
+        built around it (`FP16_Optimizer(torch.optim.SGD(...))`), one named like such a
+        wrapper (`amp.initialize`, `deepspeed.initialize`), or an unknown one whose result
+        rebinds the optimizer (`optimizer = Lookahead(optimizer)`). accelerate's `prepare` and
+        Fabric's `setup` are none: they step the parameters they are given."""
+        parent = self.parent_call.get(id(node))
+        if parent is not None and not vocabulary.named_like_a_schedule(dotted_name(parent.func) or ""):
+            return parent
+        if bound is None:
+            return None
+        key = self.resolver.identity(bound.name, bound.value_scope)
+        for record in self.index.calls:
+            call = record.node
+            names = [dotted_name(arg.value) for arg in call.args]
+            if not any(name is not None and self.resolver.identity(name, record.unit.scope) == key for name in names):
+                continue
+            callee = dotted_name(call.func) or ""
+            owner, _, method = callee.rpartition(".")
+            if method in _FRAMEWORK_PREPARE and vocabulary.is_framework_receiver(owner):
+                continue  # accelerate and Fabric step the parameters as they are: no master copy
+            if vocabulary.named_like_master_weights(callee):
+                return call
+            binding = self.bound_from().get(id(call))
+            if binding is not None and self.resolver.identity(binding.name, binding.value_scope) == key:
+                return call  # `optimizer = Wrapper(optimizer)`: an unknown wrapper may keep them
+        return None
+
+    def bound_from(self) -> Dict[int, Binding]:
+        """id(call) -> the binding of the optimizer-like name among those its whole result
+        is unpacked into (`model, optimizer = amp.initialize(...)`), else any of them."""
+        if self._bound_from is None:
+            self._bound_from = {}
+            for b in self.bindings:
+                if isinstance(b.source, cst.Call):
+                    known = self._bound_from.get(id(b.source))
+                    if known is None or vocabulary.looks_like_optimizer(b.name):
+                        self._bound_from[id(b.source)] = b
+        return self._bound_from
+
+    # averages
+    def _averages(self) -> None:
+        for unit, loop, _ in self.index.loops:
+            if not isinstance(loop, cst.For):
+                continue
+            found = _decaying_update(loop.body)
+            if found is None:
+                continue
+            update, decayed = found
+            source = _iterated_for(loop, decayed)
+            for path in self._state_owners(source, unit.scope):
+                if any(cast.covers(path) for cast in self.facts.casts):
+                    self.facts.averages.append(InPlaceAverage(loop, unit, path, update))
+                    break
+
+    def _state_owners(self, expression: cst.BaseExpression, scope: Scope) -> Iterator[ModulePath]:
+        """The modules whose parameters or state an expression iterates:
+        `ema.parameters()`, `self.ema.state_dict().items()`."""
+        for node in iter_tree(expression):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _STATE_METHODS:
+                owner = dotted_name(node.func.value)
+                if owner is not None:
+                    yield from self.paths(owner, scope)
+
+
+def _decaying_update(body: cst.CSTNode) -> Optional[Tuple[cst.CSTNode, Optional[str]]]:
+    """The first in-place decay in a loop body (`e.mul_(d)`, `v *= d`, `e.lerp_(p, w)`) and the
+    variable it decays."""
+
+    def descend(node: cst.CSTNode) -> bool:
+        return not isinstance(node, (cst.FunctionDef, cst.ClassDef))
+
+    for node in iter_tree(body, descend):
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.MultiplyAssign):
+            return node, dotted_name(node.target)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _DECAY_METHODS:
+            _, receiver = module_chain(node.func.value)
+            while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+                receiver = receiver.func.value  # `e.data.mul_(d)`, `e.detach().mul_(d)`
+            name = dotted_name(receiver)
+            return node, name.split(".")[0] if name is not None else None
+    return None
+
+
+def _iterated_for(loop: cst.For, name: Optional[str]) -> cst.BaseExpression:
+    """What the loop variable `name` is drawn from: `for e, p in zip(ema.parameters(),
+    model.parameters())` -> `ema.parameters()` for `e`; the whole iterable otherwise."""
+    target, iterable = loop.target, loop.iter
+    if (
+        name is not None
+        and isinstance(target, (cst.Tuple, cst.List))
+        and isinstance(iterable, cst.Call)
+        and dotted_name(iterable.func) == "zip"
+    ):
+        for element, arg in zip(target.elements, iterable.args):
+            if dotted_name(element.value) == name:
+                return arg.value
+    return iterable
+
+
+def _branches(value: Optional[cst.BaseExpression]) -> List[cst.BaseExpression]:
+    """`a if c else b` -> [a, b]; None -> []; anything else -> [itself]."""
+    if value is None:
+        return []
+    if isinstance(value, cst.IfExp):
+        return _branches(value.body) + _branches(value.orelse)
+    return [value]
+
+
+# --------------------------------------------------------------------------- what runs after
+
+
+class Successors:
+    """The statements that may run after a call in its unit."""
+
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
+        self._parents: Dict[int, Dict[int, Tuple[Optional[cst.CSTNode], List[cst.CSTNode], int]]] = {}
+        self._statement_of: Dict[int, Dict[int, cst.CSTNode]] = {}
+
+    def statements_after(self, record: CallRecord) -> List[cst.CSTNode]:
+        """The statement holding the call, then every statement of its unit that may run
+        after it: the rest of its block, and of each enclosing block, up to a `return`,
+        `raise`, `break` or `continue`; a loop's whole body again (the next iteration); never
+        the other branch of an `if`."""
+        statement = self.statement(record)
+        if statement is None:
+            return []
+        parents = self._tree(record.unit)
+        reached: List[cst.CSTNode] = [statement]
+        node = statement
+        while id(node) in parents:
+            parent, block, index = parents[id(node)]
+            for later in block[index + 1 :]:
+                reached.append(later)
+                if _ends_the_way(later):
+                    return reached
+            if parent is None:
+                break
+            if isinstance(parent, (cst.For, cst.While)) and _in_body(node, parent):
+                reached.extend(_block(parent.body))  # the next iteration
+            node = parent
+        return reached
+
+    def statement(self, record: CallRecord) -> Optional[cst.CSTNode]:
+        """The innermost statement of the call's unit that evaluates the call."""
+        unit = record.unit
+        if id(unit) not in self._statement_of:
+            mapping: Dict[int, cst.CSTNode] = {}
+            for statement in self._tree(unit).values():
+                node = statement[1][statement[2]]
+                for inner in _own_nodes(node):
+                    if isinstance(inner, cst.Call):
+                        mapping[id(inner)] = node
+            self._statement_of[id(unit)] = mapping
+        return self._statement_of[id(unit)].get(id(record.node))
+
+    def _tree(self, unit: CodeUnit) -> Dict[int, Tuple[Optional[cst.CSTNode], List[cst.CSTNode], int]]:
+        """id(statement) -> (the compound statement holding it or None, its block, its index)."""
+        key = id(unit)
+        if key not in self._parents:
+            parents: Dict[int, Tuple[Optional[cst.CSTNode], List[cst.CSTNode], int]] = {}
+            pending: List[Tuple[Optional[cst.CSTNode], List[cst.CSTNode]]] = [(None, list(unit.body))]
+            while pending:
+                parent, block = pending.pop()
+                for index, statement in enumerate(block):
+                    parents[id(statement)] = (parent, block, index)
+                    for inner in _blocks(statement):
+                        pending.append((statement, inner))
+            self._parents[key] = parents
+        return self._parents[key]
+
+
+def _block(suite: cst.BaseSuite) -> List[cst.CSTNode]:
+    if isinstance(suite, cst.IndentedBlock):
+        return list(suite.body)
+    return [suite]  # SimpleStatementSuite: `for x in y: f(x)`
+
+
+def _blocks(statement: cst.CSTNode) -> List[List[cst.CSTNode]]:
+    """The blocks directly inside a compound statement (not a nested function or class)."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return []
+    found: List[List[cst.CSTNode]] = []
+    if isinstance(statement, cst.If):
+        found.append(_block(statement.body))
+        if statement.orelse is not None:
+            if isinstance(statement.orelse, cst.If):
+                found.append([statement.orelse])
+            else:
+                found.append(_block(statement.orelse.body))
+    elif isinstance(statement, (cst.For, cst.While)):
+        found.append(_block(statement.body))
+        if statement.orelse is not None:
+            found.append(_block(statement.orelse.body))
+    elif isinstance(statement, cst.With):
+        found.append(_block(statement.body))
+    elif isinstance(statement, (cst.Try, cst.TryStar)):
+        found.append(_block(statement.body))
+        for handler in statement.handlers:
+            found.append(_block(handler.body))
+        if statement.orelse is not None:
+            found.append(_block(statement.orelse.body))
+        if statement.finalbody is not None:
+            found.append(_block(statement.finalbody.body))
+    elif isinstance(statement, cst.Match):
+        for case in statement.cases:
+            found.append(_block(case.body))
+    return found
+
+
+def _in_body(node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+    return any(node is inner for inner in _block(loop.body))  # type: ignore[attr-defined]
+
+
+def _ends_the_way(statement: cst.CSTNode) -> bool:
+    """`return`, `raise`, `break` or `continue` as a statement of the block: nothing after it
+    in the block runs, nor (for return and raise) anything after the block."""
+    if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        return any(isinstance(small, (cst.Return, cst.Raise, cst.Break, cst.Continue)) for small in statement.body)
+    return False
+
+
+def _own_nodes(statement: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The nodes a statement evaluates itself: a simple statement whole, a compound
+    statement's header (its test, iterable or `with` items), never a nested body."""
+    if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        yield from iter_tree(statement, lambda n: not isinstance(n, cst.Lambda))
+        return
+    headers: List[cst.CSTNode] = []
+    if isinstance(statement, (cst.If, cst.While)):
+        headers.append(statement.test)
+    elif isinstance(statement, cst.For):
+        headers.append(statement.iter)
+    elif isinstance(statement, cst.With):
+        headers.extend(item.item for item in statement.items)
+    elif isinstance(statement, cst.Match):
+        headers.append(statement.subject)
+    for header in headers:
+        yield from iter_tree(header, lambda n: not isinstance(n, cst.Lambda))
+
+
+def calls_within(statements: List[cst.CSTNode]) -> Set[int]:
+    """The ids of every call these statements evaluate, nested blocks included (not the
+    bodies of functions or classes defined there)."""
+    found: Set[int] = set()
+
+    def descend(node: cst.CSTNode) -> bool:
+        return not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+    for statement in statements:
+        for node in iter_tree(statement, descend):
+            if isinstance(node, cst.Call):
+                found.add(id(node))
+    return found
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def calls_after(model, record: CallRecord, successors: "Successors") -> List[CallRecord]:
+    """The calls that may run after `record` (itself included): in the statements of its unit
+    that may follow it, in the helpers of the file those call, and, for a call in
+    `__init__`, in every other method of the class (the instance exists only after it)."""
+    unit = record.unit
+    ids = calls_within(successors.statements_after(record))
+    found = [r for r in unit.calls if id(r.node) in ids and r.immediate]
+    if unit.name.rsplit(".", 1)[-1] == "__init__" and unit.class_name is not None:
+        found += [r for u in model.units if u.class_name == unit.class_name and u is not unit for r in u.calls]
+    seen = {id(unit)}
+    pending = list(found)
+    while pending:
+        item = model.classify(pending.pop())
+        callee = getattr(item, "callee", None)
+        if callee is not None and id(callee) not in seen and len(seen) < 32:
+            seen.add(id(callee))
+            found += callee.calls
+            pending += callee.calls
+    return found
+
+
+def trained_in(model, dtype: str) -> Iterator[Tuple[ModuleCast, OptimizerBuild]]:
+    """Casts that may cast a module to `dtype`, each with an optimizer that then trains its
+    parameters in that dtype (see `SemanticModel.trained_in_low_precision`)."""
+    facts: PrecisionFacts = model.precision
+    optimizers = [o for o in facts.optimizers if o.wrapped_by is None and o.trains]
+    for cast in facts.casts:
+        if dtype not in cast.dtypes:
+            continue
+        candidates = [
+            optimizer
+            for optimizer in optimizers
+            if any(
+                cast.covers(path) and not contradicts(cast.facts, held | optimizer.facts)
+                for path, ways in optimizer.trains.items()
+                for held in ways
+            )
+        ]
+        if not candidates:
+            continue
+        after = calls_after(model, cast.record, model.successors)
+        if _undone(model, cast, after):
+            continue
+        ids = {id(r.node) for r in after}
+        steps = any(_is_step(model.classify(r)) for r in after)
+        for optimizer in candidates:
+            if (id(optimizer.node) in ids or steps) and not _fresh_object(model, cast, optimizer):
+                yield cast, optimizer
+                break
+
+
+def averaged_in(model, dtype: str) -> Iterator[Tuple[ModuleCast, InPlaceAverage]]:
+    """Casts that may cast a module to `dtype` whose parameters a loop then decays in place
+    (an EMA kept in that dtype)."""
+    facts: PrecisionFacts = model.precision
+    for cast in facts.casts:
+        if dtype not in cast.dtypes:
+            continue
+        averages = [a for a in facts.averages if cast.covers(a.module)]
+        if not averages:
+            continue
+        after = calls_after(model, cast.record, model.successors)
+        if _undone(model, cast, after):
+            continue
+        ids = {id(r.node) for r in after}
+        for average in averages:
+            # The loop runs after the cast (its `.parameters()`/`.state_dict()` call does).
+            if ids & calls_within([average.loop]):
+                yield cast, average
+                break
+
+
+def _trains_after(model, record: CallRecord) -> bool:
+    """Whether an optimizer is built or steps after `record`."""
+    after = calls_after(model, record, model.successors)
+    built = {id(o.node) for o in model.precision.optimizers}
+    return any(id(r.node) in built or _is_step(model.classify(r)) for r in after)
+
+
+def _fresh_object(model, cast: ModuleCast, optimizer: OptimizerBuild) -> bool:
+    """Whether, after the optimizer took the module's parameters, the cast variable was
+    rebound to a new object before the cast: `text_encoder = load_text_encoder(...)`, then
+    `text_encoder.to(weight_dtype)` for validation casts that copy, not the trained one."""
+    if optimizer.unit is not cast.unit:
+        return False
+    finder: PrecisionFinder = model.precision_finder
+    successors: Successors = model.successors
+    after_optimizer = calls_within(successors.statements_after(optimizer.record))
+    records = {id(r.node): r for r in cast.unit.calls}
+    root = dotted_name(module_chain(cast.node.func.value)[1])  # type: ignore[attr-defined]
+    if root is None:
+        return False
+    for binding in finder.resolver.bindings(root, cast.unit.scope):
+        source = binding.source if isinstance(binding.source, cst.Call) else None
+        if source is None or root in roots(names_read(source)):
+            continue  # `model = model.to(device)`, `model, opt = accelerator.prepare(model, opt)`: the same module
+        record = records.get(id(source))
+        if record is None or id(source) not in after_optimizer:
+            continue
+        if id(cast.node) in calls_within(successors.statements_after(record)):
+            return True
+    return False
+
+
+def _is_step(item) -> bool:
+    kind = getattr(item, "kind", None)
+    return kind is not None and kind.name in ("OPTIMIZER_STEP", "SCALER_STEP")
+
+
+def _undone(model, cast: ModuleCast, after: List[CallRecord]) -> bool:
+    """Whether, after the cast, the module may be cast back to float32 (`model.float()`), or
+    handed to code that may change its trainable parameters' precision (adapters, upcasting
+    helpers: `vocabulary.may_change_parameter_precision`)."""
+    facts: PrecisionFacts = model.precision
+    ids = {id(r.node) for r in after}
+    for other in facts.casts:
+        if other is not cast and id(other.node) in ids and ("float32" in other.dtypes or not other.dtypes):
+            # not `model.bn.float()`, nor `model.float()` for saving once training is over
+            if any(other.covers(path) for path in cast.paths) and _trains_after(model, other.record):
+                return True
+    finder: PrecisionFinder = model.precision_finder
+    for record in after:
+        call = record.node
+        callee = dotted_name(call.func) or ""
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _MODULE_CHAIN:
+            continue  # `model.bn.float()` is a cast, weighed above
+        if not vocabulary.may_change_parameter_precision(callee):
+            continue
+        handed = [dotted_name(arg.value) for arg in call.args]
+        if isinstance(call.func, cst.Attribute):
+            handed.append(dotted_name(call.func.value))
+        for name in handed:
+            if name is not None and any(cast.covers(path) for path in finder.paths(name, record.unit.scope)):
+                if _trains_after(model, record):
+                    return True
+    return False

@@ -1,0 +1,357 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.semantic import InPlaceAverage, ModuleCast, OptimizerBuild, SemanticModel
+from amplint.semantic.names import source_text
+
+
+class HalfPrecisionMasterWeights(Rule):
+    """Parameters cast to float16 and trained, or averaged, with no float32 master copy.
+
+    ## What it does
+    Flags a cast of a module to float16 (`model.half()`, `model.to(torch.float16)`,
+    `unet.to(device, dtype=weight_dtype)` where `weight_dtype` can be float16) when an
+    optimizer then updates its parameters, and an EMA copy kept in float16
+    (`ema = deepcopy(model).half()`) that a loop then decays in place (`e.mul_(d)`,
+    `v *= d`, `e.lerp_(p, w)`).
+
+    Not flagged: a model cast for inference, evaluation or export (no optimizer trains it, or
+    nothing trains after the cast: `model.half()` after the training loop, in a branch that
+    returns, under `if not args.do_train`); an optimizer that something which may keep float32
+    master weights takes over (apex's `FP16_Optimizer(optimizer)`, `amp.initialize`,
+    `deepspeed.initialize`, an unknown wrapper that rebinds the optimizer; not accelerate's
+    `prepare`, which steps the parameters it is given); a frozen part cast on the branch where it
+    is not trained (`if not args.train_text_encoder: text_encoder.to(dtype=weight_dtype)`); a
+    model cast back to float32 afterwards or handed to code that adds or upcasts trainable
+    parameters (LoRA adapters, `cast_training_params(unet, dtype=torch.float32)`); a cast of a
+    submodule whose rest trains in float32; a checkpoint copy (`'ema': deepcopy(ema).half()`
+    in `torch.save`). bfloat16 is not flagged (see below).
+
+    ## Why is this bad?
+    An optimizer updates the parameters in their own dtype. float16 numbers near a weight
+    are about 1/2000 of it apart, so any update smaller than about 1/4000 of the weight
+    rounds away and the weight does not move: small learning rates, small gradients and late
+    training lose most of their updates. Adam's default `eps=1e-8` is below float16's
+    smallest subnormal (~6e-8), and its second moment `(1 - 0.999) * grad**2` underflows for
+    gradients below ~8e-3, so its denominator is exactly zero: the first step divides by
+    zero. An EMA with decay 0.9999 changes each value by 1/10000 per step: in float16
+    `e * 0.9999` rounds back to `e`, and the EMA never moves. Mixed precision keeps float32
+    weights and runs only the forward pass in float16 (`torch.autocast`).
+
+    ## What goes wrong at runtime
+    Nothing raises. Measured by `amplint verify` (CPU, a 32-64-1 MLP): with SGD (lr 0.05,
+    200 steps) 65% of the gradient-carrying weights did not move at a step in float16
+    (0.05% with float32 master weights), and the float32 loss after 200 steps was 1.26x
+    higher; with Adam the weights were inf/NaN after the very first step; an EMA with decay
+    0.9999 kept in float16 left 99% of its values exactly where they started after 100 steps
+    and moved 5% as far as a float32 one. bfloat16 is worse for rounding (91% of SGD updates
+    lost, loss 3.5x higher; EMA frozen) but never hits Adam's division by zero: pure bfloat16
+    training is a deliberate memory trade-off, often made with Kahan-summation or
+    stochastic-rounding optimizers we cannot see, so the rule leaves bfloat16 alone.
+
+    ## Example
+    ```python
+    model = Net().cuda().half()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for x, y in loader:
+        loss = loss_fn(model(x.cuda().half()), y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    model = Net().cuda()  # float32 master weights
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x.cuda()), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    ```
+    and keep an EMA in float32 (`ema = deepcopy(model)`), casting a copy to float16 only
+    when saving a checkpoint.
+    """
+
+    code = "AMP010"
+    name = "half-precision-master-weights"
+    severity = "error"
+    triggers = (".half(", "float16", "torch.half")
+
+    PREDICTIONS = (
+        Prediction(
+            "sgd",
+            "lost_update_fraction",
+            "With SGD at least 30 points more of the gradient-carrying weights do not move at a step "
+            "than with float32 master weights: their updates round away.",
+            compare="buggy-fixed",
+            at_least=0.3,
+        ),
+        Prediction(
+            "sgd",
+            "true_loss",
+            "The float32 loss after 200 SGD steps is at least 1.1x the loss with float32 master weights.",
+            compare="buggy/fixed",
+            at_least=1.1,
+        ),
+        Prediction(
+            "adam",
+            "first_nonfinite_step",
+            "With Adam's default eps=1e-8 the weights are inf or NaN after the first step.",
+            compare="buggy",
+            at_most=0,
+            dtypes=("float16",),
+        ),
+        Prediction(
+            "ema",
+            "ema_frozen_fraction",
+            "An EMA with decay 0.9999 kept in the low-precision dtype leaves at least 90 points more of "
+            "its values exactly where they started after 100 steps than a float32 EMA.",
+            compare="buggy-fixed",
+            at_least=0.9,
+        ),
+        Prediction(
+            "ema",
+            "ema_moved",
+            "That EMA moves at most a tenth as far as a float32 one.",
+            compare="buggy/fixed",
+            at_most=0.1,
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for cast, optimizer in model.trained_in_low_precision("float16"):
+            yield Report(cast.node, _trained_message(cast, optimizer))
+        for cast, average in model.averaged_in_low_precision("float16"):
+            yield Report(cast.node, _averaged_message(cast, average))
+
+    VALID = (
+        # Inference only: no optimizer.
+        """
+import torch
+model = Net().cuda().half().eval()
+with torch.no_grad():
+    out = model(x.cuda().half())
+""",
+        # apex's FP16_Optimizer keeps float32 master weights.
+        """
+import torch
+model = Net().cuda().half()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+optimizer = FP16_Optimizer(optimizer, static_loss_scale=128.0)
+for x in loader:
+    optimizer.backward(model(x).sum())
+    optimizer.step()
+""",
+        # apex amp O2: amp.initialize takes the optimizer over.
+        """
+import torch
+from apex import amp
+model = Net().cuda().half()
+optimizer = torch.optim.Adam(model.parameters())
+model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+for x in loader:
+    with amp.scale_loss(model(x).sum(), optimizer) as scaled:
+        scaled.backward()
+    optimizer.step()
+""",
+        # Cast for export after training.
+        """
+import torch
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for x in loader:
+    model(x).sum().backward()
+    optimizer.step()
+model.half()
+torch.onnx.export(model, x.half(), "model.onnx")
+""",
+        # Cast only where nothing trains: an evaluation branch that returns, an eval-only flag.
+        """
+import torch
+def main(args):
+    model = Net().cuda()
+    if args.mode == "benchmark":
+        model = model.half()
+        benchmark(model)
+        return
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+    if args.do_predict and not args.do_train:
+        model.half()
+        predict(model)
+""",
+        # A frozen text encoder cast on the branch where it is not trained (diffusers).
+        """
+import itertools
+import torch
+weight_dtype = torch.float16 if args.mixed_precision == "fp16" else torch.float32
+if not args.train_text_encoder:
+    text_encoder.to(accelerator.device, dtype=weight_dtype)
+vae.to(accelerator.device, dtype=weight_dtype)
+params = itertools.chain(unet.parameters(), text_encoder.parameters()) if args.train_text_encoder else unet.parameters()
+optimizer = torch.optim.AdamW(params, lr=args.learning_rate)
+for batch in loader:
+    accelerator.backward(loss_fn(unet, batch))
+    optimizer.step()
+""",
+        # LoRA: the base is float16, the trainable adapters are upcast to float32.
+        """
+import torch
+unet.to(accelerator.device, dtype=torch.float16)
+unet.add_adapter(lora_config)
+cast_training_params(unet, dtype=torch.float32)
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, unet.parameters()), lr=1e-4)
+for batch in loader:
+    loss_fn(unet, batch).backward()
+    optimizer.step()
+""",
+        # A float32 EMA; a float16 copy only in the checkpoint.
+        """
+import copy
+import torch
+class ModelEMA:
+    def __init__(self, model, decay=0.9999):
+        self.ema = copy.deepcopy(model).eval()
+        self.decay = decay
+    def update(self, model):
+        with torch.no_grad():
+            for e, p in zip(self.ema.parameters(), model.parameters()):
+                e.mul_(self.decay).add_(p.detach(), alpha=1 - self.decay)
+def save(model, ema, path):
+    torch.save({"model": copy.deepcopy(model).half(), "ema": copy.deepcopy(ema.ema).half()}, path)
+""",
+        # bfloat16 training, here with a Kahan-summation optimizer: not flagged.
+        """
+import torch
+import optimi
+model = Net().cuda().to(torch.bfloat16)
+optimizer = optimi.AdamW(model.parameters(), lr=1e-4, kahan_sum=True)
+for x in loader:
+    model(x).sum().backward()
+    optimizer.step()
+""",
+        # Only a frozen backbone is float16; the head trains in float32.
+        """
+import torch
+model.backbone.half().requires_grad_(False)
+optimizer = torch.optim.SGD(model.head.parameters(), lr=0.01)
+for x in loader:
+    model(x).sum().backward()
+    optimizer.step()
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+model = Net().cuda().half()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for x, y in loader:
+    loss = loss_fn(model(x.cuda().half()), y)
+    loss.backward()
+    optimizer.step()
+""",
+            at=((3, 9),),
+        ),
+        # Cast in __init__, trained in another method; param groups built in a loop.
+        Flagged(
+            """
+import torch
+class Trainer:
+    def __init__(self, model):
+        self.model = model.to("cuda", torch.float16)
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            (no_decay if name.endswith("bias") else decay).append(p)
+        groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+        self.optimizer = torch.optim.AdamW(groups, lr=1e-4)
+    def step(self, x):
+        self.model(x).mean().backward()
+        self.optimizer.step()
+""",
+            at=((5, 22),),
+        ),
+        # The trained model cast to a dtype that is float16 under fp16 mixed precision.
+        Flagged(
+            """
+import torch
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+unet.to(accelerator.device, dtype=weight_dtype)
+optimizer = torch.optim.AdamW(unet.parameters(), lr=1e-5)
+for batch in loader:
+    accelerator.backward(loss_fn(unet, batch))
+    optimizer.step()
+""",
+            at=((6, 1),),
+        ),
+        # A model cast in main and trained in a helper.
+        Flagged(
+            """
+import torch
+def train(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+def main():
+    model = Net()
+    model.half()
+    train(model, loader)
+""",
+            at=((10, 5),),
+        ),
+        # An EMA kept in float16 (yolov5's `self.ema.half()` before the fix).
+        Flagged(
+            """
+import copy
+import torch
+class ModelEMA:
+    def __init__(self, model, decay=0.9999):
+        self.ema = copy.deepcopy(model).eval().half()
+        self.decay = decay
+    def update(self, model):
+        with torch.no_grad():
+            msd = model.state_dict()
+            for k, v in self.ema.state_dict().items():
+                if v.dtype.is_floating_point:
+                    v *= self.decay
+                    v += (1 - self.decay) * msd[k].detach()
+""",
+            at=((6, 20),),
+        ),
+    )
+
+
+def _dtype_words(cast: ModuleCast) -> str:
+    if cast.dtypes == frozenset({"float16"}):
+        return "float16"
+    return "float16 (one of the dtypes it can be)"
+
+
+def _trained_message(cast: ModuleCast, optimizer: OptimizerBuild) -> str:
+    holder = f"`{optimizer.name}`" if optimizer.name else "the optimizer"
+    return (
+        f"`{source_text(cast.node)}` casts `{cast.name}` to {_dtype_words(cast)}, and {holder} "
+        f"(`{source_text(optimizer.node)}`) then updates those float16 parameters with no float32 master "
+        "copy: updates smaller than ~1/4000 of a weight round away, and Adam's default eps=1e-8 is 0 in "
+        "float16 (inf/NaN). Keep the parameters float32 and run the forward pass under "
+        "`torch.autocast(..., dtype=torch.float16)` with a GradScaler."
+    )
+
+
+def _averaged_message(cast: ModuleCast, average: InPlaceAverage) -> str:
+    return (
+        f"`{source_text(cast.node)}` keeps `{cast.name}` in {_dtype_words(cast)}, and "
+        f"`{source_text(average.update)}` then decays it in place: with a decay close to 1 each update is "
+        "smaller than float16's spacing, rounds away, and the average stays frozen. Keep the average in "
+        "float32 (cast a copy only when saving)."
+    )

@@ -1,0 +1,219 @@
+from __future__ import annotations
+
+from typing import Iterator, List
+
+import libcst as cst
+
+from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.semantic import AutocastRegion, Placement, SemanticModel
+from amplint.semantic.names import dotted_name, source_text
+
+
+class AutocastDeviceMismatch(Rule):
+    """A CUDA-only autocast in code whose device is chosen at run time and may be the CPU or MPS.
+
+    ## What it does
+    Flags an enabled `torch.autocast("cuda")`, `torch.cuda.amp.autocast()` or any autocast whose
+    device type can only be `"cuda"`, when the code around it (its function, the functions
+    and class it belongs to, the module's top level, its callers in the file) puts modules or
+    tensors on a device chosen at run time that can be something else:
+    `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`, `"mps" if
+    torch.backends.mps.is_available() else "cpu"`.
+
+    Not flagged: a device that is unknown at lint time (`args.device`, a config value), code
+    that only ever runs on CUDA (`model.cuda()`, `.to("cuda")`), `torch.autocast(device_type=
+    device.type)`, and a region gated on the device: `enabled=` reads it (`enabled=device.type
+    == "cuda"`, `use_amp = args.amp and torch.cuda.is_available()`), an `if` around it tests
+    it, or its function or class requires CUDA (`@pytest.mark.skipif(not
+    torch.cuda.is_available(), ...)`).
+
+    ## Why is this bad?
+    Autocast is per device type: `autocast("cuda")` switches on autocast for CUDA ops only.
+    When the run-time choice falls on the CPU or Apple's MPS, the region changes nothing: the
+    forward pass runs in float32, with none of the speed or memory mixed precision was there
+    for, and a test run on a laptop never exercises the low-precision code path the GPU run
+    will take. Where CUDA is missing altogether, torch says so once with a UserWarning
+    ("CUDA is not available ... Disabling autocast"); where CUDA exists but the model was put
+    on the CPU, it says nothing.
+
+    ## What goes wrong at runtime
+    Nothing raises and nothing is damaged: the run is a plain float32 run. Measured by
+    `amplint verify` (20 SGD steps of a small MLP with the device chosen as MPS-if-available-
+    else-CPU, so on the CPU): under `autocast("cuda")` the model's output was float32 and every
+    step's loss was bit-identical to a run with no autocast at all, while
+    `autocast(device_type=device.type)` produced float16 or bfloat16 outputs and losses that
+    differ from float32's by up to 7e-5 (on a loss of 0.025): mixed precision at work. What
+    the mistake costs is mixed precision itself: its speed and memory on that device, and any
+    test of the low-precision path.
+
+    ## Example
+    ```python
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Net().to(device)
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x.to(device)), y.to(device))
+    ```
+
+    ## Use instead
+    ```python
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+        loss = loss_fn(model(x.to(device)), y.to(device))
+    ```
+    or gate the region on the device (`enabled=device.type == "cuda"`) when mixed precision is
+    meant for CUDA only.
+    """
+
+    code = "AMP011"
+    name = "autocast-device-mismatch"
+    severity = "warning"
+
+    PREDICTIONS = (
+        Prediction(
+            "sgd",
+            "low_precision_output",
+            "On the CPU the model's output under `autocast(\"cuda\")` is float32, where "
+            "`autocast(device.type)` gives the low-precision dtype.",
+            compare="buggy-fixed",
+            at_most=-1,
+        ),
+        Prediction(
+            "sgd",
+            "max_diff_from_float32",
+            "Every step's loss is bit-identical to a run without autocast: the region does nothing.",
+            compare="buggy",
+            at_most=0,
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for region in model.autocast_regions:
+            if not region.active or region.possible_devices != frozenset({"cuda"}):
+                continue
+            choices = model.runtime_device_choices(region)
+            if choices:
+                yield Report(region.anchor, _message(region, choices, model))
+
+    VALID = (
+        # The device type follows the device.
+        """
+import torch
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = Net().to(device)
+for x in loader:
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+        loss = model(x.to(device)).sum()
+""",
+        # The device is unknown at lint time.
+        """
+import torch
+model = Net().to(args.device)
+for x in loader:
+    with torch.autocast("cuda"):
+        loss = model(x.to(args.device)).sum()
+""",
+        # Code that only runs on CUDA; results moved to a CPU device for metrics.
+        """
+import torch
+cpu_device = torch.device("cpu")
+model = Net().cuda()
+for x in loader:
+    with torch.cuda.amp.autocast():
+        out = model(x.to("cuda"))
+    results.append(out.to(cpu_device))
+""",
+        # Gated on the device: enabled= reads it, or an `if` tests CUDA.
+        """
+import torch
+device = "cuda" if torch.cuda.is_available() else "cpu"
+use_amp = args.amp and device == "cuda"
+model = Net().to(device)
+for x in loader:
+    with torch.cuda.amp.autocast(enabled=use_amp):
+        loss = model(x.to(device)).sum()
+    if torch.cuda.is_available():
+        with torch.autocast("cuda"):
+            loss = model(x.to(device)).sum()
+""",
+        # A test that requires CUDA.
+        """
+import pytest
+import torch
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_amp():
+    model = Net().to(DEVICE)
+    with torch.autocast("cuda"):
+        model(torch.randn(2, 3, device=DEVICE))
+""",
+        # The function moves its model and data to CUDA itself: that code runs on CUDA.
+        """
+import torch
+device = "cuda:0" if torch.cuda.is_available() else "cpu"
+model = Net().to(device)
+def check_fp16(net, x):
+    net.to("cuda")
+    with torch.autocast("cuda"):
+        return net(x.cuda())
+""",
+        # Explicitly disabled region (a float32 island).
+        """
+import torch
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = Net().to(device)
+with torch.cuda.amp.autocast(enabled=False):
+    out = model(x.to(device).float())
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = Net().to(device)
+scaler = torch.cuda.amp.GradScaler()
+for x, y in loader:
+    with torch.cuda.amp.autocast():
+        loss = loss_fn(model(x.to(device)), y.to(device))
+    scaler.scale(loss).backward()
+""",
+            at=((7, 10),),
+        ),
+        # The device chosen in main, the region in a helper it calls.
+        Flagged(
+            """
+import torch
+def train(model, loader, device):
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x.to(device)).sum()
+        loss.backward()
+def main():
+    device = "mps" if torch.backends.mps.is_available() else "cpu"
+    model = Net().to(device)
+    train(model, loader, device)
+""",
+            at=((5, 14),),
+        ),
+    )
+
+
+def _message(region: AutocastRegion, choices: List[Placement], model: SemanticModel) -> str:
+    choice = choices[0]
+    others = sorted(choice.devices - region.possible_devices)
+    written = source_text(choice.device) if choice.device is not None else "the device"
+    name = dotted_name(choice.device) if choice.device is not None else None
+    suggestion = "device.type"
+    if name is not None:
+        values = model.resolver.values(name, choice.unit.scope)
+        is_device = values and all(
+            isinstance(value, cst.Call) and model.qualified(value.func) == "torch.device" for value, _ in values
+        )
+        # `torch.device(name)` accepts a string or a torch.device; `.type` needs the latter.
+        suggestion = f"{name}.type" if is_device else f"torch.device({name}).type"
+    return (
+        f"`{source_text(region.anchor)}` only switches on autocast for CUDA ops, but the code puts its "
+        f"model or data on `{written}`, chosen at run time, which can be {' or '.join(repr(d) for d in others)}; "
+        "there the region does nothing and the forward pass runs in float32. Pass the device type "
+        f"(`torch.autocast(device_type={suggestion})`), or gate the region on CUDA."
+    )

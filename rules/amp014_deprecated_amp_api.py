@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from amplint.rule import Flagged, Report, Rule
+from amplint.semantic import DeprecatedAmpUse, SemanticModel
+from amplint.semantic.names import source_text
+
+
+class DeprecatedAmpApi(Rule):
+    """`torch.cuda.amp.*` / `torch.cpu.amp.*`: deprecated per-device AMP API, use `torch.amp.*` with a device type.
+
+    ## What it does
+    Flags calls, decorators and hand-ons (`amp_autocast = torch.cuda.amp.autocast`,
+    `functools.partial(torch.cuda.amp.autocast, ...)`, a subclass) of
+    `torch.cuda.amp.autocast`, `torch.cuda.amp.GradScaler`, `torch.cuda.amp.custom_fwd`,
+    `torch.cuda.amp.custom_bwd`, `torch.cpu.amp.autocast` and `torch.cpu.amp.GradScaler`,
+    however imported (`from torch.cuda.amp import autocast`, `from torch.cuda import amp`).
+    The message names the replacement with its device type, the old autocast's positional
+    arguments moved to keywords, and the import the replacement needs when the file has
+    none (`import torch`).
+
+    Not flagged: an import nobody uses, `isinstance` checks, annotations, strings and
+    comments; a compatibility shim: the name also imported from `torch.amp` on another branch
+    (`try: from torch.amp import autocast` / `except ImportError: from torch.cuda.amp import
+    autocast`), or a call in an `if` that tests the torch version or `hasattr(torch, ...)`.
+
+    ## Why is this bad?
+    Since PyTorch 2.4 these names raise a FutureWarning each time they are called (the
+    classes are thin subclasses of `torch.amp.autocast` / `torch.amp.GradScaler` that pass
+    their device type), and deprecated names are removed in time. The replacements take the
+    device type explicitly: `torch.amp.autocast("cuda", ...)`, `torch.amp.GradScaler("cuda",
+    ...)`, `@torch.amp.custom_fwd(device_type="cuda")`. Beware the positions: the old
+    `autocast(enabled, dtype, cache_enabled)` becomes `autocast(device_type, dtype, enabled,
+    cache_enabled)`, so `torch.cuda.amp.autocast(True)` must become `torch.amp.autocast("cuda",
+    enabled=True)`, not `torch.amp.autocast("cuda", True)`. `torch.amp.GradScaler` needs
+    PyTorch 2.3 and `torch.amp.custom_fwd` 2.4: a project that supports older versions keeps
+    the old names (ignore the rule, or use a shim, which it recognises).
+
+    ## What goes wrong at runtime
+    Nothing silent: the mistake is loud by construction, a FutureWarning on every call naming
+    the replacement, and the old and new names are the same classes with the same defaults.
+    There is no fixture for `amplint verify`: it would measure torch's warning machinery, not
+    a training run. What the tests check instead is the rule's replacement: for each rewrite
+    it proposes, the new call builds an object with the same device, dtype, enabled and cache
+    settings (scale, growth and backoff for a GradScaler) as the old one, and raises no
+    FutureWarning.
+
+    ## Example
+    ```python
+    from torch.cuda.amp import autocast, GradScaler
+    scaler = GradScaler(enabled=use_amp)
+    with autocast(use_amp, torch.bfloat16):
+        loss = model(x)
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    with torch.amp.autocast("cuda", enabled=use_amp, dtype=torch.bfloat16):
+        loss = model(x)
+    ```
+    """
+
+    code = "AMP014"
+    name = "deprecated-amp-api"
+    severity = "warning"
+    triggers = ("cuda.amp", "cpu.amp", "import amp")
+
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        for use in model.deprecated_amp_uses:
+            yield Report(use.node, _message(use))
+
+    VALID = (
+        # The current API.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+with torch.amp.autocast("cuda", dtype=torch.float16):
+    loss = model(x)
+""",
+        # Imported but unused, an isinstance check, strings and comments.
+        """
+import torch
+from torch.cuda.amp import GradScaler  # torch.cuda.amp.GradScaler()
+if isinstance(scaler, torch.cuda.amp.GradScaler):
+    print("torch.cuda.amp.autocast() is deprecated")
+""",
+        # A compatibility shim for older torch.
+        """
+try:
+    from torch.amp import autocast
+except ImportError:
+    from torch.cuda.amp import autocast
+with autocast("cuda"):
+    loss = model(x)
+""",
+        # A call gated on the torch version.
+        """
+import torch
+if TORCH_VERSION >= (2, 4):
+    scaler = torch.amp.GradScaler("cuda")
+else:
+    scaler = torch.cuda.amp.GradScaler()
+""",
+        # An unrelated `amp` module.
+        """
+from apex import amp
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+with torch.cuda.amp.autocast(args.amp, torch.bfloat16):
+    loss = model(x)
+""",
+            at=((3, 10), (4, 6)),
+        ),
+        # From-imports: the fix spells `torch.amp.*` and adds `import torch`.
+        Flagged(
+            """
+from torch.cuda.amp import autocast, custom_bwd, custom_fwd
+class Scale(Function):
+    @staticmethod
+    @custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx, x):
+        return x * 2
+    @staticmethod
+    @custom_bwd
+    def backward(ctx, grad):
+        return grad * 2
+with autocast():
+    y = Scale.apply(x)
+""",
+            at=((5, 6), (9, 6), (12, 6)),
+        ),
+        # torch.cpu.amp, a module alias, and a factory handed on.
+        Flagged(
+            """
+import functools
+import torch
+from torch.cuda import amp
+with torch.cpu.amp.autocast(dtype=torch.bfloat16):
+    y = model(x)
+scaler = amp.GradScaler()
+amp_autocast = functools.partial(torch.cuda.amp.autocast, dtype=torch.float16)
+""",
+            at=((5, 6), (7, 10), (8, 34)),
+        ),
+    )
+
+
+def _message(use: DeprecatedAmpUse) -> str:
+    old = f"`{source_text(use.node)}`"
+    if use.new_node is not None:
+        fix = f"write `{use.new_text}`"
+    elif use.kind == "call":
+        fix = (
+            f"call `{use.spelling}(\"{use.device_type}\", ...)` with the old positional arguments as keywords "
+            "(`*args` cannot be mapped)"
+        )
+    elif use.kind == "base":
+        fix = f"derive from `{use.spelling}` and pass `\"{use.device_type}\"` to `super().__init__()`"
+    else:
+        fix = f"hand on `{use.spelling}` and call it with the device type `\"{use.device_type}\"` first"
+    if use.import_to_add:
+        fix += f" (and add `{use.import_to_add}`)"
+    return f"{old} is deprecated (calling it raises a FutureWarning) in favour of `{use.replacement}` with a device type: {fix}."

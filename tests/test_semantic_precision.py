@@ -1,0 +1,361 @@
+"""The semantic layer's precision facts outside autocast: casts, what optimizers train,
+in-place averages, what runs after a call, placements and device gates, and uses of the
+deprecated per-device AMP API."""
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amplint.semantic import analyze
+from amplint.semantic.precision import calls_within
+
+
+def model(source):
+    return analyze(cst.parse_module(textwrap.dedent(source)))
+
+
+def trained(source, dtype="float16"):
+    return [(cast.name, optimizer.name) for cast, optimizer in model(source).trained_in_low_precision(dtype)]
+
+
+def averaged(source, dtype="float16"):
+    return [cast.name for cast, _ in model(source).averaged_in_low_precision(dtype)]
+
+
+# --- casts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line, name, dtypes",
+    [
+        ("model.half()", "model", {"float16"}),
+        ("model = Net().cuda().half()", "model", {"float16"}),
+        ("model.to(torch.float16)", "model", {"float16"}),
+        ("model.to('cuda', torch.half)", "model", {"float16"}),
+        ("model.to(device, dtype=torch.bfloat16)", "model", {"bfloat16"}),
+        ("self.model = model.to(dtype=dt)", "model", {"float16", "bfloat16"}),
+        ("ema = copy.deepcopy(model).half()", "ema", {"float16"}),
+        ("model.float()", "model", {"float32"}),
+        ("unet.to(device, dtype=args.dtype)", "unet", set()),  # a cast to a dtype unknown here
+    ],
+)
+def test_casts_and_their_dtypes(line, name, dtypes):
+    found = model(f"import copy, torch\ndt = torch.float16 if fp16 else torch.bfloat16\n{line}\n").precision.casts
+    assert [(c.name, set(c.dtypes)) for c in found] == [(name, dtypes)]
+
+
+@pytest.mark.parametrize("line", ["x.to(device)", "model.cuda()", "x.to(other.dtype)", "model(x).float()", "torch.save({'m': deepcopy(m).half()}, p)"])
+def test_what_is_no_cast_of_a_variable(line):
+    assert model(f"import torch\n{line}\n").precision.casts == []
+
+
+def test_a_copy_cast_casts_what_it_is_assigned_to_not_the_original():
+    found = model("import copy\nema = copy.deepcopy(model).half() if use_ema else None\n").precision.casts
+    assert [(c.name, c.copy_of) for c in found] == [("ema", "model")]
+
+
+# --- what optimizers train ------------------------------------------------------------------
+
+
+def trains(source):
+    built = model(source).precision.optimizers
+    return {(o.name, tuple(sorted(key.split(":")[-1] + "".join("." + p for p in rest) for key, rest in o.trains))) for o in built}
+
+
+def test_optimizers_and_the_modules_they_train():
+    source = """
+    import torch, itertools
+    opt = torch.optim.Adam(model.parameters())
+    sgd = SGD([{"params": model.backbone.parameters()}, {"params": head.parameters(), "lr": 1e-3}])
+    decay = []
+    for n, p in net.named_parameters():
+        decay.append(p)
+    adamw = torch.optim.AdamW([{"params": decay}], lr=1e-4)
+    optimizer_class = bnb.optim.AdamW8bit if args.use_8bit_adam else torch.optim.AdamW
+    optimizer = optimizer_class(itertools.chain(unet.parameters(), te.parameters()), lr=1e-4)
+    factory_optimizer = create_optimizer_v2(student, "adamw")
+    optim = getattr(torch.optim, name)(filter(lambda p: p.requires_grad, lm.parameters()))
+    """
+    assert trains(source) == {
+        ("opt", ("model",)),
+        ("sgd", ("head", "model.backbone")),
+        ("adamw", ("net",)),
+        ("optimizer", ("te", "unet")),
+        ("factory_optimizer", ("student",)),
+        ("optim", ("lm",)),
+    }
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "param_optimizer = list(model.named_parameters())",
+        "scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, f)",
+        "opt = FP16Optimizer.build_optimizer(cfg, model.parameters())",
+    ],
+)
+def test_what_is_no_optimizer(line):
+    assert model(f"import torch\n{line}\n").precision.optimizers == []
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        "optimizer = FP16_Optimizer(optimizer, static_loss_scale=128.0)",
+        "model, optimizer = amp.initialize(model, optimizer, opt_level='O2')",
+        "engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer)",
+        "optimizer = Lookahead(optimizer)",
+    ],
+)
+def test_wrappers_that_may_keep_master_weights(wrap):
+    found = model(f"import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{wrap}\n").precision.optimizers
+    assert found[0].wrapped_by is not None
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "sched = torch.optim.lr_scheduler.StepLR(optimizer, 10)",
+        "model, optimizer = accelerator.prepare(model, optimizer)",  # accelerate keeps no master copy
+        "model, optimizer = fabric.setup(model, optimizer)",
+        "trainer = create_supervised_trainer(model, optimizer, loss)",
+    ],
+)
+def test_what_keeps_no_master_weights(other):
+    source = f"import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{other}\n"
+    assert model(source).precision.optimizers[0].wrapped_by is None
+
+
+def test_modules_are_followed_through_aliases_and_parameters():
+    source = """
+    import torch
+    def train(net):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for x in loader:
+            net(x).sum().backward()
+            opt.step()
+    model = Net().half()
+    wrapped = torch.nn.parallel.DistributedDataParallel(model)
+    train(wrapped)
+    """
+    assert trained(source) == [("model", "opt")]
+
+
+# --- which casts are trained in low precision -----------------------------------------------
+
+
+def test_cast_then_trained():
+    assert trained("import torch\nm = Net().half()\no = torch.optim.SGD(m.parameters(), lr=1)\nfor x in d:\n    m(x).sum().backward()\n    o.step()\n") == [("m", "o")]
+
+
+def test_bfloat16_is_asked_for_separately():
+    source = "import torch\nm = Net().bfloat16()\no = torch.optim.SGD(m.parameters(), lr=1)\n"
+    assert trained(source) == [] and trained(source, "bfloat16") == [("m", "o")]
+
+
+def test_conditions_that_exclude_each_other():
+    source = """
+    import torch
+    if not args.train_te:
+        te.half()
+    o = torch.optim.AdamW(chain(unet.parameters(), te.parameters()) if args.train_te else unet.parameters())
+    """
+    assert trained(source) == []
+
+
+def test_nothing_trains_after_the_cast():
+    source = """
+    import torch
+    o = torch.optim.SGD(m.parameters(), lr=1)
+    for x in d:
+        m(x).sum().backward()
+        o.step()
+    m.half()
+    export(m)
+    """
+    assert trained(source) == []
+
+
+def test_a_cast_undone_or_handed_to_code_that_adds_float32_trainables():
+    for after in ("m.float()", "m = get_peft_model(m, cfg)", "cast_training_params(m, dtype=torch.float32)", "m.add_adapter(cfg)"):
+        source = f"import torch\nm.half()\n{after}\no = torch.optim.SGD(m.parameters(), lr=1)\n"
+        assert trained(source) == [], after
+    partial = "import torch\nm.half()\nm.bn.float()\no = torch.optim.SGD(m.parameters(), lr=1)\n"
+    assert trained(partial) == [("m", "o")]
+
+
+def test_a_submodule_cast_does_not_cover_the_whole_model():
+    source = "import torch\nm.backbone.half()\no = torch.optim.SGD(m.parameters(), lr=1)\np = torch.optim.SGD(m.backbone.layer1.parameters(), lr=1)\n"
+    assert trained(source) == [("m.backbone", "p")]
+
+
+def test_a_cast_in_init_precedes_the_other_methods():
+    source = """
+    import torch
+    class Lit:
+        def __init__(self):
+            self.net = Net().half()
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.net.parameters())
+    """
+    assert trained(source) == [("self.net", None)]
+
+
+# --- in-place averages ----------------------------------------------------------------------
+
+
+def test_an_average_decayed_in_place():
+    source = """
+    import copy, torch
+    ema = copy.deepcopy(model).half()
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.mul_(0.999).add_(p, alpha=0.001)
+    """
+    found = model(source)
+    assert [a.module[0] for a in found.precision.averages] == ["mod:<module>:ema"]
+    assert averaged(source) == ["ema"]
+
+
+def test_the_decayed_side_of_a_zip_is_the_average():
+    # the model itself is cast too, but only `ema` is decayed
+    source = """
+    import copy, torch
+    model.half()
+    ema = copy.deepcopy(model).float()
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.lerp_(p.float(), 0.001)
+    """
+    assert averaged(source) == []
+
+
+def test_a_checkpoint_copy_is_no_average():
+    source = """
+    import copy, torch
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.mul_(0.999).add_(p, alpha=0.001)
+    torch.save({"ema": copy.deepcopy(ema).half()}, "ckpt.pt")
+    """
+    assert averaged(source) == []
+
+
+# --- what runs after a call -----------------------------------------------------------------
+
+
+def after(source, marker):
+    found = model(source)
+    record = next(r for r in found.index.calls if (getattr(r.node.func, "attr", None) or r.node.func).value == marker)
+    statements = found.successors.statements_after(record)
+    return sorted(
+        r.node.func.value for r in found.index.calls
+        if id(r.node) in calls_within(statements) and isinstance(r.node.func, cst.Name)
+    )
+
+
+def test_successors_stop_at_return_and_skip_the_other_branch():
+    source = """
+    def f():
+        a()
+        if c:
+            mark()
+            b()
+            return
+        else:
+            e()
+        g()
+    """
+    assert after(source, "mark") == ["b", "mark"]
+
+
+def test_successors_run_a_loop_body_again_and_what_follows_it():
+    source = """
+    def f():
+        for x in y:
+            a()
+            mark()
+            b()
+        g()
+    """
+    assert after(source, "mark") == ["a", "b", "g", "mark"]
+
+
+# --- placements and device gates ------------------------------------------------------------
+
+
+def choices(source):
+    found = model(source)
+    return [sorted(sorted(p.devices) for p in found.runtime_device_choices(r)) for r in found.autocast_regions]
+
+
+def test_device_chosen_at_run_time_through_a_helper_and_a_parameter():
+    source = """
+    import torch
+    def get_device():
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
+    def step(model, x, device):
+        with torch.autocast("cuda"):
+            return model(x.to(device))
+    device = get_device()
+    step(model, x, device)
+    """
+    assert choices(source) == [[["cpu", "cuda"]]]
+
+
+@pytest.mark.parametrize(
+    "gate",
+    [
+        "with torch.autocast('cuda', enabled=device.type == 'cuda'):",
+        "with torch.autocast('cuda', enabled=use_amp):",
+        "if torch.cuda.is_available():\n    with torch.autocast('cuda'):",
+    ],
+)
+def test_gated_regions(gate):
+    source = f"import torch\ndevice = torch.device('cuda' if ok else 'cpu')\nuse_amp = amp and torch.cuda.is_available()\nm.to(device)\n{gate}\n        y = m(x)\n"
+    source = source.replace("\n        y", "\n    y") if not gate.startswith("if") else source
+    assert choices(source) == [[]]
+
+
+def test_literal_placements_and_single_device_variables_are_no_choice():
+    source = "import torch\ncpu_device = torch.device('cpu')\nm.cuda()\nx.to('cuda')\ny.to(cpu_device)\nwith torch.autocast('cuda'):\n    z = m(x)\n"
+    assert choices(source) == [[]]
+
+
+# --- the deprecated API ---------------------------------------------------------------------
+
+
+def uses(source):
+    return [(u.kind, u.deprecated, u.new_text, u.import_to_add) for u in model(source).deprecated_amp_uses]
+
+
+def test_replacements_name_the_device_and_move_positional_arguments_to_keywords():
+    source = "import torch\ntorch.cuda.amp.autocast(True, torch.bfloat16, False)\ntorch.cpu.amp.GradScaler(1024.0)\n"
+    assert uses(source) == [
+        ("call", "torch.cuda.amp.autocast", 'torch.amp.autocast("cuda", enabled=True, dtype=torch.bfloat16, cache_enabled=False)', None),
+        ("call", "torch.cpu.amp.GradScaler", 'torch.amp.GradScaler("cpu", 1024.0)', None),
+    ]
+
+
+def test_the_spelling_reuses_a_bound_name_or_adds_the_import():
+    assert uses("from torch.amp import autocast as ac\nfrom torch.cuda.amp import autocast\nautocast()\n") == [
+        ("call", "torch.cuda.amp.autocast", 'ac("cuda")', None)
+    ]
+    assert uses("try:\n    from torch.amp import autocast\nexcept ImportError:\n    from torch.cuda.amp import autocast\nautocast()\n") == []
+    assert uses("from torch import amp\nfrom torch.cuda.amp import GradScaler\nGradScaler()\n") == [
+        ("call", "torch.cuda.amp.GradScaler", 'amp.GradScaler("cuda")', None)
+    ]
+    assert uses("from torch.cuda.amp import GradScaler\nGradScaler()\n") == [
+        ("call", "torch.cuda.amp.GradScaler", 'torch.amp.GradScaler("cuda")', "import torch")
+    ]
+
+
+def test_star_arguments_have_no_safe_rewrite_for_autocast():
+    assert uses("import torch\ntorch.cuda.amp.autocast(*args)\n")[0][2] is None
+    assert uses("import torch\ntorch.cuda.amp.autocast(**kwargs)\n")[0][2] == 'torch.amp.autocast("cuda", **kwargs)'
+
+
+def test_the_old_import_alias_is_recorded_for_the_fix():
+    found = model("from torch.cuda.amp import autocast\nwith autocast():\n    pass\n").deprecated_amp_uses
+    assert found[0].import_alias is not None and found[0].import_alias.name.value == "autocast"
+    assert model("import torch\ntorch.cuda.amp.autocast()\n").deprecated_amp_uses[0].import_alias is None
