@@ -84,6 +84,7 @@ class Prediction:
 class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
+    severity: ClassVar[str] = "error"
     # Words a file must contain for the rule to find anything in it: a file with none of
     # any selected rule's words is not parsed. The semantic layer's own vocabulary by
     # default; a test checks that no example or case the rule flags lacks them.

@@ -7,6 +7,8 @@ from amplint.rules.amp004_step_inside_autocast import StepInsideAutocast
 from amplint.rules.amp005_scaled_loss_plain_step import ScaledLossPlainStep
 from amplint.rules.amp006_backward_inside_autocast import BackwardInsideAutocast
 from amplint.rules.amp009_scaled_gradients_read import ScaledGradientsRead
+from amplint.rules.amp012_float32_island_undone import Float32IslandUndone
+from amplint.rules.amp013_unsafe_log_under_autocast import UnsafeLogUnderAutocast
 
 ALL_RULES = (
     UnscaledBackward,
@@ -16,6 +18,8 @@ ALL_RULES = (
     ScaledLossPlainStep,
     BackwardInsideAutocast,
     ScaledGradientsRead,
+    Float32IslandUndone,
+    UnsafeLogUnderAutocast,
 )
 
 __all__ = ["ALL_RULES"]

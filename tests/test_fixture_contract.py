@@ -27,6 +27,8 @@ SHOWS = {
     "AMP005": {"AMP005"},
     "AMP006": {"AMP006"},
     "AMP009": {"AMP009"},
+    "AMP012": {"AMP012"},
+    "AMP013": {"AMP013"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())

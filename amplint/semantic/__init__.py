@@ -27,6 +27,7 @@ import libcst as cst
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.conditions import Assumption, alternatives, assumptions
 from amplint.semantic.exports import ExternalModules, export_summary
+from amplint.semantic.expressions import RegionExpressions, RegionOp
 from amplint.semantic.flow import FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
 from amplint.semantic.model import (
@@ -59,6 +60,7 @@ __all__ = [
     "GradientState",
     "Occurrence",
     "Ref",
+    "RegionOp",
     "ScalerInfo",
     "SemanticModel",
     "analyze",
@@ -93,6 +95,7 @@ class SemanticModel:
         self._scaling: Dict[int, Tuple[Optional[str], FrozenSet[str]]] = {}
         self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
         self._alternatives: Dict[Tuple[int, bool], List[List[Assumption]]] = {}
+        self._expressions: Optional[RegionExpressions] = None
 
     # ------------------------------------------------------------------ the file
     @property
@@ -434,6 +437,19 @@ class SemanticModel:
         )
 
     # ------------------------------------------------------------------ regions
+    @property
+    def expressions(self) -> RegionExpressions:
+        """What autocast does to the ops evaluated under it (`amplint.semantic.expressions`)."""
+        if self._expressions is None:
+            self._expressions = RegionExpressions(self)
+        return self._expressions
+
+    def ops_in_regions(self) -> List[RegionOp]:
+        """Every PyTorch op amplint can name (products, convolutions, logs, sigmoids,
+        softmaxes, BCE) evaluated inside an enabled autocast region: written in it, or in a
+        function of the file called from inside it (`via`) that does not switch autocast off."""
+        return self.expressions.ops_in_regions()
+
     def backwards_fed_by(self, region: AutocastRegion) -> List[Occurrence]:
         """The backwards in the region's unit that run on something computed under it: inside
         the region, on a value derived from what it assigned, or in a helper handed such a value."""
