@@ -115,12 +115,14 @@ class Float32IslandUndone(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
+        reported = set()
         for found in model.ops_in_regions():
             operands = found.op.operands
-            if found.policies() != {LOWER_PRECISION} or len(operands) < 2:
+            if found.policies() != {LOWER_PRECISION} or len(operands) < 2 or id(found.node) in reported:
                 continue
             casts = [model.expressions.float32_cast(operand, found.unit) for operand in operands]
             if all(cast is not None for cast in casts):
+                reported.add(id(found.node))
                 yield Report(found.node, _message(found, [source_text(c) for c in casts]))  # type: ignore[misc]
 
     VALID = (

@@ -6,7 +6,7 @@ import libcst as cst
 
 from amplint.rule import Flagged, Prediction, Report, Rule
 from amplint.semantic import RegionOp, SemanticModel
-from amplint.semantic.expressions import BANNED, LOG_OPS, Probability, autocast_policy
+from amplint.semantic.expressions import BANNED, LOG_OPS, Probability, autocast_policy, region_devices
 from amplint.semantic.names import source_text
 
 _LOW = ("float16", "bfloat16")
@@ -25,8 +25,10 @@ class UnsafeLogUnderAutocast(Rule):
 
     An epsilon guard (`log(p + eps)`, `p.clamp(min=eps)`, `sigmoid(x).clamp(eps, 1 - eps)`)
     silences it unless the region's dtype rounds the guard away (`1e-8` is 0 in float16,
-    `1 - 1e-7` is 1.0 in float16 and bfloat16). A sigmoid or softmax of an explicit float32
-    cast runs in float32 and is not flagged; `F.logsigmoid`, `F.log_softmax`,
+    `1 - 1e-7` is 1.0 in float16 and bfloat16). The logits are taken to be in the region's
+    dtype (a Linear's or a model's output), except where the code shows them float32: an
+    explicit cast, or an op autocast runs in float32 on the region's device (a BPR score
+    `(u * v).sum(-1)` on CUDA). `F.logsigmoid`, `F.log_softmax`,
     `binary_cross_entropy_with_logits` and `BCEWithLogitsLoss` are the fix, never flagged.
 
     ## Why is this bad?
@@ -156,13 +158,22 @@ class UnsafeLogUnderAutocast(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
+        reported = set()  # a helper called under two regions is reported once
         for found in model.ops_in_regions():
+            if id(found.node) in reported:
+                continue
             if found.op.name in LOG_OPS and found.op.inputs:
                 probability = model.expressions.probability(found.op.inputs[0], found.unit, found.op.name)
-                dtypes = _dtypes_reaching_zero(probability, found) if probability is not None else []
+                dtypes = []
+                # The sigmoid or softmax must run under autocast too: before the region, the
+                # dtype of its input is anyone's guess.
+                if probability is not None and model.expressions.runs_in_region(probability.source):
+                    dtypes = _dtypes_reaching_zero(probability, found)
                 if dtypes:
+                    reported.add(id(found.node))
                     yield Report(found.node, _log_message(found, probability, dtypes))  # type: ignore[arg-type]
             elif found.op.name == "binary_cross_entropy" and BANNED in found.policies():
+                reported.add(id(found.node))
                 yield Report(found.node, _bce_message(found))
 
     VALID = (
@@ -213,6 +224,21 @@ with torch.autocast("cuda", enabled=False):
     loss = -torch.log(torch.sigmoid(logits.float()))
 with torch.autocast("cuda", dtype=amp_dtype):
     loss = -torch.log(torch.sigmoid(logits))
+""",
+        # The sigmoid runs before the region, on logits of unknown dtype.
+        """
+import torch
+p = torch.sigmoid(logits)
+with torch.autocast("cuda"):
+    loss = -(y * torch.log(p)).mean()
+""",
+        # BPR: `sum` autocasts to float32 on CUDA, so the sigmoid of the score runs in float32.
+        """
+import torch
+with torch.autocast("cuda", dtype=torch.float16):
+    u, i, j = user(b), item(p), item(n)
+    score = (u * i).sum(dim=1) - (u * j).sum(dim=1)
+    loss = -torch.log(torch.sigmoid(score)).mean()
 """,
         # binary_cross_entropy runs (in float32) under CPU autocast; it only raises on CUDA.
         """
@@ -271,6 +297,8 @@ with torch.autocast("cpu", dtype=torch.float16):
 
 def _dtypes_reaching_zero(probability: Probability, found: RegionOp) -> List[str]:
     region = found.region
+    if region_devices(region) & probability.float32_on:
+        return []  # logits autocast makes float32 (`(u * v).sum(-1)` on CUDA)
     if probability.kind == "softmax":
         # Only where autocast leaves softmax alone (CPU); CUDA runs it in float32.
         devices = region.possible_devices

@@ -171,6 +171,9 @@ def test_recursive_helpers_terminate():
         ("q.to(torch.float32).T", "q.to(torch.float32)"),
         ("q.to(device, dtype=torch.float)", "q.to(device, dtype=torch.float)"),
         ("q.type(torch.cuda.FloatTensor)", "q.type(torch.cuda.FloatTensor)"),
+        ("q.type(torch.cuda.HalfTensor)", None),
+        ("q.float() * k.half()", "q.float()"),  # float32 with float16 is float32
+        ("q.float() * k.to(torch.float64)", None),
         ("q.float()[:, 0] * scale", "q.float()"),
         ("q.float().to(device)", "q.float()"),
         ("q.float().to('cuda', non_blocking=True)", "q.float()"),
@@ -329,3 +332,64 @@ def test_the_forward_of_a_module_class_of_the_file_runs_under_the_region_that_ca
     found_ops = [(op.op.name, source_text(op.node), [source_text(v) for v in op.via]) for op in found.ops_in_regions()]
     # `self.head` may be a Linear or a Block: neither is assumed.
     assert found_ops == [("matmul", "q.float() @ k.float().transpose(-1, -2)", ["self.block(x, x)"])]
+
+
+@pytest.mark.parametrize(
+    "region, flagged",
+    [
+        ('torch.autocast("cuda", dtype=torch.float16)', False),  # CUDA autocast runs `sum` in float32
+        ('torch.autocast(device_type=device, dtype=torch.float16)', False),  # it may be CUDA: not guessed
+        ('torch.autocast("cpu", dtype=torch.float16)', True),  # CPU runs `sum` in float16
+    ],
+)
+def test_logits_autocast_makes_float32_are_not_low_precision(region, flagged):
+    found, op = first_op(
+        f"""
+        import torch
+        with {region}:
+            pos = (user * item).sum(dim=-1)
+            neg = torch.sum(user * other, dim=-1)
+            loss = -torch.log(torch.sigmoid(pos - neg)).mean()
+        """,
+        "log",
+    )
+    probability = found.expressions.probability(op.op.inputs[0], op.unit)
+    assert probability is not None and probability.float32_on == {"cuda"}
+    from amplint.semantic.expressions import region_devices
+
+    assert (not (region_devices(op.region) & probability.float32_on)) is flagged
+
+
+@pytest.mark.parametrize(
+    "expression, before, kind",
+    [
+        ("torch.log(p[:, 0])", "p = torch.sigmoid(z)", "sigmoid"),
+        ("torch.log(p.gather(1, t[:, None]))", "p = torch.softmax(z, dim=-1)", "softmax"),
+        ("torch.log(1 - p.view(-1))", "p = torch.sigmoid(z)", "complement"),
+    ],
+)
+def test_selections_of_a_probability_are_probabilities(expression, before, kind):
+    found = probability(expression, before=before)
+    assert found is not None and found.kind == kind
+
+
+def test_a_helper_under_two_regions_runs_in_both_and_module_functions_are_no_tensor_methods():
+    found = model(
+        """
+        import torch
+
+        def loss_fn(z):
+            return -torch.log(torch.sigmoid(z)).mean()
+
+        def train(model, x):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                a = loss_fn(model(x))
+            with torch.autocast("cuda", dtype=torch.float16):
+                b = loss_fn(model(x))
+                c = F.softmax(x, -1)  # F's import is out of sight: still not `x.softmax()`
+            return a + b
+        """
+    )
+    logs = [op.region.dtype for op in found.ops_in_regions() if op.op.name == "log"]
+    assert logs == ["bfloat16", "float16"]
+    assert not [op for op in found.ops_in_regions() if op.op.name == "softmax"]

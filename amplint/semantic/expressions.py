@@ -56,7 +56,8 @@ _LOWER_CUDA_ONLY = frozenset({"mv", "addmv", "addr"})
 _FLOAT32_CUDA = frozenset(
     {
         "log", "log1p", "log2", "log10", "exp", "expm1", "softmax", "log_softmax", "sum", "pow",
-        "softplus", "layer_norm", "group_norm", "logsumexp", "binary_cross_entropy_with_logits",
+        "prod", "cumsum", "cumprod", "norm", "normalize", "cosine_similarity", "softplus",
+        "layer_norm", "group_norm", "logsumexp", "binary_cross_entropy_with_logits",
         "nll_loss", "cross_entropy", "mse_loss", "l1_loss", "kl_div",
     }
 )
@@ -129,6 +130,19 @@ _FUNCTIONS: Dict[str, str] = {
     "torch.nn.functional.logsigmoid": "logsigmoid",
     "torch.nn.functional.binary_cross_entropy": "binary_cross_entropy",
     "torch.nn.functional.binary_cross_entropy_with_logits": "binary_cross_entropy_with_logits",
+    "torch.sum": "sum",
+    "torch.exp": "exp",
+    "torch.pow": "pow",
+    "torch.cumsum": "cumsum",
+    "torch.prod": "prod",
+    "torch.logsumexp": "logsumexp",
+    "torch.norm": "norm",
+    "torch.nn.functional.layer_norm": "layer_norm",
+    "torch.nn.functional.group_norm": "group_norm",
+    "torch.nn.functional.normalize": "normalize",
+    "torch.nn.functional.cosine_similarity": "cosine_similarity",
+    "torch.cosine_similarity": "cosine_similarity",
+    "torch.nn.functional.softplus": "softplus",
     "torch.clamp": "clamp",
     "torch.clip": "clamp",
     "torch.clamp_min": "clamp_min",
@@ -160,6 +174,13 @@ _METHODS: Dict[str, Tuple[str, FrozenSet[int]]] = {
     "clamp": ("clamp", frozenset({0, 1, 2})),
     "clip": ("clamp", frozenset({0, 1, 2})),
     "clamp_min": ("clamp_min", frozenset({1})),
+    "sum": ("sum", frozenset({0, 1})),
+    "exp": ("exp", frozenset({0})),
+    "pow": ("pow", frozenset({1})),
+    "cumsum": ("cumsum", frozenset({1})),
+    "prod": ("prod", frozenset({0, 1})),
+    "logsumexp": ("logsumexp", frozenset({1})),
+    "norm": ("norm", frozenset({0, 1})),
 }
 
 # `self.fc = nn.Linear(...)`, then `self.fc(x)`.
@@ -282,6 +303,9 @@ class Probability:
     logits: cst.BaseExpression  # the sigmoid's or softmax's input
     floors: Tuple[Guard, ...] = ()
     ceilings: Tuple[Guard, ...] = ()
+    # The devices on which autocast makes the logits float32 (`(u * v).sum(-1)` on CUDA,
+    # where `sum` autocasts to float32): there the probability saturates only where float32's does.
+    float32_on: FrozenSet[str] = frozenset()
 
     def reaches_zero(self, dtype: str) -> bool:
         """Whether, with low-precision inputs in `dtype`, the log's argument rounds to
@@ -324,6 +348,17 @@ _SAME_DTYPE_METHODS = frozenset(
     }
 )
 _SAME_DTYPE_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data"})
+# Tensor methods whose result's elements are some of the receiver's, unchanged.
+_SELECTIONS = frozenset(
+    {
+        "view", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "contiguous",
+        "gather", "index_select", "masked_select", "take", "take_along_dim", "expand", "expand_as",
+        "t", "clone", "detach", "narrow", "select",
+    }
+)
+_TENSOR_TYPES = {"FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16", "BFloat16Tensor": "bfloat16"}
+# Names conventionally bound to modules (`import torch.nn.functional as F`).
+_MODULE_NAMES = frozenset({"F", "nn", "np", "torch", "functional", "math", "jnp", "tf", "scipy", "special"})
 # nn.Module methods that return the module itself.
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_"})
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
@@ -336,6 +371,7 @@ class RegionExpressions:
         self._named: Dict[int, Optional[TorchOp]] = {}
         self._parents: Dict[int, Dict[int, cst.CSTNode]] = {}
         self._functions: Optional[Dict[int, CodeUnit]] = None
+        self._in_region: Optional[Set[int]] = None
 
     # ---------------------------------------------------------------- ops under autocast
     def ops_in_regions(self) -> List[RegionOp]:
@@ -345,7 +381,7 @@ class RegionExpressions:
         if self._ops is not None:
             return self._ops
         found: List[RegionOp] = []
-        seen: Set[int] = set()
+        seen: Set[Tuple[int, int]] = set()
         if not any(region.active for region in self.model.autocast_regions):
             self._ops = found
             return found
@@ -372,6 +408,12 @@ class RegionExpressions:
                     pending.append((callee, region, via + (record.node,), chain + (callee,)))  # type: ignore[operator]
         self._ops = found
         return found
+
+    def runs_in_region(self, node: cst.CSTNode) -> bool:
+        """Whether an op is evaluated inside an enabled autocast region (see `ops_in_regions`)."""
+        if self._in_region is None:
+            self._in_region = {id(op.node) for op in self.ops_in_regions()}
+        return id(node) in self._in_region
 
     def _records(self, unit: CodeUnit) -> List[Union[CallRecord, ProductRecord]]:
         records: List[Union[CallRecord, ProductRecord]] = [r for r in unit.calls if r.immediate]
@@ -404,9 +446,13 @@ class RegionExpressions:
                 isinstance(value, cst.Call)
                 and isinstance(value.func, cst.Attribute)
                 and value.func.attr.value in _RETURNS_SELF
-                and isinstance(value.func.value, cst.Call)
             ):
+                if dotted_name(value.func.value) == name:
+                    value = None  # `model = model.to(device)`: the same object, bound elsewhere
+                    break
                 value = value.func.value
+            if value is None:
+                continue
             if not isinstance(value, cst.Call) or dotted_name(value.func) not in self.model.index.classes:
                 return None
             owners.add(dotted_name(value.func))
@@ -432,11 +478,13 @@ class RegionExpressions:
         return None
 
     def _add(self, found, seen, record, unit, region, via) -> None:
-        if id(record.node) in seen:
+        # Once per op and region: a helper called under a float16 and a bfloat16 region runs in both.
+        key = (id(record.node), id(region))
+        if key in seen:
             return
         op = self.torch_op(record.node, unit)
         if op is not None:
-            seen.add(id(record.node))
+            seen.add(key)
             found.append(RegionOp(op, unit, region, via))
 
     # ---------------------------------------------------------------- what a call is
@@ -469,7 +517,7 @@ class RegionExpressions:
                     operands = [element.value for element in operands[0].elements]
                 return TorchOp(node, name, "function", tuple(operands))
             return TorchOp(node, name, "function", tuple(positional) + _input_keywords(node))
-        if isinstance(func, cst.Attribute):
+        if isinstance(func, cst.Attribute) and not self._names_a_module(func.value, unit):
             method = _METHODS.get(func.attr.value)
             if method is not None and len(positional) in method[1]:
                 return TorchOp(node, method[0], "method", (func.value, *positional))
@@ -483,6 +531,16 @@ class RegionExpressions:
             if module is not None:
                 return TorchOp(node, module, "module", tuple(positional))
         return None
+
+    def _names_a_module(self, receiver: cst.BaseExpression, unit: CodeUnit) -> bool:
+        """`F.softmax(x, -1)`, `np.log(x)`: a function of a module (imported, or named like
+        one where the import is out of sight), not a tensor method."""
+        name = dotted_name(receiver)
+        if name is None:
+            return False
+        if name.split(".")[0] in _MODULE_NAMES:
+            return True
+        return any(binding.kind == "import" for binding in self.model.resolver.bindings(name.split(".")[0], unit.scope))
 
     def _module(self, name: str, unit: CodeUnit) -> Optional[str]:
         """The op a module variable stands for, when every value it is given is that
@@ -546,9 +604,10 @@ class RegionExpressions:
                 continue
             dtypes = self.model.resolver.dtypes(arg.value, unit.scope)
             qualified = self.model.qualified(arg.value) or ""
-            if qualified.endswith(".FloatTensor"):
-                dtypes = frozenset({"float32"})
-            elif qualified.endswith((".DoubleTensor", ".HalfTensor", ".BFloat16Tensor")) or qualified in ("torch.float64", "torch.double"):
+            tensor_type = _TENSOR_TYPES.get(qualified.rsplit(".", 1)[-1]) if qualified.startswith("torch.") else None
+            if tensor_type is not None:
+                dtypes = frozenset({tensor_type})  # `.type(torch.cuda.FloatTensor)`
+            elif qualified in ("torch.float64", "torch.double"):
                 dtypes = frozenset({"float64"})
             found |= dtypes
         return found
@@ -589,12 +648,39 @@ class RegionExpressions:
         if complement is not None:
             inner, _, ceilings = self._peel(complement, unit)
             found = self._saturating(inner, unit, "sigmoid")
-            return Probability("complement", found.node, found.inputs[0], tuple(floors), tuple(ceilings)) if found else None  # type: ignore[arg-type]
+            if found is None:
+                return None
+            logits = found.inputs[0]
+            float32_on = self.float32_devices(logits, unit)
+            return Probability("complement", found.node, logits, tuple(floors), tuple(ceilings), float32_on)  # type: ignore[arg-type]
         for kind in ("sigmoid", "softmax"):
             found = self._saturating(core, unit, kind)
             if found is not None:
-                return Probability(kind, found.node, found.inputs[0], tuple(floors))  # type: ignore[arg-type]
+                logits = found.inputs[0]
+                float32_on = self.float32_devices(logits, unit)
+                return Probability(kind, found.node, logits, tuple(floors), (), float32_on)  # type: ignore[arg-type]
         return None
+
+    def float32_devices(self, expression: cst.BaseExpression, unit: CodeUnit, depth: int = 0) -> FrozenSet[str]:
+        """The devices on which an expression is float32 under autocast, as far as the code
+        shows: an op autocast runs in float32 there (`sum`, `layer_norm`, `exp` on CUDA),
+        or arithmetic with such an operand (float32 with float16 is float32); empty when
+        nothing shows it (the output of a model or a Linear is taken to be low precision)."""
+        if depth > _MAX_DEPTH:
+            return frozenset()
+        node = self._resolved(expression, unit)
+        if isinstance(node, cst.Call):
+            op = self.torch_op(node, unit)
+            if op is not None:
+                return frozenset(d for d in ("cuda", "cpu") if autocast_policy(op.name, d) == FLOAT32)
+            selected = _selection_of(node)
+            return self.float32_devices(selected, unit, depth + 1) if selected is not None else frozenset()
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, _ARITHMETIC):
+            return self.float32_devices(node.left, unit, depth + 1) | self.float32_devices(node.right, unit, depth + 1)
+        if isinstance(node, cst.UnaryOperation):
+            return self.float32_devices(node.expression, unit, depth + 1)
+        selected = _selection_of(node)
+        return self.float32_devices(selected, unit, depth + 1) if selected is not None else frozenset()
 
     def _resolved(self, expression: cst.BaseExpression, unit: CodeUnit) -> cst.BaseExpression:
         for _ in range(_MAX_DEPTH):
@@ -625,6 +711,10 @@ class RegionExpressions:
                     break
                 node = guarded
                 continue
+            selected = _selection_of(node)
+            if selected is not None:
+                node = selected  # `p[:, 0]`, `p.gather(1, t)`, `p.view(-1)`: the same values
+                continue
             clamp = self._clamp(node, unit)
             if clamp is None:
                 break
@@ -647,11 +737,15 @@ class RegionExpressions:
             return None  # computed in float32: saturates only where float32 does
         if kind == "softmax":
             dtype = op.keyword("dtype") or (op.inputs[2] if op.form == "function" and len(op.inputs) > 2 else None)
-            if dtype is not None and not (self.model.resolver.dtypes(dtype, unit.scope) <= {"float16", "bfloat16"} and self.model.resolver.dtypes(dtype, unit.scope)):
-                return None
+            if dtype is not None:
+                dtypes = self.model.resolver.dtypes(dtype, unit.scope)
+                if not dtypes or not dtypes <= {"float16", "bfloat16"}:
+                    return None  # `softmax(x, dtype=torch.float32)` (or a dtype amplint cannot read)
         return op
 
-    def _clamp(self, node: cst.BaseExpression, unit: CodeUnit) -> Optional[Tuple[cst.BaseExpression, Optional[Guard], Optional[Guard]]]:
+    def _clamp(
+        self, node: cst.BaseExpression, unit: CodeUnit
+    ) -> Optional[Tuple[cst.BaseExpression, Optional[Guard], Optional[Guard]]]:
         """(what is clamped, lower bound, upper bound) of a clamp call."""
         if not isinstance(node, cst.Call):
             return None
@@ -758,6 +852,18 @@ class RegionExpressions:
                         stack.append(child)
             self._parents[key] = parents
         return self._parents[key]
+
+
+def _selection_of(node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """What a selection or view of values reads (`p[:, 0]`, `p.gather(1, t)`, `p.view(-1)`,
+    `p.T`): its elements are elements of that, unchanged."""
+    if isinstance(node, cst.Subscript):
+        return node.value
+    if isinstance(node, cst.Attribute) and node.attr.value in _SAME_DTYPE_ATTRIBUTES:
+        return node.value
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _SELECTIONS:
+        return node.func.value
+    return None
 
 
 def _input_keywords(call: cst.Call) -> Tuple[cst.BaseExpression, ...]:

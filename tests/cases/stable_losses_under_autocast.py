@@ -1,7 +1,7 @@
 """Losses under autocast that stay finite: the with-logits forms, guards float16 can hold,
 log(softmax) where softmax runs in float32 (CUDA), a sigmoid of float32 logits, bfloat16
-regions for log(sigmoid), binary_cross_entropy under CPU autocast, and logs of things that
-are no probabilities."""
+regions for log(sigmoid), binary_cross_entropy under CPU autocast, a BPR loss whose scores
+autocast makes float32, and logs of things that are no probabilities."""
 
 import torch
 import torch.nn.functional as F
@@ -44,3 +44,15 @@ def cpu_step(model, x, y, optimizer):
         loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
     loss.backward()
     optimizer.step()
+
+
+def bpr_step(user_embedding, item_embedding, users, positives, negatives, optimizer, scaler):
+    with torch.autocast("cuda", dtype=torch.float16):
+        u = user_embedding(users)
+        # `sum` autocasts to float32 on CUDA: the scores, and their sigmoid, are float32.
+        pos = torch.mul(u, item_embedding(positives)).sum(dim=1)
+        neg = torch.mul(u, item_embedding(negatives)).sum(dim=1)
+        loss = -torch.log(torch.sigmoid(pos - neg) + 1e-10).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
