@@ -11,6 +11,8 @@ from amplint.rules.amp008_grad_scaler_in_loop import GradScalerInLoop
 from amplint.rules.amp009_scaled_gradients_read import ScaledGradientsRead
 from amplint.rules.amp010_half_precision_master_weights import HalfPrecisionMasterWeights
 from amplint.rules.amp011_autocast_device_mismatch import AutocastDeviceMismatch
+from amplint.rules.amp012_float32_island_undone import Float32IslandUndone
+from amplint.rules.amp013_unsafe_log_under_autocast import UnsafeLogUnderAutocast
 from amplint.rules.amp014_deprecated_amp_api import DeprecatedAmpApi
 from amplint.rules.amp100_unused_noqa import UnusedNoqa
 
@@ -26,6 +28,8 @@ ALL_RULES = (
     ScaledGradientsRead,
     HalfPrecisionMasterWeights,
     AutocastDeviceMismatch,
+    Float32IslandUndone,
+    UnsafeLogUnderAutocast,
     DeprecatedAmpApi,
     UnusedNoqa,  # runs after the others: it reads which `# noqa` they used
 )

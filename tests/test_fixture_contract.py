@@ -31,6 +31,8 @@ SHOWS = {
     "AMP009": {"AMP009"},
     "AMP010": {"AMP010"},
     "AMP011": {"AMP011"},
+    "AMP012": {"AMP012"},
+    "AMP013": {"AMP013"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())

@@ -504,6 +504,10 @@ CONTROLS = {
     ("AMP005", "unscale-then-plain-step", "raised", "bfloat16"),
     ("AMP006", "sgd", "true_loss", "float16"),
     ("AMP006", "sgd", "true_loss", "bfloat16"),
+    ("AMP012", "large-activations", "nonfinite_steps", "bfloat16"),
+    ("AMP013", "hand-bce-moderate", "first_loss_error", "float16"),
+    ("AMP013", "log-sigmoid-confident", "first_loss_error", "bfloat16"),
+    ("AMP013", "bce-probabilities-confident", "first_loss_error", "float16"),
 }
 
 
@@ -576,6 +580,18 @@ BROKEN = {
         # with custom_fwd/custom_bwd the function's backward runs in float32 even inside the region
         ("    def forward(ctx, a, b):", '    @torch.amp.custom_fwd(device_type="cpu")\n    def forward(ctx, a, b):', 1),
         ("    def backward(ctx, grad):", '    @torch.amp.custom_bwd(device_type="cpu")\n    def backward(ctx, grad):', 1),
+    ],
+    "AMP012": [
+        # a "bfloat16" run that is really float16: the large features overflow
+        ("dtype=amp_dtype)", "dtype=torch.float16)", 1),
+    ],
+    "AMP013": [
+        # a "bfloat16" run that is really float16: log(sigmoid) reaches log(0)
+        ("dtype=amp_dtype)", "dtype=torch.float16)", 1),
+        # the moderate logits made confident: the hand-written loss is NaN
+        ('"hand-bce-moderate": ("hand-bce", 2.0, 1)', '"hand-bce-moderate": ("hand-bce", 12.0, 1)', 1),
+        # a binary_cross_entropy that is not the with-logits loss (labels flipped)
+        ("F.binary_cross_entropy(torch.sigmoid(z), y)", "F.binary_cross_entropy(torch.sigmoid(z), 1 - y)", 1),
     ],
 }
 # The claims the AMP006 custom_bwd edit must break besides the `sgd` control: the mechanism.

@@ -36,6 +36,7 @@ from amplint.semantic.conditions import Assumption, alternatives, assumptions
 from amplint.semantic.deprecations import DeprecatedAmpUse, find_deprecated_uses
 from amplint.semantic.devices import Devices, Placement
 from amplint.semantic.exports import ExternalModules, export_summary
+from amplint.semantic.expressions import RegionExpressions, RegionOp
 from amplint.semantic.flow import FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
 from amplint.semantic.model import (
@@ -87,6 +88,7 @@ __all__ = [
     "Placement",
     "Ref",
     "Repetition",
+    "RegionOp",
     "ScalerInfo",
     "StateCall",
     "SemanticModel",
@@ -124,6 +126,7 @@ class SemanticModel:
         self._alternatives: Dict[Tuple[int, bool], List[List[Assumption]]] = {}
         self._checkpoints: Optional[Checkpoints] = None
         self._repetitions: Optional[Repetitions] = None
+        self._expressions: Optional[RegionExpressions] = None
 
     # ------------------------------------------------------------------ the file
     @property
@@ -680,6 +683,19 @@ class SemanticModel:
         return find_deprecated_uses(self.index, self.resolver)
 
     # ------------------------------------------------------------------ regions
+    @property
+    def expressions(self) -> RegionExpressions:
+        """What autocast does to the ops evaluated under it (`amplint.semantic.expressions`)."""
+        if self._expressions is None:
+            self._expressions = RegionExpressions(self)
+        return self._expressions
+
+    def ops_in_regions(self) -> List[RegionOp]:
+        """Every PyTorch op amplint can name (products, convolutions, logs, sigmoids,
+        softmaxes, BCE) evaluated inside an enabled autocast region: written in it, or in a
+        function of the file called from inside it (`via`) that does not switch autocast off."""
+        return self.expressions.ops_in_regions()
+
     def backwards_fed_by(self, region: AutocastRegion) -> List[Occurrence]:
         """The backwards in the region's unit that run on something computed under it: inside
         the region, on a value derived from what it assigned, or in a helper handed such a value."""

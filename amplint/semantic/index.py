@@ -124,6 +124,7 @@ class CodeUnit:
     # (variables bound, variables read) for each assignment, in source order: what flows into what.
     assignments: List[Tuple[FrozenSet[str], FrozenSet[str]]] = field(default_factory=list)
     grad_reads: List[cst.Attribute] = field(default_factory=list)  # `p.grad`, `x.grad`
+    products: List["ProductRecord"] = field(default_factory=list)  # `a @ b`, in evaluation order
 
     @property
     def is_module(self) -> bool:
@@ -150,6 +151,15 @@ class CallRecord:
     frames: Frames
     # False inside a lambda: the call runs when the lambda is called, not here.
     immediate: bool = True
+
+
+@dataclass(eq=False)
+class ProductRecord:
+    """An `a @ b`: a matrix product that is no call but that autocast recasts like `torch.matmul`."""
+
+    node: cst.BinaryOperation
+    unit: CodeUnit
+    frames: Frames
 
 
 @dataclass(eq=False)
@@ -506,6 +516,8 @@ class _Indexer:
                     record = self._record(owner, unit)
                 record.grad_reads.append(current)
                 unit.grad_reads.append(current)
+            elif kind is cst.BinaryOperation and type(current.operator) is cst.MatrixMultiply:
+                unit.products.append(ProductRecord(current, unit, frames))
         for lam in lambdas:
             for current in post_order(lam.body):
                 if isinstance(current, cst.Call):

@@ -1,0 +1,235 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.semantic import RegionOp, SemanticModel
+from amplint.semantic.expressions import LOWER_PRECISION
+from amplint.semantic.names import source_text
+
+
+class Float32IslandUndone(Rule):
+    """`.float()` on the inputs of a matrix product or convolution inside autocast: autocast casts them back.
+
+    ## What it does
+    Flags a matrix product or convolution (`@`, `torch.matmul`, `mm`, `bmm`, `baddbmm`,
+    `addmm`, `einsum`, `F.linear`, `F.conv*`, `scaled_dot_product_attention`) inside an
+    enabled `torch.autocast` region whose operands are all explicit float32 casts
+    (`x.float()`, `x.to(torch.float32)`, through views such as `.transpose()` and through
+    variables assigned them on the straight-line way there). The product may be written in
+    the region or in a function of the file called from inside it. A cast inside
+    `torch.autocast(..., enabled=False)`, a cast of a product's *output* (`(a @ b).float()`
+    before a reduction), a cast of a loss, and products with `.double()` inputs (float64 is
+    not eligible for autocast) are not flagged; neither is a single cast beside an uncast
+    operand (often a bool mask or integer index made float, not a float32 island).
+
+    ## Why is this bad?
+    Autocast decides the dtype of each eligible op by the op, not by its inputs: "CUDA Ops
+    that can autocast to float16" (`matmul`, `linear`, `conv*`, `bmm`, `baddbmm`, ...) run
+    in the region's low-precision dtype, and their float32 inputs are cast down first (PyTorch
+    AMP docs, Autocast Op Reference; the CPU list is the same for these ops). So a "float32
+    island" written with `.float()` runs in float16 or bfloat16 anyway: the overflow or the
+    precision loss it was written to avoid happens, and the code says it does not. The AMP
+    docs' own recipe is to leave autocast locally: `with torch.autocast(device_type,
+    enabled=False):` around the island, with its inputs cast to float32.
+
+    ## What goes wrong at runtime
+    Measured by `amplint verify` (CPU) on a Gram-matrix loss, `f = features.float(); gram =
+    f.transpose(1, 2) @ f`, inside the autocast region: the "float32" Gram matrix came out in
+    float16 (bfloat16). With features of magnitude ~12 over 1024 positions its diagonal
+    passes float16's 65504: under float16 the loss was inf at all 5 of 5 steps and the
+    GradScaler skipped every update, while the island under `autocast(enabled=False)` stayed
+    finite. Where nothing overflows the island only loses precision: its error against
+    float64 was ~700x the float32 island's under float16 and ~4000x under bfloat16. Under
+    bfloat16 the large features did not overflow (bfloat16 keeps float32's range).
+
+    ## Example
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        features = model(x)
+        f = features.float()
+        gram = f.transpose(1, 2) @ f  # runs in float16
+    ```
+
+    ## Use instead
+    ```python
+    with torch.autocast("cuda", dtype=torch.float16):
+        features = model(x)
+        with torch.autocast("cuda", enabled=False):
+            f = features.float()
+            gram = f.transpose(1, 2) @ f  # float32
+    ```
+    """
+
+    code = "AMP012"
+    name = "float32-island-undone"
+    severity = "error"
+    triggers = ("autocast",)
+
+    PREDICTIONS = (
+        Prediction(
+            "large-activations",
+            "nonfinite_steps",
+            "Under float16 the Gram matrix of features of magnitude ~12 overflows inside the "
+            "`.float()` island: the loss is inf at every one of 5 steps (the fixed island: none).",
+            compare="buggy-fixed",
+            at_least=5,
+            dtypes=("float16",),
+        ),
+        Prediction(
+            "small-activations",
+            "island_low_precision",
+            "The `.float()` island's output is float16, not float32 (1 = low precision).",
+            compare="buggy-fixed",
+            at_least=1,
+            at_most=1,
+            dtypes=("float16",),
+        ),
+        Prediction(
+            "small-activations",
+            "island_error",
+            "Where nothing overflows, the island's error against float64 is at least 100x the "
+            "float32 island's under float16.",
+            compare="buggy/fixed",
+            at_least=100,
+            dtypes=("float16",),
+        ),
+        Prediction(
+            "small-activations",
+            "island_error",
+            "... and at least 100x under bfloat16.",
+            compare="buggy/fixed",
+            at_least=100,
+            dtypes=("bfloat16",),
+        ),
+        Prediction(
+            "large-activations",
+            "nonfinite_steps",
+            "Under bfloat16 the same features do not overflow (bfloat16 keeps float32's range): "
+            "no step has a non-finite loss.",
+            compare="buggy-fixed",
+            at_least=0,
+            at_most=0,
+            dtypes=("bfloat16",),
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        reported = set()
+        for found in model.ops_in_regions():
+            operands = found.op.operands
+            if found.policies() != {LOWER_PRECISION} or len(operands) < 2 or id(found.node) in reported:
+                continue
+            casts = [model.expressions.float32_cast(operand, found.unit) for operand in operands]
+            if all(cast is not None for cast in casts):
+                reported.add(id(found.node))
+                yield Report(found.node, _message(found, [source_text(c) for c in casts]))  # type: ignore[misc]
+
+    VALID = (
+        # The island under autocast(enabled=False): the AMP docs' recipe.
+        """
+import torch
+with torch.autocast("cuda"):
+    h = model(x)
+    with torch.autocast("cuda", enabled=False):
+        scores = h.float() @ h.float().transpose(-1, -2)
+""",
+        # A cast of the product's output, for a reduction or a loss: correct.
+        """
+import torch
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    logits = (h @ w).float()
+    loss = logits.logsumexp(-1).mean().float()
+""",
+        # One cast beside an uncast operand: a mask or an index made float, not an island.
+        """
+import torch
+with torch.autocast("cuda"):
+    pooled = torch.bmm(mask.float(), hidden)
+""",
+        # float64 is not eligible for autocast: `.double()` inputs do run in float64.
+        """
+import torch
+with torch.autocast("cuda"):
+    g = a.double() @ b.double()
+""",
+        # Outside any region, and in a region switched off by a literal.
+        """
+import torch
+rotary = inv_freq.float() @ positions.float()
+with torch.autocast("cuda", enabled=False):
+    s = torch.matmul(q.float(), k.float())
+""",
+        # A name rebound in a branch before the product: not certainly a cast.
+        """
+import torch
+with torch.autocast("cuda"):
+    q = q.float()
+    if use_half:
+        q = q.half()
+    s = q @ k.float().T
+""",
+        # Ops that promote (CUDA `dot`, `tensordot`) or run in float32 keep the cast.
+        """
+import torch
+with torch.autocast("cuda"):
+    d = torch.dot(a.float(), b.float())
+    s = torch.softmax(scores.float(), dim=-1)
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+with torch.autocast("cuda", dtype=torch.float16):
+    features = model(x)
+    f = features.float()
+    gram = f.transpose(1, 2) @ f
+""",
+            at=((6, 12),),
+        ),
+        Flagged(
+            """
+import torch
+import torch.nn.functional as F
+with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+    attn = torch.einsum("bihd,bjhd->bhij", q.float(), k.float())
+    out = F.linear(x.to(torch.float32), self.weight.to(dtype=torch.float32))
+""",
+            at=((5, 12), (6, 11)),
+        ),
+        # A helper of the file called inside the region runs under it.
+        Flagged(
+            """
+import torch
+def rotary(inv_freq, positions):
+    return (inv_freq.float() @ positions.float()).transpose(1, 2)
+
+def forward(x, inv_freq, positions):
+    with torch.autocast("cuda"):
+        freqs = rotary(inv_freq, positions)
+        return model(x, freqs)
+""",
+            at=((4, 13),),
+        ),
+    )
+
+
+def _message(found: RegionOp, casts) -> str:
+    region = found.region
+    dtype = _dtype_words(region.possible_dtypes)
+    device = f'"{region.device}"' if region.device else "device_type"
+    where = f"`{source_text(region.anchor)}`"
+    if found.via:
+        where += " (it runs there through " + ", then ".join(f"`{source_text(v)}`" for v in found.via) + ")"
+    undone = " and ".join(f"`{c}`" for c in dict.fromkeys(casts))
+    return (
+        f"`{source_text(found.node)}` runs in {dtype}, not float32: inside {where} autocast casts the "
+        f"inputs of every matrix product and convolution down, undoing {undone}. To compute it in "
+        f"float32, put it under `torch.autocast({device}, enabled=False)`."
+    )
+
+
+def _dtype_words(dtypes) -> str:
+    low = [d for d in ("float16", "bfloat16") if d in dtypes]
+    return " or ".join(low) if low else "the region's low-precision dtype"
