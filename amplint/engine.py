@@ -22,6 +22,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from amplint.diagnostics import FileError, FileResult, Finding
 from amplint.noqa import parse_suppressions
 from amplint.notebook import CellMap, is_notebook, parse_notebook
+from amplint.parse_guard import parse_hazard
 from amplint.rule import Rule
 from amplint.semantic import SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
@@ -119,6 +120,11 @@ def _lint_source(
         # checks it for a fraction of the cost.
         result.skipped = True
         result.error = _syntax_error(source, path, cells)
+        return result
+    hazard = parse_hazard(source)
+    if hazard is not None:  # LibCST would take minutes or crash on it
+        syntax = _syntax_error(source, path, cells) if hazard.syntax else None
+        result.error = syntax or FileError(path, hazard.message(_where(hazard.row, hazard.column, cells)))
         return result
     try:
         module = cst.parse_module(source)
