@@ -240,6 +240,9 @@ class Runner:
                     return
                 index, result, ok, cpu = worker.conn.recv()
             except (EOFError, OSError):
+                return  # it died: the caller buries it
+            except Exception:  # a garbled message (killed mid-write): the file is retried
+                worker.kill()
                 return
             results[index] = result
             self.cpu_by_path[by_index[index].path] = cpu

@@ -487,7 +487,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)} (default: all)")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help="the parallel setting (default: all CPUs)")
     parser.add_argument("--repeat", type=int, default=3, metavar="N", help="runs per configuration; the best wall time counts (default: 3)")
-    parser.add_argument("--sample", type=int, default=300, metavar="N", help="files in the TorchFix sample (default: 300)")
+    parser.add_argument("--sample", type=int, default=100, metavar="N", help="files in the TorchFix sample (default: 100; TorchFix takes ~1 s of CPU a file)")
     parser.add_argument("--isolation-rounds", type=int, default=7, metavar="N", help="rounds of the isolation measurement (default: 7)")
     parser.add_argument("--amplint", metavar="PATH", help="amplint executable (default: on PATH)")
     parser.add_argument("--ruff", metavar="PATH", help="ruff executable (default: on PATH)")
