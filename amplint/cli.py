@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
+from typing import List, Optional, Sequence, Tuple, Type
 
 from amplint import __version__, progress, show, subcommands
+from amplint.cache import CACHE_DIR_NAME, ENV_CACHE_DIR, Cache, default_cache_dir
 from amplint.config import (
     TARGET_VERSIONS,
     Config,
@@ -29,7 +29,7 @@ from amplint.config import (
 )
 from amplint.diagnostics import FileError, FileResult, RunReport
 from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
-from amplint.engine import lint_bytes
+from amplint.driver import DEFAULT_BUDGET, Job, Runner
 from amplint.gitignore import PatternList
 from amplint.output import FORMATS, HUMAN_FORMATS, statistics
 from amplint.output.terminal import use_color
@@ -37,13 +37,9 @@ from amplint.project import link
 from amplint.rule import Rule
 from amplint.rules import ALL_RULES
 from amplint.selection import SelectionError, resolve, validate
-from amplint.semantic.exports import ExternalModules
-from amplint.source import read_file, size_error
+from amplint.source import size_error
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-# Below this many files, starting worker processes costs more than it saves.
-_PARALLEL_THRESHOLD = 8
-_RULES_BY_CODE: Dict[str, Type[Rule]] = {rule.code: rule for rule in ALL_RULES}
 
 USAGE = """\
 amplint [check] [PATH ...] [options]   lint files and directories (default: .)
@@ -125,6 +121,19 @@ def _check_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml's [tool.amplint]")
     run.add_argument("--isolated", action="store_true", help="ignore all configuration files")
     run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
+    run.add_argument(
+        "--file-budget",
+        type=_seconds,
+        default=DEFAULT_BUDGET,
+        metavar="SECONDS",
+        help=f"CPU seconds one file may take; a file over it is an error (default: {DEFAULT_BUDGET:g}; 0: no limit)",
+    )
+    run.add_argument("-n", "--no-cache", action="store_true", help="lint every file, reading and writing no cache")
+    run.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help=f"where results are cached (default: ${ENV_CACHE_DIR}, else {CACHE_DIR_NAME} in the project root)",
+    )
     run.add_argument("--version", action="version", version=f"amplint {__version__}")
     return parser
 
@@ -169,7 +178,7 @@ def check_command(argv: Sequence[str]) -> int:
         # An editor passes every file it opens; --force-exclude keeps excluded ones quiet.
         excluded = options.force_exclude and stdin_name != "-" and discovery.is_excluded(stdin_name, is_dir=False)
         files = [] if excluded else [stdin_name]
-        results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config, per_file), target)] if files else []
+        results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config, per_file), options.file_budget, target)] if files else []
     else:
         files, errors = discovery.files(paths)
         if options.show_files:
@@ -179,15 +188,17 @@ def check_command(argv: Sequence[str]) -> int:
             return EXIT_ERROR if errors else EXIT_CLEAN
         if not files and not errors:
             print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
-        jobs = [(path, _codes_for(path, rules, config, per_file), None, target) for path in files]
-        shown = progress.Progress(len(jobs), enabled=not options.quiet and progress.wanted())
+        codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
+        cache = None if options.no_cache else Cache(options.cache_dir or default_cache_dir(config.root))
+        shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
         try:
-            results = _lint_all(jobs, workers, shown)
+            with Runner(workers, options.file_budget, cache, target=target, progress=shown) as runner:
+                results = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
+                runner.progress = None
+                # Files that import linted modules, again with what those modules' functions do.
+                results = link(results, lambda linked: runner.lint([Job(p, codes_by_path[p], s) for p, s in linked]))
         finally:
             shown.close()
-        codes_by_path = {job[0]: job[1] for job in jobs}
-        # Files that import linted modules, again with what those modules' functions do.
-        results = link(results, lambda linked: _lint_all([(p, codes_by_path[p], s, target) for p, s in linked], workers))
 
     findings = sorted(f for result in results for f in result.findings)
     errors += [result.error for result in results if result.error is not None]
@@ -266,58 +277,26 @@ def _codes_for(
     return tuple(r.code for r in rules if not any(c == "ALL" or r.code.startswith(c) for c in ignored))
 
 
-def _lint_all(jobs: Sequence[tuple], workers: int, shown: Optional[progress.Progress] = None) -> List[FileResult]:
-    results: List[FileResult] = []
-    if workers <= 1 or len(jobs) < _PARALLEL_THRESHOLD:
-        for job in jobs:
-            results.append(lint_file(job))
-            if shown is not None:
-                shown.advance()
-        return results
-    workers = min(workers, len(jobs))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for result in pool.map(lint_file, jobs, chunksize=max(1, len(jobs) // (workers * 4))):
-            results.append(result)
-            if shown is not None:
-                shown.advance()
-    return results
-
-
-def lint_file(job: tuple) -> FileResult:
-    """Lint one file in isolation: whatever goes wrong becomes this file's error. A job is
-    (path, rule codes, summaries of the linted modules it imports (a run's second phase) or
-    None, the target Python or None); the last two may be left out."""
-    path, codes = job[0], job[1]
-    summaries = job[2] if len(job) > 2 else None
-    target = job[3] if len(job) > 3 else None
-    return _lint_isolated(path, codes, read_file, summaries, target)
-
-
-def lint_stdin(name: str, codes: Tuple[str, ...], target: Optional[PythonVersion] = None) -> FileResult:
-    """Lint standard input as the file `name`."""
-    return _lint_isolated(name, codes, _read_stdin, target=target)
-
-
-def _read_stdin(name: str) -> Union[bytes, FileError]:
-    data = sys.stdin.buffer.read()
-    return size_error(name, len(data)) or data
-
-
-def _lint_isolated(
-    path: str,
-    codes: Tuple[str, ...],
-    read: Callable[[str], Union[bytes, FileError]],
-    summaries=None,
-    target: Optional[PythonVersion] = None,
+def lint_stdin(
+    name: str, codes: Tuple[str, ...], budget: float = DEFAULT_BUDGET, target: Optional[PythonVersion] = None
 ) -> FileResult:
+    """Lint standard input as the file `name`, isolated like any other file."""
+    data = sys.stdin.buffer.read()
+    too_large = size_error(name, len(data))
+    if too_large:
+        return FileResult(name, error=too_large)
+    with Runner(1, budget, target=target) as runner:
+        return runner.lint([Job(name, codes, data=data)])[0]
+
+
+def _seconds(text: str) -> float:
     try:
-        data = read(path)
-        if isinstance(data, FileError):
-            return FileResult(path, error=data)
-        external = ExternalModules(path, summaries) if summaries else None
-        return lint_bytes(data, path, [_RULES_BY_CODE[c] for c in codes], external, target)
-    except Exception as error:  # a bug in amplint must not end the run
-        return FileResult(path, error=FileError(path, f"internal error while linting: {type(error).__name__}: {error}"))
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    return value
 
 
 def _write(report: RunReport, options: argparse.Namespace) -> None:

@@ -20,6 +20,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from amplint.diagnostics import FileError, FileResult, Finding
 from amplint.noqa import UNUSED_NOQA, might_have_directives, parse_suppressions, unused_directives
 from amplint.notebook import CellMap, is_notebook, parse_notebook
+from amplint.parse_guard import parse_hazard
 from amplint.rule import Report, Rule
 from amplint.semantic import SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
@@ -143,6 +144,10 @@ def _lint_source(
             result.source = source if result.findings else None
         return result
     if result.error is not None:
+        return result
+    hazard = parse_hazard(source)
+    if hazard is not None:  # LibCST would take minutes or crash on it
+        result.error = FileError(path, hazard.message(where(hazard.row, hazard.column, cells)))
         return result
     try:
         module = parse_module(source)

@@ -46,6 +46,7 @@ import libcst as cst
 
 from amplint.diagnostics import FileError
 from amplint.notebook import CellMap
+from amplint.parse_guard import parse_hazard
 
 PythonVersion = Tuple[int, int]
 RUNNING: PythonVersion = sys.version_info[:2]
@@ -87,8 +88,9 @@ def syntax_error(
         if grammar > RUNNING and _newer_grammar_explains(source, error, grammar):
             return None
         return _describe(error, path, cells)
-    except (ValueError, RecursionError, MemoryError) as error:
-        # ValueError: a lone surrogate or NUL that the decoding let through.
+    except (RecursionError, MemoryError):  # CPython's "too complex"
+        return FileError(path, "not parsed: nested too deeply for CPython's parser (and LibCST, amplint's parser, would crash)")
+    except ValueError as error:  # a lone surrogate or NUL that the decoding let through
         return FileError(path, f"could not parse: {error or type(error).__name__}")
 
 
@@ -112,6 +114,8 @@ def where(row: int, column: int, cells: Optional[CellMap]) -> str:
 def _newer_grammar_explains(source: str, error: SyntaxError, grammar: PythonVersion) -> bool:
     """Whether the file is valid in a grammar newer than the running interpreter's, and the
     running parser rejected it only for syntax that grammar added."""
+    if parse_hazard(source) is not None:  # LibCST would take minutes or crash on it
+        return False
     try:
         module = parse_module(source)
         if not isinstance(module, cst.Module):

@@ -1,31 +1,26 @@
 #!/usr/bin/env python3
-"""Benchmark amplint against TorchFix (the closest peer: also LibCST) on one machine, one file set.
+"""Benchmark amplint side by side with ruff and TorchFix, in one run, on any directory.
 
-Results are RATIOS measured in the same run (absolute seconds depend on the machine):
+    python bench/bench.py DIR [DIR ...]          # a real corpus (see bench/README.md)
+    python bench/bench.py                        # no corpus: 300 stdlib files + tests/cases
 
-    speed:  TorchFix wall time / amplint wall time   (> 1: amplint is faster)
-    memory: amplint peak RSS / TorchFix peak RSS      (< 1: amplint uses less)
+Sections (all by default; `--sections compare,replay` picks some):
 
-Scenarios (both by default):
+    compare       amplint cold (-j1 and -jN) and warm, ruff `--select E,F,B` cold and warm,
+                  and TorchFix with amplint on a sample: wall time, CPU time (the tool's whole
+                  process tree), peak RSS, and the ratios that matter.
+    replay        one in-process pass over the corpus measuring every file's CPU and where it
+                  goes (read, syntax check, LibCST parse, semantic model, rules, ...), then the
+                  measured per-file times replayed through amplint's scheduler for 1-16
+                  workers (no spare cores needed), beside the old fixed-chunk schedule.
+    isolation     what linting in a worker process costs a pre-commit-sized run (1-5 files).
+    pathological  inputs that used to crash amplint or stall it (deep nesting, long chains,
+                  many nested loops, a 5 MB one-line list): each file's wall and CPU time.
 
-    mixed  a "repo with few AMP files": the first --stdlib-files .py files of the Python
-           standard library (sorted, test directories left out) plus amplint's own
-           tests/cases/*.py (AMP-heavy training scripts).
-    amp    AMP-heavy files only: tests/cases/*.py replicated to --amp-files files. Every file
-           passes both tools' text pre-checks, so this measures parsing and analysis.
-
-`--corpus DIR` benchmarks any directory of .py files instead (one scenario, "custom").
-
-Each tool invocation runs inside a fresh `python -c` wrapper that starts the tool with
-subprocess and then reads resource.getrusage(RUSAGE_CHILDREN).ru_maxrss, so peak RSS of one
-invocation never mixes with another's. Note that ru_maxrss is the peak of the largest single
-process (the main process or one worker), not the sum over a process pool.
-
-torch is not needed. TorchFix is not an amplint dependency: install it into a throwaway venv
-(see bench/README.md) and pass `--torchfix /tmp/bench-venv/bin/torchfix`. Without it the
-script still reports amplint's own numbers.
-
-This is a script people run, never a test: nothing here asserts on time.
+Results are RATIOS measured in the same run; absolute seconds depend on the machine and its
+load. Runs go round-robin over the configurations and the best wall time of --repeat counts,
+so a burst of load from elsewhere hits every configuration alike. This is a script people
+run, never a test: nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -36,133 +31,40 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = os.path.join(REPO, "tests", "cases")
-INSTALL_HINT = """\
-TorchFix not found. To compare against it, install it into a throwaway venv (never into
-amplint's dependencies) and pass its executable:
+SECTIONS = ("compare", "replay", "isolation", "pathological")
 
-    python -m venv /tmp/bench-venv
-    /tmp/bench-venv/bin/pip install torchfix==0.7.0 -e {repo}
-    python bench/bench.py --torchfix /tmp/bench-venv/bin/torchfix
-
-Reporting amplint's own numbers only."""
-
-# Runs one tool invocation in a fresh interpreter: its RUSAGE_CHILDREN covers that invocation only.
+# Runs one tool invocation in a fresh interpreter: its RUSAGE_CHILDREN covers that invocation
+# (the tool and every process it started and waited for) and nothing else.
 _WRAPPER = r"""
-import json, resource, subprocess, sys, time
-cmd = json.loads(sys.argv[1])
+import json, os, resource, subprocess, sys, time
+cmd, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 start = time.perf_counter()
-proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, **env))
 wall = time.perf_counter() - start
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-rss_kib = usage.ru_maxrss / (1024 if sys.platform == "darwin" else 1)
-print(json.dumps({"wall": wall, "rc": proc.returncode, "rss_kib": rss_kib,
-                  "cpu": usage.ru_utime + usage.ru_stime,
+print(json.dumps({"wall": wall, "rc": proc.returncode, "cpu": usage.ru_utime + usage.ru_stime,
+                  "rss_kib": usage.ru_maxrss / (1024 if sys.platform == "darwin" else 1),
                   "stderr": proc.stderr.decode("utf-8", "replace")[-4000:]}))
 """
 
-# TorchFix's text pre-check (torchfix/__main__.py): only files mentioning "torch" are parsed.
-_TORCHFIX_MARKER = "torch"
+
+def log(message: str, end: str = "\n") -> None:
+    print(message, end=end, file=sys.stderr, flush=True)
 
 
-def _amplint_precheck():
-    """amplint's own pre-check, to report how many files it parses (it changes as amplint does)."""
-    sys.path.insert(0, REPO)
-    try:
-        from amplint.engine import might_use_amp
-
-        return might_use_amp
-    except ImportError:  # amplint not importable here: no count
-        return None
-    finally:
-        sys.path.remove(REPO)
-
-
-# --------------------------------------------------------------------------- corpora
-
-
-def _stdlib_files(limit: int) -> List[str]:
-    """The first `limit` .py files of the standard library, sorted by relative path, no tests."""
-    root = sysconfig.get_paths()["stdlib"]
-    skip_dirs = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
-    found = []
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in skip_dirs and not d.startswith("."))
-        for name in files:
-            if name.endswith(".py") and not name.startswith("test_"):
-                found.append(os.path.relpath(os.path.join(directory, name), root))
-    found.sort()
-    return [os.path.join(root, rel) for rel in found[:limit]]
-
-
-def _case_files() -> List[str]:
-    files = sorted(glob.glob(os.path.join(CASES, "*.py")))
-    if not files:
-        sys.exit(f"bench: no AMP-heavy cases found in {CASES}")
-    return files
-
-
-def _flat_name(root: str, path: str) -> str:
-    # Flattened (no directories), so no tool's default excludes (`venv/`, `build/`) drop a file.
-    return os.path.relpath(path, root).replace(os.sep, "__")
-
-
-def build_mixed(dest: str, stdlib_files: int) -> str:
-    corpus = os.path.join(dest, "mixed")
-    os.makedirs(corpus)
-    stdlib_root = sysconfig.get_paths()["stdlib"]
-    for path in _stdlib_files(stdlib_files):
-        shutil.copyfile(path, os.path.join(corpus, "stdlib__" + _flat_name(stdlib_root, path)))
-    for path in _case_files():
-        shutil.copyfile(path, os.path.join(corpus, "amp__" + os.path.basename(path)))
-    return corpus
-
-
-def build_amp(dest: str, count: int) -> str:
-    corpus = os.path.join(dest, "amp")
-    os.makedirs(corpus)
-    cases = _case_files()
-    for index in range(count):
-        case = cases[index % len(cases)]
-        shutil.copyfile(case, os.path.join(corpus, f"amp{index:04d}__{os.path.basename(case)}"))
-    return corpus
-
-
-def corpus_stats(corpus: str) -> Dict[str, int]:
-    files = [os.path.join(d, f) for d, _, names in os.walk(corpus) for f in names if f.endswith(".py")]
-    might_use_amp = _amplint_precheck()
-    amplint_candidates = torchfix_candidates = lines = size = 0
-    for path in files:
-        with open(path, "rb") as handle:
-            data = handle.read()
-        text = data.decode("utf-8", "replace")
-        size += len(data)
-        lines += text.count("\n")
-        amplint_candidates += bool(might_use_amp and might_use_amp(text))
-        torchfix_candidates += _TORCHFIX_MARKER in text
-    return {
-        "files": len(files),
-        "lines": lines,
-        "bytes": size,
-        "amplint_parses": amplint_candidates if might_use_amp else None,
-        "torchfix_parses": torchfix_candidates,
-    }
-
-
-# --------------------------------------------------------------------------- measuring
-
-
-def _run_once(cmd: Sequence[str]) -> dict:
+def run_once(cmd: Sequence[str], env: Optional[Dict[str, str]] = None) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", _WRAPPER, json.dumps(list(cmd))],
+        [sys.executable, "-c", _WRAPPER, json.dumps(list(cmd)), json.dumps(env or {})],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         check=True,
@@ -170,210 +72,330 @@ def _run_once(cmd: Sequence[str]) -> dict:
     return json.loads(out.stdout)
 
 
-def summarize(name: str, cmd: Sequence[str], files: int, runs: List[dict], ok_codes: Sequence[int]) -> dict:
-    bad = [r for r in runs if r["rc"] not in ok_codes]
-    best = min(runs, key=lambda r: r["wall"])
-    result = {
-        "tool": name,
-        "cmd": list(cmd),
-        "wall_s": best["wall"],
-        "wall_all_s": [r["wall"] for r in runs],
-        "files_per_s": files / best["wall"] if best["wall"] else None,
-        "peak_rss_mib": max(r["rss_kib"] for r in runs) / 1024,
-        "cpu_s": min(r["cpu"] for r in runs),
-        "exit_codes": sorted({r["rc"] for r in runs}),
-        "stderr_tail": best["stderr"].strip().splitlines()[-1:] if best["stderr"].strip() else [],
-    }
-    if bad:
-        result["warning"] = f"unexpected exit code {bad[0]['rc']}: {bad[0]['stderr'][-800:]}"
-    return result
+# --------------------------------------------------------------------------- corpora
 
 
-def _interpreter_of(executable: str) -> Optional[str]:
-    """The Python a console script runs under (its shebang), to report its libcst version."""
-    try:
-        with open(executable, "rb") as handle:
-            first = handle.readline().decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-    if first.startswith("#!") and "python" in first:
-        return first[2:].strip().split()[0]
-    return None
+def python_files(roots: Sequence[str]) -> List[str]:
+    found = []
+    for root in roots:
+        for directory, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("__pycache__", ".amplint_cache"))
+            found.extend(os.path.join(directory, n) for n in sorted(names) if n.endswith(".py"))
+    return found
 
 
-def _version_info(executable: str, package: str) -> Dict[str, Optional[str]]:
-    python = _interpreter_of(executable)
-    info: Dict[str, Optional[str]] = {"executable": executable, "python": python, "libcst": None, package: None}
-    if python and os.path.exists(python):
-        code = (
-            "import importlib.metadata as m, json, sys\n"
-            "def v(p):\n"
-            "    try: return m.version(p)\n"
-            "    except Exception: return None\n"
-            f"print(json.dumps({{'libcst': v('libcst'), {package!r}: v({package!r}), 'py': sys.version.split()[0]}}))"
-        )
-        try:
-            out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
-            info.update(json.loads(out.stdout))
-        except (OSError, ValueError, subprocess.SubprocessError):
-            pass
-    return info
+def build_default_corpus(dest: str, stdlib_files: int = 300) -> str:
+    """300 stdlib files (sorted, no tests) and amplint's AMP-heavy tests/cases, flattened."""
+    corpus = os.path.join(dest, "stdlib+cases")
+    os.makedirs(corpus)
+    root = sysconfig.get_paths()["stdlib"]
+    skip = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
+    found = []
+    for directory, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("."))
+        found.extend(os.path.relpath(os.path.join(directory, n), root) for n in names if n.endswith(".py") and not n.startswith("test_"))
+    for rel in sorted(found)[:stdlib_files]:
+        shutil.copyfile(os.path.join(root, rel), os.path.join(corpus, "stdlib__" + rel.replace(os.sep, "__")))
+    for path in sorted(glob.glob(os.path.join(CASES, "*.py"))):
+        shutil.copyfile(path, os.path.join(corpus, "amp__" + os.path.basename(path)))
+    return corpus
 
 
-def bench_scenario(
-    label: str, corpus: str, amplint: str, torchfix: Optional[str], jobs: int, repeat: int
-) -> dict:
-    stats = corpus_stats(corpus)
-    files = stats["files"]
-    print(f"\n[{label}] {corpus}: {files} files, {stats['lines']} lines; pre-check passes: "
-          f"amplint {stats['amplint_parses']}, TorchFix {stats['torchfix_parses']}", file=sys.stderr)
-    # amplint exits 1 on findings; TorchFix exits 1 when a file fails to process.
-    configs: List[Tuple[str, List[str], Tuple[int, ...]]] = [
-        ("amplint -j1", [amplint, "check", "--isolated", "-j", "1", corpus], (0, 1)),
-        (f"amplint -j{jobs}", [amplint, "check", "--isolated", "-j", str(jobs), corpus], (0, 1)),
+def build_sample(dest: str, files: Sequence[str], count: int) -> str:
+    """Every k-th file of the corpus, flattened into one directory (no tool's excludes apply)."""
+    sample = os.path.join(dest, "sample")
+    os.makedirs(sample)
+    step = max(1, len(files) // count) if count else 1
+    for index, path in enumerate(files[::step][: count or None]):
+        shutil.copyfile(path, os.path.join(sample, f"{index:05d}__{os.path.basename(path)}"))
+    return sample
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def compare(roots: Sequence[str], tools: Dict[str, Optional[str]], jobs: int, repeat: int, sample_size: int, workdir: str) -> dict:
+    amplint, ruff, torchfix = tools["amplint"], tools["ruff"], tools["torchfix"]
+    files = python_files(roots)
+    amplint_cache = os.path.join(workdir, "amplint-cache")
+    ruff_cache = os.path.join(workdir, "ruff-cache")
+    base = [amplint, "check", "--isolated", "--exit-zero"]
+    configs: List[Tuple[str, List[str], Dict[str, str]]] = [
+        ("amplint cold -j1", [*base, "--no-cache", "-j", "1", *roots], {}),
+        (f"amplint cold -j{jobs}", [*base, "--no-cache", "-j", str(jobs), *roots], {}),
+        (f"amplint warm -j{jobs}", [*base, "--cache-dir", amplint_cache, "-j", str(jobs), *roots], {}),
     ]
-    if torchfix:
+    if ruff:
+        rbase = [ruff, "check", "--isolated", "--exit-zero", "--select", "E,F,B"]
         configs += [
-            ("torchfix -j1", [torchfix, "-j", "1", corpus], (0,)),
-            (f"torchfix -j{jobs}", [torchfix, "-j", str(jobs), corpus], (0,)),
+            ("ruff E,F,B cold", [*rbase, "--no-cache", *roots], {}),
+            ("ruff E,F,B warm", [*rbase, "--cache-dir", ruff_cache, *roots], {}),
+            # Warm with little to print: what ruff's cache itself costs, without writing
+            # 100,000 diagnostics.
+            ("ruff F401 warm", [ruff, "check", "--isolated", "--exit-zero", "--select", "F401", "--cache-dir", ruff_cache + "-f401", *roots], {}),
         ]
-    # Round-robin (a, b, c, d, a, b, ...): a burst of load from elsewhere on the machine then
-    # slows every configuration alike instead of one, and best-of-N filters the rest.
+    else:
+        log("bench: ruff not found (pip install ruff, or --ruff PATH): skipping ruff")
+    if torchfix:
+        sample = build_sample(workdir, files, sample_size)
+        configs += [
+            ("amplint cold -j1 (sample)", [*base, "--no-cache", "-j", "1", sample], {}),
+            ("torchfix -j1 (sample)", [torchfix, "-j", "1", sample], {}),
+        ]
+    else:
+        log("bench: TorchFix not found (pip install torchfix into a separate venv, --torchfix PATH): skipping it")
+    for name, cmd, env in configs:  # prime the caches; the first run of anything warms the disk cache
+        if "warm" in name:
+            log(f"  priming {name} ...")
+            run_once(cmd, env)
     runs: Dict[str, List[dict]] = {name: [] for name, _, _ in configs}
     for round_ in range(repeat):
-        for name, cmd, _ in configs:
-            print(f"  round {round_ + 1}/{repeat} {name} ...", end="", file=sys.stderr, flush=True)
-            runs[name].append(_run_once(cmd))
-            print(f" {runs[name][-1]['wall']:.2f}s", file=sys.stderr)
-    results = [summarize(name, cmd, files, runs[name], ok) for name, cmd, ok in configs]
+        for name, cmd, env in configs:
+            log(f"  round {round_ + 1}/{repeat} {name} ...", end="")
+            runs[name].append(run_once(cmd, env))
+            log(f" {runs[name][-1]['wall']:.2f} s wall, {runs[name][-1]['cpu']:.2f} s CPU")
+    results = {}
+    for name, cmd, _ in configs:
+        best = min(runs[name], key=lambda r: r["wall"])
+        results[name] = {
+            "cmd": cmd,
+            "wall_s": best["wall"],
+            "cpu_s": min(r["cpu"] for r in runs[name]),
+            "peak_rss_mib": max(r["rss_kib"] for r in runs[name]) / 1024,
+            "exit_codes": sorted({r["rc"] for r in runs[name]}),
+            "stderr_tail": best["stderr"].strip().splitlines()[-1:],
+        }
+    get = lambda name, key: results[name][key] if name in results else None  # noqa: E731
+    ratios = {
+        f"speedup -j{jobs} over -j1 (wall)": _div(get("amplint cold -j1", "wall_s"), get(f"amplint cold -j{jobs}", "wall_s")),
+        "amplint cold CPU / ruff cold CPU": _div(get(f"amplint cold -j{jobs}", "cpu_s"), get("ruff E,F,B cold", "cpu_s")),
+        "amplint warm CPU / ruff E,F,B warm CPU": _div(get(f"amplint warm -j{jobs}", "cpu_s"), get("ruff E,F,B warm", "cpu_s")),
+        "amplint warm CPU / ruff F401 warm CPU": _div(get(f"amplint warm -j{jobs}", "cpu_s"), get("ruff F401 warm", "cpu_s")),
+        "TorchFix CPU / amplint CPU (sample)": _div(get("torchfix -j1 (sample)", "cpu_s"), get("amplint cold -j1 (sample)", "cpu_s")),
+    }
+    return {"files": len(files), "sample_files": min(len(files), sample_size) if torchfix else 0, "results": results, "ratios": ratios}
 
-    ratios = {}
-    by_name = {r["tool"]: r for r in results}
-    if torchfix:
-        for suffix in ("-j1", f"-j{jobs}"):
-            a, t = by_name[f"amplint {suffix}"], by_name[f"torchfix {suffix}"]
-            ratios[suffix.lstrip("-")] = {
-                "speed_torchfix_over_amplint": t["wall_s"] / a["wall_s"],
-                "cpu_torchfix_over_amplint": t["cpu_s"] / a["cpu_s"],
-                "rss_amplint_over_torchfix": a["peak_rss_mib"] / t["peak_rss_mib"],
-            }
-    return {"scenario": label, "corpus": corpus, "stats": stats, "results": results, "ratios": ratios}
+
+def _div(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a is not None and b else None
 
 
-# --------------------------------------------------------------------------- in-process profile
+# --------------------------------------------------------------------------- replay
 
 
-def profile_amp_files(rounds: int) -> Optional[dict]:
-    """Per AMP-heavy file, in this process: where amplint's time goes (parse vs analysis)."""
-    try:
-        import ast
+def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
+    """Every file's CPU, phase by phase, in this process; then the scheduler replayed."""
+    import ast
 
-        import libcst as cst
+    import libcst as cst
 
-        from amplint import engine
-        from amplint.rules import ALL_RULES
-        from amplint.semantic import analyze
-    except ImportError as error:
-        print(f"bench: skipping the in-process profile ({error})", file=sys.stderr)
-        return None
+    from amplint import engine
+    from amplint.driver import _BATCH_FILES, plan, simulate
+    from amplint.parse_guard import parse_hazard
+    from amplint.project import link
+    from amplint.rules import ALL_RULES
+    from amplint.semantic import analyze
+    from amplint.semantic.exports import ExternalModules, export_summary, imports_of
+    from amplint.source import decode_python
 
-    clock = time.perf_counter
-    phases = ["read+precheck", "ast.parse", "libcst.parse_module", "analyze", "rules", "locate"]
-    rule_codes = [rule.code for rule in ALL_RULES]
-    totals = {phase: 0.0 for phase in phases}
-    per_rule = {code: 0.0 for code in rule_codes}
-    files = _case_files()
+    clock = time.process_time
+    phases = ["read+pre-check", "syntax check (skipped files)", "parse guard", "LibCST parse", "semantic model", "rules", "positions+noqa", "summary export"]
+    spent = {phase: 0.0 for phase in phases}
+    files = python_files(roots)
+    rows: List[Tuple[int, bool, float]] = []
+    results = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    log(f"  one pass over {len(files)} files ...")
     for path in files:
-        best = {phase: float("inf") for phase in phases}
-        best_rule = {code: float("inf") for code in rule_codes}
-        for _ in range(rounds):
-            t0 = clock()
-            with open(path, "rb") as handle:
-                source = handle.read().decode("utf-8")
-            engine.might_use_amp(source)
-            t1 = clock()
-            ast.parse(source)
-            t2 = clock()
+        t0 = clock()
+        with open(path, "rb") as handle:
+            data = handle.read()
+        source = decode_python(data, path)
+        parsed = isinstance(source, str) and engine.might_use_amp(source, ALL_RULES)
+        t1 = clock()
+        spent["read+pre-check"] += t1 - t0
+        if not isinstance(source, str):
+            rows.append((len(data), False, t1 - t0))
+            continue
+        if not parsed:
+            try:
+                ast.parse(source)
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                pass
+            spent["syntax check (skipped files)"] += clock() - t1
+            rows.append((len(data), False, clock() - t0))
+            continue
+        marks = [t1]
+        try:
+            if parse_hazard(source) is not None:
+                raise ValueError
+            marks.append(clock())
             module = cst.parse_module(source)
-            t3 = clock()
-            facts = analyze(module)
-            t4 = clock()
-            reports = []
-            seen = set()
-            for rule in ALL_RULES:
-                r0 = clock()
-                for report in rule().check(facts):
-                    key = (rule.code, id(report.node))
-                    if key not in seen:
-                        seen.add(key)
-                        reports.append((rule, report.node, report.message))
-                best_rule[rule.code] = min(best_rule[rule.code], clock() - r0)
-            t5 = clock()
+            marks.append(clock())
+            model = analyze(module)
+            marks.append(clock())
+            reports = engine._run_rules(model, ALL_RULES)
+            marks.append(clock())
             engine._locate(module, reports, path, source)
-            t6 = clock()
-            for phase, spent in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
-                best[phase] = min(best[phase], spent)
-        for phase in phases:
-            totals[phase] += best[phase]
-        for code in rule_codes:
-            per_rule[code] += best_rule[code]
-    count = len(files)
+            marks.append(clock())
+            summary, imports = export_summary(model, path), imports_of(model.index)
+            model.skipped_units
+            marks.append(clock())
+            from amplint.diagnostics import FileResult
+
+            results.append((FileResult(path, summary=summary, imports=imports), source))
+        except Exception:
+            marks.append(clock())
+        for phase, (a, b) in zip(phases[2:], zip(marks, marks[1:])):
+            spent[phase] += b - a
+        rows.append((len(data), True, clock() - t0))
+    # The second phase: files that import linted modules, linted again with their summaries.
+    relinted: List[float] = []
+    texts = {r.path: text for r, text in results}
+
+    def relint(jobs):
+        out = []
+        for path, summaries in jobs:
+            text = texts[path]
+            started = clock()
+            out.append(engine.lint_source(text, path, ALL_RULES, external=ExternalModules(path, summaries)))
+            relinted.append(clock() - started)
+        return out
+
+    started = clock()
+    link([r for r, _ in results], relint)
+    link_total = clock() - started
+    spent["phase 2: relint"] = sum(relinted)
+    spent["phase 2: link bookkeeping (serial)"] = link_total - sum(relinted)
+
+    total = sum(cost for _, _, cost in rows)
+    sizes = [(size, parsed) for size, parsed, _ in rows]
+    cost = [c for _, _, c in rows]
+    units = plan(sizes)
+    speedups = {}  # beside the previous driver's pool.map over chunks of len(files) // (workers * 4)
+    for workers in (1, 2, 4, 8, 16):
+        chunk = max(1, len(rows) // (workers * 4))
+        chunks = [list(range(i, min(i + chunk, len(rows)))) for i in range(0, len(rows), chunk)]
+        speedups[workers] = {"scheduler": total / simulate(units, cost, workers), "fixed chunks (before)": total / simulate(chunks, cost, workers)}
+    ranked = sorted(cost, reverse=True)
+    if save_costs:
+        with open(save_costs, "w", encoding="utf-8") as handle:
+            json.dump(
+                {
+                    "measured": "amplint phase 1, in one process, CPU seconds per file (time.process_time)",
+                    "corpus": " ".join(os.path.basename(os.path.abspath(r)) for r in roots),
+                    "files": [[size, parsed, round(seconds, 5)] for size, parsed, seconds in rows],
+                },
+                handle,
+                separators=(",", ":"),
+            )
     return {
-        "files": count,
-        "lines_per_file": sum(open(p, "rb").read().count(b"\n") for p in files) / count,
-        "rounds": rounds,
-        "ms_per_file": {phase: 1000 * totals[phase] / count for phase in phases},
-        "rules_ms_per_file": {code: 1000 * per_rule[code] / count for code in rule_codes},
-        "note": "ast.parse is not on amplint's path for AMP files (it is the syntax check for files the pre-check skips)",
+        "files": len(rows),
+        "parsed": sum(1 for _, parsed, _ in rows if parsed),
+        "phase_seconds": spent,
+        "phase2_files": len(relinted),
+        "total_cpu_s": total + link_total,
+        "max_file_cpu_s": ranked[0] if ranked else 0.0,
+        "top100_share": sum(ranked[:100]) / total if total else 0.0,
+        "units": len(units),
+        "batch_files": _BATCH_FILES,
+        "speedups": speedups,
     }
 
 
-def profile_corpus(corpus: str, amplint: str) -> Optional[dict]:
-    """One in-process pass over a corpus the way amplint walks it: where -j1's time goes."""
-    try:
-        import ast
+# --------------------------------------------------------------------------- isolation
 
-        import libcst as cst
 
-        from amplint import engine
-        from amplint.rules import ALL_RULES
-    except ImportError:
-        return None
-    clock = time.perf_counter
-    spent = {"read+precheck": 0.0, "ast.parse (skipped files)": 0.0, "libcst.parse_module": 0.0, "analysis+rules+locate": 0.0}
-    parsed = skipped = 0
-    for directory, _, names in sorted(os.walk(corpus)):
-        for name in sorted(names):
-            if not name.endswith(".py"):
-                continue
-            path = os.path.join(directory, name)
-            t0 = clock()
-            with open(path, "rb") as handle:
-                source = handle.read().decode("utf-8", "replace")
-            candidate = engine.might_use_amp(source)
-            t1 = clock()
-            spent["read+precheck"] += t1 - t0
-            if not candidate:
-                skipped += 1
-                try:
-                    ast.parse(source)
-                except (SyntaxError, ValueError):
-                    pass
-                spent["ast.parse (skipped files)"] += clock() - t1
-                continue
-            parsed += 1
-            try:
-                module = cst.parse_module(source)
-            except cst.ParserSyntaxError:
-                continue
-            t2 = clock()
-            spent["libcst.parse_module"] += t2 - t1
-            engine._locate(module, engine._run_rules(module, ALL_RULES), path, source)
-            spent["analysis+rules+locate"] += clock() - t2
-    t0 = clock()
-    subprocess.run([amplint, "--version"], stdout=subprocess.DEVNULL, check=False)
-    spent["process start (amplint --version)"] = clock() - t0
-    return {"corpus": os.path.basename(corpus), "parsed": parsed, "skipped": skipped, "seconds": spent}
+_ISOLATION_RUN = """
+import json, sys
+sys.path.insert(0, {repo!r})
+from amplint.driver import Job, Runner
+from amplint.rules import ALL_RULES
+codes = tuple(rule.code for rule in ALL_RULES)
+with Runner(workers={jobs}, isolate={isolate}) as runner:
+    runner.lint([Job(path, codes) for path in json.loads(sys.argv[1])])
+"""
+
+
+def isolation(roots: Sequence[str], jobs: int, rounds: int) -> dict:
+    """A pre-commit-sized run (1-5 files) in a fresh interpreter, as the command runs it: the
+    files linted in worker processes, and in the interpreter itself (unprotected). Both pay
+    the same start-up and the same first-use costs, so the difference is what isolation costs."""
+    sys.path.insert(0, REPO)
+    from amplint import engine
+    from amplint.rules import ALL_RULES
+
+    files = python_files(roots)
+    parsed = [p for p in files if engine.might_use_amp(open(p, encoding="utf-8", errors="replace").read(), ALL_RULES)]
+    parsed.sort(key=os.path.getsize)
+    middle = parsed[len(parsed) // 2 : len(parsed) // 2 + 5] if len(parsed) >= 5 else files[:5]
+    rows = {}
+    for count in range(1, len(middle) + 1):
+        paths = json.dumps(middle[:count])
+        samples: Dict[bool, List[dict]] = {True: [], False: []}
+        for _ in range(rounds):
+            for isolate in (False, True):
+                code = _ISOLATION_RUN.format(repo=REPO, jobs=jobs, isolate=isolate)
+                samples[isolate].append(run_once([sys.executable, "-c", code, paths]))
+        median = lambda isolate, key: statistics.median(r[key] for r in samples[isolate])  # noqa: E731
+        rows[count] = {"in_process": (median(False, "wall"), median(False, "cpu")), "isolated": (median(True, "wall"), median(True, "cpu"))}
+        log(f"  {count} file(s): in-process {rows[count]['in_process'][0] * 1000:.0f} ms wall / {rows[count]['in_process'][1] * 1000:.0f} ms CPU, "
+            f"isolated {rows[count]['isolated'][0] * 1000:.0f} ms / {rows[count]['isolated'][1] * 1000:.0f} ms")
+    return {"files": [os.path.basename(p) for p in middle], "sizes": [os.path.getsize(p) for p in middle], "jobs": jobs, "rounds": rounds, "rows": rows}
+
+
+# --------------------------------------------------------------------------- pathological
+
+
+def _nested_loops(depth: int) -> str:
+    lines = ["import torch", "", "scaler = torch.amp.GradScaler('cuda')", "", "def train(model, opt, data, flags):"]
+    indent = "    "
+    for level in range(depth):
+        lines.append(f"{indent}for x{level} in data:")
+        indent += "    "
+        lines.append(f"{indent}if flags[{level}]:")
+        lines.append(f"{indent}    with torch.autocast('cuda', dtype=torch.float16):")
+        lines.append(f"{indent}        loss = model(x{level})")
+        lines.append(f"{indent}    scaler.scale(loss).backward()")
+        lines.append(f"{indent}else:")
+        lines.append(f"{indent}    loss.backward()")
+    lines.append(f"{indent}scaler.step(opt)")
+    lines.append(f"{indent}scaler.update()")
+    return "\n".join(lines) + "\n"
+
+
+PATHOLOGICAL: Dict[str, Callable[[], str]] = {
+    "and-chain, 10,000 terms (crashed LibCST)": lambda: "import torch  # autocast\nx = a" + " and a" * 10000 + "\n",
+    "1,500 nested brackets (crashed LibCST)": lambda: "import torch  # autocast\nx = " + "[" * 1500 + "]" * 1500 + "\n",
+    "`not` x 20,000 (crashed LibCST)": lambda: "import torch  # autocast\nx = " + "not " * 20000 + "a\n",
+    "elif x 10,000 (crashes LibCST; not one line)": lambda: "import torch  # autocast\nif a: pass\n" + "elif a: pass\n" * 10000,
+    "`a + a ...` 5,000 terms, one line": lambda: "import torch  # autocast\nx = a" + " + a" * 5000 + "\n",
+    "`a + a ...` 5,000 terms, one per line": lambda: "import torch  # autocast\nx = (a\n" + " + a\n" * 5000 + ")\n",
+    "attribute chain, 3,000": lambda: "import torch  # autocast\nx = a" + ".b" * 3000 + "\n",
+    "call chain, 2,500": lambda: "import torch  # autocast\nx = f" + "()" * 2500 + "\n",
+    "11 nested loops/ifs around AMP calls": lambda: _nested_loops(11),
+    "5 MB one-line list, mentions autocast": lambda: "import torch  # autocast\nx = [" + "1.5, " * 1_000_000 + "]\n",
+    "reference: fixtures/AMP003/buggy.py": lambda: open(os.path.join(REPO, "fixtures", "AMP003", "buggy.py")).read(),
+}
+
+
+def pathological(amplint: str, workdir: str) -> dict:
+    directory = os.path.join(workdir, "pathological")
+    os.makedirs(directory)
+    rows = {}
+    baseline = os.path.join(directory, "empty.py")
+    open(baseline, "w").close()
+    start = run_once([amplint, "--isolated", "--no-cache", "-j", "1", baseline])
+    for index, (label, make) in enumerate(PATHOLOGICAL.items()):
+        path = os.path.join(directory, f"case{index:02d}.py")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(make())
+        log(f"  {label} ...", end="")
+        result = run_once([amplint, "--isolated", "--no-cache", "-j", "1", "--concise", path])
+        errors = [line.split(": ", 3)[-1] for line in result["stderr"].splitlines() if line.startswith("amplint: error:")]
+        rows[label] = {"bytes": os.path.getsize(path), "wall_s": result["wall"], "cpu_s": result["cpu"], "rc": result["rc"], "error": errors[0] if errors else ""}
+        log(f" {result['wall']:.2f} s wall, {result['cpu']:.2f} s CPU, exit {result['rc']}")
+    return {"startup": {"wall_s": start["wall"], "cpu_s": start["cpu"]}, "rows": rows}
 
 
 # --------------------------------------------------------------------------- output
@@ -391,115 +413,126 @@ def _table(rows: List[List[str]]) -> str:
 
 def print_report(report: dict) -> None:
     env = report["environment"]
-    print(f"machine: {env['machine']}, {env['cpus']} CPUs, Python {env['python']}")
-    for tool in ("amplint", "torchfix"):
-        info = env.get(tool)
-        if info:
-            print(f"{tool}: {info.get(tool) or '?'} (libcst {info.get('libcst') or '?'}) at {info['executable']}")
-    print(f"repeat: best of {report['repeat']} (wall); peak RSS = max over repeats, largest single process")
-    for scenario in report["scenarios"]:
-        stats = scenario["stats"]
-        print(f"\n== {scenario['scenario']}: {stats['files']} files, {stats['lines']} lines; "
-              f"files past each tool's text pre-check (parsed): amplint {stats['amplint_parses']}, TorchFix {stats['torchfix_parses']}")
-        rows = [["tool", "wall s", "files/s", "CPU s", "peak RSS MiB", "exit"]]
-        for r in scenario["results"]:
-            rows.append([r["tool"], f"{r['wall_s']:.3f}", f"{r['files_per_s']:.0f}", f"{r['cpu_s']:.2f}",
-                         f"{r['peak_rss_mib']:.1f}", ",".join(map(str, r["exit_codes"]))])
+    print(f"machine: {env['machine']}, {env['cpus']} CPUs, load average {env['load']}, Python {env['python']}")
+    print(f"corpus: {' '.join(report['corpus'])}")
+    for tool, version in env["tools"].items():
+        print(f"{tool}: {version or 'not found'}")
+    compared = report.get("compare")
+    if compared:
+        print(f"\n== side by side: {compared['files']} files, best wall of {report['repeat']}, CPU = user+sys of the tool's process tree")
+        rows = [["tool", "wall s", "CPU s", "peak RSS MiB", "exit"]]
+        for name, r in compared["results"].items():
+            rows.append([name, f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['peak_rss_mib']:.0f}", ",".join(map(str, r["exit_codes"]))])
         print(_table(rows))
-        for r in scenario["results"]:
-            if r["stderr_tail"]:
-                print(f"  {r['tool']} stderr: {r['stderr_tail'][-1]}")
-            if "warning" in r:
-                print(f"  warning: {r['tool']}: {r['warning']}")
-        for jobs, ratio in scenario["ratios"].items():
-            print(f"  {jobs}: speed (wall) TorchFix/amplint = {ratio['speed_torchfix_over_amplint']:.2f}x "
-                  f"(CPU time {ratio['cpu_torchfix_over_amplint']:.2f}x), "
-                  f"peak RSS amplint/TorchFix = {ratio['rss_amplint_over_torchfix']:.2f}")
-    profile = report.get("profile")
-    if profile:
-        print(f"\n== amplint in-process, per AMP-heavy file ({profile['files']} tests/cases files, "
-              f"{profile['lines_per_file']:.0f} lines avg, best of {profile['rounds']})")
-        amplint_path = sum(v for k, v in profile["ms_per_file"].items() if k != "ast.parse")
-        rows = [["phase", "ms/file", "% of amplint path"]]
-        for phase, ms in profile["ms_per_file"].items():
-            share = "-" if phase == "ast.parse" else f"{100 * ms / amplint_path:.0f}%"
-            rows.append([phase, f"{ms:.2f}", share])
-        rows.append(["total (amplint path)", f"{amplint_path:.2f}", "100%"])
+        if compared["sample_files"]:
+            print(f"(sample: {compared['sample_files']} files of the corpus, evenly spaced)")
+        for name, value in compared["ratios"].items():
+            if value is not None:
+                print(f"  {name}: {value:.2f}x")
+    replayed = report.get("replay")
+    if replayed:
+        spent = replayed["phase_seconds"]
+        total = sum(spent.values())
+        print(f"\n== where amplint's CPU goes (one process, {replayed['files']} files, {replayed['parsed']} parsed, "
+              f"{replayed['phase2_files']} linted again in phase 2)")
+        rows = [["phase", "CPU s", "share"]]
+        for phase, seconds in spent.items():
+            rows.append([phase, f"{seconds:.2f}", f"{100 * seconds / total:.1f}%"])
+        rows.append(["total", f"{total:.2f}", "100%"])
         print(_table(rows))
-        print("  rules: " + ", ".join(f"{code} {ms:.2f}" for code, ms in profile["rules_ms_per_file"].items()) + " (ms/file)")
-        print(f"  ({profile['note']})")
-    for corpus in report.get("corpus_profiles") or []:
-        total = sum(corpus["seconds"].values())
-        print(f"\n== amplint -j1 time split, in-process, corpus {corpus['corpus']} "
-              f"({corpus['parsed']} parsed, {corpus['skipped']} skipped by the pre-check; one pass)")
-        rows = [["phase", "seconds", "share"]]
-        for phase, seconds in corpus["seconds"].items():
-            rows.append([phase, f"{seconds:.3f}", f"{100 * seconds / total:.0f}%"])
-        rows.append(["total", f"{total:.3f}", "100%"])
+        print(f"  costliest file: {replayed['max_file_cpu_s']:.2f} s; the 100 costliest files: {100 * replayed['top100_share']:.0f}% of phase 1")
+        print(f"\n== measured per-file CPU replayed through the scheduler ({replayed['units']} units): speedup over one worker")
+        rows = [["workers", "scheduler", "fixed chunks (before)"]]
+        for workers, s in replayed["speedups"].items():
+            rows.append([str(workers), f"{s['scheduler']:.2f}x", f"{s['fixed chunks (before)']:.2f}x"])
         print(_table(rows))
+    isolated = report.get("isolation")
+    if isolated:
+        print(f"\n== isolation on a pre-commit-sized run (-j{isolated['jobs']}, median of {isolated['rounds']}, fresh interpreter each): "
+              "linting in worker processes vs in the reporting process")
+        rows = [["files", "in-process wall ms", "isolated wall ms", "in-process CPU ms", "isolated CPU ms", "CPU overhead ms"]]
+        for count, r in isolated["rows"].items():
+            (iw, ic), (ow, oc) = r["in_process"], r["isolated"]
+            rows.append([str(count), f"{iw * 1000:.0f}", f"{ow * 1000:.0f}", f"{ic * 1000:.0f}", f"{oc * 1000:.0f}", f"{(oc - ic) * 1000:+.0f}"])
+        print(_table(rows))
+    patho = report.get("pathological")
+    if patho:
+        start = patho["startup"]
+        print(f"\n== pathological inputs, one file each, -j1, default budget (an empty file: {start['wall_s']:.2f} s wall, {start['cpu_s']:.2f} s CPU)")
+        rows = [["input", "KiB", "wall s", "CPU s", "exit", "reported"]]
+        for label, r in patho["rows"].items():
+            rows.append([label, f"{r['bytes'] / 1024:.0f}", f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", str(r["rc"]), r["error"][:70]])
+        print(_table(rows))
+
+
+def _which(name: str, given: Optional[str]) -> Optional[str]:
+    if given:
+        return given if os.path.exists(given) else shutil.which(given)
+    return shutil.which(name)
+
+
+def _version(executable: Optional[str]) -> Optional[str]:
+    if not executable:
+        return None
+    try:
+        out = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=60)
+        return (out.stdout.strip() or out.stderr.strip()).splitlines()[-1] + f" ({executable})"
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return executable
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", metavar="DIR", help="benchmark this directory of .py files instead of the default scenarios")
-    parser.add_argument("--amp-only", action="store_true", help="only the AMP-heavy scenario (tests/cases replicated)")
-    parser.add_argument("--mixed-only", action="store_true", help="only the stdlib + tests/cases scenario")
-    parser.add_argument("--stdlib-files", type=int, default=300, metavar="N", help="stdlib files in the mixed scenario (default: 300)")
-    parser.add_argument("--amp-files", type=int, default=150, metavar="N", help="files in the AMP-heavy scenario (default: 150)")
-    parser.add_argument("--repeat", type=int, default=3, metavar="N", help="runs per tool and setting; the best wall time counts (default: 3)")
-    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help="the parallel setting for both tools (default: all CPUs)")
-    parser.add_argument("--amplint", default=shutil.which("amplint"), metavar="PATH", help="amplint executable (default: amplint on PATH)")
-    parser.add_argument("--torchfix", default=shutil.which("torchfix"), metavar="PATH", help="TorchFix executable (default: torchfix on PATH)")
-    parser.add_argument("--no-profile", action="store_true", help="skip the in-process parse/analysis breakdown")
-    parser.add_argument("--profile-rounds", type=int, default=5, metavar="N", help="rounds per file for the breakdown (default: 5)")
-    parser.add_argument("--json", action="store_true", help="print machine-readable results to stdout instead of tables")
+    parser.add_argument("roots", nargs="*", metavar="DIR", help="directories to benchmark on (default: 300 stdlib files + tests/cases)")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help="the parallel setting (default: all CPUs)")
+    parser.add_argument("--repeat", type=int, default=3, metavar="N", help="runs per configuration; the best wall time counts (default: 3)")
+    parser.add_argument("--sample", type=int, default=100, metavar="N", help="files in the TorchFix sample (default: 100; TorchFix takes ~1 s of CPU a file)")
+    parser.add_argument("--isolation-rounds", type=int, default=7, metavar="N", help="rounds of the isolation measurement (default: 7)")
+    parser.add_argument("--amplint", metavar="PATH", help="amplint executable (default: on PATH)")
+    parser.add_argument("--ruff", metavar="PATH", help="ruff executable (default: on PATH)")
+    parser.add_argument("--torchfix", metavar="PATH", help="TorchFix executable (default: on PATH)")
+    parser.add_argument("--save-costs", metavar="FILE", help="replay: write the measured per-file costs (tests/data/corpus_costs.json's format)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     parser.add_argument("--save", metavar="FILE", help="also write the JSON results to FILE")
-    parser.add_argument("--keep", action="store_true", help="keep the generated corpora (their path is printed)")
     args = parser.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown section(s): {', '.join(unknown)}")
+    tools = {"amplint": _which("amplint", args.amplint), "ruff": _which("ruff", args.ruff), "torchfix": _which("torchfix", args.torchfix)}
+    if not tools["amplint"]:
+        parser.error("amplint executable not found: pip install -e . or pass --amplint PATH")
+    sys.path.insert(0, REPO)  # the in-process sections measure this checkout
 
-    if not args.amplint or not os.path.exists(args.amplint):
-        parser.error("amplint executable not found: install amplint (pip install -e .) or pass --amplint PATH")
-    torchfix = args.torchfix
-    if torchfix and not os.path.exists(torchfix):
-        found = shutil.which(torchfix)
-        torchfix = found
-    if not torchfix:
-        print(INSTALL_HINT.format(repo=REPO), file=sys.stderr)
-
-    report = {
-        "environment": {
-            "machine": f"{platform.system()} {platform.machine()} ({platform.processor() or platform.node()})",
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "amplint": _version_info(args.amplint, "amplint"),
-            "torchfix": _version_info(torchfix, "torchfix") if torchfix else None,
-        },
-        "repeat": args.repeat,
-        "jobs": args.jobs,
-        "scenarios": [],
-    }
     workdir = tempfile.mkdtemp(prefix="amplint-bench-")
     try:
-        if args.corpus:
-            report["scenarios"].append(bench_scenario("custom", os.path.abspath(args.corpus), args.amplint, torchfix, args.jobs, args.repeat))
-        else:
-            if not args.amp_only:
-                corpus = build_mixed(workdir, args.stdlib_files)
-                report["scenarios"].append(bench_scenario("mixed", corpus, args.amplint, torchfix, args.jobs, args.repeat))
-            if not args.mixed_only:
-                corpus = build_amp(workdir, args.amp_files)
-                report["scenarios"].append(bench_scenario("amp", corpus, args.amplint, torchfix, args.jobs, args.repeat))
-        if not args.no_profile:
-            report["profile"] = profile_amp_files(args.profile_rounds)
-            report["corpus_profiles"] = [
-                p for p in (profile_corpus(sc["corpus"], args.amplint) for sc in report["scenarios"]) if p
-            ]
+        roots = [os.path.abspath(r) for r in args.roots] or [build_default_corpus(workdir)]
+        report: Dict[str, Any] = {
+            "environment": {
+                "machine": f"{platform.system()} {platform.machine()}",
+                "cpus": os.cpu_count(),
+                "load": " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?",
+                "python": platform.python_version(),
+                "tools": {name: _version(path) for name, path in tools.items()},
+            },
+            "corpus": roots,
+            "repeat": args.repeat,
+        }
+        if "compare" in sections:
+            log("[compare]")
+            report["compare"] = compare(roots, tools, args.jobs, args.repeat, args.sample, workdir)
+        if "replay" in sections:
+            log("[replay]")
+            report["replay"] = replay(roots, args.save_costs)
+        if "isolation" in sections:
+            log("[isolation]")
+            report["isolation"] = isolation(roots, args.jobs, args.isolation_rounds)
+        if "pathological" in sections:
+            log("[pathological]")
+            report["pathological"] = pathological(tools["amplint"], workdir)
     finally:
-        if args.keep:
-            print(f"bench: corpora kept in {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-
+        shutil.rmtree(workdir, ignore_errors=True)
     if args.save:
         with open(args.save, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)

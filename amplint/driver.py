@@ -1,0 +1,591 @@
+"""The run driver: which process lints which file, in what order, within what budget, and what
+the cache already knows.
+
+- **Isolation.** Files are linted in worker processes, never in the process that reports, even
+  at `-j 1`: LibCST's native parser can crash the process it runs in (a segfault on deeply
+  nested code), and one file's crash must never hide another file's findings. A worker that
+  dies costs the one file it was linting: that file is retried alone in a fresh worker, and
+  if it kills that one too it becomes the file's error ("crashed while parsing or
+  analysing"). Workers are forked once per run (on Linux; started fresh elsewhere) and
+  reused, so isolation costs a few milliseconds per run, not per file.
+- **Budget.** Each file gets `budget` seconds of CPU. Python code that runs over is stopped by
+  a profiling timer (SIGPROF); native code that never returns to Python is stopped by the
+  kernel's CPU limit (SIGXCPU kills the worker a second later). Either way the file becomes an
+  error ("analysis exceeded the N s budget"), the worker moves on or is replaced, and the run
+  never stalls. A worker that makes no progress at all (blocked, not computing) is killed
+  after `_stall_seconds`.
+- **Scheduling.** Work per file is very uneven: a file without AMP vocabulary costs a syntax
+  check, one with it a LibCST parse and the analysis, ten times as much per byte, and a few
+  large training scripts dominate. Files that will be parsed go to workers one at a time,
+  the largest first; the cheap ones go in batches after them and fill the gaps (`plan`). A
+  worker takes the next unit as soon as it is free, so the wall time approaches the total
+  CPU divided by the workers. Results come back in the order the files were given.
+- **Cache.** Before anything is scheduled, each file's result is looked up in the cache
+  (`amplint.cache`) under a key naming its content, path, rules, settings and the summaries it
+  is linted with; only misses are linted. Budget overruns, crashes and internal errors are
+  never cached: they say something about the run, not the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections import deque
+from multiprocessing.connection import wait
+from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
+
+from amplint.cache import Cache, content_digest, result_key
+from amplint.diagnostics import FileError, FileResult, Finding
+from amplint.progress import Progress
+from amplint.source import decode_notebook, decode_python, size_error
+from amplint.syntax import PythonVersion
+
+# CPU seconds one file may take (parse and analysis); --file-budget changes it, 0 lifts it.
+DEFAULT_BUDGET = 2.0
+# Cheap files travel in batches of at most this many bytes or files.
+_BATCH_BYTES = 128 * 1024
+_BATCH_FILES = 64
+# Estimated CPU per byte, relative: a file the pre-check lets through costs a LibCST parse
+# and the analysis, about 12x a syntax check per byte (measured on timm, diffusers,
+# pytorch/examples and accelerate).
+_HEAVY_COST, _LIGHT_COST = 12.0, 1.0
+# The kernel's CPU limit (whole seconds) stops native code within a second after this: the
+# profiling timer gets the first chance, since stopping Python code keeps the worker.
+_NATIVE_GRACE_SECONDS = 0.1
+
+
+class Job(NamedTuple):
+    path: str
+    codes: Tuple[str, ...]
+    # The second phase of a run: the summaries of the linted modules the file imports.
+    imported: Optional[Mapping[str, Any]] = None
+    # Contents given directly (standard input) instead of read from `path`; never cached.
+    data: Optional[bytes] = None
+
+
+class _Task(NamedTuple):
+    index: int
+    path: str
+    data: bytes
+    codes: Tuple[str, ...]
+    imported: Optional[Mapping[str, Any]]
+    target: Optional[PythonVersion]
+
+
+class Runner:
+    """Lints jobs in isolated worker processes; reusable across the phases of one run.
+
+        with Runner(workers=4, cache=Cache(directory)) as runner:
+            results = runner.lint(jobs)
+    """
+
+    def __init__(
+        self,
+        workers: int = 1,
+        budget: float = DEFAULT_BUDGET,
+        cache: Optional[Cache] = None,
+        settings: Optional[Mapping[str, Any]] = None,
+        isolate: bool = True,
+        target: Optional[PythonVersion] = None,
+        progress: Optional[Progress] = None,
+    ) -> None:
+        self.workers = max(1, workers)
+        self.budget = budget
+        self.cache = cache
+        # The Python the code runs on decides what is a syntax error: part of every key.
+        self.target = target
+        self.settings = dict(settings or {}, target=str(target) if target is not None else None)
+        self.progress = progress  # advanced once per file whose result is in
+        # Tests and benchmarks only: lint in this process, unprotected.
+        self.isolate = isolate
+        self._pool: List[_Worker] = []
+        self.cpu_by_path: Dict[str, float] = {}  # worker CPU per linted file, for the benchmark
+        self.linted = 0  # files linted this run (cache misses)
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for worker in self._pool:
+            worker.stop()
+        self._pool = []
+        if self.cache is not None:
+            self.cache.save()
+
+    # ------------------------------------------------------------------ one phase
+
+    def lint(self, jobs: Sequence[Job]) -> List[FileResult]:
+        results: List[Optional[FileResult]] = [None] * len(jobs)
+        tasks: List[_Task] = []
+        keys: Dict[int, Tuple[str, str]] = {}  # task index -> (path, cache key)
+        for index, job in enumerate(jobs):
+            outcome = self._prepare(index, job, keys)
+            if isinstance(outcome, FileResult):
+                results[index] = outcome
+                self._advance()
+            else:
+                tasks.append(outcome)
+        if tasks:
+            self.linted += len(tasks)
+            cacheable = self._execute(tasks, results)
+            if self.cache is not None:
+                for task in tasks:
+                    result = results[task.index]
+                    if task.index in keys and task.index in cacheable and result is not None:
+                        path, key = keys[task.index]
+                        self.cache.put(path, key, _to_payload(result))
+        return [r if r is not None else FileResult(j.path, error=FileError(j.path, "not linted")) for r, j in zip(results, jobs)]
+
+    def _advance(self) -> None:
+        if self.progress is not None:
+            self.progress.advance()
+
+    def _prepare(self, index: int, job: Job, keys: Dict[int, Tuple[str, str]]) -> Any:
+        """The file's result when the cache has it or the file cannot be read; else a task."""
+        if job.data is not None:
+            return _Task(index, job.path, job.data, job.codes, job.imported, self.target)
+        read_at = time.time_ns()  # before the stat: see Cache.trusted_digest
+        try:
+            st = os.stat(job.path)
+        except OSError as error:
+            return _unreadable(job.path, error)
+        too_large = size_error(job.path, st.st_size)
+        if too_large:
+            return FileResult(job.path, error=too_large)
+        cache = self.cache
+        data: Optional[bytes] = None
+        digest = cache.trusted_digest(job.path, st) if cache is not None else None
+        if digest is None or cache is None:
+            try:
+                data = _read(job.path)
+            except OSError as error:
+                return _unreadable(job.path, error)
+            if cache is None:
+                return _Task(index, job.path, data, job.codes, job.imported, self.target)
+            digest = content_digest(data)
+            cache.note_content(job.path, st, digest, read_at)
+        payload = cache.get(job.path, result_key(digest, job.path, job.codes, self.settings, job.imported))
+        if payload is not None:
+            result = _from_payload(job.path, payload)
+            if not result.findings:
+                return result
+            # Code frames need the text: read it now, for the few files with findings.
+            try:
+                data = data if data is not None else _read(job.path)
+            except OSError as error:
+                return _unreadable(job.path, error)
+            if content_digest(data) == digest and _attach_source(result, data):
+                return result
+        if data is None:  # the stat was trusted, but the file changed since: lint what is there now
+            try:
+                data = _read(job.path)
+            except OSError as error:
+                return _unreadable(job.path, error)
+        digest = content_digest(data)
+        keys[index] = (job.path, result_key(digest, job.path, job.codes, self.settings, job.imported))
+        return _Task(index, job.path, data, job.codes, job.imported, self.target)
+
+    # ------------------------------------------------------------------ execution
+
+    def _execute(self, tasks: List[_Task], results: List[Optional[FileResult]]) -> Set[int]:
+        """Lint `tasks` into `results`; the indices whose results may be cached."""
+        by_index = {task.index: task for task in tasks}
+        units = [[tasks[i].index for i in unit] for unit in plan([_estimate(t) for t in tasks])]
+        cacheable: Set[int] = set()
+        if not self.isolate:
+            for task in tasks:
+                result, ok, cpu = _lint_task(task, self.budget, in_process=True)
+                results[task.index] = result
+                self.cpu_by_path[task.path] = cpu
+                self._advance()
+                if ok:
+                    cacheable.add(task.index)
+            return cacheable
+        _preload_engine()
+        queue: Deque[List[int]] = deque(units)
+        retried: Set[int] = set()
+        wanted = min(self.workers, len(units))
+        while queue or any(w.unit for w in self._pool):
+            # A worker that died between units (killed from outside) is replaced, not handed work.
+            self._pool = [w for w in self._pool if w.unit is not None or w.alive()]
+            for worker in self._pool:
+                if worker.unit is None and queue:
+                    worker.assign(queue.popleft(), by_index)
+            while queue and len(self._pool) < wanted:
+                worker = _Worker.start(self.budget)
+                if worker is None:  # cannot fork: lint here rather than not at all
+                    if not self._pool:
+                        for index in queue.popleft():
+                            result, ok, cpu = _lint_task(by_index[index], self.budget, in_process=True)
+                            results[index] = result
+                            self._advance()
+                            if ok:
+                                cacheable.add(index)
+                    break
+                self._pool.append(worker)
+                worker.assign(queue.popleft(), by_index)
+            busy = [w for w in self._pool if w.unit is not None]
+            if not busy:
+                continue
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=1.0)
+            for worker in busy:
+                if worker.conn in ready or worker.process.sentinel in ready:
+                    self._collect(worker, results, cacheable, by_index)
+                if worker.unit is not None and not worker.alive():
+                    self._collect(worker, results, cacheable, by_index)  # what it sent before dying
+                    self._bury(worker, results, queue, retried, by_index)
+                elif worker.unit is not None and worker.stalled(self._stall_seconds()):
+                    worker.kill()
+                    self._collect(worker, results, cacheable, by_index)
+                    self._bury(worker, results, queue, retried, by_index, stalled=True)
+        return cacheable
+
+    def _collect(self, worker: "_Worker", results, cacheable: Set[int], by_index: Dict[int, _Task]) -> None:
+        while worker.unit is not None:
+            try:
+                if not worker.conn.poll():
+                    return
+                index, result, ok, cpu = worker.conn.recv()
+            except (EOFError, OSError):
+                return  # it died: the caller buries it
+            except Exception:  # a garbled message (killed mid-write): the file is retried
+                worker.kill()
+                return
+            results[index] = result
+            self.cpu_by_path[by_index[index].path] = cpu
+            self._advance()
+            if ok:
+                cacheable.add(index)
+            worker.done_one()
+
+    def _bury(self, worker: "_Worker", results, queue: Deque[List[int]], retried: Set[int], by_index, stalled: bool = False) -> None:
+        """A worker died with a unit unfinished: its current file is the culprit."""
+        self._pool.remove(worker)
+        worker.process.join(timeout=5)
+        remaining = worker.unit[worker.done :] if worker.unit else []
+        worker.unit = None
+        if not remaining:
+            return
+        culprit, rest = remaining[0], remaining[1:]
+        if rest:
+            queue.appendleft(rest)
+        path = by_index[culprit].path
+        code = worker.process.exitcode
+        if stalled or code == -getattr(signal, "SIGXCPU", -1000) or culprit in retried:
+            self._advance()
+        if stalled:
+            results[culprit] = FileResult(path, error=FileError(path, f"stalled: no progress in {self._stall_seconds():.0f} s; not linted"))
+        elif code == -getattr(signal, "SIGXCPU", -1000):
+            results[culprit] = FileResult(path, error=_budget_error(path, self.budget))
+        elif culprit not in retried:
+            # Alone in a fresh worker: a crash caused by something else (memory pressure, a
+            # signal from outside) is not pinned on this file.
+            retried.add(culprit)
+            queue.appendleft([culprit])
+        else:
+            results[culprit] = FileResult(path, error=FileError(path, f"crashed while parsing or analysing ({_exit_reason(code)}); not linted"))
+
+    def _stall_seconds(self) -> float:
+        # Wall time with no result from a busy worker: generous, since a loaded machine
+        # stretches wall time far beyond CPU time; the CPU budget is the real limit.
+        return max(120.0, 30 * self.budget) if self.budget else float("inf")
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _unreadable(path: str, error: OSError) -> FileResult:
+    return FileResult(path, error=FileError(path, f"cannot read file: {error.strerror or error}"))
+
+
+def _budget_error(path: str, budget: float) -> FileError:
+    return FileError(path, f"analysis exceeded the {budget:g} s budget; not linted (raise it with --file-budget)")
+
+
+def _exit_reason(code: Optional[int]) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"worker exited with status {code}"
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def _estimate(task: _Task) -> Tuple[int, bool]:
+    return len(task.data), _will_parse(task)
+
+
+def _will_parse(task: _Task) -> bool:
+    """Whether the pre-check will let the file through to a LibCST parse. Latin-1 maps bytes
+    to characters one to one, so the ASCII words the pre-check looks for are found as they are
+    in any encoding Python source may use, and in a notebook's JSON."""
+    from amplint.engine import might_use_amp
+    from amplint.rules import ALL_RULES
+
+    rules = [rule for rule in ALL_RULES if rule.code in task.codes]
+    return bool(rules) and might_use_amp(task.data.decode("latin-1"), rules)
+
+
+def plan(files: Sequence[Tuple[int, bool]]) -> List[List[int]]:
+    """Units of work in dispatch order, for files given as (size in bytes, will be parsed).
+
+    Files that will be parsed are units of one, so a crash or an overrun costs one file and
+    no worker waits behind a large file stuck in a batch; the cheap ones form batches. All
+    units go largest estimate first (longest-processing-time-first scheduling), so the
+    small ones are left to fill the gaps at the end."""
+    heavy = [i for i, (_, parse) in enumerate(files) if parse]
+    light = sorted((i for i, (_, parse) in enumerate(files) if not parse), key=lambda i: -files[i][0])
+    units: List[List[int]] = [[i] for i in heavy]
+    batch: List[int] = []
+    size = 0
+    for index in light:
+        if batch and (size + files[index][0] > _BATCH_BYTES or len(batch) >= _BATCH_FILES):
+            units.append(batch)
+            batch, size = [], 0
+        batch.append(index)
+        size += files[index][0]
+    if batch:
+        units.append(batch)
+
+    def estimate(unit: List[int]) -> float:
+        return sum(files[i][0] * (_HEAVY_COST if files[i][1] else _LIGHT_COST) for i in unit)
+
+    return sorted(units, key=estimate, reverse=True)
+
+
+def simulate(units: Sequence[Sequence[int]], cost: Sequence[float], workers: int) -> float:
+    """The wall time of dispatching `units` in order to `workers` that each take the next
+    unit when free, given each file's measured `cost`: what `Runner` does, without its
+    processes (the scheduler's replay test and the benchmark use it)."""
+    import heapq
+
+    free = [0.0] * max(1, workers)
+    for unit in units:
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + sum(cost[i] for i in unit))
+    return max(free)
+
+
+# --------------------------------------------------------------------------- workers
+
+
+class _Worker:
+    def __init__(self, process: multiprocessing.process.BaseProcess, conn: Any) -> None:
+        self.process = process
+        self.conn = conn
+        self.unit: Optional[List[int]] = None
+        self.done = 0
+        self.last_progress = time.monotonic()
+
+    @classmethod
+    def start(cls, budget: float) -> Optional["_Worker"]:
+        context = _context()
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_worker_main, args=(theirs, budget), daemon=True, name="amplint-worker")
+        try:
+            process.start()
+        except OSError:
+            return None
+        theirs.close()
+        return cls(process, ours)
+
+    def assign(self, unit: List[int], by_index: Dict[int, _Task]) -> None:
+        self.unit, self.done = unit, 0
+        self.last_progress = time.monotonic()
+        try:
+            self.conn.send([by_index[i] for i in unit])
+        except (OSError, EOFError):
+            pass  # it died; the next wait() sees its sentinel
+
+    def done_one(self) -> None:
+        self.done += 1
+        self.last_progress = time.monotonic()
+        if self.unit is not None and self.done >= len(self.unit):
+            self.unit = None
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def stalled(self, limit: float) -> bool:
+        return time.monotonic() - self.last_progress > limit
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(timeout=5)
+
+    def stop(self) -> None:
+        # Nothing is left to say to it, and nothing of its own to clean up: killing it costs
+        # the run nothing, where a polite exit costs the wait for an interpreter's shutdown.
+        # It is reaped later (multiprocessing joins its children at exit), not waited for here.
+        self.conn.close()
+        self.process.kill()
+
+
+def _context() -> Any:
+    # fork is cheap and the child inherits the imported engine; elsewhere the platform's
+    # default (spawn) re-imports it once per worker.
+    if sys.platform.startswith("linux"):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context()
+
+
+def _preload_engine() -> None:
+    """Import the linter before forking, so workers start with it loaded; and keep the
+    collector off what is already loaded, so a worker does not copy every page it walks."""
+    import gc
+
+    import amplint.engine  # noqa: F401
+    import amplint.rules  # noqa: F401
+
+    gc.freeze()
+
+
+def _worker_main(conn: Any, budget: float) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    import faulthandler
+
+    faulthandler.disable()  # a crash is reported as the file's error, not as a traceback
+    try:
+        import resource
+
+        # A crash must not leave a core file in the user's project.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    except (ImportError, ValueError, OSError):
+        pass
+    while True:
+        try:
+            unit = conn.recv()
+        except (EOFError, OSError):
+            return
+        if unit is None:
+            return
+        for task in unit:
+            result, ok, cpu = _lint_task(task, budget)
+            conn.send((task.index, result, ok, cpu))
+
+
+class BudgetExceeded(BaseException):
+    """Raised by the CPU timer inside whatever the file's analysis was doing. A BaseException,
+    so that no `except Exception` in the analysis swallows it."""
+
+
+_armed = False
+
+
+def _on_cpu_timer(signum: int, frame: Any) -> None:
+    if _armed:
+        raise BudgetExceeded()
+
+
+def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[FileResult, bool, float]:
+    """(result, cacheable, CPU seconds): whatever goes wrong becomes this file's error."""
+    global _armed
+    started = time.process_time()
+    try:
+        from amplint.engine import lint_bytes
+        from amplint.rules import ALL_RULES
+        from amplint.semantic.exports import ExternalModules
+
+        by_code = {rule.code: rule for rule in ALL_RULES}
+        external = ExternalModules(task.path, task.imported) if task.imported else None
+        rules = [by_code[code] for code in task.codes]
+        timer = budget > 0 and hasattr(signal, "setitimer") and not in_process
+        if timer:
+            _arm_native_limit(budget)
+            signal.signal(signal.SIGPROF, _on_cpu_timer)
+            _armed = True
+            signal.setitimer(signal.ITIMER_PROF, budget)
+        try:
+            result = lint_bytes(task.data, task.path, rules, external, task.target)
+        finally:
+            _armed = False
+            if timer:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+        return result, True, time.process_time() - started
+    except BudgetExceeded:
+        return FileResult(task.path, error=_budget_error(task.path, budget)), False, time.process_time() - started
+    except Exception as error:  # a bug in amplint must not end the run
+        message = f"internal error while linting: {type(error).__name__}: {error}"
+        return FileResult(task.path, error=FileError(task.path, message)), False, time.process_time() - started
+
+
+def _arm_native_limit(budget: float) -> None:
+    """Native code (LibCST's parser) never returns to Python for the timer to interrupt: the
+    kernel's CPU limit kills the worker shortly after the budget instead."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return
+    soft = math.ceil(time.process_time() + budget + _NATIVE_GRACE_SECONDS)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY and soft > hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):
+        pass
+
+
+# --------------------------------------------------------------------------- cache payloads
+
+
+_FINDING_FIELDS = [f.name for f in dataclasses.fields(Finding) if f.name != "path"]
+
+
+def _to_payload(result: FileResult) -> Dict[str, Any]:
+    return {
+        "findings": [[getattr(f, name) for name in _FINDING_FIELDS] for f in result.findings],
+        "error": result.error.message if result.error is not None else None,
+        "skipped": result.skipped,
+        "summary": result.summary,
+        "imports": [list(i) for i in result.imports],
+        "skipped_functions": list(result.skipped_functions),
+    }
+
+
+def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
+    findings = [
+        Finding(path=path, **{name: tuple(v) if isinstance(v, list) else v for name, v in zip(_FINDING_FIELDS, values)})
+        for values in payload["findings"]
+    ]
+    error = FileError(path, payload["error"]) if payload.get("error") is not None else None
+    return FileResult(
+        path,
+        findings=findings,
+        error=error,
+        skipped=payload.get("skipped", False),
+        summary=payload.get("summary"),
+        imports=tuple(tuple(i) for i in payload.get("imports") or ()),
+        skipped_functions=list(payload.get("skipped_functions") or ()),
+    )
+
+
+def _attach_source(result: FileResult, data: bytes) -> bool:
+    """The text code frames show, as linting would have kept it; False if it cannot be had."""
+    from amplint.notebook import is_notebook, parse_notebook
+
+    if is_notebook(result.path):
+        text = decode_notebook(data, result.path)
+        notebook = parse_notebook(text, result.path) if isinstance(text, str) else None
+        if notebook is None or isinstance(notebook, FileError):
+            return False
+        result.source, result.cells = notebook.display, notebook.cells
+        return True
+    text = decode_python(data, result.path)
+    if isinstance(text, FileError):
+        return False
+    result.source = text
+    return True
