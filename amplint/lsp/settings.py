@@ -39,4 +39,4 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
         if discovery.is_excluded(path, is_dir=False):
             return (), config.target_version
     codes = cli._codes_for(anchor, rules, config, per_file)
-    return tuple(cli._RULES_BY_CODE[code] for code in codes), config.target_version
+    return tuple(rule for rule in rules if rule.code in codes), config.target_version
