@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import List, Optional, Sequence, Tuple, Type
+from typing import List, Optional, Sequence, TextIO, Tuple, Type
 
 from amplint import __version__, progress, show, subcommands
 from amplint.cache import CACHE_DIR_NAME, ENV_CACHE_DIR, Cache, default_cache_dir
@@ -30,6 +30,8 @@ from amplint.config import (
 from amplint.diagnostics import FileError, FileResult, RunReport
 from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
 from amplint.driver import DEFAULT_BUDGET, Job, Runner
+from amplint.fix import diff
+from amplint.fixer import FileFix, applied_fixes, fix_results, wanted_by, write_fixed
 from amplint.gitignore import PatternList
 from amplint.output import FORMATS, HUMAN_FORMATS, statistics
 from amplint.output.terminal import use_color
@@ -116,6 +118,14 @@ def _check_parser() -> argparse.ArgumentParser:
     output.add_argument("-q", "--quiet", action="store_true", help="print findings only: no summary line, no progress")
     output.add_argument("--show-settings", action="store_true", help="print the resolved configuration and exit")
     output.add_argument("--show-files", action="store_true", help="print the files that would be linted and exit")
+    fixing = parser.add_argument_group("fixes")
+    fixing.add_argument("--fix", action=argparse.BooleanOptionalAction, default=False, help="apply the fixes of what is found, in place, and report what remains")
+    fixing.add_argument("--unsafe-fixes", action=argparse.BooleanOptionalAction, default=None, help="also apply (and mark) unsafe fixes, which change code the user should look at (default: the config's unsafe-fixes)")
+    fixing.add_argument("--diff", action="store_true", help="print the fixes as a unified diff and write nothing; exit 1 when there is something to fix")
+    fixing.add_argument("--fix-only", action="store_true", help="apply fixes and report nothing that remains; exit 0 unless a file could not be linted")
+    fixing.add_argument("--show-fixes", action="store_true", help="list the fixes applied, per file and rule")
+    fixing.add_argument("--fixable", action="append", metavar="CODES", help="rules whose fixes may be applied (replaces the config's fixable; default ALL)")
+    fixing.add_argument("--unfixable", action="append", metavar="CODES", help="rules whose fixes are never applied")
     run = parser.add_argument_group("run")
     run.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     run.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml's [tool.amplint]")
@@ -173,12 +183,26 @@ def check_command(argv: Sequence[str]) -> int:
     if options.show_settings:
         sys.stdout.write(show.settings(config, rules, discovery, paths, options.output_format, workers, target))
         return EXIT_CLEAN
+    unsafe = options.unsafe_fixes if options.unsafe_fixes is not None else config.unsafe_fixes
+    try:
+        fixable = validate(split_codes(options.fixable) or config.fixable, ALL_RULES)
+        unfixable = validate([*config.unfixable, *(split_codes(options.unfixable) or [])], ALL_RULES)
+    except SelectionError as error:
+        return _usage_error(str(error))
+    wanted = wanted_by(unsafe, fixable, unfixable)
+    fixing = options.fix or options.fix_only or options.diff
+    stdin_data: Optional[bytes] = None
     if reads_stdin:
         errors: List[FileError] = []
         # An editor passes every file it opens; --force-exclude keeps excluded ones quiet.
         excluded = options.force_exclude and stdin_name != "-" and discovery.is_excluded(stdin_name, is_dir=False)
         files = [] if excluded else [stdin_name]
-        results = [lint_stdin(stdin_name, _codes_for(stdin_name, rules, config, per_file), options.file_budget, target)] if files else []
+        codes_by_path = {stdin_name: _codes_for(stdin_name, rules, config, per_file)}
+        stdin_data = sys.stdin.buffer.read()
+
+        def lint_all() -> List[FileResult]:
+            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data)] if files else []
+
     else:
         files, errors = discovery.files(paths)
         if options.show_files:
@@ -190,15 +214,41 @@ def check_command(argv: Sequence[str]) -> int:
             print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
         cache = None if options.no_cache else Cache(options.cache_dir or default_cache_dir(config.root))
-        shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
-        try:
-            with Runner(workers, options.file_budget, cache, target=target, progress=shown) as runner:
-                results = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
-                runner.progress = None
-                # Files that import linted modules, again with what those modules' functions do.
-                results = link(results, lambda linked: runner.lint([Job(p, codes_by_path[p], s) for p, s in linked]))
-        finally:
-            shown.close()
+
+        def lint_all() -> List[FileResult]:
+            shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
+            try:
+                with Runner(workers, options.file_budget, cache, target=target, progress=shown) as runner:
+                    linted = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
+                    runner.progress = None
+                    # Files that import linted modules, again with what those modules' functions do.
+                    return link(linted, lambda linked: runner.lint([Job(p, codes_by_path[p], s) for p, s in linked]))
+            finally:
+                shown.close()
+
+    results = lint_all()
+    fixes: List[FileFix] = []
+    if fixing:
+        fixes = fix_results(results, codes_by_path, wanted, target, stdin_data)
+        for fix in fixes:
+            if fix.outcome.error and fix.outcome.count == 0:
+                print(f"amplint: note: {fix.path}: {fix.outcome.error}", file=sys.stderr)
+        if options.diff:
+            return _print_diff(fixes, results, errors)
+        if reads_stdin:
+            fixed = next((fix.fixed for fix in fixes), stdin_data)
+            stdin_data = fixed
+            sys.stdout.buffer.write(fixed or b"")
+            sys.stdout.flush()
+            results = lint_all()
+        else:
+            for fix in fixes:
+                if fix.changed:
+                    problem = write_fixed(fix)
+                    if problem is not None:
+                        errors.append(FileError(fix.path, problem))
+            if any(fix.changed for fix in fixes):
+                results = lint_all()
 
     findings = sorted(f for result in results for f in result.findings)
     errors += [result.error for result in results if result.error is not None]
@@ -209,9 +259,17 @@ def check_command(argv: Sequence[str]) -> int:
         sources={r.path: r.source for r in results if r.source is not None},
         notebooks={r.path: r.cells for r in results if r.cells is not None},
         skipped_functions=[f"{r.path}: {name}" for r in results for name in r.skipped_functions],
+        unsafe_fixes=unsafe,
+        fixed=sum(fix.outcome.count for fix in fixes if fix.changed),
     )
     try:
-        _write(report, options)
+        if options.fix_only:
+            if not options.quiet and report.fixed:
+                print(f"Fixed {report.fixed} error{'s' if report.fixed != 1 else ''}.", file=sys.stderr if reads_stdin else sys.stdout)
+        else:
+            _write(report, options, sys.stderr if reads_stdin and fixing else None)
+        if options.show_fixes and report.fixed:
+            (sys.stderr if reads_stdin or options.output_format not in HUMAN_FORMATS else sys.stdout).write(applied_fixes(fixes))
     except OSError as error:
         return _usage_error(f"cannot write {options.output_file}: {error.strerror or error}")
     for skipped in report.skipped_functions:
@@ -222,9 +280,25 @@ def check_command(argv: Sequence[str]) -> int:
         print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
     if errors:
         return EXIT_ERROR
-    if findings and not options.exit_zero:
+    if findings and not options.exit_zero and not options.fix_only:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[FileError]) -> int:
+    """`--diff`: the fixes as a unified diff; exit 1 when there is something to fix."""
+    changed = [fix for fix in fixes if fix.changed]
+    for fix in changed:
+        sys.stdout.write(diff(fix.text_before, fix.text_after, fix.path))
+    count = sum(fix.outcome.count for fix in changed)
+    if count:
+        print(f"Would fix {count} error{'s' if count != 1 else ''}.", file=sys.stderr)
+    errors = errors + [result.error for result in results if result.error is not None]
+    for error in sorted(errors):
+        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+    if errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if changed else EXIT_CLEAN
 
 
 def _usage_error(message: str) -> int:
@@ -278,10 +352,14 @@ def _codes_for(
 
 
 def lint_stdin(
-    name: str, codes: Tuple[str, ...], budget: float = DEFAULT_BUDGET, target: Optional[PythonVersion] = None
+    name: str,
+    codes: Tuple[str, ...],
+    budget: float = DEFAULT_BUDGET,
+    target: Optional[PythonVersion] = None,
+    data: Optional[bytes] = None,
 ) -> FileResult:
-    """Lint standard input as the file `name`, isolated like any other file."""
-    data = sys.stdin.buffer.read()
+    """Lint standard input (or `data` read from it) as the file `name`, isolated like any other file."""
+    data = sys.stdin.buffer.read() if data is None else data
     too_large = size_error(name, len(data))
     if too_large:
         return FileResult(name, error=too_large)
@@ -299,14 +377,15 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _write(report: RunReport, options: argparse.Namespace) -> None:
-    """The findings, on standard output or in the file named by -o."""
+def _write(report: RunReport, options: argparse.Namespace, default: Optional[TextIO] = None) -> None:
+    """The findings, on standard output (or `default`: standard error when standard output
+    carries the fixed source) or in the file named by -o."""
     stream = None
     if options.output_file:
         os.makedirs(os.path.dirname(os.path.abspath(options.output_file)), exist_ok=True)
         stream = open(options.output_file, "w", encoding="utf-8")
     try:
-        target = stream if stream is not None else sys.stdout
+        target = stream if stream is not None else (default or sys.stdout)
         if options.statistics:
             target.write(statistics.render(report, options.output_format))
             return

@@ -22,6 +22,9 @@ KNOWN_KEYS = (
     "exclude",
     "extend-exclude",
     "per-file-ignores",
+    "fixable",
+    "unfixable",
+    "unsafe-fixes",
     "respect-gitignore",
     "target-version",
 )
@@ -49,6 +52,11 @@ class Config:
     # The Python the project runs on: its grammar decides what is a syntax error. None: the
     # newest grammar amplint knows.
     target_version: Optional[PythonVersion] = None
+    # `--fix`: the rules whose fixes may be applied (ruff's `fixable`/`unfixable`), and
+    # whether unsafe fixes are applied without `--unsafe-fixes`.
+    fixable: List[str] = field(default_factory=lambda: ["ALL"])
+    unfixable: List[str] = field(default_factory=list)
+    unsafe_fixes: bool = False
 
 
 def find_pyproject(start: str) -> Optional[str]:
@@ -112,6 +120,12 @@ def load(path: Optional[str], fallback_root: str, start: Optional[str] = None) -
     if not isinstance(respect, bool):
         raise ConfigError(f"{path}: respect-gitignore must be true or false")
     config.respect_gitignore = respect
+    config.fixable = _strings(table, "fixable", path, optional=True) or ["ALL"]
+    config.unfixable = _strings(table, "unfixable", path) or []
+    unsafe = table.get("unsafe-fixes", False)
+    if not isinstance(unsafe, bool):
+        raise ConfigError(f"{path}: unsafe-fixes must be true or false")
+    config.unsafe_fixes = unsafe
     config.target_version = _target_version(table, path)
     if config.target_version is None:
         config.target_version = requires_python(document)

@@ -10,6 +10,15 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, order=True)
+class FixSuggestion:
+    """A finding's fix as output formats show it."""
+
+    title: str
+    applicability: str  # "safe" or "unsafe"
+    edits: Tuple[Tuple[int, int, int, int, str], ...] = ()
+
+
+@dataclass(frozen=True, order=True)
 class Finding:
     path: str
     row: int  # 1-based, in the linted source (for a notebook: the joined code cells)
@@ -30,6 +39,10 @@ class Finding:
     # `message` is the short title; `help` says why it matters and what to write instead.
     help: Optional[str] = None
     severity: str = "error"  # the rule's: "error" or "warning"
+    # The rule's fix for it, if it has one: what it does, "safe" or "unsafe", and the text
+    # edits that make it (as `amplint.fix.Edit` tuples: row, column, end row, end column,
+    # new text; rows of the linted source).
+    fix: Optional["FixSuggestion"] = None
 
     @property
     def text(self) -> str:
@@ -60,6 +73,14 @@ class RunReport:
     notebooks: Dict[str, "CellMap"] = field(default_factory=dict)  # path -> cells, notebooks with findings
     # "path: function" for functions too complex to follow within the work budget.
     skipped_functions: List[str] = field(default_factory=list)
+    # `--fix`: whether unsafe fixes are enabled (a finding is marked fixable by the fixes
+    # `--fix` would apply), and how many fixes were applied in this run.
+    unsafe_fixes: bool = False
+    fixed: int = 0
+
+    def applicable(self, finding: Finding) -> bool:
+        """Whether `--fix` would fix `finding` (with the run's --unsafe-fixes setting)."""
+        return finding.fix is not None and (finding.fix.applicability == "safe" or self.unsafe_fixes)
 
 
 @dataclass

@@ -40,7 +40,7 @@ from multiprocessing.connection import wait
 from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from amplint.cache import Cache, content_digest, result_key
-from amplint.diagnostics import FileError, FileResult, Finding
+from amplint.diagnostics import FileError, FileResult, Finding, FixSuggestion
 from amplint.progress import Progress
 from amplint.source import decode_notebook, decode_python, size_error
 from amplint.syntax import PythonVersion
@@ -547,7 +547,7 @@ _FINDING_FIELDS = [f.name for f in dataclasses.fields(Finding) if f.name != "pat
 
 def _to_payload(result: FileResult) -> Dict[str, Any]:
     return {
-        "findings": [[getattr(f, name) for name in _FINDING_FIELDS] for f in result.findings],
+        "findings": [[_field_payload(f, name) for name in _FINDING_FIELDS] for f in result.findings],
         "error": result.error.message if result.error is not None else None,
         "skipped": result.skipped,
         "summary": result.summary,
@@ -556,9 +556,23 @@ def _to_payload(result: FileResult) -> Dict[str, Any]:
     }
 
 
+def _field_payload(finding: Finding, name: str) -> Any:
+    value = getattr(finding, name)
+    if name == "fix" and value is not None:
+        return [value.title, value.applicability, [list(edit) for edit in value.edits]]
+    return value
+
+
+def _field_value(name: str, value: Any) -> Any:
+    if name == "fix" and value is not None:
+        title, applicability, edits = value
+        return FixSuggestion(title, applicability, tuple(tuple(edit) for edit in edits))
+    return tuple(value) if isinstance(value, list) else value
+
+
 def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
     findings = [
-        Finding(path=path, **{name: tuple(v) if isinstance(v, list) else v for name, v in zip(_FINDING_FIELDS, values)})
+        Finding(path=path, **{name: _field_value(name, v) for name, v in zip(_FINDING_FIELDS, values)})
         for values in payload["findings"]
     ]
     error = FileError(path, payload["error"]) if payload.get("error") is not None else None

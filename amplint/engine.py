@@ -18,6 +18,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.diagnostics import FileError, FileResult, Finding
+from amplint.fix import suggestion
 from amplint.noqa import UNUSED_NOQA, might_have_directives, parse_suppressions, unused_directives
 from amplint.notebook import CellMap, is_notebook, parse_notebook
 from amplint.parse_guard import parse_hazard
@@ -165,7 +166,7 @@ def _lint_source(
         return result
     try:
         model = analyze(module, external)
-        reports = _run_rules(model, rules)
+        reports = run_rules(model, rules)
         result.findings = _locate(module, reports, path, source, cells, rules=rules)
         result.summary = export_summary(model, path)
         result.imports = imports_of(model.index)
@@ -177,7 +178,7 @@ def _lint_source(
     return result
 
 
-def _run_rules(model: SemanticModel, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, Report]]:
+def run_rules(model: SemanticModel, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, Report]]:
     seen: Dict[Tuple[str, int], bool] = {}
     reports = []
     for rule in rules:
@@ -214,7 +215,10 @@ def _locate(
             if suppressions.suppresses(row, rule.code):
                 continue
             where = (row, column, span.end.line, span.end.column + 1)
-            findings.append(_finding(rule, path, where, str(report.message), report.help, cells))
+            finding = _finding(rule, path, where, str(report.message), report.help, cells)
+            if report.fix is not None and module.code == source:  # (a normalised tree: no fixes)
+                finding = replace(finding, fix=suggestion(module, report.fix, source))
+            findings.append(finding)
     if unused_noqa is not None:
         # After the rules' findings: which directives they used is known only now.
         from amplint.rules import ALL_RULES

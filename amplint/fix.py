@@ -16,7 +16,7 @@ result does not parse is never written.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
 
 import libcst as cst
@@ -71,6 +71,75 @@ def statement(code: str) -> cst.BaseStatement:
 
 def expression(code: str) -> cst.BaseExpression:
     return cst.parse_expression(code)
+
+
+def block_of(module: cst.Module, statement: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
+    """The statements of the block `statement` stands in (by identity), or None."""
+    found: List[Sequence[cst.BaseStatement]] = []
+
+    class _Finder(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if found:
+                return False
+            if isinstance(node, (cst.Module, cst.IndentedBlock)) and any(item is statement for item in node.body):
+                found.append(node.body)
+                return False
+            return True
+
+    module.visit(_Finder())
+    return found[0] if found else None
+
+
+def out_of_with(module: cst.Module, anchor: cst.Call, line: cst.BaseStatement, what: str) -> Optional[Fix]:
+    """Move `line`, and the statements after it in the same `with` body, to just after the
+    `with` statement whose only item is `anchor` (`with torch.autocast(...):`). None when
+    `line` is not directly in that body, or would leave it empty."""
+    found: List[cst.With] = []
+
+    class _Finder(cst.CSTVisitor):
+        def visit_With(self, node: cst.With) -> bool:
+            if len(node.items) == 1 and node.items[0].item is anchor:
+                found.append(node)
+            return not found
+
+    module.visit(_Finder())
+    if not found or not isinstance(found[0].body, cst.IndentedBlock):
+        return None
+    with_node = found[0]
+    body = list(with_node.body.body)
+    at = next((i for i, item in enumerate(body) if item is line), None)
+    if at is None or at == 0:
+        return None
+    return Fix(
+        f"Move {what} and the rest of the `with` block after it, out of autocast",
+        applicability=UNSAFE,
+        replace=((with_node, with_node.with_changes(body=with_node.body.with_changes(body=body[:at]))),),
+        insert_after=((with_node, tuple(body[at:])),),
+    )
+
+
+def with_import(module: cst.Module, code: str, fix: Fix) -> Fix:
+    """`fix` that also adds the import `code` to the module: after its last top-level import,
+    else after its docstring and `__future__` imports, else at the top."""
+    body = list(module.body)
+    imports = [i for i, item in enumerate(body) if isinstance(item, cst.SimpleStatementLine) and isinstance(item.body[0], (cst.Import, cst.ImportFrom))]
+    added = (statement(code),)
+    if imports:
+        anchor = body[imports[-1]]
+        return replace(fix, insert_after=fix.insert_after + ((anchor, added),), touches=fix.touches + (anchor,))
+    first = 1 if body and _is_docstring(body[0]) else 0
+    if first < len(body):
+        anchor = body[first]
+        return replace(fix, insert_before=fix.insert_before + ((anchor, added),), touches=fix.touches + (anchor,))
+    return fix if not body else replace(fix, insert_after=fix.insert_after + ((body[-1], added),), touches=fix.touches + (body[-1],))
+
+
+def _is_docstring(item: cst.BaseStatement) -> bool:
+    return (
+        isinstance(item, cst.SimpleStatementLine)
+        and isinstance(item.body[0], cst.Expr)
+        and isinstance(item.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 # --------------------------------------------------------------------------- applying
@@ -155,6 +224,16 @@ def edits(original: str, fixed: str) -> List[Edit]:
             continue
         found.append(Edit(i1 + 1, 1, i2 + 1, 1, "".join(after[j1:j2])))
     return found
+
+
+def suggestion(module: cst.Module, fix: Fix, source: str) -> "FixSuggestion":
+    """How output formats show `fix`: its title, applicability, and the edits it makes alone."""
+    from amplint.diagnostics import FixSuggestion
+
+    changes = tuple(
+        (e.row, e.column, e.end_row, e.end_column, e.content) for e in edits(source, apply(module, [fix]).code)
+    )
+    return FixSuggestion(fix.title, fix.applicability, changes)
 
 
 def diff(original: str, fixed: str, path: str) -> str:

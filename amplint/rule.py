@@ -15,6 +15,7 @@ from typing import ClassVar, Iterator, Optional, Tuple, Union
 
 import libcst as cst
 
+from amplint.fix import Fix
 from amplint.semantic import AMP_VOCABULARY, EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -44,6 +45,8 @@ class Report:
     node: cst.CSTNode
     message: Union[str, Message]
     help: Optional[str] = None
+    # How to correct it, as changes to the tree the rule was given (`amplint.fix`).
+    fix: Optional[Fix] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.message, Message):
@@ -105,7 +108,6 @@ class Prediction:
 class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
-    severity: ClassVar[str] = "error"
     # Words a file must contain for the rule to find anything in it: a file with none of
     # any selected rule's words is not parsed. The semantic layer's own vocabulary by
     # default; a test checks that no example or case the rule flags lacks them.

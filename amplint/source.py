@@ -83,6 +83,14 @@ def decode_python(data: bytes, path: str) -> Union[str, FileError]:
     return text
 
 
+def encode_like(text: str, original: bytes) -> bytes:
+    """`text` encoded as `original` was: its PEP 263 encoding, and its BOM if it had one."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
+    if encoding == "utf-8-sig" or original.startswith(b"\xef\xbb\xbf"):
+        return b"\xef\xbb\xbf" + text.encode("utf-8")
+    return text.encode(encoding)
+
+
 def decode_notebook(data: bytes, path: str) -> Union[str, FileError]:
     """A notebook is JSON, which nbformat always writes as UTF-8."""
     try:

@@ -234,7 +234,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
             marks.append(clock())
             model = analyze(module)
             marks.append(clock())
-            reports = engine._run_rules(model, ALL_RULES)
+            reports = engine.run_rules(model, ALL_RULES)
             marks.append(clock())
             engine._locate(module, reports, path, source)
             marks.append(clock())

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
+import libcst as cst
+
+from amplint.fix import Fix, expression
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
@@ -109,7 +112,7 @@ class UnscaledBackward(Rule):
             # actor-critic's critic): only a step that nothing scaled is flagged.
             if not state.gradients.scaled_since_step:
                 for backward in state.gradients.plain_backwards:
-                    yield Report(backward.node, _message(backward, step, model))
+                    yield Report(backward.node, _message(backward, step, model), fix=_fix(backward, step, model))
 
     VALID = (
         # The seed's full training pattern.
@@ -282,3 +285,28 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> Me
         f"{quote(step)} still divides the gradients by the loss scale (65536 at start): "
         f"SGD-like updates come out ~65,000x too small (Adam's only slightly). {fix}.",
     )
+
+
+def _fix(backward: Occurrence, step: Occurrence, model: SemanticModel) -> Optional[Fix]:
+    """`loss.backward()` -> `scaler.scale(loss).backward()`, with the scaler as the function
+    that steps it writes it; only where both are written in that function, with a plain
+    GradScaler (a framework's backward is spelled its own way)."""
+    if backward.via or step.via or backward.event.unit is not step.event.unit or step.receiver is None:
+        return None
+    info = model.scalers.get(step.receiver.key)
+    if info is not None and info.framework is not None:
+        return None
+    call = backward.node
+    if not isinstance(call, cst.Call):
+        return None
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward":
+        tensor = call.func.value
+        scaled = cst.Call(expression(f"{step.receiver.text}.scale"), [cst.Arg(tensor)])
+        new = call.with_changes(func=call.func.with_changes(value=scaled))
+    elif len(call.args) == 1 and call.args[0].keyword is None and not call.args[0].star:
+        tensor = call.args[0].value  # torch.autograd.backward(loss)
+        new = cst.Call(cst.Attribute(cst.Call(expression(f"{step.receiver.text}.scale"), [cst.Arg(tensor)]), cst.Name("backward")))
+    else:
+        return None
+    return Fix(f"Scale the loss: `{step.receiver.text}.scale(...).backward()`", replace=((call, new),))
+

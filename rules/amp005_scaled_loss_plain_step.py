@@ -4,6 +4,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from amplint.fix import Fix, block_of, expression, statement
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
@@ -165,12 +166,12 @@ class ScaledLossPlainStep(Rule):
                 # The scaler stepped another optimizer on these gradients; this one applies
                 # them still scaled, unless a plain backward may have produced its own.
                 if optimizer not in gradients.stepped and not gradients.unscaled and not gradients.mixed:
-                    yield Report(step.node, _message(step, gradients.scaled_by, gradients.scaler, model))
+                    yield Report(step.node, _message(step, gradients.scaled_by, gradients.scaler, model), fix=_fix(step, gradients.scaler, model))
             elif not gradients.unscaled:
-                yield Report(step.node, _message(step, gradients.scaled_by, gradients.scaler, model))
+                yield Report(step.node, _message(step, gradients.scaled_by, gradients.scaler, model), fix=_fix(step, gradients.scaler, model))
             elif optimizer in gradients.unscaled and gradients.unscale is not None:
                 # Unscaled for this very optimizer, then stepped past the scaler.
-                yield Report(step.node, _unscaled_message(step, gradients.unscale))
+                yield Report(step.node, _unscaled_message(step, gradients.unscale), fix=_fix(step, gradients.scaler, model))
 
     VALID = (
         """
@@ -316,3 +317,44 @@ def _unscaled_message(step: Occurrence, unscale: Occurrence) -> Message:
         "The gradients are unscaled, but a plain step applies inf/NaN gradients instead of skipping "
         f"them, and nothing raises. Use `{scaler}.step({optimizer})`.",
     )
+
+
+def _fix(step: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> Optional[Fix]:
+    """`optimizer.step()` -> `scaler.step(optimizer)`, and `scaler.update()` after it when the
+    function never updates the scaler; with the names the function itself writes, a plain
+    GradScaler, and only where an update would not come before the new step."""
+    info = model.scalers.get(scaler_key) if scaler_key is not None else None
+    if step.via or step.receiver is None or info is None or info.framework is not None:
+        return None
+    call = step.node
+    if not isinstance(call, cst.Call) or call.args:
+        return None
+    scaler = model.spelling_in(step.unit, scaler_key)
+    if scaler is None:
+        return None
+    new = cst.Call(expression(f"{scaler}.step"), [cst.Arg(call.func.value if isinstance(call.func, cst.Attribute) else expression(step.receiver.text))])
+    updates = [
+        o for o in model.occurrences_in(step.unit)
+        if o.kind is EventKind.SCALER_UPDATE and not o.via and o.receiver is not None and o.receiver.key == scaler_key
+    ]
+    line = model.index.statement_of(call)
+    if not isinstance(line, cst.SimpleStatementLine):
+        return None
+    if not updates:
+        return Fix(
+            f"Step through the scaler: `{scaler}.step({step.receiver.text})`, then `{scaler}.update()`",
+            replace=((call, new),),
+            insert_after=((line, (statement(f"{scaler}.update()"),)),),
+        )
+    # An update that follows in the same block runs after every such step; one in a branch
+    # or before it would leave steps without one (or update twice): no fix.
+    block = block_of(model.module, line)
+    following = model.following(step, EventKind.SCALER_UPDATE)
+    if block is None or following is None or following.receiver is None or following.receiver.key != scaler_key:
+        return None
+    later = model.index.statement_of(following.node) if isinstance(following.node, cst.Call) else None
+    position = next((i for i, item in enumerate(block) if item is line), None)
+    if later is None or position is None or not any(item is later for item in block[position + 1 :]):
+        return None
+    return Fix(f"Step through the scaler: `{scaler}.step({step.receiver.text})`", replace=((call, new),))
+

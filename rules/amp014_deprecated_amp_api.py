@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
+from amplint.fix import Fix, with_import
 from amplint.rule import Flagged, Report, Rule
 from amplint.semantic import DeprecatedAmpUse, SemanticModel
 from amplint.semantic.names import source_text
@@ -70,7 +71,7 @@ class DeprecatedAmpApi(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for use in model.deprecated_amp_uses:
-            yield Report(use.node, _message(use))
+            yield Report(use.node, _message(use), fix=_fix(use, model))
 
     VALID = (
         # The current API.
@@ -170,3 +171,13 @@ def _message(use: DeprecatedAmpUse) -> str:
     if use.import_to_add:
         fix += f" (and add `{use.import_to_add}`)"
     return f"{old} is deprecated (calling it raises a FutureWarning) in favour of `{use.replacement}` with a device type: {fix}."
+
+
+def _fix(use: DeprecatedAmpUse, model: SemanticModel) -> Optional[Fix]:
+    """The rewritten call or decorator, and the import its spelling needs; none where the
+    rewrite is not certain (`*args`, a hand-on, a base class). The old import stays."""
+    if use.new_node is None:
+        return None
+    fix = Fix(f"Use `{use.replacement}` with `\"{use.device_type}\"`", replace=((use.node, use.new_node),))
+    return with_import(model.module, use.import_to_add, fix) if use.import_to_add else fix
+

@@ -52,7 +52,7 @@ def test_exit_codes_and_text_output(project):
     assert result.returncode == 1, result.stderr
     # ruff's layout: code and short title, location, code frame, help.
     lines = result.stdout.splitlines()
-    assert lines[0] == "AMP003 `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` clips gradients that still carry the loss scale"
+    assert lines[0] == "AMP003 [*] `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` clips gradients that still carry the loss scale"
     assert lines[1:8] == [
         " --> buggy.py:8:5",
         "  |",
@@ -64,7 +64,8 @@ def test_exit_codes_and_text_output(project):
     ]
     assert lines[8].startswith("help: The loss scale is 65536 at start")
     assert lines[8].endswith("Call `scaler.unscale_(optimizer)` before clipping.")  # the fix, in the user's own names
-    assert lines[9:] == ["", "Found 1 error."]
+    assert lines[9] == "fix: Unscale before clipping: `scaler.unscale_(optimizer)`"
+    assert lines[10:] == ["", "Found 1 error.", "[*] 1 fixable with the `--fix` option."]
     assert max(len(line) for line in lines if not line.startswith("help:")) < 120
     clean = amplint("clean.py", cwd=root)
     assert clean.returncode == 0 and "All checks passed!" in clean.stdout
@@ -93,6 +94,7 @@ def test_json_output_has_ruff_shape(amplint, project):
     first = items[0]
     assert first["filename"] == str(root / "loop.py")
     assert first["end_location"] == {"row": 6, "column": 24}
+    # The region spans the loop: no fix moves a backward out of that.
     assert first["fix"] is None
     assert first["name"] == "backward-inside-autocast"
     assert first["url"].endswith("#amp006")

@@ -172,7 +172,7 @@ def test_text_output_names_the_cell_and_frames_the_cell(amplint, tmp_path):
     write(tmp_path, "train.ipynb", TRAIN)
     result = amplint("train.ipynb", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
-    assert result.stdout.startswith(f"AMP003 `{CLIP}` clips gradients")
+    assert result.stdout.startswith(f"AMP003 [*] `{CLIP}` clips gradients")
     frame = result.stdout.split("\n")[1:7]
     assert frame == [
         " --> train.ipynb:cell 4:7:5",

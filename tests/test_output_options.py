@@ -33,7 +33,7 @@ def tree(tmp_path):
 def test_concise_is_one_line_per_finding_with_the_title(amplint, tree):
     result = amplint("--output-format", "concise", "train.py", cwd=tree)
     assert result.returncode == 1
-    assert result.stdout.splitlines() == [f"train.py:8:5: AMP003 {TITLE}", "Found 1 error."]
+    assert result.stdout.splitlines() == [f"train.py:8:5: AMP003 [*] {TITLE}", "Found 1 error.", "[*] 1 fixable with the `--fix` option."]
     # --concise and the old name `text` keep working.
     assert amplint("--concise", "train.py", cwd=tree).stdout == result.stdout
     assert amplint("--output-format", "text", "--concise", "train.py", cwd=tree).stdout == result.stdout
@@ -42,7 +42,7 @@ def test_concise_is_one_line_per_finding_with_the_title(amplint, tree):
 
 def test_full_counts_errors_and_warnings(amplint, tree):
     result = amplint("train.py", "stale.py", cwd=tree)
-    assert result.stdout.splitlines()[-1] == "Found 1 error and 1 warning."
+    assert result.stdout.splitlines()[-2:] == ["Found 1 error and 1 warning.", "[*] 1 fixable with the `--fix` option."]
     assert "AMP100 Unused `noqa` directive (unused: `AMP003`)\n --> stale.py:2:20\n" in result.stdout
 
 
@@ -55,7 +55,13 @@ def test_json_has_title_help_severity_and_the_files_not_linted(amplint, tree):
     finding = by_code["AMP003"]
     assert finding["message"] == TITLE
     assert finding["help"].endswith("Call `scaler.unscale_(optimizer)` before clipping.")
-    assert finding["severity"] == "error" and finding["fix"] is None
+    assert finding["severity"] == "error"
+    # ruff's fix object: the edit inserts the unscale before the clip's line.
+    assert finding["fix"] == {
+        "applicability": "safe",
+        "edits": [{"content": "    scaler.unscale_(optimizer)\n", "end_location": {"column": 1, "row": 8}, "location": {"column": 1, "row": 8}}],
+        "message": "Unscale before clipping: `scaler.unscale_(optimizer)`",
+    }
     assert by_code["AMP100"]["severity"] == "warning"
     not_linted = by_code[None]
     assert not_linted["filename"] == str(tree / "broken.py")
@@ -143,12 +149,12 @@ def test_statistics_honours_json(amplint, tree):
     (tree / "again.py").write_text(BUGGY)
     result = amplint("--statistics", "--output-format", "json", ".", cwd=tree)
     assert json.loads(result.stdout) == [
-        {"code": "AMP003", "name": "clip-before-unscale", "count": 2, "fixable": False},
+        {"code": "AMP003", "name": "clip-before-unscale", "count": 2, "fixable": True},
         {"code": "AMP100", "name": "unused-noqa", "count": 1, "fixable": False},
         {"code": None, "name": "files-not-linted", "count": 1, "fixable": False},
     ]
     text = amplint("--statistics", ".", cwd=tree).stdout
-    assert text.splitlines()[:2] == ["2\tAMP003\tclip-before-unscale", "1\tAMP100\tunused-noqa"]
+    assert text.splitlines()[:2] == ["2\tAMP003\t[*] clip-before-unscale", "1\tAMP100\tunused-noqa"]
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from test_notebooks import CLIP, TRAIN
 def test_stdin_is_reported_under_the_given_name(amplint, tmp_path, args):
     result = amplint(*args, cwd=tmp_path, input=BUGGY)
     assert result.returncode == 1, result.stderr
-    assert result.stdout.startswith(f"AMP003 `{CLIP}`")
+    assert result.stdout.startswith(f"AMP003 [*] `{CLIP}`")
     assert "\n --> train.py:8:5\n" in result.stdout
     assert f"8 |     {CLIP}" in result.stdout  # the frame comes from standard input
     assert not (tmp_path / "train.py").exists()

@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="autocast dtype; predictions about the other dtype are skipped; all: every prediction at "
         "every dtype it is about (default: each prediction's own, float16 except the bfloat16 controls)",
     )
+    parser.add_argument(
+        "--fixes",
+        action="store_true",
+        help="instead, prove the rules' fixes: fix each buggy.py as `amplint --fix --unsafe-fixes` would and "
+        "require it to report exactly what fixed.py reports",
+    )
     parser.add_argument("--output-format", choices=("text", "json"), default="text")
     parser.add_argument(
         "--report",
@@ -150,6 +156,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
 
     device, unavailable = resolve_device(args.device, args.timeout)
+    if args.fixes:
+        return _prove_fixes(rules, device, unavailable, args)
     run = verify(rules, device, args.dtype, args.timeout, unavailable=unavailable)
     sys.stdout.write(render_json(run) if args.output_format == "json" else render_text(run))
     if report is not None:
@@ -165,3 +173,22 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _prove_fixes(rules, device: str, unavailable: Optional[str], args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from amplint.harness.autofix import ok, prove_fixes, render
+
+    if unavailable:
+        print(f"amplint verify: {unavailable}", file=sys.stderr)
+        return 1
+    dtypes = ("float16", "bfloat16") if args.dtype == ALL_DTYPES else (args.dtype or "float16",)
+    proofs = [proof for dtype in dtypes for proof in prove_fixes(rules, device, dtype, args.timeout)]
+    if args.output_format == "json":
+        sys.stdout.write(json.dumps([dict(asdict(p), verdict=p.verdict) for p in proofs], indent=2) + "\n")
+    else:
+        sys.stdout.write(render(proofs, device))
+    return 0 if ok(proofs) else 1
+

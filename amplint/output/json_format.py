@@ -1,8 +1,8 @@
 """`--output-format json` (a list) and `json-lines` (one object per line): ruff's JSON shape.
 
 Rows and columns are 1-based. `message` is the finding's short title and `help` says why it
-matters and what to write instead; `severity` is `error` or `warning`; `fix` is null until
-amplint can fix.
+matters and what to write instead; `severity` is `error` or `warning`; `fix` is null, or the
+finding's fix: applicability, message, edits.
 
 For a notebook, `location` and `end_location` are in the joined code cells (what `noqa_row`
 and the rows of other findings count in), `cell` is the cell as Jupyter numbers it (every
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from amplint.diagnostics import FileError, Finding, RunReport
 
@@ -47,7 +47,7 @@ def _finding(finding: Finding) -> Dict[str, Any]:
         "code": finding.code,
         "end_location": {"column": finding.end_column, "row": finding.end_row},
         "filename": _filename(finding.path),
-        "fix": None,
+        "fix": fix_object(finding),
         "help": finding.help,
         "location": {"column": finding.column, "row": finding.row},
         "message": finding.message,
@@ -56,6 +56,18 @@ def _finding(finding: Finding) -> Dict[str, Any]:
         "severity": finding.severity,
         "url": finding.url,
     }
+
+
+def fix_object(finding: Finding) -> Optional[Dict[str, Any]]:
+    """ruff's shape: applicability, message, and edits (1-based rows and columns of the linted
+    file, end exclusive; a notebook's fix lists no edits, its rows being the joined cells')."""
+    if finding.fix is None:
+        return None
+    edits = [] if finding.cell is not None else [
+        {"content": content, "end_location": {"column": end_column, "row": end_row}, "location": {"column": column, "row": row}}
+        for row, column, end_row, end_column, content in finding.fix.edits
+    ]
+    return {"applicability": finding.fix.applicability, "edits": edits, "message": finding.fix.title}
 
 
 def _not_linted(error: FileError) -> Dict[str, Any]:

@@ -108,6 +108,24 @@ def _result(finding: Finding, index: Dict[str, int], root: str) -> Dict[str, Any
     )
     if finding.cell is not None:
         result["properties"] = {"cell": finding.cell, "cellLine": finding.cell_row, "cellColumn": finding.column}
+    elif finding.fix is not None and finding.fix.edits:
+        result["fixes"] = [
+            {
+                "description": {"text": finding.fix.title + ("" if finding.fix.applicability == "safe" else " (unsafe)")},
+                "artifactChanges": [
+                    {
+                        "artifactLocation": _artifact(finding.path, root),
+                        "replacements": [
+                            {
+                                "deletedRegion": {"startLine": row, "startColumn": column, "endLine": end_row, "endColumn": end_column},
+                                "insertedContent": {"text": content},
+                            }
+                            for row, column, end_row, end_column, content in finding.fix.edits
+                        ],
+                    }
+                ],
+            }
+        ]
     return result
 
 

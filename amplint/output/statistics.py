@@ -19,8 +19,9 @@ JSON_FORMATS = ("json", "json-lines")
 def items(report: RunReport) -> List[Dict[str, Any]]:
     counts = Counter(finding.code for finding in report.findings)
     names = {finding.code: finding.name for finding in report.findings}
+    fixable = {finding.code for finding in report.findings if report.applicable(finding)}
     found: List[Dict[str, Any]] = [
-        {"code": code, "name": names[code], "count": count, "fixable": False} for code, count in sorted(counts.items())
+        {"code": code, "name": names[code], "count": count, "fixable": code in fixable} for code, count in sorted(counts.items())
     ]
     if report.errors:
         found.append({"code": None, "name": "files-not-linted", "count": len(report.errors), "fixable": False})

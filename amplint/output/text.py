@@ -69,7 +69,7 @@ def render(report: RunReport, concise: bool = False, color: bool = False, summar
     out: List[str] = []
     for finding in report.findings:
         if concise:
-            out.append(f"{style.bold(location(finding))}: {style.severity(finding, finding.code)} {finding.message}")
+            out.append(f"{style.bold(location(finding))}: {style.severity(finding, finding.code)} {_marker(finding, report, style)}{finding.message}")
         else:
             out.extend(_full(finding, report, style))
     if summary:
@@ -88,32 +88,51 @@ def render_full(report: RunReport, **options: object) -> str:
 def _full(finding: Finding, report: RunReport, style: Style) -> List[str]:
     width, frame = _frame(finding, report.sources.get(finding.path), style, report.notebooks.get(finding.path))
     lines = [
-        f"{style.severity(finding, finding.code)} {style.bold(finding.message)}",
+        f"{style.severity(finding, finding.code)} {_marker(finding, report, style)}{style.bold(finding.message)}",
         # The arrow lines up with the frame's gutter, as in ruff.
         f"{' ' * width}{style.blue('-->')} {location(finding)}",
         *frame,
     ]
     if finding.help:
         lines.append(f"{style.cyan('help')}: {finding.help}")
+    if finding.fix is not None:
+        lines.append(f"{style.cyan('fix')}: {finding.fix.title}" + ("" if finding.fix.applicability == "safe" else " (unsafe)"))
     lines.append("")
     return lines
+
+
+def _marker(finding: Finding, report: RunReport, style: Style) -> str:
+    """ruff's `[*]`: `--fix` would fix this one."""
+    return style.cyan("[*]") + " " if report.applicable(finding) else ""
 
 
 def _summary(report: RunReport) -> List[str]:
     count = len(report.findings)
     if not count:
+        if report.fixed:
+            return [f"Found {_plural(report.fixed, 'error')} ({report.fixed} fixed, 0 remaining)."]
         return [] if report.errors else ["All checks passed!"]
     warnings = sum(1 for finding in report.findings if finding.severity == "warning")
     errors = count - warnings
     if not warnings:
-        return [f"Found {_plural(errors, 'error')}."]
-    if not errors:
-        return [f"Found {_plural(warnings, 'warning')}."]
-    return [f"Found {_plural(errors, 'error')} and {_plural(warnings, 'warning')}."]
+        found = f"Found {_plural(errors, 'error')}"
+    elif not errors:
+        found = f"Found {_plural(warnings, 'warning')}"
+    else:
+        found = f"Found {_plural(errors, 'error')} and {_plural(warnings, 'warning')}"
+    lines = [f"{found} ({report.fixed} fixed, {count} remaining)." if report.fixed else f"{found}."]
+    fixable = sum(1 for finding in report.findings if report.applicable(finding))
+    hidden = sum(1 for finding in report.findings if finding.fix is not None and not report.applicable(finding))
+    if fixable:
+        lines.append(f"[*] {fixable} fixable with the `--fix` option" + (f" ({_plural(hidden, 'hidden fix')} can be enabled with the `--unsafe-fixes` option)." if hidden else "."))
+    elif hidden:
+        lines.append(f"No fixes available ({_plural(hidden, 'hidden fix')} can be enabled with the `--unsafe-fixes` option).")
+    return lines
 
 
 def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' if count != 1 else ''}"
+    plural = noun + "es" if noun.endswith("fix") else noun + "s"
+    return f"{count} {noun if count == 1 else plural}"
 
 
 def _frame(
@@ -156,8 +175,11 @@ def _width(character: str) -> int:
 def render_statistics(report: RunReport, **_: object) -> str:
     counts = Counter(finding.code for finding in report.findings)
     names = {finding.code: finding.name for finding in report.findings}
+    fixable = {finding.code for finding in report.findings if report.applicable(finding)}
     width = max((len(str(n)) for n in counts.values()), default=1)
-    lines = [f"{str(n).rjust(width)}\t{code}\t{names[code]}" for code, n in sorted(counts.items())]
+    lines = [
+        f"{str(n).rjust(width)}\t{code}\t{'[*] ' if code in fixable else ''}{names[code]}" for code, n in sorted(counts.items())
+    ]
     if report.skipped_functions:
         lines.append(f"{str(len(report.skipped_functions)).rjust(width)}\t-\tfunctions too complex to analyse (skipped)")
     return "\n".join(lines) + "\n" if lines else ""

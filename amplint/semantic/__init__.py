@@ -528,6 +528,17 @@ class SemanticModel:
                         argument=mapper.ref(inner.argument),
                     )
 
+    def spelling_in(self, unit: CodeUnit, key: Optional[str]) -> Optional[str]:
+        """How `unit`'s own code writes the scaler or optimizer `key` (`self.scaler`), read off
+        the AMP calls it makes on it; None when it makes none."""
+        for occurrence in self.occurrences_in(unit):
+            if occurrence.via:
+                continue
+            for ref in (occurrence.receiver, occurrence.argument):
+                if ref is not None and key is not None and ref.key == key:
+                    return ref.text
+        return None
+
     def following(self, occurrence: Occurrence, *kinds: EventKind) -> Optional[Occurrence]:
         """The first event of these kinds after `occurrence` in its unit's source order."""
         found = False

@@ -1,0 +1,365 @@
+"""`amplint --fix`: lint, apply the wanted fixes that do not overlap, check, repeat.
+
+Each round lints the current source, takes the fixes of the findings that are wanted (by
+code and applicability) and not suppressed by a `# noqa`, applies those that touch no
+statement another one touches (`amplint.fix.non_overlapping`), and checks that the result
+is still valid Python (`amplint.fix.still_valid`). Fixes that overlapped one applied this
+round are found again, on the new source, in the next one. A round whose combined result
+would not parse falls back to the first fix that parses alone, and a fix that does not
+parse alone is never applied. The loop ends when no wanted fix is left, or after
+`MAX_ROUNDS`.
+
+Notebooks are fixed cell by cell: the joined code cells are fixed as one module, and each
+cell gets back its own rows (`fix_notebook`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Type
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from amplint.fix import MAX_ROUNDS, Fix, apply, non_overlapping, still_valid
+from amplint.noqa import parse_suppressions
+from amplint.notebook import Notebook, parse_notebook
+from amplint.rule import Rule
+from amplint.semantic import analyze
+from amplint.semantic.exports import ExternalModules
+from amplint.syntax import PythonVersion, parse_module
+
+if TYPE_CHECKING:
+    from amplint.diagnostics import FileResult
+
+# Whether a fix of rule `code` with `applicability` ("safe"/"unsafe") is wanted.
+Wanted = Callable[[str, str], bool]
+
+_RECURSION_LIMIT = 10_000
+
+
+@dataclass
+class FixOutcome:
+    source: str  # the fixed source; the original when nothing was applied
+    applied: Counter = field(default_factory=Counter)  # fixes applied, per rule code
+    error: Optional[str] = None  # why the file was left as it was
+
+    @property
+    def count(self) -> int:
+        return sum(self.applied.values())
+
+
+def wanted_by(
+    unsafe: bool, fixable: Sequence[str] = ("ALL",), unfixable: Sequence[str] = ()
+) -> Wanted:
+    """ruff's selection: a code is fixable when `fixable` names it (or a prefix of it, or
+    "ALL") and `unfixable` does not; unsafe fixes only with `unsafe`."""
+
+    def matches(code: str, selectors: Sequence[str]) -> bool:
+        return any(s == "ALL" or code.startswith(s) for s in selectors)
+
+    def wanted(code: str, applicability: str) -> bool:
+        if applicability != "safe" and not unsafe:
+            return False
+        return matches(code, fixable) and not matches(code, unfixable)
+
+    return wanted
+
+
+def fix_source(
+    source: str,
+    path: str,
+    rules: Sequence[Type[Rule]],
+    wanted: Wanted,
+    external: Optional[ExternalModules] = None,
+    target: Optional[PythonVersion] = None,
+) -> FixOutcome:
+    """`source` with every wanted fix applied that keeps it valid Python."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
+    try:
+        return _fix_source(source, path, rules, wanted, external, target)
+    except RecursionError:
+        return FixOutcome(source, error="not fixed: nesting too deep")
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _fix_source(source, path, rules, wanted, external, target) -> FixOutcome:
+    outcome = FixOutcome(source)
+    for _ in range(MAX_ROUNDS):
+        module = parse_module(outcome.source)
+        if not isinstance(module, cst.Module):
+            outcome.error = outcome.error or "not fixed: LibCST cannot parse it"
+            break
+        if module.code != outcome.source:
+            # Parsed only after normalising (`amplint.syntax`): writing the tree back would
+            # change the file beyond the fix.
+            outcome.error = "not fixed: LibCST parses this file only after normalising it"
+            break
+        fixes = non_overlapping_with_codes(_wanted_fixes(module, outcome.source, rules, wanted, external))
+        if not fixes:
+            break
+        fixed = apply(module, [fix for _, fix in fixes]).code
+        if not still_valid(fixed, path, target):
+            fixes = _first_valid(module, fixes, path, target)
+            if not fixes:
+                break
+            fixed = apply(module, [fix for _, fix in fixes]).code
+        if fixed == outcome.source:
+            break
+        outcome.source = fixed
+        outcome.applied.update(code for code, _ in fixes)
+    return outcome
+
+
+def non_overlapping_with_codes(found: List[Tuple[str, Fix]]) -> List[Tuple[str, Fix]]:
+    chosen = {id(fix) for fix in non_overlapping([fix for _, fix in found])}
+    return [(code, fix) for code, fix in found if id(fix) in chosen]
+
+
+def _first_valid(module: cst.Module, fixes: List[Tuple[str, Fix]], path, target) -> List[Tuple[str, Fix]]:
+    for code, fix in fixes:
+        if still_valid(apply(module, [fix]).code, path, target):
+            return [(code, fix)]
+    return []
+
+
+def _wanted_fixes(
+    module: cst.Module,
+    source: str,
+    rules: Sequence[Type[Rule]],
+    wanted: Wanted,
+    external: Optional[ExternalModules],
+) -> List[Tuple[str, Fix]]:
+    from amplint.engine import run_rules
+
+    reports = [(rule, report) for rule, _, report in run_rules(analyze(module, external), rules)]
+    reports = [(rule, report) for rule, report in reports if report.fix is not None and wanted(rule.code, report.fix.applicability)]
+    if not reports:
+        return []
+    suppressions = parse_suppressions(source)
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    found = []
+    for rule, report in reports:
+        if not suppressions.suppresses(positions[report.node].start.line, rule.code):
+            found.append((rule.code, report.fix))
+    return found
+
+
+# --------------------------------------------------------------------------- files
+
+
+@dataclass
+class FileFix:
+    """One file's fixes: its contents before and after (bytes as they are on disk)."""
+
+    path: str
+    original: bytes
+    fixed: bytes
+    outcome: FixOutcome
+    text_before: str = ""
+    text_after: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed != self.original
+
+
+def fix_file(
+    path: str,
+    data: bytes,
+    rules: Sequence[Type[Rule]],
+    wanted: Wanted,
+    external: Optional[ExternalModules] = None,
+    target: Optional[PythonVersion] = None,
+) -> FileFix:
+    """Fix one file's contents: a notebook cell by cell, Python source in its own encoding."""
+    from amplint.notebook import is_notebook
+    from amplint.source import decode_notebook, decode_python, encode_like
+
+    if is_notebook(path):
+        text = decode_notebook(data, path)
+        if not isinstance(text, str):
+            return FileFix(path, data, data, FixOutcome("", error=text.message))
+        fixed_text, outcome = fix_notebook(text, path, rules, wanted, external, target)
+        fixed = fixed_text.encode("utf-8") if fixed_text != text else data
+        return FileFix(path, data, fixed, outcome, text, fixed_text)
+    source = decode_python(data, path)
+    if not isinstance(source, str):
+        return FileFix(path, data, data, FixOutcome("", error=source.message))
+    outcome = fix_source(source, path, rules, wanted, external, target)
+    if outcome.source == source:
+        return FileFix(path, data, data, outcome, source, source)
+    try:
+        fixed = encode_like(outcome.source, data)
+    except (UnicodeEncodeError, LookupError, SyntaxError) as error:
+        return FileFix(path, data, data, FixOutcome(source, error=f"not fixed: cannot encode the result ({error})"), source, source)
+    return FileFix(path, data, fixed, outcome, source, outcome.source)
+
+
+def fix_results(
+    results: Sequence["FileResult"],
+    codes_by_path: Dict[str, Tuple[str, ...]],
+    wanted: Wanted,
+    target: Optional[PythonVersion] = None,
+    stdin_data: Optional[bytes] = None,
+) -> List[FileFix]:
+    """The fixes of a lint run's files that have a wanted fix, each file fixed with the rules
+    selected for it and the summaries of the linted modules it imports (as it was linted)."""
+    from amplint.project import imported_summaries
+    from amplint.rules import ALL_RULES
+
+    summaries = {r.path: r.summary for r in results if r.summary}
+    fixes = []
+    for result in results:
+        if result.error is not None or not any(
+            f.fix is not None and wanted(f.code, f.fix.applicability) for f in result.findings
+        ):
+            continue
+        if stdin_data is not None:
+            data = stdin_data
+        else:
+            try:
+                with open(result.path, "rb") as handle:
+                    data = handle.read()
+            except OSError as error:
+                fixes.append(FileFix(result.path, b"", b"", FixOutcome("", error=f"not fixed: cannot read it ({error.strerror})")))
+                continue
+        used = imported_summaries(result, summaries)
+        external = ExternalModules(result.path, used) if used else None
+        codes = codes_by_path.get(result.path, ())
+        rules = [rule for rule in ALL_RULES if rule.code in codes]
+        fixes.append(fix_file(result.path, data, rules, wanted, external, target))
+    return fixes
+
+
+def write_fixed(fix: FileFix) -> Optional[str]:
+    """Write a fixed file in place (atomically, keeping its mode); why not, or None."""
+    import os
+    import tempfile
+
+    try:
+        with open(fix.path, "rb") as handle:
+            if handle.read() != fix.original:
+                return "not fixed: the file changed while amplint ran"
+        mode = os.stat(fix.path).st_mode
+        directory = os.path.dirname(os.path.abspath(fix.path))
+        descriptor, temporary = tempfile.mkstemp(prefix=".amplint-fix-", dir=directory)
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(fix.fixed)
+            os.chmod(temporary, mode & 0o7777)
+            os.replace(temporary, fix.path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as error:
+        return f"not fixed: cannot write it ({error.strerror or error})"
+    return None
+
+
+def applied_fixes(fixes: Sequence[FileFix]) -> str:
+    """`--show-fixes`: what was fixed, per file and rule, as ruff lists it."""
+    from amplint.rules import ALL_RULES
+
+    names = {rule.code: rule.name for rule in ALL_RULES}
+    changed = [fix for fix in fixes if fix.changed and fix.outcome.count]
+    total = sum(fix.outcome.count for fix in changed)
+    lines = [f"Fixed {total} error{'s' if total != 1 else ''}:"]
+    for fix in sorted(changed, key=lambda f: f.path):
+        lines.append(f"- {fix.path}:")
+        for code, count in sorted(fix.outcome.applied.items()):
+            lines.append(f"    {count} × {code} ({names.get(code, '')})")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def fix_notebook(
+    text: str,
+    path: str,
+    rules: Sequence[Type[Rule]],
+    wanted: Wanted,
+    external: Optional[ExternalModules] = None,
+    target: Optional[PythonVersion] = None,
+) -> Tuple[str, FixOutcome]:
+    """The notebook's JSON text with its code cells fixed, and the outcome for its joined code.
+
+    A cell gets back the rows of the fixed module that stand for it. A fix that adds or
+    removes rows does so within a cell, and a cell whose rows were not all kept (a cell
+    joined with the next one, a magic line changed) leaves the notebook as it was."""
+    notebook = parse_notebook(text, path)
+    if not isinstance(notebook, Notebook):
+        return text, FixOutcome(text)
+    outcome = fix_source(notebook.python, path, rules, wanted, external, target)
+    if not outcome.count:
+        return text, outcome
+    cells = _split_cells(notebook, outcome.source)
+    if cells is None:
+        return text, FixOutcome(text, error="not fixed: a fix would move code between cells")
+    data = json.loads(text)
+    for index, lines in cells.items():
+        cell = data["cells"][index]
+        as_list = isinstance(cell.get("source"), list)
+        joined = "".join(lines)
+        if joined.endswith("\n") and not _ended_with_newline(cell.get("source")):
+            joined = joined[:-1]
+        cell["source"] = joined.splitlines(keepends=True) if as_list else joined
+    indent = _indent_of(text)
+    fixed = json.dumps(data, indent=indent, ensure_ascii=False) + ("\n" if text.endswith("\n") else "")
+    return fixed, outcome
+
+
+def _ended_with_newline(source) -> bool:
+    text = "".join(source) if isinstance(source, list) else (source or "")
+    return text.endswith("\n")
+
+
+def _indent_of(text: str) -> Optional[int]:
+    for line in text.splitlines()[1:3]:
+        stripped = line.lstrip(" ")
+        if stripped != line:
+            return len(line) - len(stripped)
+    return None
+
+
+def _split_cells(notebook, fixed: str) -> Optional[Dict[int, List[str]]]:
+    """Fixed rows per code cell (index in the notebook's `cells`), for the cells that changed."""
+    import difflib
+
+    before = notebook.python.splitlines(keepends=True)
+    after = fixed.splitlines(keepends=True)
+    owner = [notebook.cells.cell_at(row) for row in range(1, len(before) + 1)]
+    rows: Dict[int, List[str]] = {}  # cell's first row -> fixed rows
+    changed = set()
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                cell = owner[i1 + k]
+                if cell is not None:
+                    rows.setdefault(id(cell), []).append(after[j1 + k])
+            continue
+        cells = {id(owner[i]) for i in range(i1, i2) if owner[i] is not None}
+        if not cells and i1 > 0:  # an insertion: it belongs to the cell of the row before
+            cells = {id(owner[i1 - 1])} if owner[i1 - 1] is not None else set()
+        if len(cells) != 1:
+            return None
+        key = cells.pop()
+        changed.add(key)
+        rows.setdefault(key, []).extend(after[j1:j2])
+    shown = notebook.display.splitlines(keepends=True)
+    result: Dict[int, List[str]] = {}
+    for cell in notebook.cells.cells:
+        if id(cell) not in changed:
+            continue
+        rows_of_cell = slice(cell.first_row - 1, cell.last_row)
+        if cell.indent or shown[rows_of_cell] != before[rows_of_cell]:
+            return None  # parsed dedented, or with magics neutralised: not written back
+        result[cell.number - 1] = rows[id(cell)]
+    return result
