@@ -238,7 +238,11 @@ def check_command(argv: Sequence[str]) -> int:
         if reads_stdin:
             fixed = next((fix.fixed for fix in fixes), stdin_data)
             stdin_data = fixed
-            sys.stdout.buffer.write(fixed or b"")
+            out = getattr(sys.stdout, "buffer", None)
+            if out is not None:
+                out.write(fixed or b"")
+            else:  # a text stream standing in for standard output
+                sys.stdout.write((fixed or b"").decode("utf-8", "surrogateescape"))
             sys.stdout.flush()
             results = lint_all()
         else:

@@ -210,6 +210,19 @@ for x in loader:
 """,
             at=((7, 13),),
         ),
+        # The per-iteration shape (the fix moves the step, and what follows it, out of the `with`).
+        Flagged(
+            """
+import torch
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            at=((7, 9),),
+        ),
     )
 
 

@@ -142,3 +142,19 @@ def pytest_collection_modifyitems(config, items):
     )
     if slow:
         items[:] = slow + [item for item in items if not item.get_closest_marker("slow")]
+
+
+@pytest.fixture
+def project(tmp_path):
+    """Write {name: text or bytes} under tmp_path; returns tmp_path."""
+    def write(files):
+        for name, text in files.items():
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(text, bytes):
+                path.write_bytes(text)
+            else:
+                path.write_text(text)
+        return tmp_path
+
+    return write

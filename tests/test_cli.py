@@ -29,21 +29,6 @@ LOOP_IN_AUTOCAST = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def project(tmp_path):
-    def write(files):
-        for name, text in files.items():
-            path = tmp_path / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(text, bytes):
-                path.write_bytes(text)
-            else:
-                path.write_text(text)
-        return tmp_path
-
-    return write
-
-
 def test_exit_codes_and_text_output(project):
     # Through a real `python -m amplint` process: exit codes and output as a shell sees them.
     amplint = run_amplint

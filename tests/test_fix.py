@@ -1,0 +1,368 @@
+"""`amplint --fix`: what each fix writes, and the guarantees every fix keeps.
+
+A fix is written only if the result is valid Python; applying fixes twice changes nothing the
+second time; only the flagged statements change; after a fix its rule no longer reports the
+finding; fixes that touch the same statement are applied one per round, never merged.
+"""
+
+import json
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amplint.engine import lint_text
+from amplint.fix import Fix, still_valid
+from amplint.fixer import fix_source, wanted_by
+from amplint.rules import ALL_RULES
+from conftest import BUGGY
+from test_notebooks import cell, notebook
+
+ALL = wanted_by(True)
+SAFE = wanted_by(False)
+FIXABLE_RULES = [rule for rule in ALL_RULES if rule.code in {"AMP001", "AMP003", "AMP004", "AMP005", "AMP006", "AMP014"}]
+
+
+def fixed(source, wanted=ALL):
+    return fix_source(textwrap.dedent(source), "t.py", ALL_RULES, wanted)
+
+
+def codes(source):
+    return [f.code for f in lint_text(source)]
+
+
+# --------------------------------------------------------------------------- guarantees, on every example
+
+
+@pytest.mark.parametrize("rule", FIXABLE_RULES, ids=lambda r: r.code)
+def test_every_fix_of_an_invalid_example_parses_removes_the_finding_and_is_idempotent(rule):
+    applied_somewhere = False
+    for example in rule.INVALID:
+        outcome = fix_source(example.source, "t.py", ALL_RULES, ALL)
+        assert still_valid(outcome.source, "t.py"), outcome.source
+        before = codes(example.source).count(rule.code)
+        after = codes(outcome.source).count(rule.code)
+        if outcome.applied.get(rule.code):
+            applied_somewhere = True
+            assert after < before, outcome.source
+        again = fix_source(outcome.source, "t.py", ALL_RULES, ALL)
+        assert again.source == outcome.source and not again.count
+    assert applied_somewhere, f"no {rule.code} example gets a fix"
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_valid_examples_are_left_alone(rule):
+    for example in rule.VALID:
+        outcome = fix_source(example, "t.py", [rule], ALL)
+        assert outcome.source == example and not outcome.count
+
+
+# --------------------------------------------------------------------------- what each fix writes
+
+
+def test_amp001_scales_the_loss_with_the_scaler_that_steps():
+    outcome = fixed(
+        """\
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(x), y)
+            loss.backward()  # comments stay
+            scaler.step(opt)
+            scaler.update()
+        """
+    )
+    assert "    scaler.scale(loss).backward()  # comments stay\n" in outcome.source
+    assert dict(outcome.applied) == {"AMP001": 1}
+
+
+def test_amp003_inserts_the_unscale_with_the_users_names():
+    outcome = fixed(BUGGY)
+    lines = outcome.source.splitlines()
+    assert lines[7:10] == [
+        "    scaler.unscale_(optimizer)",
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+        "    scaler.step(optimizer)",
+    ]
+    assert outcome.source.replace("    scaler.unscale_(optimizer)\n", "", 1) == BUGGY  # nothing else changed
+
+
+def test_amp003_moves_a_later_unscale_up_rather_than_adding_a_second_one():
+    outcome = fixed(
+        """\
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        scaler.unscale_(opt)  # moved with its comment
+        scaler.step(opt)
+        scaler.update()
+        """
+    )
+    assert outcome.source.splitlines()[2:5] == [
+        "scaler.scale(loss).backward()",
+        "scaler.unscale_(opt)  # moved with its comment",
+        "torch.nn.utils.clip_grad_norm_(params, 1.0)",
+    ]
+    assert outcome.source.count("unscale_") == 1
+
+
+def test_amp003_has_no_fix_when_the_optimizer_is_ambiguous():
+    outcome = fixed(
+        """\
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        scaler.step(opt_a)
+        scaler.step(opt_b)
+        scaler.update()
+        """
+    )
+    assert not outcome.count
+
+
+def test_amp005_steps_through_the_scaler_and_adds_the_missing_update():
+    outcome = fixed(
+        """\
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        for x in loader:
+            scaler.scale(model(x).sum()).backward()
+            opt.step()
+            opt.zero_grad()
+        """
+    )
+    assert outcome.source.splitlines()[3:7] == [
+        "    scaler.scale(model(x).sum()).backward()",
+        "    scaler.step(opt)",
+        "    scaler.update()",
+        "    opt.zero_grad()",
+    ]
+
+
+def test_amp005_keeps_an_update_that_follows_and_leaves_a_conditional_one_alone():
+    follows = fixed(
+        """\
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        scaler.scale(loss).backward()
+        opt.step()
+        scaler.update()
+        """
+    )
+    assert follows.source.splitlines()[3:] == ["scaler.step(opt)", "scaler.update()"]
+    # An update in a branch would leave some steps without one, or update twice: no fix.
+    conditional = """\
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        scaler.scale(loss).backward()
+        opt.step()
+        if calls_update:
+            scaler.update()
+        """
+    assert not fixed(conditional).count
+
+
+def test_amp004_and_amp006_move_the_rest_of_the_block_out_of_autocast_only_as_unsafe_fixes():
+    source = """\
+        import torch
+        scaler = torch.amp.GradScaler("cuda")
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(x), y)
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            log(loss)
+        """
+    assert not fixed(source, SAFE).count
+    outcome = fixed(source)
+    assert outcome.source.splitlines()[3:9] == [
+        '    with torch.autocast("cuda", dtype=torch.float16):',
+        "        loss = loss_fn(model(x), y)",
+        "    scaler.scale(loss).backward()",
+        "    scaler.step(opt)",
+        "    scaler.update()",
+        "    log(loss)",
+    ]
+    assert not {"AMP004", "AMP006"} & set(codes(outcome.source))
+
+
+def test_amp014_rewrites_the_call_and_adds_the_import_once():
+    outcome = fixed(
+        '''\
+        """A training script."""
+        from torch.cuda.amp import autocast, GradScaler
+        scaler = GradScaler(enabled=use_amp)
+        with autocast(use_amp, torch.bfloat16):
+            loss = model(x)
+        '''
+    )
+    assert outcome.source == textwrap.dedent(
+        '''\
+        """A training script."""
+        from torch.cuda.amp import autocast, GradScaler
+        import torch
+        scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+        with torch.amp.autocast("cuda", enabled=use_amp, dtype=torch.bfloat16):
+            loss = model(x)
+        '''
+    )
+    assert dict(outcome.applied) == {"AMP014": 2}
+
+
+# --------------------------------------------------------------------------- what is never fixed
+
+
+def test_a_suppressed_finding_is_not_fixed():
+    source = BUGGY.replace("1.0)\n", "1.0)  # noqa: AMP003\n")
+    assert not fix_source(source, "t.py", ALL_RULES, ALL).count
+
+
+def test_fixable_and_unfixable_select_by_code():
+    assert not fixed(BUGGY, wanted_by(False, unfixable=["AMP003"])).count
+    assert not fixed(BUGGY, wanted_by(False, fixable=["AMP00"], unfixable=["AMP0"])).count
+    assert fixed(BUGGY, wanted_by(False, fixable=["AMP003"])).count == 1
+
+
+def test_a_fix_whose_result_would_not_parse_is_never_applied(monkeypatch):
+    from amplint.rules import amp003_clip_before_unscale as amp003
+
+    # A `match` statement is a syntax error in the project's Python 3.8.
+    match = cst.parse_statement("match x:\n    case 1:\n        pass\n")
+
+    def too_new(clip, scaler_key, model):
+        return Fix("break it", insert_before=((model.index.statement_of(clip.node), (match,)),))
+
+    monkeypatch.setattr(amp003, "_fix", too_new)
+    outcome = fix_source(BUGGY, "t.py", ALL_RULES, ALL, target=(3, 8))
+    assert outcome.source == BUGGY and not outcome.count
+    assert "match x:" in fix_source(BUGGY, "t.py", ALL_RULES, ALL, target=(3, 10)).source
+
+
+def test_a_file_libcst_parses_only_after_normalising_is_not_fixed():
+    # LibCST rejects `b'é'`-style literals CPython reads (amplint.syntax normalises them).
+    source = BUGGY + 'print(f"{x!r:>{width}}")\n'
+    outcome = fix_source(source, "t.py", ALL_RULES, ALL)
+    assert outcome.count in (0, 1)  # either LibCST parses it as is, or nothing is written
+    if not outcome.count:
+        assert outcome.source == source
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_diff_prints_and_writes_nothing(amplint, project):
+    root = project({"train.py": BUGGY})
+    result = amplint("--diff", "train.py", cwd=root)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("--- a/train.py\n+++ b/train.py\n")
+    assert "+    scaler.unscale_(optimizer)\n" in result.stdout
+    assert "Would fix 1 error." in result.stderr
+    assert (root / "train.py").read_text() == BUGGY
+    clean = project({"clean.py": "import torch\n"})
+    assert amplint("--diff", "clean.py", cwd=clean).returncode == 0
+
+
+def test_fix_writes_reports_what_remains_and_a_second_run_changes_nothing(amplint, project):
+    source = BUGGY + textwrap.dedent(
+        """\
+        with torch.autocast("cuda"):
+            out = model(x)
+            out.sum().backward()
+        """
+    )
+    root = project({"train.py": source})
+    result = amplint("--fix", "--show-fixes", "--concise", "train.py", cwd=root)
+    assert result.returncode == 1  # the unsafe fix was not applied: AMP006 remains
+    assert "train.py:14:5: AMP006" in result.stdout  # one row further down: the unscale_ was inserted
+    assert "Found 1 error (1 fixed, 1 remaining)." in result.stdout
+    assert "No fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option)." in result.stdout
+    assert "- train.py:\n    1 × AMP003 (clip-before-unscale)\n" in result.stdout
+    assert "scaler.unscale_(optimizer)" in (root / "train.py").read_text()
+    result = amplint("--fix", "--unsafe-fixes", "train.py", cwd=root)
+    assert result.returncode == 0, result.stdout
+    assert (root / "train.py").read_text().endswith('with torch.autocast("cuda"):\n    out = model(x)\nout.sum().backward()\n')
+    assert amplint("--diff", "--unsafe-fixes", "train.py", cwd=root).returncode == 0
+
+
+def test_fix_only_exits_zero_with_findings_left(amplint, project):
+    root = project({"train.py": BUGGY.replace("scaler.scale(loss).backward()", "scaler.scale(loss).backward()\n    print(p.grad.norm())")})
+    result = amplint("--fix-only", "train.py", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Fixed 1 error.\n"
+
+
+def test_fix_from_stdin_writes_the_fixed_source_to_stdout(amplint, tmp_path):
+    result = amplint("--fix", "--stdin-filename", "train.py", cwd=tmp_path, input=BUGGY)
+    assert result.returncode == 0, result.stderr
+    assert "    scaler.unscale_(optimizer)\n" in result.stdout and result.stdout.startswith("import torch\n")
+    assert "Found 1 error (1 fixed, 0 remaining)." in result.stderr
+    assert not (tmp_path / "train.py").exists()
+
+
+def test_configuration_decides_what_is_fixable(amplint, project):
+    root = project(
+        {
+            "pyproject.toml": '[tool.amplint]\nunfixable = ["AMP003"]\n',
+            "train.py": BUGGY,
+        }
+    )
+    result = amplint("--fix", "train.py", cwd=root)
+    assert result.returncode == 1 and (root / "train.py").read_text() == BUGGY
+    unknown = amplint("--fix", "--unfixable", "AMP999", "train.py", cwd=root)
+    assert unknown.returncode == 2 and "AMP999" in unknown.stderr
+    bad = project({"pyproject.toml": '[tool.amplint]\nunsafe-fixes = "yes"\n', "train.py": BUGGY})
+    assert amplint("train.py", cwd=bad).returncode == 2
+
+
+def test_encoding_and_line_endings_are_kept(amplint, project):
+    source = "# -*- coding: latin-1 -*-\n# café\n" + BUGGY
+    root = project({})
+    (root / "train.py").write_bytes(source.replace("\n", "\r\n").encode("latin-1"))
+    assert amplint("--fix", "train.py", cwd=root).returncode == 0
+    data = (root / "train.py").read_bytes()
+    assert b"# caf\xe9\r\n" in data and b"    scaler.unscale_(optimizer)\r\n" in data
+    assert b"\n" not in data.replace(b"\r\n", b"")
+
+
+def test_notebooks_are_fixed_cell_by_cell(amplint, project):
+    setup = cell("import torch\nscaler = torch.amp.GradScaler('cuda')\n")
+    loop = cell(
+        "for x, y in loader:\n"
+        "    with torch.autocast('cuda', dtype=torch.float16):\n"
+        "        loss = loss_fn(model(x), y)\n"
+        "    scaler.scale(loss).backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+    )
+    text = notebook(cell("# Training", kind="markdown"), setup, loop)
+    root = project({"train.ipynb": text})
+    result = amplint("--fix", "train.ipynb", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads((root / "train.ipynb").read_text())
+    assert document["cells"][1]["source"] == setup["source"]
+    assert document["cells"][2]["source"][3:6] == [
+        "    scaler.scale(loss).backward()\n",
+        "    scaler.unscale_(optimizer)\n",
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+    ]
+    assert amplint("train.ipynb", cwd=root).returncode == 0
+
+
+def test_sarif_carries_the_fix(amplint, project):
+    root = project({"train.py": BUGGY})
+    sarif = json.loads(amplint("--output-format", "sarif", "train.py", cwd=root).stdout)
+    (result,) = sarif["runs"][0]["results"]
+    (fix,) = result["fixes"]
+    assert fix["description"]["text"] == "Unscale before clipping: `scaler.unscale_(optimizer)`"
+    (change,) = fix["artifactChanges"]
+    assert change["replacements"] == [
+        {
+            "deletedRegion": {"startLine": 8, "startColumn": 1, "endLine": 8, "endColumn": 1},
+            "insertedContent": {"text": "    scaler.unscale_(optimizer)\n"},
+        }
+    ]
