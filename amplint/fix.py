@@ -7,19 +7,21 @@ ones change code the user should look at (moving a step out of an autocast block
 GradScaler out of a loop). Changes are made by identity on the parsed tree, so formatting and
 comments everywhere else stay as they were.
 
-`fix_source` runs the rules, applies every selected fix that does not touch a statement
-another fix touches, checks the result still parses, and repeats on the new source until no
-fix applies: overlapping fixes are applied one after another, never merged. A fix whose
-result does not parse is never written.
+`amplint.fixer` lints, applies every selected fix that touches no statement another one
+touches, checks that the result is still valid Python, and repeats on the new source until
+no fix applies: overlapping fixes are applied one after another, never merged.
 """
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
 
 import libcst as cst
+
+if TYPE_CHECKING:
+    from amplint.semantic import Occurrence, SemanticModel
 
 SAFE = "safe"
 UNSAFE = "unsafe"
@@ -88,6 +90,72 @@ def block_of(module: cst.Module, statement: cst.CSTNode) -> Optional[Sequence[cs
 
     module.visit(_Finder())
     return found[0] if found else None
+
+
+def contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Whether `node` (by identity) is `tree` or inside it."""
+    found: List[bool] = []
+
+    class _Finder(cst.CSTVisitor):
+        def on_visit(self, visited: cst.CSTNode) -> bool:
+            if visited is node:
+                found.append(True)
+            return not found
+
+    tree.visit(_Finder())
+    return bool(found)
+
+
+def unscale_before(model: "SemanticModel", occurrence: "Occurrence", scaler_key: Optional[str], what: str) -> Optional[Fix]:
+    """`scaler.unscale_(optimizer)` before the statement that holds `occurrence` (a clip, a
+    gradient read), in the block of the `scaler.step(optimizer)` that follows it: so that it
+    runs once per step even when the use sits in a loop or a branch. A later `unscale_` of
+    that optimizer in the same block is moved up instead (a second one would raise). None
+    unless the function writes the use and one `scaler.step(...)` of one optimizer after it,
+    with a plain GradScaler."""
+    from amplint.semantic.model import EventKind
+
+    info = model.scalers.get(scaler_key) if scaler_key is not None else None
+    if occurrence.via or info is None or info.framework is not None:
+        return None
+    mine = [
+        other for other in model.occurrences_in(occurrence.unit)
+        if other.receiver is not None and other.receiver.key == scaler_key and isinstance(other.node, cst.Call)
+    ]
+    if any(other.via for other in mine):
+        return None
+    # The steps after the use: those whose block holds, before them, the statement with the use.
+    found = []
+    for step in mine:
+        if step.kind is not EventKind.SCALER_STEP or step.argument is None:
+            continue
+        line = model.index.statement_of(step.node)
+        block = block_of(model.module, line) if line is not None else None
+        if block is None:
+            continue
+        position = next(i for i, item in enumerate(block) if item is line)
+        anchor = next((item for item in block[:position] if contains(item, occurrence.node)), None)
+        if anchor is not None:
+            found.append((step, block, block.index(anchor), position))
+    if len({step.argument.text for step, *_ in found}) != 1:
+        return None
+    step, block, start, position = found[0]
+    optimizer = step.argument.text
+    scaler = model.spelling_in(occurrence.unit, scaler_key)
+    if scaler is None:
+        return None
+    anchor = block[start]
+    title = f"Unscale before {what}: `{scaler}.unscale_({optimizer})`"
+    between = [
+        other for other in mine
+        if other.kind is EventKind.UNSCALE and any(contains(item, other.node) for item in block[start:position])
+    ]
+    if not between:
+        return Fix(title, insert_before=((anchor, (statement(f"{scaler}.unscale_({optimizer})"),)),))
+    later_line = model.index.statement_of(between[0].node)
+    if len(between) != 1 or later_line is None or not any(item is later_line for item in block[start + 1 : position]):
+        return None
+    return Fix(title + ", moved up from after it", insert_before=((anchor, (later_line,)),), remove=(later_line,))
 
 
 def out_of_with(module: cst.Module, anchor: cst.Call, line: cst.BaseStatement, what: str) -> Optional[Fix]:

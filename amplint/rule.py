@@ -19,7 +19,7 @@ from amplint.fix import Fix
 from amplint.semantic import AMP_VOCABULARY, EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
 
-DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead")
+DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead", "Fix safety")
 DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules.md#{code}"
 
 

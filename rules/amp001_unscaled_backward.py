@@ -56,6 +56,15 @@ class UnscaledBackward(Rule):
     DeepSpeed's `engine.backward(loss)`, Lightning's `self.manual_backward(loss)`) scale
     the loss themselves and are not flagged; nor are paths where the scaler is known to be
     `None` or disabled.
+
+    ## Fix safety
+    Safe. `loss.backward()` becomes `scaler.scale(loss).backward()` (and
+    `torch.autograd.backward(loss)` becomes `scaler.scale(loss).backward()`), with the scaler as
+    the function that steps it writes it. Offered only where the backward and the
+    `scaler.step(...)` are written in the same function, with a plain `GradScaler` (a framework's
+    backward is spelled `accelerator.backward(loss)` or `self.manual_backward(loss)`: fix those
+    by hand). `amplint verify --fixes` runs the fixed `buggy.py`: it reports exactly what
+    `fixed.py` reports, in every scenario.
     """
 
     code = "AMP001"

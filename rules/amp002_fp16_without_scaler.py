@@ -56,6 +56,11 @@ class Fp16WithoutScaler(Rule):
     unknown at lint time (a parameter, a config lookup), `enabled=False`, inference (no backward,
     `torch.no_grad()`, `torch.inference_mode()`), and framework-managed loops
     (`accelerator.backward`, Lightning, DeepSpeed) that scale the loss themselves.
+
+    ## Fix safety
+    No fix. The two corrections change the run in different ways, and which one is right is
+    the user's call: add a `GradScaler` (scale the loss, step and update through it) or switch
+    the region to `dtype=torch.bfloat16` (which needs hardware that has it).
     """
 
     code = "AMP002"

@@ -4,7 +4,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from amplint.fix import Fix, block_of, statement
+from amplint.fix import Fix, unscale_before
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
@@ -49,6 +49,14 @@ class ClipBeforeUnscale(Rule):
     scaler.update()
     ```
     `accelerator.clip_grad_norm_` unscales by itself and is not flagged.
+
+    ## Fix safety
+    Safe. `scaler.unscale_(optimizer)` is inserted just before the clip, with the scaler and the
+    optimizer the function steps next; an `unscale_` of that optimizer later in the same block
+    is moved up instead (a second one would raise). No fix where the optimizer is ambiguous (the
+    scaler steps several after the clip), the clip is in another function than the step, or
+    the scaler is a framework's. `amplint verify --fixes`: the fixed `buggy.py` reports exactly
+    what `fixed.py` reports.
     """
 
     code = "AMP003"
@@ -231,39 +239,6 @@ def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) 
 
 
 def _fix(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> Optional[Fix]:
-    """`scaler.unscale_(optimizer)` just before the clip, with the scaler and the optimizer
-    the function steps next; an `unscale_` of that optimizer later in the same block is moved
-    up instead (a second one would raise). Only when the function writes the clip and one
-    `scaler.step(...)` of one optimizer after it, with a plain GradScaler."""
-    info = model.scalers.get(scaler_key) if scaler_key is not None else None
-    if clip.via or info is None or info.framework is not None or not isinstance(clip.node, cst.Call):
+    if not isinstance(clip.node, cst.Call):
         return None
-    after = False
-    steps, unscales = set(), []
-    for other in model.occurrences_in(clip.unit):
-        if other is clip:
-            after = True
-        elif after and other.receiver is not None and other.receiver.key == scaler_key:
-            if other.via:
-                return None
-            if other.kind is EventKind.SCALER_STEP and other.argument is not None:
-                steps.add(other.argument.text)
-            elif other.kind is EventKind.UNSCALE:
-                unscales.append(other)
-    if len(steps) != 1:
-        return None
-    optimizer = next(iter(steps))
-    scaler = model.spelling_in(clip.unit, scaler_key)
-    line = model.index.statement_of(clip.node)
-    if scaler is None or not isinstance(line, cst.SimpleStatementLine):
-        return None
-    title = f"Unscale before clipping: `{scaler}.unscale_({optimizer})`"
-    if not unscales:
-        return Fix(title, insert_before=((line, (statement(f"{scaler}.unscale_({optimizer})"),)),))
-    later = unscales[0]
-    later_line = model.index.statement_of(later.node) if isinstance(later.node, cst.Call) else None
-    block = block_of(model.module, line)
-    if len(unscales) != 1 or later_line is None or block is None or not any(item is later_line for item in block):
-        return None
-    return Fix(title + ", moved up from after it", insert_before=((line, (later_line,)),), remove=(later_line,))
-
+    return unscale_before(model, clip, scaler_key, "clipping")

@@ -54,6 +54,14 @@ class ScaledLossPlainStep(Rule):
     scaler.step(optimizer)
     scaler.update()
     ```
+
+    ## Fix safety
+    Safe. `optimizer.step()` becomes `scaler.step(optimizer)`, followed by `scaler.update()` when
+    the function never updates the scaler. No fix where an update comes before the step or only
+    in some branches after it (stepping through the scaler would then raise, or update twice),
+    where the step takes arguments (a closure), or where the scaler is a framework's (prepare the
+    optimizer instead). The fixture's `buggy.py` updates the scaler only in some scenarios, so
+    `amplint verify --fixes` lists it as having no fix.
     """
 
     code = "AMP005"

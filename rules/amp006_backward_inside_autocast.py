@@ -53,6 +53,12 @@ class BackwardInsideAutocast(Rule):
     A custom `autograd.Function` whose backward must match its forward's precision should
     also decorate `forward` with `@torch.amp.custom_fwd(device_type=...)` and `backward` with
     `@torch.amp.custom_bwd(device_type=...)`.
+
+    ## Fix safety
+    Unsafe (applied with `--unsafe-fixes`): the backward and every statement after it in the
+    `with` block move after the block, so code after the backward runs in float32 too. Offered
+    only where the backward is written directly in a `with` whose only item is the autocast.
+    `amplint verify --fixes`: the fixed `buggy.py` reports exactly what `fixed.py` reports.
     """
 
     code = "AMP006"

@@ -73,6 +73,11 @@ class ScalerStateNotCheckpointed(Rule):
     optimizer.load_state_dict(checkpoint["optimizer"])
     scaler.load_state_dict(checkpoint["scaler"])
     ```
+
+    ## Fix safety
+    No fix. Where the scaler's state belongs depends on how the checkpoint is built and read
+    back (a dict, a trainer's `state_dict()`, separate files); both the save and the load need
+    it. Add `"scaler": scaler.state_dict()` and `scaler.load_state_dict(checkpoint["scaler"])`.
     """
 
     code = "AMP007"

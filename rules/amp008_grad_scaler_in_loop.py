@@ -1,11 +1,14 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional, Set
 
+import libcst as cst
+
+from amplint.fix import UNSAFE, Fix
 from amplint.rule import Flagged, Prediction, Report, Rule
 from amplint.semantic import Occurrence, Repetition, SemanticModel
 from amplint.semantic.index import CallRecord
-from amplint.semantic.names import source_text
+from amplint.semantic.names import names_bound, names_read, roots, source_text
 
 
 class GradScalerInLoop(Rule):
@@ -65,6 +68,14 @@ class GradScalerInLoop(Rule):
         scaler.step(optimizer)
         scaler.update()
     ```
+
+    ## Fix safety
+    Unsafe (applied with `--unsafe-fixes`): a `scaler = GradScaler(...)` written directly in the
+    loop's body moves to just before the loop, when its arguments read nothing the loop binds.
+    The scaler then keeps its scale across iterations, which is the point, but code that
+    relied on a fresh scaler (a reset after a resume) should be read again. No fix for a
+    scaler built in a per-step function: building it once means a new parameter and a change
+    at every call site.
     """
 
     code = "AMP008"
@@ -129,7 +140,7 @@ class GradScalerInLoop(Rule):
                 steps = model.scaler_steps_within(scaler.key, record, loop)
                 lasting = [step for step in steps if model.outlives(step.argument, record.unit, loop)]
                 if lasting:
-                    yield Report(record.node, _message(scaler.name, record, loop, lasting[0]))
+                    yield Report(record.node, _message(scaler.name, record, loop, lasting[0]), fix=_hoist(record, loop, model))
                     break
 
     VALID = (
@@ -367,3 +378,50 @@ def _message(name: str, record: CallRecord, loop: Repetition, step: Occurrence) 
         f"{where}: each starts again at the initial scale (65536 by default) while `{optimizer}` carries on, so the "
         f"scale never adapts and, whenever 65536 overflows float16, the same steps are skipped again. {fix}"
     )
+
+
+def _hoist(record: CallRecord, loop: Repetition, model: SemanticModel) -> Optional[Fix]:
+    """Unsafe: `scaler = GradScaler(...)`, written directly in the loop's body, moves to just
+    before the loop, when its arguments read nothing the loop binds."""
+    if loop.via or not isinstance(record.node, cst.Call) or not isinstance(loop.loop.body, cst.IndentedBlock):
+        return None
+    line = model.index.statement_of(record.node)
+    if not isinstance(line, cst.SimpleStatementLine) or not any(item is line for item in loop.loop.body.body):
+        return None
+    if set(roots(names_read(record.node))) & _bound_in(loop.loop):
+        return None
+    return Fix(
+        f"Build the scaler once, before `{loop.header}`",
+        applicability=UNSAFE,
+        insert_before=((loop.loop, (line,)),),
+        remove=(line,),
+    )
+
+
+def _bound_in(loop: cst.CSTNode) -> Set[str]:
+    """The names a loop (re)binds in its header and body."""
+    bound: Set[str] = set()
+
+    class _Binder(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            bound.update(roots(names_bound(node.target)))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            bound.update(roots(names_bound(node.target)))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            bound.update(roots(names_bound(node.target)))
+
+        def visit_For(self, node: cst.For) -> None:
+            bound.update(roots(names_bound(node.target)))
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            bound.update(roots(names_bound(node.target)))
+
+        def visit_WithItem(self, node: cst.WithItem) -> None:
+            if node.asname is not None:
+                bound.update(roots(names_bound(node.asname.name)))
+
+    loop.visit(_Binder())
+    return bound
+

@@ -4,6 +4,7 @@ from typing import Dict, Iterator, Optional
 
 import libcst as cst
 
+from amplint.fix import unscale_before
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
@@ -54,6 +55,17 @@ class ScaledGradientsRead(Rule):
     ```
     For a gradient penalty, divide the gradients of the scaled loss by the scale:
     `grads = [g / scaler.get_scale() for g in torch.autograd.grad(scaler.scale(loss), params, create_graph=True)]`.
+
+    ## Fix safety
+    Safe. `scaler.unscale_(optimizer)` is inserted before the statement that reads the
+    gradients, in the block of the `scaler.step(optimizer)` that follows (so it runs once per
+    step when the read sits in a loop over the parameters); an `unscale_` later in that block
+    is moved up instead. Offered only where the function writes the read and one
+    `scaler.step(...)` of one optimizer after it, with a plain GradScaler. No fix for a
+    gradient penalty on `torch.autograd.grad(scaler.scale(loss), ...)`: multiply the
+    gradients by `1 / scaler.get_scale()` by hand. `amplint verify --fixes`: the norm and noise
+    scenarios of the fixed `buggy.py` report exactly what `fixed.py` reports; the penalty one is
+    still flagged.
     """
 
     code = "AMP009"
@@ -101,7 +113,8 @@ class ScaledGradientsRead(Rule):
             how = _corrupting_use(read, model)
             if how is not None and state.gradients.carry_scale:
                 # At the call when a helper reads them: the helper may be used rightly elsewhere.
-                yield Report(read.call_site, _message(read, how, model.scaler_name(state.gradients.scaler)))
+                fix = unscale_before(model, read, state.gradients.scaler, "reading the gradients") if read.kind is EventKind.GRADIENT_READ else None
+                yield Report(read.call_site, _message(read, how, model.scaler_name(state.gradients.scaler)), fix=fix)
         # Gradients a function was called with: a scaler.step() or unscale_() after the read
         # shows they carried the scale.
         for step, state in model.states_before(EventKind.SCALER_STEP, EventKind.UNSCALE):

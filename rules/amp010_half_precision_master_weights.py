@@ -75,6 +75,10 @@ class HalfPrecisionMasterWeights(Rule):
     ```
     and keep an EMA in float32 (`ema = deepcopy(model)`), casting a copy to float16 only
     when saving a checkpoint.
+
+    ## Fix safety
+    No fix. Keeping float32 master weights means changing how the model is cast (autocast
+    instead of `.half()`) or how the optimizer is built; both change the run.
     """
 
     code = "AMP010"

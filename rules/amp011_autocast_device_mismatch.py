@@ -62,6 +62,10 @@ class AutocastDeviceMismatch(Rule):
     ```
     or gate the region on the device (`enabled=device.type == "cuda"`) when mixed precision is
     meant for CUDA only.
+
+    ## Fix safety
+    No fix. The device the region should follow is a runtime value (`device.type`, a variable)
+    whose name amplint cannot always choose for you.
     """
 
     code = "AMP011"

@@ -59,6 +59,10 @@ class Float32IslandUndone(Rule):
             f = features.float()
             gram = f.transpose(1, 2) @ f  # float32
     ```
+
+    ## Fix safety
+    No fix. Wrapping the island in `torch.autocast(..., enabled=False)` changes which ops run in
+    float32; the extent of the island is the user's decision.
     """
 
     code = "AMP012"

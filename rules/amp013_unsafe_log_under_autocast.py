@@ -71,6 +71,10 @@ class UnsafeLogUnderAutocast(Rule):
     ```
     `F.logsigmoid(x)` for `log(sigmoid(x))`, `F.logsigmoid(-x)` for `log(1 - sigmoid(x))`,
     `F.log_softmax(x, dim)` for `log(softmax(x, dim))`.
+
+    ## Fix safety
+    No fix. The stable form (`logsigmoid`, `log_softmax`, `binary_cross_entropy_with_logits`)
+    takes logits, not probabilities, so the code that computes the probabilities changes too.
     """
 
     code = "AMP013"

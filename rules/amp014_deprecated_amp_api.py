@@ -62,6 +62,13 @@ class DeprecatedAmpApi(Rule):
     with torch.amp.autocast("cuda", enabled=use_amp, dtype=torch.bfloat16):
         loss = model(x)
     ```
+
+    ## Fix safety
+    Safe. The call or decorator is rewritten to the `torch.amp` name with its device type, the
+    old autocast's positional arguments moved to keywords, and `import torch` is added when the
+    file has no name for the replacement (the old import stays: remove it once nothing uses
+    it). No fix for `*args` calls, hand-ons (`amp_autocast = torch.cuda.amp.autocast`) and base
+    classes. The tests check that each rewrite builds an object with the same settings.
     """
 
     code = "AMP014"

@@ -42,6 +42,9 @@ class UnusedNoqa(Rule):
     scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     ```
+
+    ## Fix safety
+    No fix yet: remove the code from the directive, or the directive.
     """
 
     code = UNUSED_NOQA

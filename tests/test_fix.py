@@ -20,7 +20,8 @@ from test_notebooks import cell, notebook
 
 ALL = wanted_by(True)
 SAFE = wanted_by(False)
-FIXABLE_RULES = [rule for rule in ALL_RULES if rule.code in {"AMP001", "AMP003", "AMP004", "AMP005", "AMP006", "AMP014"}]
+# A rule's "Fix safety" section says whether it has a fix, and of which kind.
+FIXABLE_RULES = [rule for rule in ALL_RULES if not rule.section("Fix safety").startswith("No fix")]
 
 
 def fixed(source, wanted=ALL):
@@ -48,6 +49,17 @@ def test_every_fix_of_an_invalid_example_parses_removes_the_finding_and_is_idemp
         again = fix_source(outcome.source, "t.py", ALL_RULES, ALL)
         assert again.source == outcome.source and not again.count
     assert applied_somewhere, f"no {rule.code} example gets a fix"
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_the_docs_say_what_the_fix_is(rule):
+    applicabilities = {
+        f.fix.applicability for example in rule.INVALID for f in lint_text(example.source, [rule]) if f.fix is not None
+    }
+    section = rule.section("Fix safety")
+    documented = "No fix" if section.startswith("No fix") else section.split(".")[0].split(" (")[0]
+    expected = {"Safe": {"safe"}, "Unsafe": {"unsafe"}, "No fix": set()}
+    assert applicabilities == expected.get(documented, {documented}), section
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
@@ -289,7 +301,9 @@ def test_fix_writes_reports_what_remains_and_a_second_run_changes_nothing(amplin
 
 
 def test_fix_only_exits_zero_with_findings_left(amplint, project):
-    root = project({"train.py": BUGGY.replace("scaler.scale(loss).backward()", "scaler.scale(loss).backward()\n    print(p.grad.norm())")})
+    # A gradient penalty on the scaled loss, not divided by the scale: AMP009 with no fix.
+    penalty = "grads = torch.autograd.grad(scaler.scale(loss), params, create_graph=True)\n    scaler.scale(loss).backward()"
+    root = project({"train.py": BUGGY.replace("scaler.scale(loss).backward()", penalty)})
     result = amplint("--fix-only", "train.py", cwd=root)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Fixed 1 error.\n"
