@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Iterator, Set
 
+import libcst as cst
+
 from amplint.rule import Flagged, Prediction, Report, Rule
 from amplint.semantic import ScalerInfo, SemanticModel, StateCall
 from amplint.semantic.names import source_text
@@ -11,11 +13,13 @@ class ScalerStateNotCheckpointed(Rule):
     """A checkpoint saves or restores the optimizer's state but not the GradScaler's.
 
     ## What it does
-    Flags a `GradScaler(...)` built in a file that checkpoints an optimizer
-    (`optimizer.state_dict()` saved, `optimizer.load_state_dict(...)` on resume, or the
-    optimizer handed to another module's `save_checkpoint(...)` / `load_checkpoint(...)`)
-    but never saves or restores the scaler's state; and a `GradScaler(...)` built again
-    after `scaler.load_state_dict(...)` restored it.
+    Flags the checkpoint of a file that checkpoints an optimizer (`optimizer.state_dict()`
+    saved, `optimizer.load_state_dict(...)` on resume, or the optimizer handed to another
+    module's `save_checkpoint(...)` / `load_checkpoint(...)`) but never saves or restores the
+    state of the `GradScaler(...)` it builds: the finding is on the call that makes the
+    checkpoint (`torch.save({...})`, where the scaler's state belongs), a save before a
+    restore. Also flags a `GradScaler(...)` built again after `scaler.load_state_dict(...)`
+    restored it.
 
     A scaler local to a function counts only when a checkpoint is in code connected to that
     function by calls in the file (it calls it, is called by it, or is handed the scaler);
@@ -122,7 +126,8 @@ class ScalerStateNotCheckpointed(Rule):
             checkpoints = sorted(model.optimizer_checkpoints(scaler.key), key=lambda c: (c.restores, not c.direct))
             if checkpoints and scaler.key not in reported and model.scaler_state_kept(scaler.key) is None:
                 reported.add(scaler.key)
-                yield Report(record.node, _not_checkpointed(scaler, record.node, checkpoints[0]))
+                # Where the fix goes: the checkpoint that holds the optimizer's state.
+                yield Report(_checkpoint_at(checkpoints[0], model), _not_checkpointed(scaler, record.node, checkpoints[0]))
 
     VALID = (
         # The canonical checkpoint: the scaler's state beside the optimizer's.
@@ -307,7 +312,7 @@ for x, y in loader:
     scaler.update()
 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
 """,
-            at=((3, 10),),
+            at=((10, 1),),
         ),
         # Resume only: the optimizer's state comes back, the scaler's does not.
         Flagged(
@@ -321,7 +326,7 @@ class Trainer:
         state = torch.load(path)
         self.optimizer.load_state_dict(state["optimizer"])
 """,
-            at=((6, 23),),
+            at=((9, 9),),
         ),
         # Another module's checkpoint helpers get the optimizer, not the scaler.
         Flagged(
@@ -335,7 +340,7 @@ for epoch in range(epoch, epochs):
     train_and_evaluate(net_g, optim_g, scaler, loader)
     save_checkpoint(net_g, optim_g, lr, epoch, last_path)
 """,
-            at=((6, 10),),
+            at=((9, 5),),
         ),
         # Handed to a training function only, which does not checkpoint it.
         Flagged(
@@ -347,7 +352,7 @@ for epoch in range(args.epochs):
     train_one_epoch(model, loader, optimizer, scaler)
     torch.save({"optimizer": optimizer.state_dict(), "epoch": epoch}, "last.pt")
 """,
-            at=((4, 10),),
+            at=((7, 5),),
         ),
         # Built again after its state was restored.
         Flagged(
@@ -364,12 +369,24 @@ scaler = torch.amp.GradScaler("cuda")
     )
 
 
+def _checkpoint_at(optimizer: StateCall, model: SemanticModel) -> cst.CSTNode:
+    """The call that makes the checkpoint: `torch.save({...})` around `optimizer.state_dict()`,
+    `save_checkpoint(model, optimizer, ...)`; the state call itself when it stands alone."""
+    line = model.index.statement_of(optimizer.node)
+    if isinstance(line, cst.SimpleStatementLine):
+        small = line.body[0]
+        value = small.value if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) else None
+        if isinstance(value, cst.Call):
+            return value
+    return optimizer.node
+
+
 def _not_checkpointed(scaler: ScalerInfo, call, optimizer: StateCall) -> str:
     what = "saves" if not optimizer.restores else "restores"
     where = source_text(optimizer.node) if optimizer.direct else f"{source_text(optimizer.node.func)}(..., {optimizer.receiver}, ...)"
     return (
-        f"`{scaler.name}` (`{source_text(call)}`) is never saved or restored, while this file {what} the "
-        f"optimizer's state (`{where}`): a resumed run starts again at the initial scale (65536 by default) "
+        f"This checkpoint {what} the optimizer's state (`{where}`) but not `{scaler.name}`'s "
+        f"(`{source_text(call)}`): a resumed run starts again at the initial scale (65536 by default) "
         f"and skips steps until it is back at the scale the run had reached. Save "
         f"`{scaler.name}.state_dict()` in the checkpoint and call `{scaler.name}.load_state_dict(...)` on resume."
     )
