@@ -174,7 +174,12 @@ async def test_noqa_code_action(client: LanguageClient, tmp_path):
             context=types.CodeActionContext(diagnostics=[diagnostic]),
         )
     )
-    (action,) = actions
+    fix, action = actions
+    # The rule's own fix first, preferred: the line `amplint --fix` inserts.
+    assert fix.title == "Unscale before clipping: `scaler.unscale_(optimizer)`" and fix.is_preferred
+    (insert,) = fix.edit.changes[uri]
+    assert insert.range == types.Range(start=types.Position(7, 0), end=types.Position(7, 0))
+    assert insert.new_text == "    scaler.unscale_(optimizer)\n"
     assert action.title == "Disable AMP003 for this line"
     assert action.kind == types.CodeActionKind.QuickFix
     (edit,) = action.edit.changes[uri]

@@ -7,8 +7,8 @@ lint is already scheduled). Severities are the rules' (`error` -> Error, `warnin
 Warning); AMP100's stale `# noqa` is also tagged Unnecessary, which editors grey out.
 
 Code actions: "Disable AMPxxx for this line" (adds `# noqa: AMPxxx`, or the code to the
-line's `# noqa: ...`). A fix a rule can make will be offered the same way: `_fix_actions`
-turns a diagnostic's `data["fix"]` into a quick fix.
+line's `# noqa: ...`), and the rule's fix where it has one (`amplint.fix`): the same edits
+`amplint --fix` makes for that finding alone, preferred when safe, "(unsafe)" otherwise.
 
 Notebooks: with the notebook document sync (VS Code, and other clients that implement LSP
 3.17), the cells are joined as `amplint file.ipynb` joins them, so a scaler made in one cell
@@ -249,8 +249,9 @@ def _diagnostic(finding: Finding, document: TextDocument, on_file: bool) -> type
         code_description=types.CodeDescription(href=finding.url) if finding.url else None,
         source=SOURCE,
         tags=[types.DiagnosticTag.Unnecessary] if finding.code == UNUSED_NOQA else None,
-        # What a code action needs: where `# noqa` goes, and the fix once rules can fix.
-        data={"code": finding.code, "noqa_row": None if on_file else row, "fix": None},
+        # What a code action needs: where `# noqa` goes, and the rule's fix (whole-line edits
+        # of the linted text; none for a notebook, whose rows are the joined cells').
+        data={"code": finding.code, "noqa_row": None if on_file else row, "fix": _fix_data(finding, on_file)},
     )
 
 
@@ -269,13 +270,36 @@ def code_actions(document: TextDocument, diagnostics: Sequence[types.Diagnostic]
     return actions
 
 
+def _fix_data(finding: Finding, on_file: bool) -> Optional[dict]:
+    if finding.fix is None or on_file or finding.cell is not None:
+        return None
+    return {"title": finding.fix.title, "applicability": finding.fix.applicability, "edits": [list(e) for e in finding.fix.edits]}
+
+
 def _fix_actions(document: TextDocument, diagnostic: types.Diagnostic) -> List[types.CodeAction]:
-    """The rule's own fix, as a quick fix. Rules cannot fix yet (`data["fix"]` is null, as
-    `"fix"` is in the JSON output); when they can, the fix's edits become this action."""
+    """The rule's own fix, as a quick fix: preferred when it is safe, marked when it is not.
+    Its edits replace whole lines, so their positions need no conversion of units."""
     data = diagnostic.data if isinstance(diagnostic.data, dict) else {}
-    if not data.get("fix"):
+    fix = data.get("fix")
+    if not isinstance(fix, dict):
         return []
-    return []
+    safe = fix.get("applicability") == "safe"
+    edits = [
+        types.TextEdit(
+            range=types.Range(start=types.Position(line=row - 1, character=0), end=types.Position(line=end_row - 1, character=0)),
+            new_text=content,
+        )
+        for row, _, end_row, _, content in fix.get("edits", [])
+    ]
+    return [
+        types.CodeAction(
+            title=f"{fix.get('title')}" + ("" if safe else " (unsafe)"),
+            kind=types.CodeActionKind.QuickFix,
+            diagnostics=[diagnostic],
+            is_preferred=safe,
+            edit=types.WorkspaceEdit(changes={document.uri: edits}),
+        )
+    ]
 
 
 def _noqa_action(document: TextDocument, diagnostic: types.Diagnostic) -> Optional[types.CodeAction]:
