@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 import sys
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Type
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -30,6 +31,18 @@ from amplint.syntax import PythonVersion, parse_module, syntax_error, where
 
 
 _RECURSION_LIMIT = 10_000
+
+
+@contextmanager
+def recursion_room() -> Iterator[None]:
+    """LibCST's tree walks recurse once per nesting level: a 400-term string concatenation
+    is valid Python and must not become "nesting too deep"."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def might_use_amp(source: str, rules: Optional[Sequence[Type[Rule]]] = None) -> bool:
@@ -114,14 +127,8 @@ def lint_source(
     target: Optional[PythonVersion] = None,
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells."""
-    # LibCST's tree walks recurse once per nesting level: a 400-term string concatenation
-    # is valid Python and must not become "nesting too deep".
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
-    try:
+    with recursion_room():
         return _lint_source(source, path, rules, cells, external, target)
-    finally:
-        sys.setrecursionlimit(limit)
 
 
 def _lint_source(

@@ -158,6 +158,21 @@ def unscale_before(model: "SemanticModel", occurrence: "Occurrence", scaler_key:
     return Fix(title + ", moved up from after it", insert_before=((anchor, (later_line,)),), remove=(later_line,))
 
 
+def out_of_region(model: "SemanticModel", occurrence: "Occurrence") -> Optional[Fix]:
+    """Unsafe: the flagged call's statement and everything after it in the `with` block of its
+    autocast region move after the block (code after it that should stay in low precision
+    moves too: the user reads the diff)."""
+    from amplint.semantic.names import source_text
+
+    region = occurrence.region
+    if region is None or not isinstance(occurrence.call_site, cst.Call):
+        return None
+    line = model.index.statement_of(occurrence.call_site)
+    if line is None:
+        return None
+    return out_of_with(model.module, region.anchor, line, f"`{source_text(occurrence.call_site)}`")
+
+
 def out_of_with(module: cst.Module, anchor: cst.Call, line: cst.BaseStatement, what: str) -> Optional[Fix]:
     """Move `line`, and the statements after it in the same `with` body, to just after the
     `with` statement whose only item is `anchor` (`with torch.autocast(...):`). None when

@@ -16,7 +16,6 @@ cell gets back its own rows (`fix_notebook`).
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Type
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
 
 # Whether a fix of rule `code` with `applicability` ("safe"/"unsafe") is wanted.
 Wanted = Callable[[str, str], bool]
-
-_RECURSION_LIMIT = 10_000
 
 
 @dataclass
@@ -78,14 +75,13 @@ def fix_source(
     target: Optional[PythonVersion] = None,
 ) -> FixOutcome:
     """`source` with every wanted fix applied that keeps it valid Python."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
+    from amplint.engine import recursion_room
+
     try:
-        return _fix_source(source, path, rules, wanted, external, target)
+        with recursion_room():
+            return _fix_source(source, path, rules, wanted, external, target)
     except RecursionError:
         return FixOutcome(source, error="not fixed: nesting too deep")
-    finally:
-        sys.setrecursionlimit(limit)
 
 
 def _fix_source(source, path, rules, wanted, external, target) -> FixOutcome:

@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator
 
-import libcst as cst
-
-from amplint.fix import Fix, out_of_with
+from amplint.fix import out_of_region
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
@@ -146,7 +144,7 @@ class StepInsideAutocast(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for step in model.events_in_regions(EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
-            yield Report(step.call_site, _message(step), fix=_fix(step, model))
+            yield Report(step.call_site, _message(step), fix=out_of_region(model, step))
 
     VALID = (
         """
@@ -253,16 +251,3 @@ def _message(step: Occurrence) -> Message:
     else:
         help += " Move it after the `with` block."
     return Message(title, help)
-
-
-def _fix(occurrence: Occurrence, model: SemanticModel) -> Optional[Fix]:
-    """Unsafe: the step and everything after it in the `with` block move after the block
-    (code after it that should stay in low precision moves too: read the diff)."""
-    region = occurrence.region
-    if region is None or not isinstance(occurrence.call_site, cst.Call):
-        return None
-    line = model.index.statement_of(occurrence.call_site)
-    if line is None:
-        return None
-    return out_of_with(model.module, region.anchor, line, f"`{source_text(occurrence.call_site)}`")
-

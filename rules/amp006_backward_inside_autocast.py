@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator
 
-import libcst as cst
-
-from amplint.fix import Fix, out_of_with
+from amplint.fix import out_of_region
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
@@ -97,7 +95,7 @@ class BackwardInsideAutocast(Rule):
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for backward in model.events_in_regions(EventKind.BACKWARD):
             assert backward.region is not None
-            yield Report(backward.call_site, _message(backward), fix=_fix(backward, model))
+            yield Report(backward.call_site, _message(backward), fix=out_of_region(model, backward))
 
     VALID = (
         """
@@ -163,16 +161,3 @@ def _message(backward: Occurrence) -> Message:
         "without `@torch.amp.custom_bwd` would run its backward in low precision here. Dedent the "
         "backward out of the `with` block.",
     )
-
-
-def _fix(occurrence: Occurrence, model: SemanticModel) -> Optional[Fix]:
-    """Unsafe: the backward and everything after it in the `with` block move after the block
-    (code after it that should stay in low precision moves too: read the diff)."""
-    region = occurrence.region
-    if region is None or not isinstance(occurrence.call_site, cst.Call):
-        return None
-    line = model.index.statement_of(occurrence.call_site)
-    if line is None:
-        return None
-    return out_of_with(model.module, region.anchor, line, f"`{source_text(occurrence.call_site)}`")
-
