@@ -27,7 +27,7 @@ from amplint.rule import Report, Rule
 from amplint.semantic import SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
-from amplint.syntax import PythonVersion, parse_module, syntax_error, where
+from amplint.syntax import PythonVersion, parse_module_exactly, syntax_error, where
 
 
 _RECURSION_LIMIT = 10_000
@@ -158,7 +158,7 @@ def _lint_source(
         result.error = FileError(path, hazard.message(where(hazard.row, hazard.column, cells)))
         return result
     try:
-        module = parse_module(source)
+        module, exact = parse_module_exactly(source)
     except RecursionError:
         result.error = FileError(path, "could not parse: nesting too deep")
         return result
@@ -174,7 +174,8 @@ def _lint_source(
     try:
         model = analyze(module, external)
         reports = run_rules(model, rules)
-        result.findings = _locate(module, reports, path, source, cells, rules=rules)
+        # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
+        result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact)
         result.summary = export_summary(model, path)
         result.imports = imports_of(model.index)
         result.skipped_functions = [unit.name for unit in model.skipped_units]
@@ -204,6 +205,7 @@ def _locate(
     source: str,
     cells: Optional[CellMap] = None,
     rules: Sequence[Type[Rule]] = (),
+    fixes: bool = True,
 ) -> List[Finding]:
     reports = list(reports)
     unused_noqa = next((rule for rule in rules if rule.code == UNUSED_NOQA), None)
@@ -223,8 +225,8 @@ def _locate(
                 continue
             where = (row, column, span.end.line, span.end.column + 1)
             finding = _finding(rule, path, where, str(report.message), report.help, cells)
-            if report.fix is not None and module.code == source:  # (a normalised tree: no fixes)
-                finding = replace(finding, fix=suggestion(module, report.fix, source))
+            if report.fix is not None and fixes:
+                finding = replace(finding, fix=suggestion(module, report.fix, positions))
             findings.append(finding)
     if unused_noqa is not None:
         # After the rules' findings: which directives they used is known only now.

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Tuple, Type, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
 
 import libcst as cst
+from libcst.metadata import CodeRange
 
 if TYPE_CHECKING:
     from amplint.semantic import Occurrence, SemanticModel
@@ -47,12 +48,14 @@ class Fix:
     # statement are not applied in one round.
     touches: Tuple[cst.CSTNode, ...] = ()
 
+    def nodes(self) -> List[cst.CSTNode]:
+        """Every node of the parsed module the fix changes or reads."""
+        found: List[cst.CSTNode] = [node for node, _ in self.replace]
+        found += [statement for statement, _ in self.insert_before + self.insert_after]
+        return found + list(self.remove) + list(self.touches)
+
     def anchors(self) -> Set[int]:
-        found = {id(node) for node, _ in self.replace}
-        found |= {id(statement) for statement, _ in self.insert_before + self.insert_after}
-        found |= {id(statement) for statement in self.remove}
-        found |= {id(node) for node in self.touches}
-        return found
+        return {id(node) for node in self.nodes()}
 
 
 @dataclass(frozen=True)
@@ -297,26 +300,42 @@ def still_valid(code: str, path: str, target=None) -> bool:
         return False
 
 
-def edits(original: str, fixed: str) -> List[Edit]:
-    """The text edits that turn `original` into `fixed`, by whole lines."""
+def edits(original: str, fixed: str, first_row: int = 1) -> List[Edit]:
+    """The text edits that turn `original` into `fixed`, by whole lines; `original` starts at
+    row `first_row` of its file."""
     before = original.splitlines(keepends=True)
     after = fixed.splitlines(keepends=True)
     found = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
-        found.append(Edit(i1 + 1, 1, i2 + 1, 1, "".join(after[j1:j2])))
+        found.append(Edit(i1 + first_row, 1, i2 + first_row, 1, "".join(after[j1:j2])))
     return found
 
 
-def suggestion(module: cst.Module, fix: Fix, source: str) -> "FixSuggestion":
-    """How output formats show `fix`: its title, applicability, and the edits it makes alone."""
+def suggestion(module: cst.Module, fix: Fix, positions: Mapping[cst.CSTNode, CodeRange]) -> "FixSuggestion":
+    """How output formats show `fix`: its title, applicability, and the edits it makes alone.
+
+    Only the top-level statements that hold what the fix changes are rewritten and compared,
+    so a fix of one line of a 2,000-line file costs that statement, not the file."""
     from amplint.diagnostics import FixSuggestion
 
-    changes = tuple(
-        (e.row, e.column, e.end_row, e.end_column, e.content) for e in edits(source, apply(module, [fix]).code)
-    )
-    return FixSuggestion(fix.title, fix.applicability, changes)
+    rows = [positions[node].start.line for node in fix.nodes() if node in positions]
+    changes: List[Edit] = []
+    for item in module.body:
+        span = positions.get(item)
+        if span is None:
+            continue
+        # A decorated definition's position starts at `def`/`class`: its code, at the decorators.
+        decorators = getattr(item, "decorators", ())
+        start = positions[decorators[0]].start.line - len(decorators[0].leading_lines) if decorators else span.start.line
+        if not any(start <= row <= span.end.line for row in rows):
+            continue
+        applier = _Applier([fix])
+        new = "".join(module.code_for_node(node) for node in applier._body([item.visit(applier)]))
+        changes.extend(edits(module.code_for_node(item), new, start - len(item.leading_lines)))
+    found = tuple((e.row, e.column, e.end_row, e.end_column, e.content) for e in changes)
+    return FixSuggestion(fix.title, fix.applicability, found)
 
 
 def diff(original: str, fixed: str, path: str) -> str:

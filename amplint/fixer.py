@@ -29,7 +29,7 @@ from amplint.notebook import Notebook, parse_notebook
 from amplint.rule import Rule
 from amplint.semantic import analyze
 from amplint.semantic.exports import ExternalModules
-from amplint.syntax import PythonVersion, parse_module
+from amplint.syntax import PythonVersion, parse_module_exactly
 
 if TYPE_CHECKING:
     from amplint.diagnostics import FileResult
@@ -87,11 +87,11 @@ def fix_source(
 def _fix_source(source, path, rules, wanted, external, target) -> FixOutcome:
     outcome = FixOutcome(source)
     for _ in range(MAX_ROUNDS):
-        module = parse_module(outcome.source)
+        module, exact = parse_module_exactly(outcome.source)
         if not isinstance(module, cst.Module):
             outcome.error = outcome.error or "not fixed: LibCST cannot parse it"
             break
-        if module.code != outcome.source:
+        if not exact:
             # Parsed only after normalising (`amplint.syntax`): writing the tree back would
             # change the file beyond the fix.
             outcome.error = "not fixed: LibCST parses this file only after normalising it"

@@ -203,15 +203,21 @@ def parse_module(source: str) -> Union[cst.Module, cst.ParserSyntaxError]:
 
     Raises RecursionError for nesting too deep for LibCST's tree.
     """
+    return parse_module_exactly(source)[0]
+
+
+def parse_module_exactly(source: str) -> Tuple[Union[cst.Module, cst.ParserSyntaxError], bool]:
+    """`parse_module`, and whether the tree is of `source` as written (not normalised): only
+    such a tree can be written back, as a fix does."""
     first = _libcst_parse(source)
     if isinstance(first, cst.Module):
-        return first
+        return first, True
     normalised = normalise_for_libcst(source)
     if normalised != source:
         second = _libcst_parse(normalised)
         if isinstance(second, cst.Module):
-            return second
-    return first
+            return second, False
+    return first, False
 
 
 def _libcst_parse(source: str) -> Union[cst.Module, cst.ParserSyntaxError]:

@@ -62,6 +62,31 @@ def test_the_docs_say_what_the_fix_is(rule):
     assert applicabilities == expected.get(documented, {documented}), section
 
 
+def apply_edits(source, edits):
+    lines = source.splitlines(keepends=True)
+    for row, _, end_row, _, content in sorted(edits, reverse=True):
+        lines[row - 1 : end_row - 1] = content.splitlines(keepends=True)
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("rule", FIXABLE_RULES, ids=lambda r: r.code)
+def test_the_edits_shown_are_the_fix_applied_alone(rule):
+    """JSON, SARIF and the language server show a fix as edits of the top-level statements it
+    touches; applied to the file they give what applying the fix to the whole tree gives."""
+    from amplint.engine import run_rules
+    from amplint.syntax import parse_module
+    from amplint.fix import apply
+    from amplint.semantic import analyze
+
+    for example in rule.INVALID:
+        module = parse_module(example.source)
+        for _, _, report in run_rules(analyze(module), [rule]):
+            if report.fix is None:
+                continue
+            (finding,) = [f for f in lint_text(example.source, [rule]) if f.fix is not None and f.fix.title == report.fix.title][:1]
+            assert apply_edits(example.source, finding.fix.edits) == apply(module, [report.fix]).code
+
+
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
 def test_valid_examples_are_left_alone(rule):
     for example in rule.VALID:
