@@ -10,17 +10,21 @@ from amplint.semantic.names import dotted_name, source_text
 
 
 class AutocastDeviceMismatch(Rule):
-    """A CUDA-only autocast in code whose device is chosen at run time and may be the CPU or MPS.
+    """A CUDA-only autocast in code whose device is chosen at run time and may be Apple's MPS (or another accelerator).
 
     ## What it does
     Flags an enabled `torch.autocast("cuda")`, `torch.cuda.amp.autocast()` or any autocast whose
     device type can only be `"cuda"`, when the code around it (its function, the functions
     and class it belongs to, the module's top level, its callers in the file) puts modules or
-    tensors on a device chosen at run time that can be something else:
-    `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`, `"mps" if
-    torch.backends.mps.is_available() else "cpu"`.
+    tensors on a device chosen at run time that can be an accelerator other than CUDA:
+    `device = "mps" if torch.backends.mps.is_available() else "cpu"`, `"cuda" if
+    torch.cuda.is_available() else "mps"`, an XPU.
 
-    Not flagged: a device that is unknown at lint time (`args.device`, a config value), code
+    Not flagged: a choice between CUDA and the CPU only (`"cuda" if torch.cuda.is_available()
+    else "cpu"`): the CPU there is the fallback of a machine without a GPU, where a script is
+    smoke-tested, not the device whose mixed-precision speed the region is for (on 1,680 real
+    training files this idiom was the whole of 161 findings and none was a bug anyone fixed;
+    the real fixes were for MPS and accelerator-chosen devices). A device that is unknown at lint time (`args.device`, a config value), code
     that only ever runs on CUDA (`model.cuda()`, `.to("cuda")`), `torch.autocast(device_type=
     device.type)`, and a region gated on the device: `enabled=` reads it (`enabled=device.type
     == "cuda"`, `use_amp = args.amp and torch.cuda.is_available()`), an `if` around it tests
@@ -48,7 +52,7 @@ class AutocastDeviceMismatch(Rule):
 
     ## Example
     ```python
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device("mps" if torch.backends.mps.is_available() else "cpu")
     model = Net().to(device)
     for x, y in loader:
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -94,7 +98,8 @@ class AutocastDeviceMismatch(Rule):
         for region in model.autocast_regions:
             if not region.active or region.possible_devices != frozenset({"cuda"}):
                 continue
-            choices = model.runtime_device_choices(region)
+            # A CPU fallback alone is not what the region is for; another accelerator is.
+            choices = [c for c in model.runtime_device_choices(region) if c.devices - region.possible_devices - {"cpu"}]
             if choices:
                 yield Report(region.anchor, _message(region, choices, model))
 
@@ -160,6 +165,17 @@ def check_fp16(net, x):
     with torch.autocast("cuda"):
         return net(x.cuda())
 """,
+        # CUDA, or the CPU as the fallback of a machine without a GPU.
+        """
+import torch
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = Net().to(device)
+scaler = torch.cuda.amp.GradScaler()
+for x, y in loader:
+    with torch.cuda.amp.autocast():
+        loss = loss_fn(model(x.to(device)), y.to(device))
+    scaler.scale(loss).backward()
+""",
         # Explicitly disabled region (a float32 island).
         """
 import torch
@@ -173,7 +189,12 @@ with torch.cuda.amp.autocast(enabled=False):
         Flagged(
             """
 import torch
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+if torch.cuda.is_available():
+    device = torch.device("cuda")
+elif torch.backends.mps.is_available():
+    device = torch.device("mps")
+else:
+    device = torch.device("cpu")
 model = Net().to(device)
 scaler = torch.cuda.amp.GradScaler()
 for x, y in loader:
@@ -181,7 +202,7 @@ for x, y in loader:
         loss = loss_fn(model(x.to(device)), y.to(device))
     scaler.scale(loss).backward()
 """,
-            at=((7, 10),),
+            at=((12, 10),),
         ),
         # The device chosen in main, the region in a helper it calls.
         Flagged(
