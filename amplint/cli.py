@@ -414,7 +414,8 @@ def rule_command(argv: Sequence[str]) -> int:
     if options.all or not options.code:
         width = max(len(rule.name) for rule in ALL_RULES)
         for rule in ALL_RULES:
-            print(f"{rule.code}  {rule.name.ljust(width)}  {rule.summary()}")
+            fix = (rule.fix_kind() or "").ljust(6)
+            print(f"{rule.code}  {rule.name.ljust(width)}  {rule.severity.ljust(7)}  {fix}  {rule.summary()}")
         return EXIT_CLEAN
     wanted = options.code.strip()
     for rule in ALL_RULES:

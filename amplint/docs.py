@@ -19,9 +19,12 @@ TABLE_END = "<!-- rules-table:end -->"
 
 
 def rules_table(rules: Sequence[Type[Rule]] = ALL_RULES) -> str:
-    lines = ["| Code | Name | What it catches |", "| --- | --- | --- |"]
+    lines = ["| Code | Name | What it catches | Severity | Fix |", "| --- | --- | --- | --- | --- |"]
     for rule in rules:
-        lines.append(f"| [{rule.code}](docs/rules.md#{rule.code.lower()}) | `{rule.name}` | {rule.summary()} |")
+        lines.append(
+            f"| [{rule.code}](docs/rules.md#{rule.code.lower()}) | `{rule.name}` | {rule.summary()} | "
+            f"{rule.severity} | {rule.fix_kind() or '–'} |"
+        )
     return "\n".join(lines)
 
 

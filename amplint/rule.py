@@ -142,13 +142,23 @@ class Rule:
         return "\n".join(lines[start:end]).strip()
 
     @classmethod
+    def fix_kind(cls) -> Optional[str]:
+        """"safe" or "unsafe" when the rule has a fix, as its "Fix safety" section says; else None."""
+        section = cls.section("Fix safety") or ""
+        for kind in ("Safe", "Unsafe"):
+            if section.startswith(kind):
+                return kind.lower()
+        return None
+
+    @classmethod
     def url(cls) -> str:
         return DOCS_URL.format(code=cls.code.lower())
 
     @classmethod
     def page(cls) -> str:
         """The full page `amplint rule CODE` prints: docstring plus the harness's predictions."""
-        text = f"# {cls.code} {cls.name}\n\n{cls.documentation()}"
+        fix = f"{cls.fix_kind()} fix" if cls.fix_kind() else "no fix"
+        text = f"# {cls.code} {cls.name}\n\nSeverity: {cls.severity} · {fix}\n\n{cls.documentation()}"
         if cls.PREDICTIONS:
             claims = "\n".join(
                 f"- {p.scenario} ({p.dtype}): {p.claim}" for p in cls.PREDICTIONS

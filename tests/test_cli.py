@@ -246,9 +246,10 @@ def test_rule_command(amplint):
     listing = amplint("rule", "--all")
     assert listing.returncode == 0
     assert [line.split()[0] for line in listing.stdout.splitlines()] == [rule.code for rule in ALL_RULES]
+    assert [line.split()[2] for line in listing.stdout.splitlines()] == [rule.severity for rule in ALL_RULES]
     page = amplint("rule", "AMP003")
     assert page.returncode == 0
-    assert page.stdout.startswith("# AMP003 clip-before-unscale")
+    assert page.stdout.startswith("# AMP003 clip-before-unscale\n\nSeverity: error · safe fix\n")
     assert "## Why is this bad?" in page.stdout and "scaler.unscale_(optimizer)" in page.stdout
     assert amplint("rule", "clip-before-unscale").stdout == page.stdout
     missing = amplint("rule", "AMP999")
