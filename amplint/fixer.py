@@ -84,7 +84,14 @@ def fix_source(
         return FixOutcome(source, error="not fixed: nesting too deep")
 
 
-def _fix_source(source, path, rules, wanted, external, target) -> FixOutcome:
+def _fix_source(
+    source: str,
+    path: str,
+    rules: Sequence[Type[Rule]],
+    wanted: Wanted,
+    external: Optional[ExternalModules],
+    target: Optional[PythonVersion],
+) -> FixOutcome:
     outcome = FixOutcome(source)
     for _ in range(MAX_ROUNDS):
         module, exact = parse_module_exactly(outcome.source)
@@ -297,7 +304,9 @@ def fix_notebook(
         return text, outcome
     cells = _split_cells(notebook, outcome.source)
     if cells is None:
-        return text, FixOutcome(text, error="not fixed: a fix would move code between cells")
+        return text, FixOutcome(
+            text, error="not fixed: a fix would change a cell with IPython magics or indented code, or move code between cells"
+        )
     data = json.loads(text)
     for index, lines in cells.items():
         cell = data["cells"][index]

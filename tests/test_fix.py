@@ -405,3 +405,20 @@ def test_sarif_carries_the_fix(amplint, project):
             "insertedContent": {"text": "    scaler.unscale_(optimizer)\n"},
         }
     ]
+
+
+def test_a_notebook_cell_with_magics_is_left_as_it_is(amplint, project):
+    loop = cell(
+        "%load_ext autoreload\n"
+        "scaler = torch.amp.GradScaler('cuda')\n"
+        "scaler.scale(loss).backward()\n"
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "scaler.step(optimizer)\n"
+        "scaler.update()\n"
+    )
+    text = notebook(cell("import torch\n"), loop)
+    root = project({"train.ipynb": text})
+    result = amplint("--fix", "train.ipynb", cwd=root)
+    assert result.returncode == 1
+    assert "not fixed: a fix would change a cell with IPython magics" in result.stderr
+    assert (root / "train.ipynb").read_text() == text
