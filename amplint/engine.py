@@ -47,18 +47,22 @@ def recursion_room() -> Iterator[None]:
 
 def might_use_amp(source: str, rules: Optional[Sequence[Type[Rule]]] = None) -> bool:
     """Whether a file can match any of `rules` (default: all), by a text search far cheaper
-    than a parse: each rule names the words its findings need (`Rule.triggers`); a file
-    with none of them is not parsed at all."""
+    than a parse: each rule names the words its findings need (`Rule.triggers`, and one of
+    `Rule.requires` when it has them); a file with none of them is not parsed at all."""
     if rules is None:
         from amplint.rules import ALL_RULES
 
         rules = ALL_RULES
-    return any(word in source for word in _triggers(tuple(rules)))
+    return any(
+        any(word in source for word in triggers) and (not requires or any(word in source for word in requires))
+        for triggers, requires in _word_sets(tuple(rules))
+    )
 
 
 @functools.lru_cache(maxsize=64)
-def _triggers(rules: Tuple[Type[Rule], ...]) -> FrozenSet[str]:
-    return frozenset(word for rule in rules for word in rule.triggers)
+def _word_sets(rules: Tuple[Type[Rule], ...]) -> Tuple[Tuple[FrozenSet[str], FrozenSet[str]], ...]:
+    """The rules' (triggers, requires), rules with the same ones merged."""
+    return tuple(sorted({(frozenset(rule.triggers), frozenset(rule.requires)) for rule in rules}, key=repr))
 
 
 def lint_bytes(

@@ -112,6 +112,10 @@ class Rule:
     # any selected rule's words is not parsed. The semantic layer's own vocabulary by
     # default; a test checks that no example or case the rule flags lacks them.
     triggers: ClassVar[Tuple[str, ...]] = AMP_VOCABULARY
+    # And, if not empty, one of these too: a rule about float16 weights needs an optimizer or
+    # an in-place average in the file as well, not only the word `float16` (which every
+    # inference pipeline's docstring has).
+    requires: ClassVar[Tuple[str, ...]] = ()
     # How output formats present the rule's findings: SARIF level, GitHub ::error/::warning,
     # LSP DiagnosticSeverity, GitLab severity. One of SEVERITIES.
     severity: ClassVar[str] = "error"

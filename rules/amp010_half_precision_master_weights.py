@@ -85,6 +85,9 @@ class HalfPrecisionMasterWeights(Rule):
     name = "half-precision-master-weights"
     severity = "error"
     triggers = (".half(", "float16", "torch.half")
+    # An optimizer built in the file (`torch.optim.*`, the classes the semantic layer knows,
+    # `optimizer_class`), or an in-place average's update.
+    requires = ("optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon", "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "*=")
 
     PREDICTIONS = (
         Prediction(
