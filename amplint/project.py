@@ -9,10 +9,10 @@ whose functions call another's) is passed on in the next, for a few rounds at mo
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from amplint.diagnostics import FileResult
-from amplint.semantic.exports import ExternalModules
+from amplint.semantic.exports import PathIndex
 
 # Rounds after the first: each follows imports one module further.
 MAX_ROUNDS = 3
@@ -25,13 +25,14 @@ def link(results: List[FileResult], relint: Relint) -> List[FileResult]:
     """`results` of the first phase, with the files that import linted modules linted again."""
     results = list(results)
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
+    paths = PathIndex(summaries)  # the same files every round: only their summaries change
     done: Dict[str, Set[Tuple[str, str]]] = {}
     for _ in range(MAX_ROUNDS):
         jobs: List[Tuple[int, Dict[str, dict]]] = []
         for index, result in enumerate(results):
             if result.error is not None or not result.imports:
                 continue
-            used = imported_summaries(result, summaries)
+            used = imported_summaries(result, summaries, paths)
             signature = {(path, repr(summary)) for path, summary in used.items()}
             if used and done.get(result.path) != signature:
                 done[result.path] = signature
@@ -50,15 +51,15 @@ def link(results: List[FileResult], relint: Relint) -> List[FileResult]:
     return results
 
 
-def imported_summaries(result: FileResult, summaries: Mapping[str, dict]) -> Dict[str, dict]:
-    """The summaries of the linted modules `result`'s file imports."""
-    others = {path: summary for path, summary in summaries.items() if path != result.path}
-    if not others:
+def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index: Optional[PathIndex] = None) -> Dict[str, dict]:
+    """The summaries of the linted modules `result`'s file imports (`index`: of `summaries`'
+    paths, when the caller has one)."""
+    if not summaries or (len(summaries) == 1 and result.path in summaries):
         return {}
-    external = ExternalModules(result.path, others)
+    index = index or PathIndex(summaries)
     found = {}
     for module, level in result.imports:
-        path = external.path_of(module or None, level)
+        path = index.path_of(result.path, module or None, level, exclude=result.path)
         if path is not None:
-            found[path] = others[path]
+            found[path] = summaries[path]
     return found

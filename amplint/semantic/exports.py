@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -205,6 +205,7 @@ class ExternalModules:
     path: str
     summaries: Mapping[str, Mapping[str, Any]]
     _loaded: Dict[str, Optional[ForeignModule]] = field(default_factory=dict)
+    _index: Optional["PathIndex"] = None
 
     def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
         target = self.path_of(name, level)
@@ -228,21 +229,43 @@ class ExternalModules:
 
     def path_of(self, name: Optional[str], level: int) -> Optional[str]:
         """The linted file `from <level dots><name> import ...` refers to, if any."""
+        if self._index is None:
+            self._index = PathIndex(self.summaries)
+        return self._index.path_of(self.path, name, level)
+
+
+class PathIndex:
+    """The linted files by absolute path and by last name, so that finding the file an import
+    names costs the few files of that name, not a pass over every linted file."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.by_absolute: Dict[str, str] = {}
+        self.by_name: Dict[str, List[Tuple[str, str]]] = {}
+        for path in paths:
+            absolute = os.path.abspath(path)
+            self.by_absolute[absolute] = path
+            head, tail = os.path.split(absolute)
+            name = os.path.basename(head) if tail == "__init__.py" else tail[:-3] if tail.endswith(".py") else tail
+            self.by_name.setdefault(name, []).append(("/" + absolute.lstrip("/"), path))
+
+    def path_of(self, importer: str, name: Optional[str], level: int, exclude: Optional[str] = None) -> Optional[str]:
+        """The linted file (not `exclude`) that `importer`'s `from <level dots><name> import
+        ...` refers to: relative imports beside it, absolute ones as the one linted file whose
+        path ends in `name`'s path (`.py` or `/__init__.py`)."""
         parts = name.split(".") if name else []
         if level:
-            base = os.path.dirname(os.path.abspath(self.path))
+            base = os.path.dirname(os.path.abspath(importer))
             for _ in range(level - 1):
                 base = os.path.dirname(base)
-            candidates = [os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__init__.py")]
-            for candidate in candidates:
-                for path in self.summaries:
-                    if os.path.abspath(path) == candidate:
-                        return path
+            for candidate in (os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__init__.py")):
+                found = self.by_absolute.get(candidate)
+                if found is not None and found != exclude:
+                    return found
             return None
         if not parts:
             return None
         suffixes = (os.sep + os.path.join(*parts) + ".py", os.sep + os.path.join(*parts, "__init__.py"))
-        matches = [path for path in self.summaries if ("/" + os.path.abspath(path).lstrip("/")).endswith(suffixes)]
+        matches = [path for absolute, path in self.by_name.get(parts[-1], ()) if path != exclude and absolute.endswith(suffixes)]
         return matches[0] if len(matches) == 1 else None
 
 
