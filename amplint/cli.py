@@ -251,8 +251,13 @@ def check_command(argv: Sequence[str]) -> int:
                     problem = write_fixed(fix)
                     if problem is not None:
                         errors.append(FileError(fix.path, problem))
-            if any(fix.changed for fix in fixes):
-                results = lint_all()
+            changed = {fix.path for fix in fixes if fix.changed}
+            if changed:
+                # What remains. A file the first pass could not lint (over its CPU budget) was
+                # not fixed: its error stands, rather than a second try's findings, which would
+                # show as fixable what --fix left alone.
+                failed = {r.path: r for r in results if r.error is not None and r.path not in changed}
+                results = [failed.get(r.path, r) for r in lint_all()]
 
     findings = sorted(f for result in results for f in result.findings)
     errors += [result.error for result in results if result.error is not None]

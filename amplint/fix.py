@@ -168,12 +168,29 @@ def out_of_region(model: "SemanticModel", occurrence: "Occurrence") -> Optional[
     from amplint.semantic.names import source_text
 
     region = occurrence.region
-    if region is None or not isinstance(occurrence.call_site, cst.Call):
-        return None
+    if region is None or occurrence.via or not isinstance(occurrence.call_site, cst.Call):
+        return None  # a helper called under autocast may run a forward pass too
+    tensor = occurrence.event.tensor
+    if tensor is not None and not _computed_already(tensor):
+        return None  # `criterion(out, y).backward()`: moving it would move the loss out of autocast
     line = model.index.statement_of(occurrence.call_site)
     if line is None:
         return None
     return out_of_with(model.module, region.anchor, line, f"`{source_text(occurrence.call_site)}`")
+
+
+def _computed_already(tensor: cst.BaseExpression) -> bool:
+    """Whether a backward's tensor is a value already computed (`loss`, `self.loss`,
+    `losses[0]`, `loss / accum`, `scaler.scale(loss)`), not a computation that would move."""
+    if isinstance(tensor, (cst.Name, cst.Attribute, cst.Integer, cst.Float)):
+        return True
+    if isinstance(tensor, cst.Subscript):
+        return _computed_already(tensor.value)
+    if isinstance(tensor, cst.BinaryOperation):
+        return _computed_already(tensor.left) and _computed_already(tensor.right)
+    if isinstance(tensor, cst.Call) and isinstance(tensor.func, cst.Attribute) and tensor.func.attr.value == "scale":
+        return len(tensor.args) == 1 and _computed_already(tensor.args[0].value)
+    return False
 
 
 def out_of_with(module: cst.Module, anchor: cst.Call, line: cst.BaseStatement, what: str) -> Optional[Fix]:

@@ -64,10 +64,10 @@ class StepInsideAutocast(Rule):
     Unsafe (applied with `--unsafe-fixes`). The step and every statement after it in the `with`
     block move after the block: code that followed the step (logging, an EMA update, the next
     forward) then runs outside autocast too, in float32. Offered only where the step is written
-    directly in a `with` whose only item is the autocast. A region around the whole loop gets
-    no fix: narrowing it to the forward pass is a rewrite to make by hand. `amplint verify
-    --fixes`: the per-iteration scenarios of the fixed `buggy.py` report exactly what
-    `fixed.py` reports; the whole-loop ones are still flagged.
+    directly in a `with` whose only item is the autocast (not a helper that steps). A region
+    around the whole loop gets no fix: narrowing it to the forward pass is a rewrite to make
+    by hand. `amplint verify --fixes`: the per-iteration scenarios of the fixed `buggy.py`
+    report exactly what `fixed.py` reports; the whole-loop ones are still flagged.
     """
 
     code = "AMP004"

@@ -55,7 +55,10 @@ class BackwardInsideAutocast(Rule):
     ## Fix safety
     Unsafe (applied with `--unsafe-fixes`): the backward and every statement after it in the
     `with` block move after the block, so code after the backward runs in float32 too. Offered
-    only where the backward is written directly in a `with` whose only item is the autocast.
+    only where the backward is written directly in a `with` whose only item is the autocast,
+    on a loss already computed (`loss.backward()`, `scaler.scale(loss / accum).backward()`):
+    not `criterion(out, y).backward()`, whose loss would leave autocast with it, nor a helper
+    call that may run a forward pass too.
     `amplint verify --fixes`: the fixed `buggy.py` reports exactly what `fixed.py` reports.
     """
 

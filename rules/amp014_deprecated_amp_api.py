@@ -24,7 +24,10 @@ class DeprecatedAmpApi(Rule):
     Not flagged: an import nobody uses, `isinstance` checks, annotations, strings and
     comments; a compatibility shim: the name also imported from `torch.amp` on another branch
     (`try: from torch.amp import autocast` / `except ImportError: from torch.cuda.amp import
-    autocast`), or a call in an `if` that tests the torch version or `hasattr(torch, ...)`.
+    autocast`, or `from torch import GradScaler`), a name bound on another branch to another
+    device's API (`torch.musa.amp.autocast`), or a call in an `if` or a conditional expression
+    that tests the torch version or `hasattr(torch, ...)` (`torch.amp.GradScaler(...) if
+    TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()`).
 
     ## Why is this bad?
     Since PyTorch 2.4 these names raise a FutureWarning each time they are called (the
@@ -81,6 +84,23 @@ class DeprecatedAmpApi(Rule):
             yield Report(use.node, _message(use), fix=_fix(use, model))
 
     VALID = (
+        # Shims: the new API imported from `torch`, a version test in a conditional
+        # expression, the name bound to another device's API on another branch.
+        """
+import torch
+try:
+    from torch import GradScaler
+except ImportError:
+    from torch.cuda.amp import GradScaler
+if IS_MUSA_AVAILABLE:
+    from torch.musa.amp import autocast
+else:
+    from torch.cuda.amp import autocast
+scaler = GradScaler("cuda")
+other = torch.amp.GradScaler(device=device) if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()
+with autocast(enabled=True):
+    loss = model(x)
+""",
         # The current API.
         """
 import torch

@@ -202,6 +202,17 @@ def test_amp005_keeps_an_update_that_follows_and_leaves_a_conditional_one_alone(
     assert not fixed(conditional).count
 
 
+def test_amp006_does_not_move_a_loss_computed_in_the_backward_statement_or_a_helper_call():
+    source = """\
+        import torch
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                output = model(x)
+                criterion(output, y).backward()
+        """
+    assert "AMP006" in codes(textwrap.dedent(source)) and not fixed(source).count
+
+
 def test_amp004_and_amp006_move_the_rest_of_the_block_out_of_autocast_only_as_unsafe_fixes():
     source = """\
         import torch
@@ -307,8 +318,8 @@ def test_fix_writes_reports_what_remains_and_a_second_run_changes_nothing(amplin
     source = BUGGY + textwrap.dedent(
         """\
         with torch.autocast("cuda"):
-            out = model(x)
-            out.sum().backward()
+            loss = model(x).sum()
+            loss.backward()
         """
     )
     root = project({"train.py": source})
@@ -321,7 +332,7 @@ def test_fix_writes_reports_what_remains_and_a_second_run_changes_nothing(amplin
     assert "scaler.unscale_(optimizer)" in (root / "train.py").read_text()
     result = amplint("--fix", "--unsafe-fixes", "train.py", cwd=root)
     assert result.returncode == 0, result.stdout
-    assert (root / "train.py").read_text().endswith('with torch.autocast("cuda"):\n    out = model(x)\nout.sum().backward()\n')
+    assert (root / "train.py").read_text().endswith('with torch.autocast("cuda"):\n    loss = model(x).sum()\nloss.backward()\n')
     assert amplint("--diff", "--unsafe-fixes", "train.py", cwd=root).returncode == 0
 
 

@@ -28,7 +28,7 @@ Each use carries what a fix needs, so that the fix defines every name it writes:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst import MaybeSentinel
@@ -37,6 +37,7 @@ from amplint.semantic.index import Binding, CallRecord, GuardFrame, ModuleIndex,
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import all_bindings
+from amplint.semantic.walk import iter_tree
 
 # deprecated name -> (its replacement in torch.amp, the device type it implied, the kind)
 DEPRECATED = {
@@ -92,6 +93,7 @@ class _Finder:
         self.index = index
         self.resolver = resolver
         self.uses: List[DeprecatedAmpUse] = []
+        self._version_shims: Optional[Set[int]] = None  # found on the first deprecated use
         seen = set()
 
         def add(node: cst.CSTNode, kind: str, scope: Scope, frames=()) -> None:
@@ -143,6 +145,12 @@ class _Finder:
         bindings = self.resolver.bindings(head, scope)
         if any(self._modern(binding) for binding in bindings):
             return None  # a compatibility shim: the new API on another branch
+        if head != "torch" and any(not _imports_old_api(binding) for binding in bindings):
+            return None  # bound to something else on another branch (`torch.musa.amp.autocast`)
+        if self._version_shims is None:
+            self._version_shims = _under_version_tests(self.index.module)
+        if id(node) in self._version_shims:
+            return None  # `torch.amp.GradScaler(...) if TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()`
         for frame in frames:
             if isinstance(frame, GuardFrame) and any(word in source_text(frame.test).lower() for word in _SHIM_WORDS):
                 return None  # `if TORCH_VERSION >= (2, 4): ... else: torch.cuda.amp.autocast()`
@@ -161,7 +169,7 @@ class _Finder:
         if binding.kind != "import":
             return False
         for target in _import_targets(binding):
-            if target in ("torch.amp", "torch.autocast") or target.startswith("torch.amp."):
+            if target in ("torch.amp", "torch.autocast", "torch.GradScaler") or target.startswith("torch.amp."):
                 return True
         return False
 
@@ -238,6 +246,21 @@ def _local_of(binding: Binding, target: str) -> Optional[str]:
     return None
 
 
+def _under_version_tests(module: cst.Module) -> Set[int]:
+    """The ids of the nodes in a branch of a conditional expression that tests the torch
+    version (`a if TORCH_GREATER_EQUAL_2_4 else b`): a compatibility shim in one line."""
+    found: Set[int] = set()
+
+    class _Collector(cst.CSTVisitor):
+        def visit_IfExp(self, node: cst.IfExp) -> None:
+            if any(word in source_text(node.test).lower() for word in _SHIM_WORDS):
+                for branch in (node.body, node.orelse):
+                    found.update(id(inner) for inner in iter_tree(branch))
+
+    module.visit(_Collector())
+    return found
+
+
 def _branches(value: cst.BaseExpression) -> List[cst.BaseExpression]:
     """`a if c else b` -> [a, b]; anything else -> [itself]."""
     if isinstance(value, cst.IfExp):
@@ -274,6 +297,8 @@ def _rewrite_call(call: cst.Call, what: str, device: str, spelling: str) -> Opti
     func = cst.parse_expression(spelling)
     if what == "scaler":
         # torch.amp.GradScaler(device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+        if args and args[0].keyword is None and isinstance(args[0].value, (cst.SimpleString, cst.FormattedString)):
+            return None  # a device first: the new API's call, whatever the name resolved to
         new_args = [cst.Arg(_string(device))] + args
     elif what == "autocast":
         if any(arg.star == "*" for arg in args):
