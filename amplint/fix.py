@@ -237,6 +237,57 @@ def with_import(module: cst.Module, code: str, fix: Fix) -> Fix:
     return fix if not body else replace(fix, insert_after=fix.insert_after + ((body[-1], added),), touches=fix.touches + (body[-1],))
 
 
+def without_import(module: cst.Module, alias: cst.ImportAlias, fix: Fix) -> Fix:
+    """`fix` that also drops `alias` from its import (the whole import when it is the only
+    name there), unless that would leave a block empty (`try: from torch.cuda.amp import
+    autocast`): then the import stays."""
+    found: List[Tuple[cst.SimpleStatementLine, Union[cst.Import, cst.ImportFrom]]] = []
+
+    class _Finder(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+            for small in node.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+                    if any(name is alias for name in small.names):
+                        found.append((node, small))
+            return False
+
+    module.visit(_Finder())
+    if not found:
+        return fix
+    line, importer = found[0]
+    names = [name for name in importer.names if name is not alias]  # type: ignore[union-attr]
+    if names:
+        names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return replace(fix, replace=fix.replace + ((importer, importer.with_changes(names=names)),), touches=fix.touches + (line,))
+    block = block_of(module, line)
+    if len(line.body) != 1 or block is None or len(block) < 2:
+        return fix
+    return replace(fix, remove=fix.remove + (line,), touches=fix.touches + (line,))
+
+
+def names_used(module: cst.Module) -> Dict[str, int]:
+    """How many times each name is read or written outside import statements (attribute
+    names after a dot are not names: `x.autocast` uses `x`)."""
+    counts: Dict[str, int] = {}
+
+    class _Counter(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> bool:
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            counts[node.value] = counts.get(node.value, 0) + 1
+
+    module.visit(_Counter())
+    return counts
+
+
 def _is_docstring(item: cst.BaseStatement) -> bool:
     return (
         isinstance(item, cst.SimpleStatementLine)

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
-from amplint.fix import Fix, with_import
+from amplint.fix import Fix, with_import, without_import
 from amplint.rule import Flagged, Report, Rule
 from amplint.semantic import DeprecatedAmpUse, SemanticModel
-from amplint.semantic.names import source_text
+from amplint.semantic.names import dotted_name, source_text
 
 
 class DeprecatedAmpApi(Rule):
@@ -69,9 +69,14 @@ class DeprecatedAmpApi(Rule):
     ## Fix safety
     Safe. The call or decorator is rewritten to the `torch.amp` name with its device type, the
     old autocast's positional arguments moved to keywords, and `import torch` is added when the
-    file has no name for the replacement (the old import stays: remove it once nothing uses
-    it). No fix for `*args` calls, hand-ons (`amp_autocast = torch.cuda.amp.autocast`) and base
-    classes. The tests check that each rewrite builds an object with the same settings.
+    file has no name for the replacement. Where every use of a name an old import binds gets
+    rewritten, one fix rewrites them all and removes that name from the import (the whole
+    import when it was the only name; not when that would empty a `try:` block), so no unused
+    import is left behind and no round leaves a use without its import. No fix for `*args`
+    calls, hand-ons (`amp_autocast = torch.cuda.amp.autocast`) and base classes. The tests
+    check that each rewrite builds an object with the same settings. Note that
+    `torch.amp.GradScaler` needs PyTorch 2.3: a project that supports older versions should
+    keep the rule off (or use a shim, which it recognises).
     """
 
     code = "AMP014"
@@ -80,8 +85,9 @@ class DeprecatedAmpApi(Rule):
     triggers = ("cuda.amp", "cpu.amp", "import amp")
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        for use in model.deprecated_amp_uses:
-            yield Report(use.node, _message(use), fix=_fix(use, model))
+        uses = model.deprecated_amp_uses
+        for use in uses:
+            yield Report(use.node, _message(use), fix=_fix(use, uses, model))
 
     VALID = (
         # Shims: the new API imported from `torch`, a version test in a conditional
@@ -200,11 +206,26 @@ def _message(use: DeprecatedAmpUse) -> str:
     return f"{old} is deprecated (calling it raises a FutureWarning) in favour of `{use.replacement}` with a device type: {fix}."
 
 
-def _fix(use: DeprecatedAmpUse, model: SemanticModel) -> Optional[Fix]:
+def _fix(use: DeprecatedAmpUse, uses: List[DeprecatedAmpUse], model: SemanticModel) -> Optional[Fix]:
     """The rewritten call or decorator, and the import its spelling needs; none where the
-    rewrite is not certain (`*args`, a hand-on, a base class). The old import stays."""
+    rewrite is not certain (`*args`, a hand-on, a base class). Where every use of the name an
+    old import binds is rewritten, one fix rewrites them all and drops that import, so that
+    no half-done round leaves a name without its import."""
     if use.new_node is None:
         return None
-    fix = Fix(f"Use `{use.replacement}` with `\"{use.device_type}\"`", replace=((use.node, use.new_node),))
-    return with_import(model.module, use.import_to_add, fix) if use.import_to_add else fix
-
+    together = [use]
+    alias = use.import_alias
+    if alias is not None:
+        local = (dotted_name(alias.asname.name if alias.asname is not None else alias.name) or "").split(".")[0]
+        same = [other for other in uses if other.import_alias is alias]
+        if all(other.new_node is not None for other in same) and model.names_used.get(local, 0) == len(same):
+            together = same
+        else:
+            alias = None
+    fix = Fix(
+        f"Use `{use.replacement}` with `\"{use.device_type}\"`",
+        replace=tuple((other.node, other.new_node) for other in together),  # type: ignore[misc]
+    )
+    if use.import_to_add:
+        fix = with_import(model.module, use.import_to_add, fix)
+    return without_import(model.module, alias, fix) if alias is not None else fix

@@ -238,6 +238,19 @@ def test_amp004_and_amp006_move_the_rest_of_the_block_out_of_autocast_only_as_un
     assert not {"AMP004", "AMP006"} & set(codes(outcome.source))
 
 
+def test_amp014_keeps_an_old_import_something_else_still_uses():
+    outcome = fixed(
+        """\
+        import torch
+        from torch.cuda.amp import autocast
+        with autocast():
+            loss = model(x)
+        print(autocast.__doc__)
+        """
+    )
+    assert outcome.source.splitlines()[:3] == ["import torch", "from torch.cuda.amp import autocast", 'with torch.amp.autocast("cuda"):']
+
+
 def test_amp014_rewrites_the_call_and_adds_the_import_once():
     outcome = fixed(
         '''\
@@ -248,10 +261,10 @@ def test_amp014_rewrites_the_call_and_adds_the_import_once():
             loss = model(x)
         '''
     )
+    # The old import goes with the last use of the names it bound.
     assert outcome.source == textwrap.dedent(
         '''\
         """A training script."""
-        from torch.cuda.amp import autocast, GradScaler
         import torch
         scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
         with torch.amp.autocast("cuda", enabled=use_amp, dtype=torch.bfloat16):

@@ -687,6 +687,14 @@ class SemanticModel:
 
     # ------------------------------------------------------------------ the deprecated API
     @cached_property
+    def names_used(self) -> Dict[str, int]:
+        """How often each name is used outside imports (`amplint.fix.names_used`): whether a
+        fix replaces the last use of an imported name."""
+        from amplint.fix import names_used
+
+        return names_used(self.module)
+
+    @cached_property
     def deprecated_amp_uses(self) -> List[DeprecatedAmpUse]:
         """Calls, decorators and hand-ons of `torch.cuda.amp.*` / `torch.cpu.amp.*` (not under a
         compatibility shim), each with its `torch.amp` replacement, the device type, how this
