@@ -485,15 +485,21 @@ class BudgetExceeded(BaseException):
 _armed = False
 
 
+_fired = False  # the timer went off during the current task
+
+
 def _on_cpu_timer(signum: int, frame: Any) -> None:
+    global _fired
     if _armed:
+        _fired = True
         raise BudgetExceeded()
 
 
 def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[FileResult, bool, float]:
     """(result, cacheable, CPU seconds): whatever goes wrong becomes this file's error."""
-    global _armed
+    global _armed, _fired
     started = time.process_time()
+    _fired = False
     try:
         from amplint.engine import lint_bytes
         from amplint.rules import ALL_RULES
@@ -514,12 +520,23 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[Fi
             _armed = False
             if timer:
                 signal.setitimer(signal.ITIMER_PROF, 0)
+        if _fired:  # caught on the way by library code, which then failed or went on: still over budget
+            raise BudgetExceeded()
         return result, True, time.process_time() - started
     except BudgetExceeded:
         return FileResult(task.path, error=_budget_error(task.path, budget)), False, time.process_time() - started
     except Exception as error:  # a bug in amplint must not end the run
-        message = f"internal error while linting: {type(error).__name__}: {error}"
-        return FileResult(task.path, error=FileError(task.path, message)), False, time.process_time() - started
+        if _fired:  # LibCST turned the interruption into an error of its own
+            return FileResult(task.path, error=_budget_error(task.path, budget)), False, time.process_time() - started
+        return FileResult(task.path, error=FileError(task.path, internal_error(error))), False, time.process_time() - started
+
+
+def internal_error(error: BaseException) -> str:
+    """A bug's message, short: an exception about a syntax tree can print the whole tree."""
+    text = str(error)
+    if len(text) > 200:
+        text = text[:200].rstrip() + " ..."
+    return f"internal error while linting: {type(error).__name__}: {text}"
 
 
 def _arm_native_limit(budget: float) -> None:

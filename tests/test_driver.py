@@ -64,6 +64,14 @@ def _crash_on(name, how="segfault", marker=None):
                     pass
             elif how == "native-loop":
                 re.match(r"(a+)+$", "a" * 64 + "b")  # exponential, in C: never returns to Python
+            elif how == "library-catches":
+                # Library code that catches the interruption and fails its own way (LibCST's
+                # metadata resolution turned it into a KeyError naming a whole syntax tree).
+                try:
+                    while True:
+                        pass
+                except BaseException:
+                    raise KeyError("IndentedBlock(" + "body=[...], " * 500 + ")") from None
         return real(data, path, rules, external)
 
     return lint_bytes
@@ -94,7 +102,7 @@ def test_a_crash_is_retried_alone_before_it_counts(tmp_path, monkeypatch):
     assert summary(results) == [("flaky.py", [(8, "AMP003")], None), ("other.py", [(8, "AMP003")], None)]
 
 
-@pytest.mark.parametrize("how", ["python-loop", "native-loop"])
+@pytest.mark.parametrize("how", ["python-loop", "native-loop", "library-catches"])
 def test_a_file_over_its_cpu_budget_is_an_error_and_the_run_goes_on(tmp_path, monkeypatch, how):
     monkeypatch.setattr(amplint.engine, "lint_bytes", _crash_on("slow.py", how=how))
     paths = write(tmp_path, {"slow.py": BUGGY, "after.py": BUGGY})
@@ -104,6 +112,13 @@ def test_a_file_over_its_cpu_budget_is_an_error_and_the_run_goes_on(tmp_path, mo
     assert slow.error.message == "analysis exceeded the 0.5 s budget; not linted (raise it with --file-budget)"
     assert [f.code for f in after.findings] == ["AMP003"]
     assert time.monotonic() - started < 60
+
+
+def test_an_internal_error_is_reported_short():
+    from amplint.driver import internal_error
+
+    message = internal_error(KeyError("IndentedBlock(" + "body=[...], " * 500 + ")"))
+    assert message.startswith("internal error while linting: KeyError: 'IndentedBlock(") and len(message) < 260
 
 
 def test_the_cli_reports_a_budget_overrun_as_an_error(amplint, tmp_path):
