@@ -15,13 +15,14 @@ no fix applies: overlapping fixes are applied one after another, never merged.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Type, Union
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 from libcst.metadata import CodeRange
 
 if TYPE_CHECKING:
+    from amplint.diagnostics import FixSuggestion
     from amplint.semantic import Occurrence, SemanticModel
 
 SAFE = "safe"

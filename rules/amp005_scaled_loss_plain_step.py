@@ -7,7 +7,6 @@ import libcst as cst
 from amplint.fix import Fix, block_of, expression, statement
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
-from amplint.semantic.names import source_text
 
 
 class ScaledLossPlainStep(Rule):

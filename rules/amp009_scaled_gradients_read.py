@@ -1,14 +1,11 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional
+from typing import Iterator, Optional
 
-import libcst as cst
 
 from amplint.fix import unscale_before
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
-from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.walk import children, iter_tree
 
 class ScaledGradientsRead(Rule):
     """Gradients used before `scaler.unscale_()`, while they still carry the loss scale.

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +15,7 @@ from amplint.cache import Cache, content_digest, result_key
 from amplint.driver import Job, Runner
 from amplint.rules import ALL_RULES
 
-from conftest import BUGGY, REPO
+from conftest import BUGGY
 
 CODES = tuple(rule.code for rule in ALL_RULES)
 NOTEBOOK = json.dumps(

@@ -5,8 +5,6 @@ CPU run of every prediction at every dtype, and break-the-fixture runs showing e
 import json
 import math
 import os
-import re
-import shutil
 import subprocess
 import sys
 import textwrap

@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from amplint import __version__
 from amplint.harness.report import check_text, summary_counts, verdict_text
-from amplint.harness.runner import DTYPES, History, Row, VerifyRun
+from amplint.harness.runner import DTYPES, Row, VerifyRun
 from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED, measured_text
 
 SIDES = ("buggy", "fixed")

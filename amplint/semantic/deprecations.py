@@ -33,7 +33,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 from libcst import MaybeSentinel
 
-from amplint.semantic.index import Binding, CallRecord, GuardFrame, ModuleIndex, Scope
+from amplint.semantic.index import Binding, GuardFrame, ModuleIndex, Scope
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import all_bindings

@@ -22,10 +22,10 @@ import libcst as cst
 
 from amplint.semantic import torch_api, vocabulary
 from amplint.semantic.conditions import Assumption, Condition, assumptions
-from amplint.semantic.index import Binding, CallRecord, ModuleIndex, Scope
+from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.model import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.resolve import Resolver, bool_literal, split_args
+from amplint.semantic.resolve import Resolver, split_args
 
 _ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 _LIGHTNING_TRAINERS = frozenset(
