@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 from libcst.metadata import CodeRange
+
+from amplint.semantic.walk import iter_tree
 
 if TYPE_CHECKING:
     from amplint.diagnostics import FixSuggestion
@@ -79,35 +81,23 @@ def expression(code: str) -> cst.BaseExpression:
     return cst.parse_expression(code)
 
 
+def _statements(tree: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The statements and blocks under `tree`, with what they hold but not inside expressions
+    or simple statements (where no statement can be)."""
+    return iter_tree(tree, descend=lambda node: not isinstance(node, (cst.BaseExpression, cst.SimpleStatementLine)))
+
+
 def block_of(module: cst.Module, statement: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
     """The statements of the block `statement` stands in (by identity), or None."""
-    found: List[Sequence[cst.BaseStatement]] = []
-
-    class _Finder(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if found:
-                return False
-            if isinstance(node, (cst.Module, cst.IndentedBlock)) and any(item is statement for item in node.body):
-                found.append(node.body)
-                return False
-            return True
-
-    module.visit(_Finder())
-    return found[0] if found else None
+    for node in _statements(module):
+        if isinstance(node, (cst.Module, cst.IndentedBlock)) and any(item is statement for item in node.body):
+            return node.body
+    return None
 
 
 def contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
     """Whether `node` (by identity) is `tree` or inside it."""
-    found: List[bool] = []
-
-    class _Finder(cst.CSTVisitor):
-        def on_visit(self, visited: cst.CSTNode) -> bool:
-            if visited is node:
-                found.append(True)
-            return not found
-
-    tree.visit(_Finder())
-    return bool(found)
+    return any(inner is node for inner in iter_tree(tree))
 
 
 def unscale_before(model: "SemanticModel", occurrence: "Occurrence", scaler_key: Optional[str], what: str) -> Optional[Fix]:
@@ -198,18 +188,11 @@ def out_of_with(module: cst.Module, anchor: cst.Call, line: cst.BaseStatement, w
     """Move `line`, and the statements after it in the same `with` body, to just after the
     `with` statement whose only item is `anchor` (`with torch.autocast(...):`). None when
     `line` is not directly in that body, or would leave it empty."""
-    found: List[cst.With] = []
-
-    class _Finder(cst.CSTVisitor):
-        def visit_With(self, node: cst.With) -> bool:
-            if len(node.items) == 1 and node.items[0].item is anchor:
-                found.append(node)
-            return not found
-
-    module.visit(_Finder())
-    if not found or not isinstance(found[0].body, cst.IndentedBlock):
+    with_node = next(
+        (n for n in _statements(module) if isinstance(n, cst.With) and len(n.items) == 1 and n.items[0].item is anchor), None
+    )
+    if with_node is None or not isinstance(with_node.body, cst.IndentedBlock):
         return None
-    with_node = found[0]
     body = list(with_node.body.body)
     at = next((i for i, item in enumerate(body) if item is line), None)
     if at is None or at == 0:
@@ -242,17 +225,15 @@ def without_import(module: cst.Module, alias: cst.ImportAlias, fix: Fix) -> Fix:
     """`fix` that also drops `alias` from its import (the whole import when it is the only
     name there), unless that would leave a block empty (`try: from torch.cuda.amp import
     autocast`): then the import stays."""
-    found: List[Tuple[cst.SimpleStatementLine, Union[cst.Import, cst.ImportFrom]]] = []
-
-    class _Finder(cst.CSTVisitor):
-        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-            for small in node.body:
-                if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
-                    if any(name is alias for name in small.names):
-                        found.append((node, small))
-            return False
-
-    module.visit(_Finder())
+    found = [
+        (line, small)
+        for line in _statements(module)
+        if isinstance(line, cst.SimpleStatementLine)
+        for small in line.body
+        if isinstance(small, (cst.Import, cst.ImportFrom))
+        and not isinstance(small.names, cst.ImportStar)
+        and any(name is alias for name in small.names)
+    ]
     if not found:
         return fix
     line, importer = found[0]
@@ -270,22 +251,11 @@ def names_used(module: cst.Module) -> Dict[str, int]:
     """How many times each name is read or written outside import statements (attribute
     names after a dot are not names: `x.autocast` uses `x`)."""
     counts: Dict[str, int] = {}
-
-    class _Counter(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> bool:
-            return False
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            return False
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
+    nodes = list(iter_tree(module, descend=lambda node: not isinstance(node, (cst.Import, cst.ImportFrom))))
+    attributes = {id(node.attr) for node in nodes if isinstance(node, cst.Attribute)}
+    for node in nodes:
+        if isinstance(node, cst.Name) and id(node) not in attributes:
             counts[node.value] = counts.get(node.value, 0) + 1
-
-    module.visit(_Counter())
     return counts
 
 
@@ -345,16 +315,16 @@ def apply(module: cst.Module, fixes: Sequence[Fix]) -> cst.Module:
     return applied
 
 
-def non_overlapping(fixes: Sequence[Fix]) -> List[Fix]:
-    """A subset of `fixes`, in order, no two of which touch the same node."""
-    chosen: List[Fix] = []
+def non_overlapping(found: Sequence[Tuple[str, Fix]]) -> List[Tuple[str, Fix]]:
+    """A subset of (rule code, fix) pairs, in order, no two of whose fixes touch the same node."""
+    chosen: List[Tuple[str, Fix]] = []
     taken: Set[int] = set()
-    for fix in fixes:
+    for code, fix in found:
         anchors = fix.anchors()
         if anchors & taken:
             continue
         taken |= anchors
-        chosen.append(fix)
+        chosen.append((code, fix))
     return chosen
 
 

@@ -103,7 +103,7 @@ def _fix_source(
             # change the file beyond the fix.
             outcome.error = "not fixed: LibCST parses this file only after normalising it"
             break
-        fixes = non_overlapping_with_codes(_wanted_fixes(module, outcome.source, rules, wanted, external))
+        fixes = non_overlapping(_wanted_fixes(module, outcome.source, rules, wanted, external))
         if not fixes:
             break
         fixed = apply(module, [fix for _, fix in fixes]).code
@@ -117,11 +117,6 @@ def _fix_source(
         outcome.source = fixed
         outcome.applied.update(code for code, _ in fixes)
     return outcome
-
-
-def non_overlapping_with_codes(found: List[Tuple[str, Fix]]) -> List[Tuple[str, Fix]]:
-    chosen = {id(fix) for fix in non_overlapping([fix for _, fix in found])}
-    return [(code, fix) for code, fix in found if id(fix) in chosen]
 
 
 def _first_valid(module: cst.Module, fixes: List[Tuple[str, Fix]], path, target) -> List[Tuple[str, Fix]]:

@@ -9,6 +9,7 @@ from amplint.rule import Flagged, Prediction, Report, Rule
 from amplint.semantic import Occurrence, Repetition, SemanticModel
 from amplint.semantic.index import CallRecord
 from amplint.semantic.names import names_bound, names_read, roots, source_text
+from amplint.semantic.walk import iter_tree
 
 
 class GradScalerInLoop(Rule):
@@ -401,27 +402,9 @@ def _hoist(record: CallRecord, loop: Repetition, model: SemanticModel) -> Option
 def _bound_in(loop: cst.CSTNode) -> Set[str]:
     """The names a loop (re)binds in its header and body."""
     bound: Set[str] = set()
-
-    class _Binder(cst.CSTVisitor):
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+    for node in iter_tree(loop):
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr)):
             bound.update(roots(names_bound(node.target)))
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            bound.update(roots(names_bound(node.target)))
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            bound.update(roots(names_bound(node.target)))
-
-        def visit_For(self, node: cst.For) -> None:
-            bound.update(roots(names_bound(node.target)))
-
-        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-            bound.update(roots(names_bound(node.target)))
-
-        def visit_WithItem(self, node: cst.WithItem) -> None:
-            if node.asname is not None:
-                bound.update(roots(names_bound(node.asname.name)))
-
-    loop.visit(_Binder())
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            bound.update(roots(names_bound(node.asname.name)))
     return bound
-

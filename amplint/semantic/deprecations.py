@@ -250,14 +250,10 @@ def _under_version_tests(module: cst.Module) -> Set[int]:
     """The ids of the nodes in a branch of a conditional expression that tests the torch
     version (`a if TORCH_GREATER_EQUAL_2_4 else b`): a compatibility shim in one line."""
     found: Set[int] = set()
-
-    class _Collector(cst.CSTVisitor):
-        def visit_IfExp(self, node: cst.IfExp) -> None:
-            if any(word in source_text(node.test).lower() for word in _SHIM_WORDS):
-                for branch in (node.body, node.orelse):
-                    found.update(id(inner) for inner in iter_tree(branch))
-
-    module.visit(_Collector())
+    for node in iter_tree(module):
+        if isinstance(node, cst.IfExp) and any(word in source_text(node.test).lower() for word in _SHIM_WORDS):
+            for branch in (node.body, node.orelse):
+                found.update(id(inner) for inner in iter_tree(branch))
     return found
 
 
