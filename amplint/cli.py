@@ -251,6 +251,7 @@ def check_command(argv: Sequence[str]) -> int:
                     problem = write_fixed(fix)
                     if problem is not None:
                         errors.append(FileError(fix.path, problem))
+                        fix.fixed = fix.original  # not written: neither changed nor counted as fixed
             changed = {fix.path for fix in fixes if fix.changed}
             if changed:
                 # What remains. A file the first pass could not lint (over its CPU budget) was

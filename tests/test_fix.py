@@ -446,3 +446,14 @@ def test_a_notebook_cell_with_magics_is_left_as_it_is(amplint, project):
     assert result.returncode == 1
     assert "not fixed: a fix would change a cell with IPython magics" in result.stderr
     assert (root / "train.ipynb").read_text() == text
+
+
+def test_a_file_that_cannot_be_written_is_an_error_and_not_counted_as_fixed(amplint, project, monkeypatch):
+    import amplint.cli as cli
+
+    root = project({"train.py": BUGGY})
+    monkeypatch.setattr(cli, "write_fixed", lambda fix: "not fixed: cannot write it (Read-only file system)")
+    result = amplint("--fix", "--concise", "train.py", cwd=root)
+    assert result.returncode == 2
+    assert "train.py: not fixed: cannot write it (Read-only file system)" in result.stderr
+    assert "fixed" not in result.stdout and (root / "train.py").read_text() == BUGGY
