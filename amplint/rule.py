@@ -35,6 +35,19 @@ class Message:
     title: str
     help: Optional[str] = None
 
+    @classmethod
+    def split(cls, text: str) -> "Message":
+        """A one-sentence message as title and help, at its first colon outside code:
+        "`x` does y: why it matters. What to write." -> title "`x` does y", help the rest."""
+        in_code = False
+        for index, character in enumerate(text):
+            if character == "`":
+                in_code = not in_code
+            elif character == ":" and not in_code and text[index + 1 : index + 2] == " ":
+                rest = text[index + 2 :].strip()
+                return cls(text[:index], rest[:1].upper() + rest[1:])
+        return cls(text)
+
 
 @dataclass(frozen=True)
 class Report:

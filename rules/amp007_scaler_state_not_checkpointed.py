@@ -4,7 +4,7 @@ from typing import Iterator, Set
 
 import libcst as cst
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import ScalerInfo, SemanticModel, StateCall
 from amplint.semantic.names import source_text
 
@@ -120,14 +120,14 @@ class ScalerStateNotCheckpointed(Rule):
         for scaler, record in model.grad_scalers_built():
             restore = model.restored_before(record, scaler.key)
             if restore is not None:
-                yield Report(record.node, _built_again(scaler, record.node, restore))
+                yield Report(record.node, Message.split(_built_again(scaler, record.node, restore)))
                 continue
             # Quote a save where there is one, the optimizer's own state_dict() first.
             checkpoints = sorted(model.optimizer_checkpoints(scaler.key), key=lambda c: (c.restores, not c.direct))
             if checkpoints and scaler.key not in reported and model.scaler_state_kept(scaler.key) is None:
                 reported.add(scaler.key)
                 # Where the fix goes: the checkpoint that holds the optimizer's state.
-                yield Report(_checkpoint_at(checkpoints[0], model), _not_checkpointed(scaler, record.node, checkpoints[0]))
+                yield Report(_checkpoint_at(checkpoints[0], model), Message.split(_not_checkpointed(scaler, record.node, checkpoints[0])))
 
     VALID = (
         # The canonical checkpoint: the scaler's state beside the optimizer's.

@@ -5,7 +5,7 @@ from typing import Iterator, Optional, Set
 import libcst as cst
 
 from amplint.fix import UNSAFE, Fix
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import Occurrence, Repetition, SemanticModel
 from amplint.semantic.index import CallRecord
 from amplint.semantic.names import names_bound, names_read, roots, source_text
@@ -141,7 +141,7 @@ class GradScalerInLoop(Rule):
                 steps = model.scaler_steps_within(scaler.key, record, loop)
                 lasting = [step for step in steps if model.outlives(step.argument, record.unit, loop)]
                 if lasting:
-                    yield Report(record.node, _message(scaler.name, record, loop, lasting[0]), fix=_hoist(record, loop, model))
+                    yield Report(record.node, Message.split(_message(scaler.name, record, loop, lasting[0])), fix=_hoist(record, loop, model))
                     break
 
     VALID = (

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import InPlaceAverage, ModuleCast, OptimizerBuild, SemanticModel
 from amplint.semantic.names import source_text
 
@@ -132,9 +132,9 @@ class HalfPrecisionMasterWeights(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for cast, optimizer in model.trained_in_low_precision("float16"):
-            yield Report(cast.node, _trained_message(cast, optimizer))
+            yield Report(cast.node, Message.split(_trained_message(cast, optimizer)))
         for cast, average in model.averaged_in_low_precision("float16"):
-            yield Report(cast.node, _averaged_message(cast, average))
+            yield Report(cast.node, Message.split(_averaged_message(cast, average)))
 
     VALID = (
         # Inference only: no optimizer.

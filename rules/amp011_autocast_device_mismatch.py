@@ -4,7 +4,7 @@ from typing import Iterator, List
 
 import libcst as cst
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import AutocastRegion, Placement, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
 
@@ -101,7 +101,7 @@ class AutocastDeviceMismatch(Rule):
             # A CPU fallback alone is not what the region is for; another accelerator is.
             choices = [c for c in model.runtime_device_choices(region) if c.devices - region.possible_devices - {"cpu"}]
             if choices:
-                yield Report(region.anchor, _message(region, choices, model))
+                yield Report(region.anchor, Message.split(_message(region, choices, model)))
 
     VALID = (
         # The device type follows the device.
@@ -238,7 +238,7 @@ def _message(region: AutocastRegion, choices: List[Placement], model: SemanticMo
         suggestion = f"{name}.type" if is_device else f"torch.device({name}).type"
     return (
         f"`{source_text(region.anchor)}` only switches on autocast for CUDA ops, but the code puts its "
-        f"model or data on `{written}`, chosen at run time, which can be {' or '.join(repr(d) for d in others)}; "
+        f"model or data on `{written}`, chosen at run time, which can be {' or '.join(repr(d) for d in others)}: "
         "there the region does nothing and the forward pass runs in float32. Pass the device type "
         f"(`torch.autocast(device_type={suggestion})`), or gate the region on CUDA."
     )

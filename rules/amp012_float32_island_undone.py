@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import RegionOp, SemanticModel
 from amplint.semantic.expressions import LOWER_PRECISION
 from amplint.semantic.names import source_text
@@ -127,7 +127,7 @@ class Float32IslandUndone(Rule):
             casts = [model.expressions.float32_cast(operand, found.unit) for operand in operands]
             if all(cast is not None for cast in casts):
                 reported.add(id(found.node))
-                yield Report(found.node, _message(found, [source_text(c) for c in casts]))  # type: ignore[misc]
+                yield Report(found.node, Message.split(_message(found, [source_text(c) for c in casts])))  # type: ignore[misc]
 
     VALID = (
         # The island under autocast(enabled=False): the AMP docs' recipe.

@@ -4,7 +4,7 @@ from typing import Iterator, List
 
 import libcst as cst
 
-from amplint.rule import Flagged, Prediction, Report, Rule
+from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import RegionOp, SemanticModel
 from amplint.semantic.expressions import BANNED, LOG_OPS, Probability, autocast_policy, region_devices
 from amplint.semantic.names import source_text
@@ -175,10 +175,10 @@ class UnsafeLogUnderAutocast(Rule):
                     dtypes = _dtypes_reaching_zero(probability, found)
                 if dtypes:
                     reported.add(id(found.node))
-                    yield Report(found.node, _log_message(found, probability, dtypes))  # type: ignore[arg-type]
+                    yield Report(found.node, Message.split(_log_message(found, probability, dtypes)))  # type: ignore[arg-type]
             elif found.op.name == "binary_cross_entropy" and BANNED in found.policies():
                 reported.add(id(found.node))
-                yield Report(found.node, _bce_message(found))
+                yield Report(found.node, Message.split(_bce_message(found)))
 
     VALID = (
         # The stable forms.

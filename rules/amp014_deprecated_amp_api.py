@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator, List, Optional
 
 from amplint.fix import Fix, with_import, without_import
-from amplint.rule import Flagged, Report, Rule
+from amplint.rule import Flagged, Message, Report, Rule
 from amplint.semantic import DeprecatedAmpUse, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
 
@@ -87,7 +87,7 @@ class DeprecatedAmpApi(Rule):
     def check(self, model: SemanticModel) -> Iterator[Report]:
         uses = model.deprecated_amp_uses
         for use in uses:
-            yield Report(use.node, _message(use), fix=_fix(use, uses, model))
+            yield Report(use.node, Message.split(_message(use)), fix=_fix(use, uses, model))
 
     VALID = (
         # Shims: the new API imported from `torch`, a version test in a conditional
