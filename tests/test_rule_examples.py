@@ -48,3 +48,17 @@ def test_rule_codes_and_names_are_unique_and_ordered():
     assert len(set(codes)) == len(codes)
     assert len(set(names)) == len(names)
     assert codes == sorted(codes)
+
+
+def test_a_one_sentence_message_splits_at_its_first_colon_outside_code():
+    from amplint.rule import Message
+
+    assert Message.split("`a: b` is wrong: it costs c. Write d.") == Message("`a: b` is wrong", "It costs c. Write d.")
+    assert Message.split("`x` is wrong") == Message("`x` is wrong")
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=[r.code for r in ALL_RULES])
+def test_every_finding_has_a_short_title_and_help(rule):
+    for example in rule.INVALID:
+        for finding in lint_text(example.source, [rule]):
+            assert finding.help, f"{rule.code}: {finding.message}"
