@@ -76,16 +76,19 @@ def result_key(
     codes: Sequence[str],
     settings: Mapping[str, Any] = {},
     imported: Optional[Mapping[str, Any]] = None,
+    whole: bool = False,
 ) -> str:
     """The key of one lint result: the content, the path (summaries and relative imports
     name it), the rules selected for this file, every setting that changes what linting
-    reports, and the summaries of the imported modules it was linted with."""
+    reports, the summaries of the imported modules it was linted with, and whether it was
+    analysed whole (the second phase of a run)."""
     parts = {
         "digest": digest,
         "path": path,
         "codes": list(codes),
         "settings": settings,
         "imported": json_digest(imported) if imported else None,
+        "whole": whole,
     }
     return json_digest(parts)
 

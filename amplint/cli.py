@@ -222,7 +222,7 @@ def check_command(argv: Sequence[str]) -> int:
                     linted = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
                     runner.progress = None
                     # Files that import linted modules, again with what those modules' functions do.
-                    return link(linted, lambda linked: runner.lint([Job(p, codes_by_path[p], s) for p, s in linked]))
+                    return link(linted, lambda linked: runner.lint([Job(p, codes_by_path[p], s, whole=True) for p, s in linked]))
             finally:
                 shown.close()
 

@@ -88,7 +88,11 @@ class FileResult:
     path: str
     findings: List[Finding] = field(default_factory=list)
     error: Optional[FileError] = None
-    skipped: bool = False  # no AMP vocabulary at all: not parsed
+    skipped: bool = False  # not parsed: no AMP vocabulary, or it was deferred
+    # AMP words, but no code any rule needs (amplint.evidence): parsed only if a linted
+    # module imports it or it imports one with a summary (amplint.project).
+    deferred: bool = False
+    may_export: bool = False  # deferred, and its functions may do AMP work to export
     source: Optional[str] = None  # kept only when there are findings, for code frames
     cells: Optional["CellMap"] = None  # notebooks: which rows of `source` came from which cell
     # What the file's functions do to mixed precision, for the modules that import them

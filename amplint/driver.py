@@ -66,6 +66,8 @@ class Job(NamedTuple):
     imported: Optional[Mapping[str, Any]] = None
     # Contents given directly (standard input) instead of read from `path`; never cached.
     data: Optional[bytes] = None
+    # Analysed even where the code alone gives no rule what it needs (`engine.lint_bytes`).
+    whole: bool = False
 
 
 class _Task(NamedTuple):
@@ -75,6 +77,7 @@ class _Task(NamedTuple):
     codes: Tuple[str, ...]
     imported: Optional[Mapping[str, Any]]
     target: Optional[PythonVersion]
+    whole: bool = False
 
 
 class Runner:
@@ -151,7 +154,7 @@ class Runner:
     def _prepare(self, index: int, job: Job, keys: Dict[int, Tuple[str, str]]) -> Any:
         """The file's result when the cache has it or the file cannot be read; else a task."""
         if job.data is not None:
-            return _Task(index, job.path, job.data, job.codes, job.imported, self.target)
+            return _Task(index, job.path, job.data, job.codes, job.imported, self.target, job.whole)
         read_at = time.time_ns()  # before the stat: see Cache.trusted_digest
         try:
             st = os.stat(job.path)
@@ -169,10 +172,10 @@ class Runner:
             except OSError as error:
                 return _unreadable(job.path, error)
             if cache is None:
-                return _Task(index, job.path, data, job.codes, job.imported, self.target)
+                return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole)
             digest = content_digest(data)
             cache.note_content(job.path, st, digest, read_at)
-        payload = cache.get(job.path, result_key(digest, job.path, job.codes, self.settings, job.imported))
+        payload = cache.get(job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole))
         if payload is not None:
             result = _from_payload(job.path, payload)
             if not result.findings:
@@ -190,8 +193,8 @@ class Runner:
             except OSError as error:
                 return _unreadable(job.path, error)
         digest = content_digest(data)
-        keys[index] = (job.path, result_key(digest, job.path, job.codes, self.settings, job.imported))
-        return _Task(index, job.path, data, job.codes, job.imported, self.target)
+        keys[index] = (job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole))
+        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole)
 
     # ------------------------------------------------------------------ execution
 
@@ -515,7 +518,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[Fi
             _armed = True
             signal.setitimer(signal.ITIMER_PROF, budget)
         try:
-            result = lint_bytes(task.data, task.path, rules, external, task.target)
+            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole)
         finally:
             _armed = False
             if timer:
@@ -567,6 +570,8 @@ def _to_payload(result: FileResult) -> Dict[str, Any]:
         "findings": [[_field_payload(f, name) for name in _FINDING_FIELDS] for f in result.findings],
         "error": result.error.message if result.error is not None else None,
         "skipped": result.skipped,
+        "deferred": result.deferred,
+        "may_export": result.may_export,
         "summary": result.summary,
         "imports": [list(i) for i in result.imports],
         "skipped_functions": list(result.skipped_functions),
@@ -598,6 +603,8 @@ def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
         findings=findings,
         error=error,
         skipped=payload.get("skipped", False),
+        deferred=payload.get("deferred", False),
+        may_export=payload.get("may_export", False),
         summary=payload.get("summary"),
         imports=tuple(tuple(i) for i in payload.get("imports") or ()),
         skipped_functions=list(payload.get("skipped_functions") or ()),

@@ -18,6 +18,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from amplint import evidence
 from amplint.diagnostics import FileError, FileResult, Finding
 from amplint.fix import suggestion
 from amplint.noqa import UNUSED_NOQA, might_have_directives, parse_suppressions, unused_directives
@@ -27,7 +28,7 @@ from amplint.rule import Report, Rule
 from amplint.semantic import SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
-from amplint.syntax import PythonVersion, parse_module_exactly, syntax_error, where
+from amplint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, where
 
 
 _RECURSION_LIMIT = 10_000
@@ -59,6 +60,15 @@ def might_use_amp(source: str, rules: Optional[Sequence[Type[Rule]]] = None) -> 
     )
 
 
+def rules_matching_words(source: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
+    """The rules whose words (`triggers`, and `requires` if any) the source has."""
+    return [
+        rule
+        for rule in rules
+        if any(word in source for word in rule.triggers) and (not rule.requires or any(word in source for word in rule.requires))
+    ]
+
+
 @functools.lru_cache(maxsize=64)
 def _word_sets(rules: Tuple[Type[Rule], ...]) -> Tuple[Tuple[FrozenSet[str], FrozenSet[str]], ...]:
     """The rules' (triggers, requires), rules with the same ones merged."""
@@ -71,17 +81,19 @@ def lint_bytes(
     rules: Sequence[Type[Rule]],
     external: Optional[ExternalModules] = None,
     target: Optional[PythonVersion] = None,
+    whole: bool = False,
 ) -> FileResult:
     """Lint a file's contents, read from disk or standard input: a notebook, or Python source.
     `external`: summaries of the other linted modules it may import (see `amplint.project`).
     `target`: the Python the project runs on, whose grammar decides what is a syntax error
-    (None: the newest grammar amplint knows)."""
+    (None: the newest grammar amplint knows). `whole`: analysed even where the code alone
+    gives no rule what it needs (the second phase of a run: another module decides)."""
     if is_notebook(path):
-        return _lint_notebook(data, path, rules, external, target)
+        return _lint_notebook(data, path, rules, external, target, whole)
     source = decode_python(data, path)
     if isinstance(source, FileError):
         return FileResult(path, error=source)
-    return lint_source(source, path, rules, external=external, target=target)
+    return lint_source(source, path, rules, external=external, target=target, whole=whole)
 
 
 def _lint_notebook(
@@ -90,6 +102,7 @@ def _lint_notebook(
     rules: Sequence[Type[Rule]],
     external: Optional[ExternalModules],
     target: Optional[PythonVersion],
+    whole: bool,
 ) -> FileResult:
     text = decode_notebook(data, path)
     notebook = parse_notebook(text, path) if isinstance(text, str) else text
@@ -100,7 +113,7 @@ def _lint_notebook(
     too_large = size_error(path, len(notebook.python.encode("utf-8")), what="code in notebook")
     if too_large:
         return FileResult(path, error=too_large)
-    result = lint_source(notebook.python, path, rules, notebook.cells, external, target)
+    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole)
     if result.findings:
         # Frames show the cells as written (`%time`, not the `pass` that was parsed).
         result.source = notebook.display
@@ -129,10 +142,11 @@ def lint_source(
     cells: Optional[CellMap] = None,
     external: Optional[ExternalModules] = None,
     target: Optional[PythonVersion] = None,
+    whole: bool = False,
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells."""
     with recursion_room():
-        return _lint_source(source, path, rules, cells, external, target)
+        return _lint_source(source, path, rules, cells, external, target, whole)
 
 
 def _lint_source(
@@ -142,19 +156,28 @@ def _lint_source(
     cells: Optional[CellMap],
     external: Optional[ExternalModules] = None,
     target: Optional[PythonVersion] = None,
+    whole: bool = False,
 ) -> FileResult:
     result = FileResult(path)
-    # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax).
-    result.error = syntax_error(source, path, target, cells)
     # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
     parsing_rules = [rule for rule in rules if rule.code != UNUSED_NOQA]
-    if not parsing_rules or not might_use_amp(source, parsing_rules):
-        result.skipped = True  # not worth a LibCST parse: no rule can match
-        if result.error is None and rules:
-            # No rule can fire here, so an `AMPxxx` in a `# noqa` suppresses nothing.
-            result.findings = _locate(None, [], path, source, cells, rules=rules)
-            result.source = source if result.findings else None
-        return result
+    # CPython's tree is freed before the collector runs again, which would walk every node of it.
+    with quiet_collector():
+        # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax).
+        tree, result.error = python_tree(source, path, target, cells)
+        if not parsing_rules or not might_use_amp(source, parsing_rules):
+            result.skipped = True  # not worth a LibCST parse: no rule can match
+        elif result.error is None and not whole and external is None and tree is not None:
+            # The words are there; does the code have what some rule needs (amplint.evidence)?
+            found = evidence.marks(tree)
+            if not any(evidence.satisfied(rule.needs, found) for rule in rules_matching_words(source, parsing_rules)):
+                # Not parsed unless another module's code decides (amplint.project).
+                result.skipped = result.deferred = True
+                result.imports = evidence.imports(tree)
+                result.may_export = bool(found & evidence.EVENTS)
+        del tree
+    if result.skipped:
+        return _nothing_to_find(result, source, cells, rules)
     if result.error is not None:
         return result
     hazard = parse_hazard(source)
@@ -187,6 +210,14 @@ def _lint_source(
             result.source = source
     except RecursionError:
         result.error = FileError(path, "could not analyse: nesting too deep")
+    return result
+
+
+def _nothing_to_find(result: FileResult, source: str, cells: Optional[CellMap], rules: Sequence[Type[Rule]]) -> FileResult:
+    if result.error is None and rules:
+        # No rule can fire here, so an `AMPxxx` in a `# noqa` suppresses nothing.
+        result.findings = _locate(None, [], path=result.path, source=source, cells=cells, rules=rules)
+        result.source = source if result.findings else None
     return result
 
 

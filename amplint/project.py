@@ -5,6 +5,12 @@ precision (`amplint.semantic.exports`). Then every file that imports a linted mo
 such a summary is linted again with it, so a call to `clip_and_step(...)` imported from
 `.optim_utils` counts for what it does there. A summary that changes in that round (a module
 whose functions call another's) is passed on in the next, for a few rounds at most.
+
+A file the first phase *deferred* (AMP words, but no code any rule needs on its own:
+`amplint.evidence`) has no summary yet, only its imports. Before the rounds, each deferred
+file that some linted or deferred file may import is analysed whole, for its summary: the
+same summaries, and so the same findings, as if every file with AMP words had been parsed.
+A deferred file that imports a module with a summary is then linted with it like any other.
 """
 
 from __future__ import annotations
@@ -17,13 +23,18 @@ from amplint.semantic.exports import PathIndex
 # Rounds after the first: each follows imports one module further.
 MAX_ROUNDS = 3
 
-# Lints (path, summaries of the modules it imports) jobs; returns results in the same order.
+# Lints (path, summaries of the modules it imports) jobs, whole (`engine.lint_bytes`); returns
+# results in the same order.
 Relint = Callable[[Sequence[Tuple[str, Mapping[str, dict]]]], List[FileResult]]
 
 
 def link(results: List[FileResult], relint: Relint) -> List[FileResult]:
     """`results` of the first phase, with the files that import linted modules linted again."""
     results = list(results)
+    wanted = imported_deferred(results)
+    if wanted:
+        for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
+            results[index] = result
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
     paths = PathIndex(summaries)  # the same files every round: only their summaries change
     done: Dict[str, Set[Tuple[str, str]]] = {}
@@ -63,3 +74,22 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
         if path is not None:
             found[path] = summaries[path]
     return found
+
+
+def imported_deferred(results: Sequence[FileResult]) -> List[int]:
+    """The indices of the deferred results whose functions may do AMP work (a summary to
+    export) that a result which may use a summary imports: every file an import may name
+    (`PathIndex.paths_of`), so that which imports resolve, and to what, is what it would be
+    had they all been analysed. (A deferred file without such code exports nothing on its
+    own; if it imports a module with a summary, the rounds lint it with it.)"""
+    deferred = {r.path: index for index, r in enumerate(results) if r.deferred and r.may_export and r.error is None}
+    if not deferred:
+        return []
+    index = PathIndex(deferred)
+    wanted: Set[int] = set()
+    for result in results:
+        if result.error is not None or (result.skipped and not result.deferred):
+            continue
+        for module, level in result.imports:
+            wanted.update(deferred[path] for path in index.paths_of(result.path, module or None, level, exclude=result.path))
+    return sorted(wanted)

@@ -15,6 +15,7 @@ from typing import ClassVar, Iterator, Optional, Tuple, Union
 
 import libcst as cst
 
+from amplint.evidence import Needs
 from amplint.fix import Fix
 from amplint.semantic import AMP_VOCABULARY, EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
@@ -129,6 +130,10 @@ class Rule:
     # an in-place average in the file as well, not only the word `float16` (which every
     # inference pipeline's docstring has).
     requires: ClassVar[Tuple[str, ...]] = ()
+    # What the code must show besides (`amplint.evidence`): one mark of each group. A file
+    # whose words pass but whose CPython tree lacks a group is not parsed for this rule; the
+    # same test checks that every example and case the rule flags has them.
+    needs: ClassVar[Needs] = ()
     # How output formats present the rule's findings: SARIF level, GitHub ::error/::warning,
     # LSP DiagnosticSeverity, GitLab severity. One of SEVERITIES.
     severity: ClassVar[str] = "error"

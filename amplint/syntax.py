@@ -61,37 +61,51 @@ _LONE_BACKSLASH = re.compile(r"\\(?:\r\n|\r|\n)")
 
 
 @contextmanager
-def _quiet_parse() -> Iterator[None]:
-    """No SyntaxWarnings on stderr for the user's invalid escapes, and no GC passes."""
+def quiet_collector() -> Iterator[None]:
+    """No GC passes: a fresh AST has no reference cycles to find, only nodes to walk."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
+        yield
     finally:
         if collecting:
             gc.enable()
+
+
+@contextmanager
+def _quiet_parse() -> Iterator[None]:
+    """No SyntaxWarnings on stderr for the user's invalid escapes, and no GC passes."""
+    with quiet_collector(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def syntax_error(
     source: str, path: str, target: Optional[PythonVersion] = None, cells: Optional[CellMap] = None
 ) -> Optional[FileError]:
     """The file's syntax error under the project's grammar, or None if it is valid Python."""
+    return python_tree(source, path, target, cells)[1]
+
+
+def python_tree(
+    source: str, path: str, target: Optional[PythonVersion] = None, cells: Optional[CellMap] = None
+) -> Tuple[Optional[ast.Module], Optional[FileError]]:
+    """CPython's tree of the file and its syntax error under the project's grammar: (tree,
+    None) for valid Python; (None, None) for code valid only in a grammar newer than the
+    running interpreter's, which has no CPython tree; (None, error) otherwise."""
     grammar = target or NEWEST
     feature_version = max(grammar, _OLDEST_FEATURE_VERSION) if grammar < RUNNING else None
     try:
         with _quiet_parse():
-            ast.parse(source, filename=path, feature_version=feature_version)
-        return None
+            return ast.parse(source, filename=path, feature_version=feature_version), None
     except SyntaxError as error:
         if grammar > RUNNING and _newer_grammar_explains(source, error, grammar):
-            return None
-        return _describe(error, path, cells)
+            return None, None
+        return None, _describe(error, path, cells)
     except (RecursionError, MemoryError):  # CPython's "too complex"
-        return FileError(path, "not parsed: nested too deeply for CPython's parser (and LibCST, amplint's parser, would crash)")
+        return None, FileError(path, "not parsed: nested too deeply for CPython's parser (and LibCST, amplint's parser, would crash)")
     except ValueError as error:  # a lone surrogate or NUL that the decoding let through
-        return FileError(path, f"could not parse: {error or type(error).__name__}")
+        return None, FileError(path, f"could not parse: {error or type(error).__name__}")
 
 
 def _describe(error: SyntaxError, path: str, cells: Optional[CellMap]) -> FileError:

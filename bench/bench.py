@@ -185,11 +185,10 @@ def _div(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
     """Every file's CPU, phase by phase, in this process; then the scheduler replayed."""
-    import ast
-
     import libcst as cst
 
-    from amplint import engine
+    from amplint import engine, evidence
+    from amplint.diagnostics import FileResult
     from amplint.driver import _BATCH_FILES, plan, simulate
     from amplint.parse_guard import parse_hazard
     from amplint.project import link
@@ -197,10 +196,12 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
     from amplint.semantic import analyze
     from amplint.semantic.exports import ExternalModules, export_summary, imports_of
     from amplint.source import decode_python
+    from amplint.syntax import python_tree, quiet_collector
 
     clock = time.process_time
-    phases = ["read+pre-check", "syntax check (skipped files)", "parse guard", "LibCST parse", "semantic model", "rules", "positions+noqa", "summary export"]
+    phases = ["read+pre-check", "syntax check", "marks (files with AMP words)", "parse guard", "LibCST parse", "semantic model", "rules", "positions+noqa", "summary export"]
     spent = {phase: 0.0 for phase in phases}
+    parsing = [rule for rule in ALL_RULES if rule.code != "AMP100"]  # unused noqa reads comments only
     files = python_files(roots)
     rows: List[Tuple[int, bool, float]] = []
     results = []
@@ -211,21 +212,32 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         with open(path, "rb") as handle:
             data = handle.read()
         source = decode_python(data, path)
-        parsed = isinstance(source, str) and engine.might_use_amp(source, ALL_RULES)
+        words = isinstance(source, str) and engine.might_use_amp(source, parsing)
         t1 = clock()
         spent["read+pre-check"] += t1 - t0
         if not isinstance(source, str):
             rows.append((len(data), False, t1 - t0))
             continue
-        if not parsed:
-            try:
-                ast.parse(source)
-            except (SyntaxError, ValueError, MemoryError, RecursionError):
-                pass
-            spent["syntax check (skipped files)"] += clock() - t1
+        with quiet_collector():  # as the engine does: CPython's tree is freed before the collector runs
+            tree, error = python_tree(source, path)
+            t2 = clock()
+            spent["syntax check"] += t2 - t1
+            needed = True
+            if words and error is None and tree is not None:
+                found = evidence.marks(tree)
+                needed = any(evidence.satisfied(rule.needs, found) for rule in engine.rules_matching_words(source, parsing))
+                imports = evidence.imports(tree) if not needed else ()
+            del tree
+        spent["syntax check" if not words or error is not None else "marks (files with AMP words)"] += clock() - t2
+        if not words or error is not None:
             rows.append((len(data), False, clock() - t0))
             continue
-        marks = [t1]
+        if not needed:
+            deferred = FileResult(path, skipped=True, deferred=True, imports=imports, may_export=bool(found & evidence.EVENTS))
+            results.append((deferred, source))
+            rows.append((len(data), True, clock() - t0))
+            continue
+        marks = [clock()]
         try:
             if parse_hazard(source) is not None:
                 raise ValueError
@@ -241,12 +253,10 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
             summary, imports = export_summary(model, path), imports_of(model.index)
             model.skipped_units
             marks.append(clock())
-            from amplint.diagnostics import FileResult
-
             results.append((FileResult(path, summary=summary, imports=imports), source))
         except Exception:
             marks.append(clock())
-        for phase, (a, b) in zip(phases[2:], zip(marks, marks[1:])):
+        for phase, (a, b) in zip(phases[3:], zip(marks, marks[1:])):
             spent[phase] += b - a
         rows.append((len(data), True, clock() - t0))
     # The second phase: files that import linted modules, linted again with their summaries.
@@ -258,7 +268,8 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         for path, summaries in jobs:
             text = texts[path]
             started = clock()
-            out.append(engine.lint_source(text, path, ALL_RULES, external=ExternalModules(path, summaries)))
+            external = ExternalModules(path, summaries) if summaries else None
+            out.append(engine.lint_source(text, path, ALL_RULES, external=external, whole=True))
             relinted.append(clock() - started)
         return out
 
@@ -291,7 +302,8 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
             )
     return {
         "files": len(rows),
-        "parsed": sum(1 for _, parsed, _ in rows if parsed),
+        "with_words": sum(1 for _, words, _ in rows if words),
+        "deferred": sum(1 for result, _ in results if result.deferred),
         "phase_seconds": spent,
         "phase2_files": len(relinted),
         "total_cpu_s": total + link_total,
@@ -433,8 +445,8 @@ def print_report(report: dict) -> None:
     if replayed:
         spent = replayed["phase_seconds"]
         total = sum(spent.values())
-        print(f"\n== where amplint's CPU goes (one process, {replayed['files']} files, {replayed['parsed']} parsed, "
-              f"{replayed['phase2_files']} linted again in phase 2)")
+        print(f"\n== where amplint's CPU goes (one process, {replayed['files']} files, {replayed['with_words']} with AMP words, "
+              f"{replayed['deferred']} of them deferred, {replayed['phase2_files']} analysed in phase 2)")
         rows = [["phase", "CPU s", "share"]]
         for phase, seconds in spent.items():
             rows.append([phase, f"{seconds:.2f}", f"{100 * seconds / total:.1f}%"])

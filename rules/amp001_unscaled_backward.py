@@ -4,6 +4,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from amplint.evidence import BACKWARD, STEP
 from amplint.fix import Fix, expression
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
@@ -69,6 +70,8 @@ class UnscaledBackward(Rule):
 
     code = "AMP001"
     name = "unscaled-backward"
+    # A plain backward, and a scaler's step it feeds.
+    needs = ({BACKWARD}, {STEP})
 
     PREDICTIONS = (
         Prediction(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint.evidence import AUTOCAST, BACKWARD
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import AutocastRegion, SemanticModel
 from amplint.semantic.names import source_text
@@ -65,6 +66,8 @@ class Fp16WithoutScaler(Rule):
 
     code = "AMP002"
     name = "fp16-without-scaler"
+    # A region, and a plain backward of what it computed.
+    needs = ({AUTOCAST}, {BACKWARD})
 
     PREDICTIONS = (
         Prediction(

@@ -4,6 +4,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from amplint.evidence import CLIP, FRAMEWORK_BACKWARD, SCALE, STEP, UNSCALE
 from amplint.fix import Fix, unscale_before
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
@@ -61,6 +62,8 @@ class ClipBeforeUnscale(Rule):
 
     code = "AMP003"
     name = "clip-before-unscale"
+    # A clip, and gradients a scaler scaled (or a scaler step or unscale after it).
+    needs = ({CLIP}, {SCALE, FRAMEWORK_BACKWARD, STEP, UNSCALE})
 
     PREDICTIONS = (
         Prediction(

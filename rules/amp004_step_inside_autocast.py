@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint.evidence import AUTOCAST, STEP
 from amplint.fix import out_of_region
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
@@ -72,6 +73,7 @@ class StepInsideAutocast(Rule):
 
     code = "AMP004"
     name = "step-inside-autocast"
+    needs = ({AUTOCAST}, {STEP})
 
     PREDICTIONS = (
         Prediction(

@@ -4,6 +4,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from amplint.evidence import FRAMEWORK_BACKWARD, SCALE, STEP
 from amplint.fix import Fix, block_of, expression, statement
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
@@ -65,6 +66,8 @@ class ScaledLossPlainStep(Rule):
 
     code = "AMP005"
     name = "scaled-loss-plain-step"
+    # An optimizer step, and a scaled loss's gradients.
+    needs = ({STEP}, {SCALE, FRAMEWORK_BACKWARD})
 
     PREDICTIONS = (
         Prediction(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint.evidence import AUTOCAST, BACKWARD
 from amplint.fix import out_of_region
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
@@ -64,6 +65,7 @@ class BackwardInsideAutocast(Rule):
 
     code = "AMP006"
     name = "backward-inside-autocast"
+    needs = ({AUTOCAST}, {BACKWARD})
 
     PREDICTIONS = (
         Prediction(

@@ -4,6 +4,7 @@ from typing import Iterator, Set
 
 import libcst as cst
 
+from amplint.evidence import GRAD_SCALER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import ScalerInfo, SemanticModel, StateCall
 from amplint.semantic.names import source_text
@@ -89,6 +90,7 @@ class ScalerStateNotCheckpointed(Rule):
     severity = "error"
     # A scaler the file builds is what the rule is about.
     triggers = ("GradScaler",)
+    needs = ({GRAD_SCALER},)
 
     PREDICTIONS = (
         Prediction(

@@ -4,6 +4,7 @@ from typing import Iterator, Optional, Set
 
 import libcst as cst
 
+from amplint.evidence import GRAD_SCALER
 from amplint.fix import UNSAFE, Fix
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import Occurrence, Repetition, SemanticModel
@@ -84,6 +85,7 @@ class GradScalerInLoop(Rule):
     severity = "error"
     # A scaler the file builds is what the rule is about.
     triggers = ("GradScaler",)
+    needs = ({GRAD_SCALER},)
 
     PREDICTIONS = (
         Prediction(

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-
+from amplint.evidence import CLIP, FRAMEWORK_BACKWARD, GRADIENT, SCALE, STEP, UNSCALE
 from amplint.fix import unscale_before
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
+
 
 class ScaledGradientsRead(Rule):
     """Gradients used before `scaler.unscale_()`, while they still carry the loss scale.
@@ -67,6 +68,8 @@ class ScaledGradientsRead(Rule):
 
     code = "AMP009"
     name = "scaled-gradients-read"
+    # A use of the gradients, and a scaler that scaled them (or steps after the use).
+    needs = ({GRADIENT, CLIP}, {SCALE, FRAMEWORK_BACKWARD, STEP, UNSCALE})
 
     PREDICTIONS = (
         Prediction(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint.evidence import AVERAGE, HALF, OPTIMIZER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import InPlaceAverage, ModuleCast, OptimizerBuild, SemanticModel
 from amplint.semantic.names import source_text
@@ -88,6 +89,8 @@ class HalfPrecisionMasterWeights(Rule):
     # An optimizer built in the file (`torch.optim.*`, the classes the semantic layer knows,
     # `optimizer_class`), or an in-place average's update.
     requires = ("optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon", "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "*=")
+    # A float16 cast, and an optimizer or an in-place average.
+    needs = ({HALF}, {OPTIMIZER, AVERAGE})
 
     PREDICTIONS = (
         Prediction(

@@ -4,9 +4,11 @@ from typing import Iterator, List
 
 import libcst as cst
 
+from amplint.evidence import AUTOCAST
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import AutocastRegion, Placement, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.resolve import KNOWN_DEVICES
 
 
 class AutocastDeviceMismatch(Rule):
@@ -75,6 +77,9 @@ class AutocastDeviceMismatch(Rule):
     code = "AMP011"
     name = "autocast-device-mismatch"
     severity = "warning"
+    # Devices are read from string literals: one naming a device other than CUDA or the CPU.
+    requires = tuple(quote + device for device in KNOWN_DEVICES if device not in ("cuda", "cpu") for quote in "\"'")
+    needs = ({AUTOCAST},)
 
     PREDICTIONS = (
         Prediction(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint.evidence import AUTOCAST, FLOAT32_CAST, PRODUCT
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import RegionOp, SemanticModel
 from amplint.semantic.expressions import LOWER_PRECISION
@@ -69,6 +70,8 @@ class Float32IslandUndone(Rule):
     name = "float32-island-undone"
     severity = "error"
     triggers = ("autocast",)
+    # A region, a matrix product or convolution, and a float32 cast.
+    needs = ({AUTOCAST}, {PRODUCT}, {FLOAT32_CAST})
 
     PREDICTIONS = (
         Prediction(

@@ -4,6 +4,7 @@ from typing import Iterator, List
 
 import libcst as cst
 
+from amplint.evidence import AUTOCAST, BCE, LOG, PROBABILITY
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import RegionOp, SemanticModel
 from amplint.semantic.expressions import BANNED, LOG_OPS, Probability, autocast_policy, region_devices
@@ -81,6 +82,8 @@ class UnsafeLogUnderAutocast(Rule):
     name = "unsafe-log-under-autocast"
     severity = "error"
     triggers = ("autocast",)
+    # A region, and `binary_cross_entropy` or a log with a sigmoid or softmax.
+    needs = ({AUTOCAST}, {LOG, BCE}, {PROBABILITY, BCE})
 
     PREDICTIONS = (
         Prediction(

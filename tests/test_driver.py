@@ -19,6 +19,8 @@ from conftest import BUGGY, REPO
 
 CODES = tuple(rule.code for rule in ALL_RULES)
 GOOD = (REPO / "fixtures" / "AMP003" / "buggy.py").read_text()
+# Code a rule needs (`amplint.evidence`), so that the file is parsed by LibCST.
+AMP_CODE = "import torch; torch.autocast; loss.backward()\n"
 
 
 def write(tmp_path, files):
@@ -37,7 +39,7 @@ def summary(results):
 def test_a_file_that_would_crash_libcst_does_not_hide_another_files_findings(amplint, tmp_path):
     # LibCST's native parser overflows its stack on this (SIGSEGV): the run used to print
     # nothing at all.
-    (tmp_path / "t.py").write_text("import torch  # autocast\nx = a" + " and a" * 10000 + "\n")
+    (tmp_path / "t.py").write_text(AMP_CODE + "x = a" + " and a" * 10000 + "\n")
     (tmp_path / "good.py").write_text(GOOD)
     result = amplint("--no-cache", "--output-format", "concise", "t.py", "good.py", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
@@ -53,7 +55,7 @@ def _crash_on(name, how="segfault", marker=None):
     path: the crash leaves it behind)."""
     real = amplint.engine.lint_bytes
 
-    def lint_bytes(data, path, rules, external=None, target=None):
+    def lint_bytes(data, path, rules, external=None, target=None, whole=False):
         if os.path.basename(path) == name and not (marker and os.path.exists(marker)):
             if marker:
                 Path(marker).write_text("crashed once")
@@ -72,7 +74,7 @@ def _crash_on(name, how="segfault", marker=None):
                         pass
                 except BaseException:
                     raise KeyError("IndentedBlock(" + "body=[...], " * 500 + ")") from None
-        return real(data, path, rules, external)
+        return real(data, path, rules, external, target, whole)
 
     return lint_bytes
 
@@ -123,7 +125,7 @@ def test_an_internal_error_is_reported_short():
 
 def test_the_cli_reports_a_budget_overrun_as_an_error(amplint, tmp_path):
     # 5,000 terms over as many lines: too slow for LibCST, and invisible to the one-line guard.
-    (tmp_path / "chain.py").write_text("import torch  # autocast\nx = (a\n" + " + a\n" * 5000 + ")\n")
+    (tmp_path / "chain.py").write_text(AMP_CODE + "x = (a\n" + " + a\n" * 5000 + ")\n")
     (tmp_path / "good.py").write_text(GOOD)
     result = amplint("--no-cache", "--output-format", "concise", "--file-budget", "0.5", "chain.py", "good.py", cwd=tmp_path)
     assert result.returncode == 2
@@ -154,7 +156,7 @@ def test_results_are_the_same_in_order_whatever_the_workers(tmp_path):
 
 
 def test_standard_input_is_isolated_too(amplint):
-    result = amplint("-", "--stdin-filename", "t.py", input="import torch  # autocast\nx = a" + " and a" * 10000 + "\n")
+    result = amplint("-", "--stdin-filename", "t.py", input=AMP_CODE + "x = a" + " and a" * 10000 + "\n")
     assert result.returncode == 2
     assert "error: t.py: not parsed" in result.stderr
 

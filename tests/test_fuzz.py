@@ -45,7 +45,7 @@ def check(source):
     amp_source = with_amp_word(source)
     # Appending a line must not change what CPython thinks (a trailing `\` would join it).
     assume((syntax_error(source, "f.py") is None) == (syntax_error(amp_source, "f.py") is None))
-    amp = lint_source(amp_source, "fuzz.py", ALL_RULES)
+    amp = lint_source(amp_source, "fuzz.py", ALL_RULES, whole=True)  # analysed, whatever the code needs
     for result in (plain, amp):
         assert result.error is None or "internal error" not in result.error.message
     assert (plain.error is None) == (amp.error is None), (plain.error, amp.error)

@@ -9,7 +9,8 @@ from amplint.engine import lint_source
 from amplint.parse_guard import NESTING_LIMIT, nesting, parse_hazard
 from amplint.rules import ALL_RULES
 
-HEADER = "import torch  # autocast\n"
+# Code a rule needs (`amplint.evidence`): the file would be parsed by LibCST.
+HEADER = "import torch; torch.autocast; loss.backward()\n"
 
 
 @pytest.mark.parametrize(

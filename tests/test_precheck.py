@@ -18,7 +18,7 @@ def _findings_without_precheck(source, rules):
     original = engine.might_use_amp
     engine.might_use_amp = lambda *_: True
     try:
-        return _lint_source(source, "<case>", rules, None).findings
+        return _lint_source(source, "<case>", rules, None, whole=True).findings
     finally:
         engine.might_use_amp = original
 

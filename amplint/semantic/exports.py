@@ -252,6 +252,13 @@ class PathIndex:
         """The linted file (not `exclude`) that `importer`'s `from <level dots><name> import
         ...` refers to: relative imports beside it, absolute ones as the one linted file whose
         path ends in `name`'s path (`.py` or `/__init__.py`)."""
+        matches = self.paths_of(importer, name, level, exclude)
+        return matches[0] if len(matches) == 1 else None
+
+    def paths_of(self, importer: str, name: Optional[str], level: int, exclude: Optional[str] = None) -> List[str]:
+        """Every linted file (not `exclude`) the import may name: the first that exists
+        beside the importer for a relative import; each whose path ends in `name`'s path
+        for an absolute one (`path_of` takes it only when it is the one)."""
         parts = name.split(".") if name else []
         if level:
             base = os.path.dirname(os.path.abspath(importer))
@@ -260,13 +267,12 @@ class PathIndex:
             for candidate in (os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__init__.py")):
                 found = self.by_absolute.get(candidate)
                 if found is not None and found != exclude:
-                    return found
-            return None
+                    return [found]
+            return []
         if not parts:
-            return None
+            return []
         suffixes = (os.sep + os.path.join(*parts) + ".py", os.sep + os.path.join(*parts, "__init__.py"))
-        matches = [path for absolute, path in self.by_name.get(parts[-1], ()) if path != exclude and absolute.endswith(suffixes)]
-        return matches[0] if len(matches) == 1 else None
+        return [path for absolute, path in self.by_name.get(parts[-1], ()) if path != exclude and absolute.endswith(suffixes)]
 
 
 def imported_module(binding_node: cst.CSTNode, local: str) -> Optional[Tuple[Optional[str], int, Optional[str]]]:

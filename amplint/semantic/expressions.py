@@ -28,7 +28,7 @@ epsilon guards around it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -208,6 +208,16 @@ _OPERANDS: Dict[str, Tuple[int, ...]] = {
 _ALL_OPERANDS = frozenset({"einsum", "chain_matmul", "linalg_multi_dot"})
 
 LOG_OPS = frozenset({"log", "log2", "log10", "log1p"})
+LOWER_PRECISION_OPS = _LOWER_EVERYWHERE | _LOWER_CUDA_ONLY
+
+
+def names_of(ops: Iterable[str]) -> FrozenSet[str]:
+    """Every name a file may write one of `ops` with: a function's or a module class's last
+    name (`linear`, `Linear`, `expit`), a tensor method, the op itself. For the pre-check
+    (`amplint.evidence`): a file with none of them has none of the ops."""
+    ops = frozenset(ops)
+    tables = (_FUNCTIONS.items(), _MODULES.items(), ((name, op) for name, (op, _) in _METHODS.items()))
+    return ops | frozenset(name.rsplit(".", 1)[-1] for table in tables for name, op in table if op in ops)
 
 
 @dataclass(frozen=True, eq=False)

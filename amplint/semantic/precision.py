@@ -53,14 +53,14 @@ _MODULE_CHAIN = frozenset(
 _CAST_METHODS = {"half": "float16", "bfloat16": "bfloat16", "float": "float32", "double": "float64"}
 # What hands an optimizer a module's parameters.
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children"})
-_STATE_METHODS = frozenset({"parameters", "named_parameters", "state_dict", "buffers"})
+STATE_METHODS = frozenset({"parameters", "named_parameters", "state_dict", "buffers"})
 _COPIES = frozenset({"copy.deepcopy", "deepcopy"})
 # `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
 _FRAMEWORK_PREPARE = frozenset({"prepare", "setup", "setup_optimizers"})
 # What fills a list of parameters, or an optimizer: `params.append(p)`, `opt.add_param_group(g)`.
 _FILLING = frozenset({"append", "extend", "insert", "add", "add_param_group"})
 # In-place updates that decay a parameter toward another: what an EMA's update loop does.
-_DECAY_METHODS = frozenset({"mul_", "lerp_", "_foreach_mul_", "_foreach_lerp_"})
+DECAY_METHODS = frozenset({"mul_", "lerp_", "_foreach_mul_", "_foreach_lerp_"})
 
 # A module's path: the identity of the variable it starts from, and the attributes after it.
 ModulePath = Tuple[str, Tuple[str, ...]]
@@ -471,7 +471,7 @@ class PrecisionFinder:
         """The modules whose parameters or state an expression iterates:
         `ema.parameters()`, `self.ema.state_dict().items()`."""
         for node in iter_tree(expression):
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _STATE_METHODS:
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in STATE_METHODS:
                 owner = dotted_name(node.func.value)
                 if owner is not None:
                     yield from self.paths(owner, scope)
@@ -487,7 +487,7 @@ def _decaying_update(body: cst.CSTNode) -> Optional[Tuple[cst.CSTNode, Optional[
     for node in iter_tree(body, descend):
         if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.MultiplyAssign):
             return node, dotted_name(node.target)
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _DECAY_METHODS:
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in DECAY_METHODS:
             _, receiver = module_chain(node.func.value)
             while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
                 receiver = receiver.func.value  # `e.data.mul_(d)`, `e.detach().mul_(d)`

@@ -22,7 +22,7 @@ from amplint.semantic.walk import iter_tree
 _MAX_DEPTH = 4
 # Default autocast dtypes by device; other devices' defaults are left unknown.
 DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
-_KNOWN_DEVICES = ("cuda", "cpu", "mps", "xpu", "hpu", "npu", "xla", "meta")
+KNOWN_DEVICES = ("cuda", "cpu", "mps", "xpu", "hpu", "npu", "xla", "meta")
 
 
 class Resolver:
@@ -190,12 +190,12 @@ class Resolver:
             if isinstance(text, bytes):
                 return frozenset()
             kind = text.split(":")[0]
-            return frozenset({kind}) if kind in _KNOWN_DEVICES else frozenset()
+            return frozenset({kind}) if kind in KNOWN_DEVICES else frozenset()
         if isinstance(value, cst.FormattedString):
             first = value.parts[0] if value.parts else None
             if isinstance(first, cst.FormattedStringText):
                 kind = first.value.split(":")[0]
-                return frozenset({kind}) if kind in _KNOWN_DEVICES else frozenset()
+                return frozenset({kind}) if kind in KNOWN_DEVICES else frozenset()
             return frozenset()
         if isinstance(value, cst.IfExp):
             return self.devices(value.body, scope, depth + 1) | self.devices(value.orelse, scope, depth + 1)

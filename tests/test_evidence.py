@@ -1,0 +1,167 @@
+"""The second pre-check (`amplint.evidence`): what the CPython tree shows decides whether a file
+with AMP words is parsed. It must never keep a rule from a finding: every example and case a
+rule flags has the rule's marks, a deferred file has nothing to find on its own, and a
+deferred file another module's code needs is analysed after all."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from amplint import evidence
+from amplint.engine import lint_source, rules_matching_words
+from amplint.rules import ALL_RULES
+from amplint.semantic import analyze
+from amplint.semantic.exports import imports_of
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted((REPO / "tests" / "cases").glob("*.py")) + sorted((REPO / "fixtures").glob("*/*.py"))
+EXAMPLES = [(rule, example.source) for rule in ALL_RULES for example in rule.INVALID]
+
+
+def marks(source):
+    return evidence.marks(ast.parse(textwrap.dedent(source)))
+
+
+@pytest.mark.parametrize("rule, source", EXAMPLES, ids=[f"{r.code}-{i}" for i, (r, _) in enumerate(EXAMPLES)])
+def test_every_flagged_example_has_its_rules_marks(rule, source):
+    assert evidence.satisfied(rule.needs, marks(source)), (rule.code, sorted(marks(source)))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[f"{p.parent.name}/{p.stem}" for p in SCRIPTS])
+def test_every_finding_of_a_script_has_its_rules_words_and_marks(script):
+    source = script.read_text()
+    found = marks(source)
+    by_code = {rule.code: rule for rule in ALL_RULES}
+    whole = lint_source(source, str(script), ALL_RULES, whole=True)
+    for finding in whole.findings:
+        rule = by_code[finding.code]
+        if rule.code == "AMP100":
+            continue
+        assert rule in rules_matching_words(source, [rule]) and evidence.satisfied(rule.needs, found), finding
+    if lint_source(source, str(script), ALL_RULES).deferred:
+        assert [f for f in whole.findings if f.code != "AMP100"] == []
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[f"{p.parent.name}/{p.stem}" for p in SCRIPTS])
+def test_imports_read_from_cpythons_tree_are_the_semantic_layers(script):
+    source = script.read_text()
+    assert evidence.imports(ast.parse(source)) == imports_of(analyze(cst.parse_module(source)).index)
+
+
+def test_imports_at_any_depth_and_relative():
+    source = """
+    import torch.nn as nn, os
+    from . import utils
+    from ..pkg.optim import step as s
+    try:
+        from apex import amp
+    except ImportError:
+        def f():
+            from .helpers import *
+    """
+    assert evidence.imports(ast.parse(textwrap.dedent(source))) == imports_of(analyze(cst.parse_module(textwrap.dedent(source))).index)
+
+
+@pytest.mark.parametrize(
+    "source, present, absent",
+    [
+        ("loss.backward()", {evidence.BACKWARD}, {evidence.FRAMEWORK_BACKWARD}),
+        ("scaler.scale(loss).backward()", {evidence.BACKWARD, evidence.SCALE}, set()),
+        ("accelerator.backward(loss)", {evidence.FRAMEWORK_BACKWARD}, {evidence.BACKWARD}),
+        ("self.manual_backward(loss)", {evidence.FRAMEWORK_BACKWARD}, {evidence.BACKWARD}),
+        ("torch.autograd.backward(loss)", {evidence.BACKWARD}, set()),
+        ("optimizer.step()", {evidence.STEP}, set()),
+        ("opts[0].step()", {evidence.STEP}, set()),
+        ("scaler.step(opt)", {evidence.STEP}, set()),
+        ("lr_scheduler.step(); self.noise_scheduler.step(out, t, x); ema.step(); pbar.step()", set(), {evidence.STEP}),
+        ("torch.nn.utils.clip_grad_norm_(params, 1.0)", {evidence.CLIP}, {evidence.UNSCALE}),
+        ("accelerator.clip_grad_norm_(params, 1.0)", {evidence.CLIP, evidence.UNSCALE}, set()),
+        ("scaler.unscale_(opt)", {evidence.UNSCALE, evidence.SCALE}, set()),
+        ("n = p.grad.norm()", {evidence.GRADIENT}, set()),
+        ("g = torch.autograd.grad(out, x)", {evidence.GRADIENT}, set()),
+        ("from torch.autograd import grad", {evidence.GRADIENT}, set()),
+        ("with torch.autocast('cuda'): pass", {evidence.AUTOCAST}, set()),
+        ("from torch.cuda.amp import autocast as ac", {evidence.AUTOCAST}, set()),
+        ('"""Run with torch.autocast and a GradScaler: loss.backward(); optimizer.step()."""', set(), {evidence.AUTOCAST, evidence.GRAD_SCALER, evidence.BACKWARD, evidence.STEP}),
+        ("# torch.autocast, GradScaler, loss.backward()\nx = 1", set(), {evidence.AUTOCAST, evidence.GRAD_SCALER, evidence.BACKWARD}),
+        ("s = torch.amp.GradScaler('cuda')", {evidence.GRAD_SCALER}, set()),
+        ("from torch.distributed.fsdp import ShardedGradScaler", {evidence.GRAD_SCALER}, set()),
+        ("y = a @ b", {evidence.PRODUCT}, set()),
+        ("y = F.linear(x.float(), w.float())", {evidence.PRODUCT, evidence.FLOAT32_CAST}, set()),
+        ("x = x.to(torch.float32)", {evidence.FLOAT32_CAST}, {evidence.PRODUCT}),
+        ("p = torch.special.expit(z); l = p.log()", {evidence.PROBABILITY, evidence.LOG}, set()),
+        ("loss = nn.BCELoss()(p, y)", {evidence.BCE}, set()),
+        ("model.half(); opt = torch.optim.SGD(model.parameters())", {evidence.HALF, evidence.OPTIMIZER}, set()),
+        ("opt = OPTIMIZERS[name](params)", {evidence.OPTIMIZER}, set()),
+        ("for e in ema.parameters(): e.mul_(d)", {evidence.AVERAGE}, set()),
+        ("latents *= sigma", set(), {evidence.AVERAGE}),
+        ("for k, v in ema.state_dict().items(): v *= d", {evidence.AVERAGE}, set()),
+    ],
+)
+def test_marks(source, present, absent):
+    found = marks(source)
+    assert present <= found and not (absent & found), sorted(found)
+
+
+def test_a_file_whose_amp_words_are_not_code_is_deferred_with_its_imports():
+    source = '"""Trains with torch.autocast and a GradScaler."""\nimport torch\nfrom .utils import train\n'
+    result = lint_source(source, "doc.py", ALL_RULES)
+    assert result.deferred and result.skipped and not result.findings
+    assert set(result.imports) == {("torch", 0), ("utils", 1), ("utils.train", 1)}
+    assert not lint_source(source, "doc.py", ALL_RULES, whole=True).deferred
+
+
+def test_an_unused_noqa_in_a_deferred_file_is_still_reported():
+    source = '"""Uses torch.autocast."""\nx = 1  # noqa: AMP006\n'
+    result = lint_source(source, "doc.py", ALL_RULES)
+    assert result.deferred and [f.code for f in result.findings] == ["AMP100"]
+
+
+# A helper module and a training script, each of which alone has too little code for any rule:
+# the helper steps an optimizer but has no autocast, the script has autocast but steps nothing
+# itself. Together: the helper's step runs under the script's autocast (AMP004).
+HELPER = '''
+"""Optimizer helpers for mixed-precision (torch.autocast) training."""
+
+
+def step(optimizer):
+    optimizer.step()
+    optimizer.zero_grad()
+'''
+TRAIN = '''
+import torch
+
+from .helpers import step
+
+
+def train(model, loader, optimizer):
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).sum()
+            step(optimizer)
+'''
+
+
+def test_two_deferred_modules_that_need_each_other_are_both_analysed(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text(HELPER)
+    (package / "train.py").write_text(TRAIN)
+    assert lint_source(HELPER, "helpers.py", ALL_RULES).deferred and lint_source(TRAIN, "train.py", ALL_RULES).deferred
+    for cache in ("--no-cache", f"--cache-dir={tmp_path / 'cache'}", f"--cache-dir={tmp_path / 'cache'}"):
+        done = subprocess.run(
+            [sys.executable, "-m", "amplint", "--isolated", "--output-format", "json", cache, "pkg"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        found = [(os.path.basename(f["filename"]), f["location"]["row"], f["code"]) for f in json.loads(done.stdout)]
+        assert done.returncode == 1 and found == [("train.py", 11, "AMP004")], (cache, done.stderr)
