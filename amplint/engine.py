@@ -169,9 +169,11 @@ def _lint_source(
             result.skipped = True  # not worth a LibCST parse: no rule can match
         elif result.error is None and not whole and external is None and tree is not None:
             # The words are there; does the code have what some rule needs (amplint.evidence)?
+            # Only the rules that can match run; with none, the file is not parsed unless
+            # another module's code decides (amplint.project).
             found = evidence.marks(tree)
-            if not any(evidence.satisfied(rule.needs, found) for rule in rules_matching_words(source, parsing_rules)):
-                # Not parsed unless another module's code decides (amplint.project).
+            parsing_rules = [rule for rule in rules_matching_words(source, parsing_rules) if evidence.satisfied(rule.needs, found)]
+            if not parsing_rules:
                 result.skipped = result.deferred = True
                 result.imports = evidence.imports(tree)
                 result.may_export = bool(found & evidence.EVENTS)
@@ -200,7 +202,7 @@ def _lint_source(
         return result
     try:
         model = analyze(module, external)
-        reports = run_rules(model, rules)
+        reports = run_rules(model, parsing_rules)
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
         result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact)
         result.summary = export_summary(model, path)

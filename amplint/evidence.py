@@ -23,7 +23,7 @@ imports one with a summary (`amplint.project`), since then another file's code d
 from __future__ import annotations
 
 import ast
-from typing import FrozenSet, Iterator, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 from amplint.semantic import vocabulary
 from amplint.semantic.expressions import LOG_OPS, LOWER_PRECISION_OPS, names_of
@@ -50,13 +50,22 @@ HALF = "half"  # `.half()`, `torch.float16`, `torch.half`
 OPTIMIZER = "optimizer"  # an optimizer may be built: `torch.optim.*`, `AdamW(...)`, `optimizer = ...`
 AVERAGE = "average"  # an in-place decay: `e.mul_(d)`, `e.lerp_(p, w)`, `v *= d`
 
-_CLIPS = frozenset({"clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_"})
-_UNSCALES = frozenset({"unscale_", "clip_gradients", "unscale_gradients"})
 _GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
 # Parts of AVERAGE, not marks of their own.
 _DECAY, _STATE = "decay", "parameters or state"
 _PARTS = frozenset({_DECAY, _STATE})
-_STATE_CALLS = frozenset({_STATE})
+# What calling a name gives, whatever it is called on.
+_CALLED = {
+    **{name: (CLIP,) for name in ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_")},
+    **{name: (UNSCALE,) for name in ("unscale_", "clip_gradients", "unscale_gradients")},
+    **{name: (_DECAY,) for name in DECAY_METHODS},
+    **{name: (_STATE,) for name in STATE_METHODS},
+    "grad": (GRADIENT,),
+    "zero_grad": (ZERO_GRAD,),
+    "manual_backward": (FRAMEWORK_BACKWARD,),
+}
+# Calls whose marks depend on what they are called on.
+_BY_RECEIVER = frozenset({"backward", "step", "update", "clip_grad_norm_", "clip_grad_value_"})
 # The names the ops of `amplint.semantic.expressions` go by.
 _NAMED = {
     **{name: PRODUCT for name in names_of(LOWER_PRECISION_OPS)},
@@ -81,21 +90,25 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     """The marks of a module's CPython tree."""
     found: Set[str] = set()
     names: Set[str] = set()  # every name, attribute and imported name, once
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            _call(node, found)
-        elif isinstance(node, ast.Attribute):
-            names.add(node.attr)
-        elif isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, ast.alias):
-            names.update(node.name.split("."))
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.update(node.module.split("."))
-        elif isinstance(node, (ast.BinOp, ast.AugAssign)):
-            if isinstance(node.op, ast.MatMult):
+    methods: Set[str] = set()  # every name called, once
+    receivers: List[Tuple[str, Optional[str], ast.Call]] = []  # calls whose receiver decides
+    for node in _walk(tree):
+        kind = type(node)
+        if kind is ast.Name:
+            names.add(node.id)  # type: ignore[attr-defined]
+        elif kind is ast.Attribute:
+            names.add(node.attr)  # type: ignore[attr-defined]
+        elif kind is ast.Call:
+            _called(node, methods, receivers)  # type: ignore[arg-type]
+        elif kind is ast.alias:
+            names.update(node.name.split("."))  # type: ignore[attr-defined]
+        elif kind is ast.ImportFrom and node.module:  # type: ignore[attr-defined]
+            names.update(node.module.split("."))  # type: ignore[attr-defined]
+        elif kind is ast.BinOp or kind is ast.AugAssign:
+            operator = type(node.op)  # type: ignore[attr-defined]
+            if operator is ast.MatMult:
                 found.add(PRODUCT)
-            elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Mult):
+            elif kind is ast.AugAssign and operator is ast.Mult:
                 found.add(_DECAY)  # `v *= decay`
     for name in names:
         mark = _NAMED.get(name)
@@ -107,38 +120,66 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             found.add(OPTIMIZER)  # `optimizer = OPTIMIZERS[name](model.parameters())`
     if "grad" in names:
         found.add(GRADIENT)
+    for method in methods:
+        found.update(_CALLED.get(method, ()))
+        if "scale" in method.lower():
+            found.add(SCALE)  # `scaler.scale(loss)`, `self.scale_loss(loss)`: named like scaling
+    for method, receiver, call in receivers:
+        _by_receiver(method, receiver, call, found)
     # An average decays what a loop over a module's parameters or state dict yields.
-    if _DECAY in found and found & _STATE_CALLS:
+    if _DECAY in found and _STATE in found:
         found.add(AVERAGE)
     return frozenset(found - _PARTS)
 
 
-def _call(call: ast.Call, found: Set[str]) -> None:
+def _walk(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, as `ast.walk` yields them (in another order), without the `Load`/`Store`
+    context of each name and the literal fields: a third of the work on real code."""
+    stack = [tree]
+    fields = _CHILD_FIELDS
+    while stack:
+        node = stack.pop()
+        yield node
+        kind = type(node)
+        names = fields.get(kind)
+        if names is None:
+            names = fields[kind] = tuple(name for name in kind._fields if name not in _NOT_CHILDREN)
+        for name in names:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                stack.extend(item for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                stack.append(value)
+
+
+# Fields that never hold a node the marks need: a name's `Load`/`Store`, strings and numbers.
+_NOT_CHILDREN = frozenset({"ctx", "id", "attr", "arg", "name", "asname", "module", "level", "type_comment", "kind", "conversion", "is_async", "simple"})
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {ast.Constant: ()}
+
+
+def _called(call: ast.Call, methods: Set[str], receivers: List[Tuple[str, Optional[str], ast.Call]]) -> None:
     func = call.func
-    if isinstance(func, ast.Attribute):
-        method, receiver = func.attr, _dotted(func.value)
-    elif isinstance(func, ast.Name):
-        method, receiver = func.id, None
+    if type(func) is ast.Attribute:
+        method = func.attr  # type: ignore[attr-defined]
+        if method in _BY_RECEIVER:
+            receivers.append((method, _dotted(func.value), call))  # type: ignore[attr-defined]
+    elif type(func) is ast.Name:
+        method = func.id  # type: ignore[attr-defined]
+        if method in _BY_RECEIVER:
+            receivers.append((method, None, call))
     else:
         return
-    if "scale" in method.lower():
-        found.add(SCALE)
-    if method in _CLIPS:
-        found.add(CLIP)
-    if method in _UNSCALES or (method in ("clip_grad_norm_", "clip_grad_value_") and _framework_clip(receiver)):
-        found.add(UNSCALE)
-    if method == "grad":
-        found.add(GRADIENT)
-    if method in DECAY_METHODS:
-        found.add(_DECAY)
-    if method in STATE_METHODS:
-        found.add(_STATE)
-    if method == "zero_grad":
-        found.add(ZERO_GRAD)
-    elif method == "update" and receiver is not None and vocabulary.named_like_a_scaler(receiver):
-        found.add(SCALER_UPDATE)  # a GradScaler built in the file gives GRAD_SCALER too
-    if method == "manual_backward":
-        found.add(FRAMEWORK_BACKWARD)
+    methods.add(method)
+
+
+def _by_receiver(method: str, receiver: Optional[str], call: ast.Call, found: Set[str]) -> None:
+    """The marks of a call the semantic layer classifies by what it is called on."""
+    if method in ("clip_grad_norm_", "clip_grad_value_"):
+        if _framework_clip(receiver):
+            found.add(UNSCALE)
+    elif method == "update":
+        if receiver is not None and vocabulary.named_like_a_scaler(receiver):
+            found.add(SCALER_UPDATE)  # a GradScaler built in the file gives GRAD_SCALER too
     elif method == "backward":
         # The semantic layer calls it a framework's backward when the receiver is named like
         # a framework or an optimizer, or when it takes a loss; anything else may be plain.
@@ -148,7 +189,7 @@ def _call(call: ast.Call, found: Set[str]) -> None:
             found.add(BACKWARD)
             if call.args:
                 found.add(FRAMEWORK_BACKWARD)  # `engine.backward(loss)` under another name
-    elif method == "step" and isinstance(func, ast.Attribute):
+    elif method == "step" and type(call.func) is ast.Attribute:
         # A scheduler, an EMA or a progress bar never steps an optimizer; a scaler does.
         if receiver is None or not vocabulary.named_like_a_non_optimizer(receiver) or vocabulary.named_like_a_scaler(receiver):
             found.add(STEP)

@@ -222,17 +222,17 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
             tree, error = python_tree(source, path)
             t2 = clock()
             spent["syntax check"] += t2 - t1
-            needed = True
+            active = parsing
             if words and error is None and tree is not None:
                 found = evidence.marks(tree)
-                needed = any(evidence.satisfied(rule.needs, found) for rule in engine.rules_matching_words(source, parsing))
-                imports = evidence.imports(tree) if not needed else ()
+                active = [rule for rule in engine.rules_matching_words(source, parsing) if evidence.satisfied(rule.needs, found)]
+                imports = evidence.imports(tree) if not active else ()
             del tree
         spent["syntax check" if not words or error is not None else "marks (files with AMP words)"] += clock() - t2
         if not words or error is not None:
             rows.append((len(data), False, clock() - t0))
             continue
-        if not needed:
+        if not active:
             deferred = FileResult(path, skipped=True, deferred=True, imports=imports, may_export=bool(found & evidence.EVENTS))
             results.append((deferred, source))
             rows.append((len(data), True, clock() - t0))
@@ -246,7 +246,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
             marks.append(clock())
             model = analyze(module)
             marks.append(clock())
-            reports = engine.run_rules(model, ALL_RULES)
+            reports = engine.run_rules(model, active)
             marks.append(clock())
             engine._locate(module, reports, path, source)
             marks.append(clock())

@@ -301,7 +301,10 @@ def test_many_independent_branches_stay_tractable_and_precise():
     branches = "\n".join(f"    if c{i}:\n        scaler.scale(l{i}).backward()\n    else:\n        l{i}.backward()" for i in range(14))
     source = f"def f(scaler):\n{branches}\n    scaler.step(opt)\n"
     assert [f.code for f in lint_text(source)] == ["AMP001"] * 14
-    assert model(source).skipped_units == []
+    from amplint.engine import lint_source
+    from amplint.rules import ALL_RULES
+
+    assert lint_source(source, "f.py", ALL_RULES).skipped_functions == []
 
 
 def test_a_unit_too_complex_to_follow_is_skipped_and_counted_not_guessed():
@@ -312,8 +315,11 @@ def test_a_unit_too_complex_to_follow_is_skipped_and_counted_not_guessed():
         f"    if c{i}:\n        scaler.step(o{i})\n    else:\n        o{i}.step()"
         for i in range(14)
     )
-    found = model(f"def f(scaler):\n{branches}\n    scaler.step(opt)\n")
-    assert [unit.name for unit in found.skipped_units] == ["f"]
+    from amplint.engine import lint_source
+    from amplint.rules import ALL_RULES
+
+    result = lint_source(f"def f(scaler):\n{branches}\n    scaler.step(opt)\n", "f.py", ALL_RULES)
+    assert result.skipped_functions == ["f"] and result.findings == []
 
 
 def test_many_training_loops_in_one_script_stay_tractable():

@@ -139,9 +139,8 @@ class SemanticModel:
 
     @property
     def skipped_units(self) -> List[CodeUnit]:
-        """Units whose flow was too complex to follow within the budget: counted, never guessed."""
-        for unit in self.units:
-            self.flow.unit_flow(unit)
+        """Units whose flow the rules or the summary needed but was too complex to follow
+        within the budget: counted, never guessed."""
         return list(self.flow.skipped)
 
     def classify(self, record: CallRecord) -> Classified:

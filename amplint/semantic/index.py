@@ -189,6 +189,7 @@ class ModuleIndex:
     _owners: Dict[int, List[Tuple[cst.CSTNode, StatementRecord]]] = field(default_factory=dict)
     _lines: Dict[int, Union[cst.SimpleStatementLine, cst.SimpleStatementSuite]] = field(default_factory=dict)
     _owners_of_calls: Dict[int, cst.CSTNode] = field(default_factory=dict)
+    _calls_by_last_name: Optional[Dict[str, List[CallRecord]]] = None
 
     def statement_of(self, call: cst.Call) -> Optional[cst.BaseStatement]:
         """The statement a call is evaluated in, as it stands in its block: the line of a
@@ -213,10 +214,13 @@ class ModuleIndex:
 
     def calls_to(self, last_name: str) -> Iterator[CallRecord]:
         """Calls whose callee's last dotted part is `last_name`: `train(...)`, `self.train(...)`."""
-        for record in self.calls:
-            name = dotted_name(record.node.func)
-            if name is not None and name.rsplit(".", 1)[-1] == last_name:
-                yield record
+        if self._calls_by_last_name is None:  # asked once per parameter: indexed on first use
+            self._calls_by_last_name = {}
+            for record in self.calls:
+                name = dotted_name(record.node.func)
+                if name is not None:
+                    self._calls_by_last_name.setdefault(name.rsplit(".", 1)[-1], []).append(record)
+        return iter(self._calls_by_last_name.get(last_name, ()))
 
 
 # --------------------------------------------------------------------------- the walk
