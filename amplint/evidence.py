@@ -23,11 +23,11 @@ imports one with a summary (`amplint.project`), since then another file's code d
 from __future__ import annotations
 
 import ast
-from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
 from amplint.semantic import vocabulary
 from amplint.semantic.expressions import LOG_OPS, LOWER_PRECISION_OPS, names_of
-from amplint.semantic.precision import DECAY_METHODS, STATE_METHODS
+from amplint.semantic.precision import DECAY_METHODS, PARAMETER_METHODS, STATE_METHODS
 
 # The marks. Each names what the semantic layer could build from such code.
 AUTOCAST = "autocast"  # an autocast region may be entered: the name `autocast` is used
@@ -47,19 +47,18 @@ BCE = "bce"  # `binary_cross_entropy`, `BCELoss`
 ZERO_GRAD = "zero_grad"  # `optimizer.zero_grad()`
 SCALER_UPDATE = "scaler update"  # `scaler.update()`
 HALF = "half"  # `.half()`, `torch.float16`, `torch.half`
-OPTIMIZER = "optimizer"  # an optimizer may be built: `torch.optim.*`, `AdamW(...)`, `optimizer = ...`
-AVERAGE = "average"  # an in-place decay: `e.mul_(d)`, `e.lerp_(p, w)`, `v *= d`
+OPTIMIZER = "optimizer"  # an optimizer may be built: `torch.optim.*`, `AdamW(...)`, `opt = OPTS[n](m.parameters())`
+AVERAGE = "average"  # a loop over parameters or a state dict decays them in place: `e.mul_(d)`, `v *= d`
 
 _GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
-# Parts of AVERAGE, not marks of their own.
-_DECAY, _STATE = "decay", "parameters or state"
-_PARTS = frozenset({_DECAY, _STATE})
+# Parts of OPTIMIZER, not marks of their own: a name like an optimizer's, and a module's parameters.
+_NAMED_LIKE_OPTIMIZER, _PARAMETERS = "named like an optimizer", "parameters"
+_PARTS = frozenset({_NAMED_LIKE_OPTIMIZER, _PARAMETERS})
 # What calling a name gives, whatever it is called on.
 _CALLED = {
     **{name: (CLIP,) for name in ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_")},
     **{name: (UNSCALE,) for name in ("unscale_", "clip_gradients", "unscale_gradients")},
-    **{name: (_DECAY,) for name in DECAY_METHODS},
-    **{name: (_STATE,) for name in STATE_METHODS},
+    **{name: (_PARAMETERS,) for name in PARAMETER_METHODS},
     "grad": (GRADIENT,),
     "zero_grad": (ZERO_GRAD,),
     "manual_backward": (FRAMEWORK_BACKWARD,),
@@ -104,12 +103,12 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             names.update(node.name.split("."))  # type: ignore[attr-defined]
         elif kind is ast.ImportFrom and node.module:  # type: ignore[attr-defined]
             names.update(node.module.split("."))  # type: ignore[attr-defined]
-        elif kind is ast.BinOp or kind is ast.AugAssign:
-            operator = type(node.op)  # type: ignore[attr-defined]
-            if operator is ast.MatMult:
+        elif kind is ast.BinOp:
+            if type(node.op) is ast.MatMult:  # type: ignore[attr-defined]
                 found.add(PRODUCT)
-            elif kind is ast.AugAssign and operator is ast.Mult:
-                found.add(_DECAY)  # `v *= decay`
+        elif kind is ast.For or kind is ast.AsyncFor:
+            if _averages(node):  # type: ignore[arg-type]
+                found.add(AVERAGE)
     for name in names:
         mark = _NAMED.get(name)
         if mark is not None:
@@ -117,7 +116,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         elif name == "optim" or name in vocabulary.OPTIMIZER_CLASSES or name.lower() in vocabulary.OPTIMIZER_FACTORIES:
             found.add(OPTIMIZER)
         elif vocabulary.looks_like_optimizer(name):
-            found.add(OPTIMIZER)  # `optimizer = OPTIMIZERS[name](model.parameters())`
+            found.add(_NAMED_LIKE_OPTIMIZER)
     if "grad" in names:
         found.add(GRADIENT)
     for method in methods:
@@ -126,10 +125,27 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             found.add(SCALE)  # `scaler.scale(loss)`, `self.scale_loss(loss)`: named like scaling
     for method, receiver, call in receivers:
         _by_receiver(method, receiver, call, found)
-    # An average decays what a loop over a module's parameters or state dict yields.
-    if _DECAY in found and _STATE in found:
-        found.add(AVERAGE)
+    # `optimizer = OPTIMIZERS[name](model.parameters())`: built by a call the file does not name.
+    if _NAMED_LIKE_OPTIMIZER in found and _PARAMETERS in found:
+        found.add(OPTIMIZER)
     return frozenset(found - _PARTS)
+
+
+def _averages(loop: Union[ast.For, ast.AsyncFor]) -> bool:
+    """A loop over a module's parameters or state dict (`for e, p in zip(ema.parameters(),
+    ...)`) whose body decays in place (`e.mul_(d)`, `e.lerp_(p, w)`, `v *= d`)."""
+    if not any(type(node) is ast.Call and _method(node) in STATE_METHODS for node in ast.walk(loop.iter)):
+        return False
+    return any(
+        (type(node) is ast.AugAssign and type(node.op) is ast.Mult) or (type(node) is ast.Call and _method(node) in DECAY_METHODS)
+        for statement in loop.body
+        for node in ast.walk(statement)
+    )
+
+
+def _method(call: ast.Call) -> Optional[str]:
+    func = call.func
+    return func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else None  # type: ignore[attr-defined]
 
 
 def _walk(tree: ast.AST) -> Iterator[ast.AST]:

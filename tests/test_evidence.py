@@ -99,7 +99,9 @@ def test_imports_at_any_depth_and_relative():
         ("p = torch.special.expit(z); l = p.log()", {evidence.PROBABILITY, evidence.LOG}, set()),
         ("loss = nn.BCELoss()(p, y)", {evidence.BCE}, set()),
         ("model.half(); opt = torch.optim.SGD(model.parameters())", {evidence.HALF, evidence.OPTIMIZER}, set()),
-        ("opt = OPTIMIZERS[name](params)", {evidence.OPTIMIZER}, set()),
+        ("opt = OPTIMIZERS[name](model.parameters())", {evidence.OPTIMIZER}, set()),
+        ("from trt import Optimizer\nonnx_opt_graph = Optimizer(graph)", set(), {evidence.OPTIMIZER}),
+        ("for group in optimizer.param_groups: group['lr'] *= 0.1", set(), {evidence.AVERAGE}),
         ("for e in ema.parameters(): e.mul_(d)", {evidence.AVERAGE}, set()),
         ("latents *= sigma", set(), {evidence.AVERAGE}),
         ("for k, v in ema.state_dict().items(): v *= d", {evidence.AVERAGE}, set()),
@@ -165,3 +167,22 @@ def test_two_deferred_modules_that_need_each_other_are_both_analysed(tmp_path):
         )
         found = [(os.path.basename(f["filename"]), f["location"]["row"], f["code"]) for f in json.loads(done.stdout)]
         assert done.returncode == 1 and found == [("train.py", 11, "AMP004")], (cache, done.stderr)
+
+
+@pytest.mark.parametrize("script", SCRIPTS[::7], ids=[f"{p.parent.name}/{p.stem}" for p in SCRIPTS[::7]])
+def test_the_walk_sees_every_node_but_contexts(script):
+    tree = ast.parse(script.read_text())
+    seen = sorted(ast.dump(node) for node in evidence._walk(tree))
+    assert seen == sorted(ast.dump(node) for node in ast.walk(tree) if not isinstance(node, ast.expr_context))
+
+
+def test_only_the_rules_whose_needs_the_code_has_run(monkeypatch):
+    # Autocast around a product of float32 casts (AMP012); no backward or step anywhere, so
+    # the flow rules are not even asked.
+    source = 'import torch\nwith torch.autocast("cuda"):\n    y = x.float() @ w.float()\n'
+    found = marks(source)
+    assert [rule.code for rule in rules_matching_words(source, ALL_RULES) if evidence.satisfied(rule.needs, found)] == ["AMP012"]
+    flow_rules = [rule for rule in ALL_RULES if rule.code in ("AMP001", "AMP003", "AMP005", "AMP009")]
+    for rule in flow_rules:
+        monkeypatch.setattr(rule, "check", lambda self, model: pytest.fail(f"{self.code} ran"))
+    assert [f.code for f in lint_source(source, "t.py", ALL_RULES).findings] == ["AMP012"]

@@ -52,7 +52,7 @@ _MODULE_CHAIN = frozenset(
 )
 _CAST_METHODS = {"half": "float16", "bfloat16": "bfloat16", "float": "float32", "double": "float64"}
 # What hands an optimizer a module's parameters.
-_PARAMETER_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children"})
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children"})
 STATE_METHODS = frozenset({"parameters", "named_parameters", "state_dict", "buffers"})
 _COPIES = frozenset({"copy.deepcopy", "deepcopy"})
 # `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
@@ -304,7 +304,7 @@ class PrecisionFinder:
             and (isinstance(func, (cst.Call, cst.Subscript)) or vocabulary.looks_like_optimizer(dotted_name(func) or ""))
             and vocabulary.looks_like_optimizer(bound.name)
             and not vocabulary.named_like_master_weights(bound.name)
-            and any(isinstance(n, cst.Attribute) and n.attr.value in _PARAMETER_METHODS for n in iter_tree(call))
+            and any(isinstance(n, cst.Attribute) and n.attr.value in PARAMETER_METHODS for n in iter_tree(call))
         )
 
     def _optimizer_class(self, func: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
@@ -347,7 +347,7 @@ class PrecisionFinder:
             return
         if isinstance(expression, cst.Call):
             func = expression.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _PARAMETER_METHODS:
+            if isinstance(func, cst.Attribute) and func.attr.value in PARAMETER_METHODS:
                 module = self._module_source(func.value)
                 if module is not None:
                     for path in self.paths(module, scope):
