@@ -144,8 +144,13 @@ def lint_source(
     target: Optional[PythonVersion] = None,
     whole: bool = False,
 ) -> FileResult:
-    """Lint Python source; `cells` when it is a notebook's joined code cells."""
-    with recursion_room():
+    """Lint Python source; `cells` when it is a notebook's joined code cells.
+
+    The cyclic collector is paused meanwhile: its passes would walk every node of the trees
+    again and again (a fifth of the analysis time), and the trees hold no cycles, so they
+    are freed as soon as the file is done; the little the analysis leaves in cycles is
+    collected with the next young generation, once the trees are gone."""
+    with recursion_room(), quiet_collector():
         return _lint_source(source, path, rules, cells, external, target, whole)
 
 
@@ -161,23 +166,21 @@ def _lint_source(
     result = FileResult(path)
     # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
     parsing_rules = [rule for rule in rules if rule.code != UNUSED_NOQA]
-    # CPython's tree is freed before the collector runs again, which would walk every node of it.
-    with quiet_collector():
-        # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax).
-        tree, result.error = python_tree(source, path, target, cells)
-        if not parsing_rules or not might_use_amp(source, parsing_rules):
-            result.skipped = True  # not worth a LibCST parse: no rule can match
-        elif result.error is None and not whole and external is None and tree is not None:
-            # The words are there; does the code have what some rule needs (amplint.evidence)?
-            # Only the rules that can match run; with none, the file is not parsed unless
-            # another module's code decides (amplint.project).
-            found = evidence.marks(tree)
-            parsing_rules = [rule for rule in rules_matching_words(source, parsing_rules) if evidence.satisfied(rule.needs, found)]
-            if not parsing_rules:
-                result.skipped = result.deferred = True
-                result.imports = evidence.imports(tree)
-                result.may_export = bool(found & evidence.EVENTS)
-        del tree
+    # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax).
+    tree, result.error = python_tree(source, path, target, cells)
+    if not parsing_rules or not might_use_amp(source, parsing_rules):
+        result.skipped = True  # not worth a LibCST parse: no rule can match
+    elif result.error is None and not whole and external is None and tree is not None:
+        # The words are there; does the code have what some rule needs (amplint.evidence)?
+        # Only the rules that can match run; with none, the file is not parsed unless
+        # another module's code decides (amplint.project).
+        found = evidence.marks(tree)
+        parsing_rules = [rule for rule in rules_matching_words(source, parsing_rules) if evidence.satisfied(rule.needs, found)]
+        if not parsing_rules:
+            result.skipped = result.deferred = True
+            result.imports = evidence.imports(tree)
+            result.may_export = bool(found & evidence.EVENTS)
+    del tree  # not kept through LibCST's parse
     if result.skipped:
         return _nothing_to_find(result, source, cells, rules)
     if result.error is not None:

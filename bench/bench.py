@@ -207,7 +207,9 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
     results = []
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     log(f"  one pass over {len(files)} files ...")
-    for path in files:
+
+    def one(path: str) -> None:
+        """One file, phase by phase, as `engine.lint_source` does it (the collector paused)."""
         t0 = clock()
         with open(path, "rb") as handle:
             data = handle.read()
@@ -217,26 +219,25 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         spent["read+pre-check"] += t1 - t0
         if not isinstance(source, str):
             rows.append((len(data), False, t1 - t0))
-            continue
-        with quiet_collector():  # as the engine does: CPython's tree is freed before the collector runs
-            tree, error = python_tree(source, path)
-            t2 = clock()
-            spent["syntax check"] += t2 - t1
-            active = parsing
-            if words and error is None and tree is not None:
-                found = evidence.marks(tree)
-                active = [rule for rule in engine.rules_matching_words(source, parsing) if evidence.satisfied(rule.needs, found)]
-                imports = evidence.imports(tree) if not active else ()
-            del tree
+            return
+        tree, error = python_tree(source, path)
+        t2 = clock()
+        spent["syntax check"] += t2 - t1
+        active = parsing
+        if words and error is None and tree is not None:
+            found = evidence.marks(tree)
+            active = [rule for rule in engine.rules_matching_words(source, parsing) if evidence.satisfied(rule.needs, found)]
+            imports = evidence.imports(tree) if not active else ()
+        del tree
         spent["syntax check" if not words or error is not None else "marks (files with AMP words)"] += clock() - t2
         if not words or error is not None:
             rows.append((len(data), False, clock() - t0))
-            continue
+            return
         if not active:
             deferred = FileResult(path, skipped=True, deferred=True, imports=imports, may_export=bool(found & evidence.EVENTS))
             results.append((deferred, source))
             rows.append((len(data), True, clock() - t0))
-            continue
+            return
         marks = [clock()]
         try:
             if parse_hazard(source) is not None:
@@ -259,6 +260,9 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         for phase, (a, b) in zip(phases[3:], zip(marks, marks[1:])):
             spent[phase] += b - a
         rows.append((len(data), True, clock() - t0))
+    for path in files:
+        with quiet_collector():
+            one(path)
     # The second phase: files that import linted modules, linted again with their summaries.
     relinted: List[float] = []
     texts = {r.path: text for r, text in results}
