@@ -54,19 +54,16 @@ def might_use_amp(source: str, rules: Optional[Sequence[Type[Rule]]] = None) -> 
         from amplint.rules import ALL_RULES
 
         rules = ALL_RULES
-    return any(
-        any(word in source for word in triggers) and (not requires or any(word in source for word in requires))
-        for triggers, requires in _word_sets(tuple(rules))
-    )
+    return any(_has_words(source, triggers, requires) for triggers, requires in _word_sets(tuple(rules)))
 
 
 def rules_matching_words(source: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
     """The rules whose words (`triggers`, and `requires` if any) the source has."""
-    return [
-        rule
-        for rule in rules
-        if any(word in source for word in rule.triggers) and (not rule.requires or any(word in source for word in rule.requires))
-    ]
+    return [rule for rule in rules if _has_words(source, rule.triggers, rule.requires)]
+
+
+def _has_words(source: str, triggers: Iterable[str], requires: Iterable[str]) -> bool:
+    return any(word in source for word in triggers) and (not requires or any(word in source for word in requires))
 
 
 @functools.lru_cache(maxsize=64)

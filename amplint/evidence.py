@@ -13,7 +13,7 @@ Every mark errs on the side of "may": a call the semantic layer might classify a
 gives its mark whatever it turns out to be, so a file without a mark cannot have the event.
 Names decide nothing that the semantic layer would decide otherwise: `sched.step()` is not
 a step there either (`vocabulary.named_like_a_non_optimizer`). A test checks that every
-example and case a rule flags carries the rule's marks (tests/test_precheck.py).
+example and case a rule flags carries the rule's marks (tests/test_evidence.py).
 
 A file that a rule could match by text but not by marks is *deferred*, not dropped: its
 imports are kept, and it is analysed after all when a linted module imports it or when it
@@ -174,18 +174,13 @@ _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {ast.Constant: ()}
 
 
 def _called(call: ast.Call, methods: Set[str], receivers: List[Tuple[str, Optional[str], ast.Call]]) -> None:
-    func = call.func
-    if type(func) is ast.Attribute:
-        method = func.attr  # type: ignore[attr-defined]
-        if method in _BY_RECEIVER:
-            receivers.append((method, _dotted(func.value), call))  # type: ignore[attr-defined]
-    elif type(func) is ast.Name:
-        method = func.id  # type: ignore[attr-defined]
-        if method in _BY_RECEIVER:
-            receivers.append((method, None, call))
-    else:
+    method = _method(call)
+    if method is None:
         return
     methods.add(method)
+    if method in _BY_RECEIVER:
+        func = call.func
+        receivers.append((method, _dotted(func.value) if type(func) is ast.Attribute else None, call))  # type: ignore[attr-defined]
 
 
 def _by_receiver(method: str, receiver: Optional[str], call: ast.Call, found: Set[str]) -> None:

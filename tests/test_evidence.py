@@ -6,8 +6,6 @@ deferred file another module's code needs is analysed after all."""
 import ast
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from amplint.engine import lint_source, rules_matching_words
 from amplint.rules import ALL_RULES
 from amplint.semantic import analyze
 from amplint.semantic.exports import imports_of
+from conftest import run_amplint
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted((REPO / "tests" / "cases").glob("*.py")) + sorted((REPO / "fixtures").glob("*/*.py"))
@@ -159,12 +158,7 @@ def test_two_deferred_modules_that_need_each_other_are_both_analysed(tmp_path):
     (package / "train.py").write_text(TRAIN)
     assert lint_source(HELPER, "helpers.py", ALL_RULES).deferred and lint_source(TRAIN, "train.py", ALL_RULES).deferred
     for cache in ("--no-cache", f"--cache-dir={tmp_path / 'cache'}", f"--cache-dir={tmp_path / 'cache'}"):
-        done = subprocess.run(
-            [sys.executable, "-m", "amplint", "--isolated", "--output-format", "json", cache, "pkg"],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-        )
+        done = run_amplint("--isolated", "--output-format", "json", cache, "pkg", cwd=tmp_path)
         found = [(os.path.basename(f["filename"]), f["location"]["row"], f["code"]) for f in json.loads(done.stdout)]
         assert done.returncode == 1 and found == [("train.py", 11, "AMP004")], (cache, done.stderr)
 
