@@ -16,19 +16,19 @@ from dataclasses import replace
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint import evidence
 from amplint.diagnostics import FileError, FileResult, Finding
-from amplint.fix import suggestion
-from amplint.noqa import UNUSED_NOQA, might_have_directives, parse_suppressions, unused_directives
+from amplint.fix import suggestion, suggestion_anchors
+from amplint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
 from amplint.notebook import CellMap, is_notebook, parse_notebook
 from amplint.parse_guard import parse_hazard
+from amplint.positions import code_ranges
 from amplint.rule import Report, Rule
 from amplint.semantic import SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
-from amplint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, where
+from amplint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, syntax_error, where
 
 
 _RECURSION_LIMIT = 10_000
@@ -163,9 +163,11 @@ def _lint_source(
     result = FileResult(path)
     # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
     parsing_rules = [rule for rule in rules if rule.code != UNUSED_NOQA]
-    # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax).
-    tree, result.error = python_tree(source, path, target, cells)
-    if not parsing_rules or not might_use_amp(source, parsing_rules):
+    words = bool(parsing_rules) and might_use_amp(source, parsing_rules)
+    # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax);
+    # only a file with the words needs CPython's tree too.
+    tree, result.error = python_tree(source, path, target, cells) if words else (None, syntax_error(source, path, target, cells))
+    if not words:
         result.skipped = True  # not worth a LibCST parse: no rule can match
     elif result.error is None and not whole and external is None and tree is not None:
         # The words are there; does the code have what some rule needs (amplint.evidence)?
@@ -246,15 +248,15 @@ def _locate(
 ) -> List[Finding]:
     reports = list(reports)
     unused_noqa = next((rule for rule in rules if rule.code == UNUSED_NOQA), None)
-    if not reports and (unused_noqa is None or not might_have_directives(source)):
+    if not reports and (unused_noqa is None or not might_have_reportable_directives(source)):
         return []
     suppressions = parse_suppressions(source)
     findings = []
     if reports:
         assert module is not None
-        # Positions are resolved only for files with findings; the copy is skipped so that
-        # the nodes the rules hold are the nodes the wrapper knows.
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        # Positions only for files with findings, and only of the nodes that are shown: the
+        # reported ones, and what fix suggestions read (the statements they rewrite).
+        positions = code_ranges(module, _shown(module, reports, fixes))
         for rule, node, report in reports:
             span = positions[node]
             row, column = span.start.line, span.start.column + 1
@@ -277,6 +279,15 @@ def _locate(
             where = (directive.row, directive.column, directive.row, directive.end_column)
             findings.append(_finding(unused_noqa, path, where, unused.title, unused.help, cells))
     return sorted(findings)
+
+
+def _shown(module: cst.Module, reports: Sequence[Tuple[Type[Rule], cst.CSTNode, Report]], fixes: bool) -> Iterator[cst.CSTNode]:
+    suggested = [report.fix for _, _, report in reports if report.fix is not None] if fixes else []
+    yield from (node for _, node, _ in reports)
+    for fix in suggested:
+        yield from fix.nodes()
+    if suggested:
+        yield from suggestion_anchors(module)
 
 
 def _finding(

@@ -352,6 +352,16 @@ def edits(original: str, fixed: str, first_row: int = 1) -> List[Edit]:
     return found
 
 
+def suggestion_anchors(module: cst.Module) -> Iterator[cst.CSTNode]:
+    """The nodes whose positions `suggestion` reads besides the fix's own: each top-level
+    statement, and the first decorator of a decorated one."""
+    for item in module.body:
+        yield item
+        decorators = getattr(item, "decorators", ())
+        if decorators:
+            yield decorators[0]
+
+
 def suggestion(module: cst.Module, fix: Fix, positions: Mapping[cst.CSTNode, CodeRange]) -> "FixSuggestion":
     """How output formats show `fix`: its title, applicability, and the edits it makes alone.
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.fix import MAX_ROUNDS, Fix, apply, non_overlapping, still_valid
 from amplint.noqa import parse_suppressions
 from amplint.notebook import Notebook, parse_notebook
+from amplint.positions import code_ranges
 from amplint.rule import Rule
 from amplint.semantic import analyze
 from amplint.semantic.exports import ExternalModules
@@ -140,7 +140,7 @@ def _wanted_fixes(
     if not reports:
         return []
     suppressions = parse_suppressions(source)
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = code_ranges(module, [report.node for _, report in reports])
     found = []
     for rule, report in reports:
         if not suppressions.suppresses(positions[report.node].start.line, rule.code):
