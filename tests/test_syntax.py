@@ -84,6 +84,34 @@ def test_syntax_errors_of_files_with_and_without_amp_words_read_the_same():
     assert verdict(broken) == verdict("import torch\nscaler = torch.amp.GradScaler()\n" + broken).replace("3:", "1:")
 
 
+# What the parser accepts and only compiling rejects: files amplint does not analyse are
+# checked with `symtable`, which objects to these; the verdict must stay the parser's.
+REJECTED_ONLY_BY_THE_COMPILER = {
+    "duplicate argument": "def f(a, a):\n    pass\n",
+    "nonlocal at module level": "nonlocal x\n",
+    "import * in a function": "def f():\n    from m import *\n",
+    "unknown __future__ feature": "from __future__ import nope\n",
+    "annotated global": "def f():\n    global x\n    x: int = 1\n",
+    "walrus in a comprehension's iterable": "[x for x in (y := [1])]\n",
+}
+
+
+@pytest.mark.parametrize("source", REJECTED_ONLY_BY_THE_COMPILER.values(), ids=REJECTED_ONLY_BY_THE_COMPILER.keys())
+def test_what_only_the_compiler_rejects_gets_the_parsers_verdict(source):
+    assert same_verdict_with_and_without_amp(source) is None
+    assert syntax_error(source, "f.py") is None
+
+
+def test_a_file_amplint_does_not_analyse_is_checked_without_building_its_tree(monkeypatch):
+    import ast
+
+    def no_tree(*args, **kwargs):
+        raise AssertionError("ast.parse called for a file whose tree is not needed")
+
+    monkeypatch.setattr(ast, "parse", no_tree)
+    assert verdict("import numpy as np\n\ndef f(x):\n    return np.sum(x)\n") is None
+
+
 def test_invalid_escape_sequences_print_no_warning(capfd):
     assert verdict("x = '\\d'\ny = b'\\d'\n" + AMP_COMMENT) is None
     assert capfd.readouterr().err == ""
