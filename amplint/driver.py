@@ -41,6 +41,7 @@ from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequen
 
 from amplint.cache import Cache, content_digest, result_key
 from amplint.diagnostics import FileError, FileResult, Finding, FixSuggestion
+from amplint.noqa import UNUSED_NOQA
 from amplint.progress import Progress
 from amplint.source import decode_notebook, decode_python, size_error
 from amplint.syntax import PythonVersion
@@ -338,7 +339,8 @@ def _will_parse(task: _Task) -> bool:
     from amplint.engine import might_use_amp
     from amplint.rules import ALL_RULES
 
-    rules = [rule for rule in ALL_RULES if rule.code in task.codes]
+    # The unused-noqa check reads comments: it alone never has a file parsed.
+    rules = [rule for rule in ALL_RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
     return bool(rules) and might_use_amp(task.data.decode("latin-1"), rules)
 
 

@@ -80,6 +80,17 @@ def might_have_directives(source: str) -> bool:
     return "noqa" in source or "NOQA" in source.upper()
 
 
+# What the unused-noqa check can report where no rule found anything: a directive naming an
+# `AMPxxx` code, or a `# amplint: noqa`. A plain `# noqa` or `# noqa: E501` is never ours.
+_REPORTABLE = re.compile(r"noqa:[^\n]*amp|amplint:\s*noqa", re.IGNORECASE)
+
+
+def might_have_reportable_directives(source: str) -> bool:
+    """Whether, in a file with no findings, `unused_directives` may have anything to say:
+    most files with a `# noqa` are not tokenized at all."""
+    return might_have_directives(source) and _REPORTABLE.search(source) is not None
+
+
 def parse_suppressions(source: str) -> Suppressions:
     found = Suppressions()
     if not might_have_directives(source):

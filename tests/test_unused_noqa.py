@@ -106,6 +106,33 @@ def test_files_without_amp_code_are_still_checked_but_not_parsed(monkeypatch):
     assert result.source is not None  # for the code frame
 
 
+@pytest.mark.parametrize(
+    "comment, reported",
+    [
+        ("# noqa: E501", False),
+        ("# noqa", False),
+        ("# NOQA:E501,W291", False),
+        ("# noqa: AMP003", True),
+        ("# NOQA:amp003", True),
+        ("# noqa: E501, AMP999", True),
+        ("# amplint: noqa: AMP003", True),
+    ],
+)
+def test_only_files_whose_directives_can_be_reported_are_tokenized(monkeypatch, comment, reported):
+    import amplint.engine as engine
+
+    tokenized = []
+    real = engine.parse_suppressions
+    monkeypatch.setattr(engine, "parse_suppressions", lambda source: tokenized.append(source) or real(source))
+    result = lint_source(f"import os\nx = 1  {comment}\n", "t.py", ALL_RULES)
+    assert bool(tokenized) == reported
+    assert [f.code for f in result.findings] == (["AMP100"] if reported else [])
+
+
+def test_a_file_level_blanket_directive_with_nothing_to_suppress_is_reported():
+    assert [f.code for f in lint_source("# amplint: noqa\nimport os\n", "t.py", ALL_RULES).findings] == ["AMP100"]
+
+
 def test_the_command_line_selects_and_ignores_it(amplint, tmp_path):
     (tmp_path / "stale.py").write_text("import torch\nx = torch.ones(1)  # noqa: AMP003\n")
     (tmp_path / "train.py").write_text(loop("  # noqa: AMP006", "  # noqa: AMP004"))
