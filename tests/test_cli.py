@@ -305,7 +305,9 @@ def test_quiet_drops_only_the_summary(amplint, project):
 def test_deeply_nested_valid_code_is_linted(amplint, project):
     terms = " + ".join(f"'s{i}'" for i in range(1500))
     root = project({"deep.py": BUGGY.replace("import torch\n", f"import torch\nx = {terms}\n")})
-    result = amplint("--concise", "deep.py", cwd=root)
+    # ~0.5 s of CPU alone; a generous budget, so that a loaded machine cannot fail it (the
+    # budget has tests of its own).
+    result = amplint("--concise", "--file-budget", "20", "deep.py", cwd=root)
     assert result.returncode == 1, result.stderr
     assert "deep.py:9:5: AMP003" in result.stdout
 
