@@ -19,7 +19,7 @@ import libcst as cst
 
 from amplint import evidence
 from amplint.diagnostics import FileError, FileResult, Finding
-from amplint.fix import suggestion, suggestion_anchors
+from amplint.fix import Suggestions
 from amplint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
 from amplint.notebook import CellMap, is_notebook, parse_notebook
 from amplint.parse_guard import parse_hazard
@@ -257,6 +257,7 @@ def _locate(
         # Positions only for files with findings, and only of the nodes that are shown: the
         # reported ones, and what fix suggestions read (the statements they rewrite).
         positions = code_ranges(module, _shown(module, reports, fixes))
+        suggest = Suggestions(module, positions)
         for rule, node, report in reports:
             span = positions[node]
             row, column = span.start.line, span.start.column + 1
@@ -265,7 +266,7 @@ def _locate(
             where = (row, column, span.end.line, span.end.column + 1)
             finding = _finding(rule, path, where, str(report.message), report.help, cells)
             if report.fix is not None and fixes:
-                finding = replace(finding, fix=suggestion(module, report.fix, positions))
+                finding = replace(finding, fix=suggest(report.fix))
             findings.append(finding)
     if unused_noqa is not None:
         # After the rules' findings: which directives they used is known only now.
@@ -287,7 +288,7 @@ def _shown(module: cst.Module, reports: Sequence[Tuple[Type[Rule], cst.CSTNode, 
     for fix in suggested:
         yield from fix.nodes()
     if suggested:
-        yield from suggestion_anchors(module)
+        yield from Suggestions.anchors(module)
 
 
 def _finding(

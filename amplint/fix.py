@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Seque
 import libcst as cst
 from libcst.metadata import CodeRange
 
-from amplint.semantic.walk import iter_tree
+from amplint.semantic.walk import children, iter_tree
 
 if TYPE_CHECKING:
     from amplint.diagnostics import FixSuggestion
@@ -271,8 +271,11 @@ def _is_docstring(item: cst.BaseStatement) -> bool:
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, fixes: Sequence[Fix]) -> None:
+    def __init__(self, fixes: Sequence[Fix], within: Optional[Set[int]] = None) -> None:
         super().__init__()
+        # The ids of the nodes worth descending into (those on the way to what the fixes
+        # change); None: all of them.
+        self.within = within
         self.replacements: Dict[int, cst.CSTNode] = {}
         self.before: Dict[int, List[cst.BaseStatement]] = {}
         self.after: Dict[int, List[cst.BaseStatement]] = {}
@@ -288,6 +291,9 @@ class _Applier(cst.CSTTransformer):
         # Statements by the id of the node they stand for in the original tree: a replaced or
         # edited statement is a new object by the time its block is rebuilt.
         self._originals: Dict[int, int] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return self.within is None or id(node) in self.within
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         new = self.replacements.get(id(original_node), updated_node)
@@ -352,39 +358,81 @@ def edits(original: str, fixed: str, first_row: int = 1) -> List[Edit]:
     return found
 
 
-def suggestion_anchors(module: cst.Module) -> Iterator[cst.CSTNode]:
-    """The nodes whose positions `suggestion` reads besides the fix's own: each top-level
-    statement, and the first decorator of a decorated one."""
-    for item in module.body:
-        yield item
+class Suggestions:
+    """How output formats show each fix of one module: its title, applicability, and the
+    edits it makes alone.
+
+    Only the top-level statements that hold what a fix changes are rewritten and compared,
+    so a fix of one line of a 2,000-line file costs that statement, not the file; and only
+    the nodes on the way down to what it changes are visited. A statement's code and the
+    way to each node in it are worked out once for all the module's fixes."""
+
+    def __init__(self, module: cst.Module, positions: Mapping[cst.CSTNode, CodeRange]) -> None:
+        self.module = module
+        self.positions = positions
+        self._codes: Dict[int, str] = {}
+        self._parents: Dict[int, Dict[int, cst.CSTNode]] = {}
+
+    @staticmethod
+    def anchors(module: cst.Module) -> Iterator[cst.CSTNode]:
+        """The nodes whose positions suggestions read besides the fixes' own: each top-level
+        statement, and the first decorator of a decorated one."""
+        for item in module.body:
+            yield item
+            decorators = getattr(item, "decorators", ())
+            if decorators:
+                yield decorators[0]
+
+    def __call__(self, fix: Fix) -> "FixSuggestion":
+        from amplint.diagnostics import FixSuggestion
+
+        positions = self.positions
+        rows = [positions[node].start.line for node in fix.nodes() if node in positions]
+        changes: List[Edit] = []
+        for item in self.module.body:
+            span = positions.get(item)
+            if span is None:
+                continue
+            # A decorated definition's position starts at `def`/`class`: its code, at the decorators.
+            decorators = getattr(item, "decorators", ())
+            start = positions[decorators[0]].start.line - len(decorators[0].leading_lines) if decorators else span.start.line
+            if not any(start <= row <= span.end.line for row in rows):
+                continue
+            applier = _Applier([fix], within=self._way_to(item, fix.nodes()))
+            new = "".join(self.module.code_for_node(node) for node in applier._body([item.visit(applier)]))
+            changes.extend(edits(self._code(item), new, start - len(item.leading_lines)))
+        found = tuple((e.row, e.column, e.end_row, e.end_column, e.content) for e in changes)
+        return FixSuggestion(fix.title, fix.applicability, found)
+
+    def _code(self, item: cst.CSTNode) -> str:
+        code = self._codes.get(id(item))
+        if code is None:
+            code = self._codes[id(item)] = self.module.code_for_node(item)
+        return code
+
+    def _way_to(self, item: cst.CSTNode, nodes: Sequence[cst.CSTNode]) -> Optional[Set[int]]:
+        """The ids of `item` and of every node between it and those of `nodes` inside it; None
+        (visit everything) where one inside it is off the code-carrying walk."""
+        parents = self._parents.get(id(item))
+        if parents is None:
+            parents = self._parents[id(item)] = {id(child): parent for parent in iter_tree(item) for child in children(parent)}
+        way: Set[int] = {id(item)}
+        for node in nodes:
+            key = id(node)
+            if key not in parents and key not in way:
+                if node not in self.positions or not self._outside(node, item):
+                    return None
+                continue  # in another top-level statement: a fix may touch several
+            while key not in way:
+                way.add(key)
+                key = id(parents[key])
+        return way
+
+    def _outside(self, node: cst.CSTNode, item: cst.CSTNode) -> bool:
+        span, outer = self.positions[node], self.positions[item]
         decorators = getattr(item, "decorators", ())
-        if decorators:
-            yield decorators[0]
-
-
-def suggestion(module: cst.Module, fix: Fix, positions: Mapping[cst.CSTNode, CodeRange]) -> "FixSuggestion":
-    """How output formats show `fix`: its title, applicability, and the edits it makes alone.
-
-    Only the top-level statements that hold what the fix changes are rewritten and compared,
-    so a fix of one line of a 2,000-line file costs that statement, not the file."""
-    from amplint.diagnostics import FixSuggestion
-
-    rows = [positions[node].start.line for node in fix.nodes() if node in positions]
-    changes: List[Edit] = []
-    for item in module.body:
-        span = positions.get(item)
-        if span is None:
-            continue
-        # A decorated definition's position starts at `def`/`class`: its code, at the decorators.
-        decorators = getattr(item, "decorators", ())
-        start = positions[decorators[0]].start.line - len(decorators[0].leading_lines) if decorators else span.start.line
-        if not any(start <= row <= span.end.line for row in rows):
-            continue
-        applier = _Applier([fix])
-        new = "".join(module.code_for_node(node) for node in applier._body([item.visit(applier)]))
-        changes.extend(edits(module.code_for_node(item), new, start - len(item.leading_lines)))
-    found = tuple((e.row, e.column, e.end_row, e.end_column, e.content) for e in changes)
-    return FixSuggestion(fix.title, fix.applicability, found)
+        first = self.positions[decorators[0]].start.line if decorators else outer.start.line
+        return span.end.line < first or span.start.line > outer.end.line
 
 
 def diff(original: str, fixed: str, path: str) -> str:
