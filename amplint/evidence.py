@@ -36,6 +36,7 @@ BACKWARD = "backward"  # a plain `x.backward()` / `torch.autograd.backward()`
 FRAMEWORK_BACKWARD = "framework backward"  # `accelerator.backward(loss)`, `self.manual_backward(loss)`
 STEP = "step"  # an optimizer's or a scaler's `step()`
 SCALE = "scale"  # a loss may be scaled: a call named like scaling (`scaler.scale`, `scale_loss`)
+SCALE_CALL = "scale call"  # a `.scale(...)` call: all a scaler's scale event can be (SCALE is wider)
 UNSCALE = "unscale"  # `scaler.unscale_(opt)`, a framework's unscaling clip
 CLIP = "clip"  # `clip_grad_norm_` and friends
 GRADIENT = "gradient"  # `p.grad` read, `torch.autograd.grad(...)`
@@ -60,6 +61,7 @@ _CALLED = {
     **{name: (UNSCALE,) for name in ("unscale_", "clip_gradients", "unscale_gradients")},
     **{name: (_PARAMETERS,) for name in PARAMETER_METHODS},
     "grad": (GRADIENT,),
+    "scale": (SCALE_CALL,),
     "zero_grad": (ZERO_GRAD,),
     "manual_backward": (FRAMEWORK_BACKWARD,),
 }
@@ -82,7 +84,8 @@ _NAMED = {
 Needs = Tuple[FrozenSet[str], ...]
 # What a function may do that the semantic layer exports for the modules that import it
 # (`amplint.semantic.exports`): a file with none of these exports no summary.
-EVENTS = frozenset({BACKWARD, FRAMEWORK_BACKWARD, STEP, SCALE, UNSCALE, CLIP, GRADIENT, ZERO_GRAD, SCALER_UPDATE, GRAD_SCALER})
+# (`scale_lora_layers(...)` in every diffusers pipeline is SCALE, never an event.)
+EVENTS = frozenset({BACKWARD, FRAMEWORK_BACKWARD, STEP, SCALE_CALL, UNSCALE, CLIP, GRADIENT, ZERO_GRAD, SCALER_UPDATE, GRAD_SCALER})
 
 
 def marks(tree: ast.AST) -> FrozenSet[str]:

@@ -48,6 +48,18 @@ def test_every_finding_of_a_script_has_its_rules_words_and_marks(script):
         assert [f for f in whole.findings if f.code != "AMP100"] == []
 
 
+ALL_EXAMPLES = [source for rule in ALL_RULES for source in rule.VALID] + [source for _, source in EXAMPLES]
+
+
+@pytest.mark.parametrize("source", [p.read_text() for p in SCRIPTS] + ALL_EXAMPLES)
+def test_a_file_that_exports_a_summary_has_an_event_mark(source):
+    """`may_export` decides which deferred files are analysed for the modules that import
+    them: a file whose functions export events must have one of EVENTS."""
+    source = textwrap.dedent(source)
+    if lint_source(source, "m.py", ALL_RULES, whole=True).summary:
+        assert marks(source) & evidence.EVENTS, sorted(marks(source))
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=[f"{p.parent.name}/{p.stem}" for p in SCRIPTS])
 def test_imports_read_from_cpythons_tree_are_the_semantic_layers(script):
     source = script.read_text()
@@ -83,6 +95,8 @@ def test_imports_at_any_depth_and_relative():
         ("torch.nn.utils.clip_grad_norm_(params, 1.0)", {evidence.CLIP}, {evidence.UNSCALE}),
         ("accelerator.clip_grad_norm_(params, 1.0)", {evidence.CLIP, evidence.UNSCALE}, set()),
         ("scaler.unscale_(opt)", {evidence.UNSCALE, evidence.SCALE}, set()),
+        ("self.scaler.scale(loss)", {evidence.SCALE, evidence.SCALE_CALL}, set()),
+        ("scale_lora_layers(enc, s); unscale_lora_layers(enc, s); x = self.scheduler.scale_model_input(x, t)", {evidence.SCALE}, {evidence.SCALE_CALL}),
         ("n = p.grad.norm()", {evidence.GRADIENT}, set()),
         ("g = torch.autograd.grad(out, x)", {evidence.GRADIENT}, set()),
         ("from torch.autograd import grad", {evidence.GRADIENT}, set()),
