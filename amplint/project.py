@@ -11,11 +11,17 @@ A file the first phase *deferred* (AMP words, but no code any rule needs on its 
 file that some linted or deferred file may import is analysed whole, for its summary: the
 same summaries, and so the same findings, as if every file with AMP words had been parsed.
 A deferred file that imports a module with a summary is then linted with it like any other.
+
+Another module's summary can change a file's analysis only through a call to one of its
+functions, and every such call names the function (or method) in the file's text: `f()`,
+`u.f()`, `from m import f as g`, `self.train_step()`. A file that names none of them is not
+linted again: its first result stands (a rule whose needs the file's own code lacks cannot
+fire without the other module's events).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from amplint.diagnostics import FileResult
 from amplint.semantic.exports import PathIndex
@@ -28,7 +34,21 @@ MAX_ROUNDS = 3
 Relint = Callable[[Sequence[Tuple[str, Mapping[str, dict]]]], List[FileResult]]
 
 
-def link(results: List[FileResult], relint: Relint) -> List[FileResult]:
+# The text of a linted file (None: unknown, so every summary it imports is used).
+ReadText = Callable[[str], Optional[str]]
+
+
+def read_text(path: str) -> Optional[str]:
+    """A file's text as the linter read it, for the names it mentions (ASCII identifiers are
+    found as written in any encoding Python source uses, and in a notebook's JSON)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("latin-1")
+    except OSError:
+        return None
+
+
+def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) -> List[FileResult]:
     """`results` of the first phase, with the files that import linted modules linted again."""
     results = list(results)
     wanted = imported_deferred(results)
@@ -44,6 +64,8 @@ def link(results: List[FileResult], relint: Relint) -> List[FileResult]:
             if result.error is not None or not result.imports:
                 continue
             used = imported_summaries(result, summaries, paths)
+            if used:
+                used = _called_from(read(result.path), used)
             signature = {(path, repr(summary)) for path, summary in used.items()}
             if used and done.get(result.path) != signature:
                 done[result.path] = signature
@@ -60,6 +82,22 @@ def link(results: List[FileResult], relint: Relint) -> List[FileResult]:
         if not changed:
             break
     return results
+
+
+def _called_from(text: Optional[str], used: Dict[str, dict]) -> Dict[str, dict]:
+    """The summaries in `used` with a function that `text` may call: one it names."""
+    if text is None:
+        return used
+    return {path: summary for path, summary in used.items() if _names_one_of(text, summary.get("functions", {}))}
+
+
+def _names_one_of(text: str, functions: Collection[str]) -> bool:
+    for qualified in functions:
+        name = qualified.rsplit(".", 1)[-1]
+        # `model(x)` runs `__call__` without naming it: dunder methods always count.
+        if name.startswith("__") or name in text:
+            return True
+    return False
 
 
 def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index: Optional[PathIndex] = None) -> Dict[str, dict]:

@@ -9,6 +9,7 @@ import textwrap
 
 from amplint.engine import lint_source
 from amplint.rules import ALL_RULES
+from amplint.semantic.exports import ExternalModules
 
 OPTIM_UTILS = """
 import torch
@@ -159,3 +160,30 @@ def test_a_module_exports_what_its_functions_do_as_json():
     assert functions["backward"]["events"][0]["tensor_param"] == "loss"
     assert functions["Stepper.step"]["method"] is True
     assert any(s["enabled"] is True for s in summary["scalers"].values())
+
+
+def test_only_files_that_name_a_function_of_an_imported_summary_are_linted_again(tmp_path):
+    from amplint.project import link
+
+    package = _project(tmp_path)
+    (package / "names_none.py").write_text(
+        "import torch\nfrom .optim_utils import LIMIT\n\n\ndef infer(model, x):\n    with torch.autocast('cuda'):\n        return model(x)\n"
+    )
+    (package / "alias.py").write_text("import torch\nfrom .optim_utils import optimizer_step as go\n\n\ndef f(opt):\n    with torch.autocast('cuda'):\n        go(opt)\n")
+    paths = [str(package / name) for name in ("optim_utils.py", "train.py", "names_none.py", "alias.py")]
+    first = [lint_source((package / os.path.basename(p)).read_text(), p, ALL_RULES) for p in paths]
+    relinted = []
+
+    def relint(jobs):
+        relinted.extend(os.path.basename(path) for path, _ in jobs)
+        return [lint_source(open(path).read(), path, ALL_RULES, external=ExternalModules(path, used), whole=True) for path, used in jobs]
+
+    results = link(first, relint)
+    assert sorted(relinted) == ["alias.py", "train.py"]
+    assert results[2] is first[2]
+    # ... and the alias still counts where it is called: AMP004 on `go(opt)`.
+    assert [(f.row, f.code) for f in results[3].findings] == [(7, "AMP004")]
+    # Without the text, every imported summary is used.
+    relinted.clear()
+    link(first, relint, read=lambda path: None)
+    assert sorted(relinted) == ["alias.py", "names_none.py", "train.py"]
