@@ -54,16 +54,27 @@ def might_use_amp(source: str, rules: Optional[Sequence[Type[Rule]]] = None) -> 
         from amplint.rules import ALL_RULES
 
         rules = ALL_RULES
-    return any(_has_words(source, triggers, requires) for triggers, requires in _word_sets(tuple(rules)))
+    seen: Dict[str, bool] = {}
+    return any(_has_words(source, triggers, requires, seen) for triggers, requires in _word_sets(tuple(rules)))
 
 
 def rules_matching_words(source: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
     """The rules whose words (`triggers`, and `requires` if any) the source has."""
-    return [rule for rule in rules if _has_words(source, rule.triggers, rule.requires)]
+    seen: Dict[str, bool] = {}
+    return [rule for rule in rules if _has_words(source, rule.triggers, rule.requires, seen)]
 
 
-def _has_words(source: str, triggers: Iterable[str], requires: Iterable[str]) -> bool:
-    return any(word in source for word in triggers) and (not requires or any(word in source for word in requires))
+def _has_words(source: str, triggers: Iterable[str], requires: Iterable[str], seen: Dict[str, bool]) -> bool:
+    """`seen`: the words already looked for in `source`, so that the rules sharing a word
+    (most share `autocast` and `GradScaler`) search the text for it once."""
+
+    def has(word: str) -> bool:
+        found = seen.get(word)
+        if found is None:
+            found = seen[word] = word in source
+        return found
+
+    return any(has(word) for word in triggers) and (not requires or any(has(word) for word in requires))
 
 
 @functools.lru_cache(maxsize=64)

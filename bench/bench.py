@@ -196,7 +196,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
     from amplint.semantic import analyze
     from amplint.semantic.exports import ExternalModules, export_summary, imports_of
     from amplint.source import decode_python
-    from amplint.syntax import python_tree, quiet_collector
+    from amplint.syntax import python_tree, quiet_collector, syntax_error
 
     clock = time.process_time
     phases = ["read+pre-check", "syntax check", "marks (files with AMP words)", "parse guard", "LibCST parse", "semantic model", "rules", "positions+noqa", "summary export"]
@@ -220,7 +220,9 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         if not isinstance(source, str):
             rows.append((len(data), False, t1 - t0))
             return
-        tree, error = python_tree(source, path)
+        # As the engine does: CPython's tree only for a file with the words, the verdict alone
+        # for the rest.
+        tree, error = python_tree(source, path) if words else (None, syntax_error(source, path))
         t2 = clock()
         spent["syntax check"] += t2 - t1
         active = parsing
