@@ -455,7 +455,10 @@ class PrecisionFinder:
     # averages
     def _averages(self) -> None:
         for unit, loop, _ in self.index.loops:
-            if not isinstance(loop, cst.For):
+            # What a decayed variable is drawn from is part of the iterable: a loop over no
+            # module's parameters or state (a data loader, a range) averages nothing, and its
+            # body is not walked (nested loops would walk it again and again).
+            if not isinstance(loop, cst.For) or not _iterates_state(loop.iter):
                 continue
             found = _decaying_update(loop.body)
             if found is None:
@@ -470,11 +473,21 @@ class PrecisionFinder:
     def _state_owners(self, expression: cst.BaseExpression, scope: Scope) -> Iterator[ModulePath]:
         """The modules whose parameters or state an expression iterates:
         `ema.parameters()`, `self.ema.state_dict().items()`."""
-        for node in iter_tree(expression):
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in STATE_METHODS:
-                owner = dotted_name(node.func.value)
-                if owner is not None:
-                    yield from self.paths(owner, scope)
+        for node in _state_calls(expression):
+            owner = dotted_name(node.func.value)  # type: ignore[attr-defined]
+            if owner is not None:
+                yield from self.paths(owner, scope)
+
+
+def _state_calls(expression: cst.BaseExpression) -> Iterator[cst.Call]:
+    """The calls of STATE_METHODS in `expression` (`ema.parameters()`, `m.state_dict()`)."""
+    for node in iter_tree(expression):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in STATE_METHODS:
+            yield node
+
+
+def _iterates_state(iterable: cst.BaseExpression) -> bool:
+    return next(_state_calls(iterable), None) is not None
 
 
 def _decaying_update(body: cst.CSTNode) -> Optional[Tuple[cst.CSTNode, Optional[str]]]:
