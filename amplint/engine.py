@@ -190,6 +190,7 @@ def _lint_source(
             result.skipped = result.deferred = True
             result.imports = evidence.imports(tree)
             result.may_export = bool(found & evidence.EVENTS)
+    cpython_accepts = tree is not None
     del tree  # not kept through LibCST's parse
     if result.skipped:
         return _nothing_to_find(result, source, cells, rules)
@@ -200,7 +201,7 @@ def _lint_source(
         result.error = FileError(path, hazard.message(where(hazard.row, hazard.column, cells)))
         return result
     try:
-        module, exact = parse_module_exactly(source)
+        module, exact = parse_module_exactly(source, cpython_accepts=cpython_accepts)
     except RecursionError:
         result.error = FileError(path, "could not parse: nesting too deep")
         return result

@@ -41,9 +41,10 @@ import io
 import re
 import symtable
 import sys
+import threading
 import tokenize
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
@@ -246,18 +247,55 @@ def parse_module(source: str) -> Union[cst.Module, cst.ParserSyntaxError]:
     return parse_module_exactly(source)[0]
 
 
-def parse_module_exactly(source: str) -> Tuple[Union[cst.Module, cst.ParserSyntaxError], bool]:
+def parse_module_exactly(source: str, cpython_accepts: bool = False) -> Tuple[Union[cst.Module, cst.ParserSyntaxError], bool]:
     """`parse_module`, and whether the tree is of `source` as written (not normalised): only
-    such a tree can be written back, as a fix does."""
-    first = _libcst_parse(source)
-    if isinstance(first, cst.Module):
-        return first, True
-    normalised = normalise_for_libcst(source)
-    if normalised != source:
-        second = _libcst_parse(normalised)
-        if isinstance(second, cst.Module):
-            return second, False
-    return first, False
+    such a tree can be written back, as a fix does. `cpython_accepts`: CPython's parser
+    accepted `source` (the caller built its tree), so LibCST's nodes need no validation."""
+    with _trusting_libcsts_parser() if cpython_accepts else nullcontext():
+        first = _libcst_parse(source)
+        if isinstance(first, cst.Module):
+            return first, True
+        normalised = normalise_for_libcst(source)
+        if normalised != source:
+            second = _libcst_parse(normalised)
+            if isinstance(second, cst.Module):
+                return second, False
+        return first, False
+
+
+_TRUST = threading.Lock()
+_trusting = 0  # parses under way that skip validation
+
+
+@contextmanager
+def _trusting_libcsts_parser() -> Iterator[None]:
+    """No validation of the nodes LibCST's parser builds, a sixth of its parse.
+
+    Every node runs `CSTNode._validate` when it is made, which is for nodes a program builds
+    by hand; LibCST's own comment on it says validating a parsed tree is wasted work. A tree
+    of code CPython accepted is valid Python by construction (the tests compare the trees
+    built with and without validation). Nodes made meanwhile by another thread (the
+    language server) are not validated either, which validation exists only to catch bugs
+    in: amplint's fixes are checked by re-parsing what they print (`still_valid`)."""
+    global _trusting
+    with _TRUST:
+        _trusting += 1
+        if _trusting == 1:
+            cst.CSTNode.__post_init__ = _no_validation  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        with _TRUST:
+            _trusting -= 1
+            if _trusting == 0:
+                cst.CSTNode.__post_init__ = _VALIDATION  # type: ignore[method-assign]
+
+
+_VALIDATION = cst.CSTNode.__post_init__
+
+
+def _no_validation(self: cst.CSTNode) -> None:
+    return None
 
 
 def _libcst_parse(source: str) -> Union[cst.Module, cst.ParserSyntaxError]:

@@ -215,3 +215,48 @@ def test_valid_python_libcst_cannot_parse_is_not_called_a_syntax_error(monkeypat
     monkeypatch.setattr(syntax.cst, "parse_module", refuse)
     message = verdict(textwrap.dedent(BUGGY))
     assert message.startswith("could not analyse: LibCST cannot parse this valid Python")
+
+
+# --------------------------------------------------------------------------- LibCST without validation
+
+
+def test_a_tree_parsed_without_validation_is_the_validated_tree():
+    import glob
+    import os
+
+    import libcst as cst
+
+    from amplint.syntax import parse_module_exactly
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = sorted(glob.glob(os.path.join(here, "cases", "*.py"))) + sorted(glob.glob(os.path.join(here, "..", "fixtures", "*", "*.py")))
+    sources = [open(p, encoding="utf-8").read() for p in paths] + list(VALID_BUT_LIBCST_REJECTS.values())
+    for source in sources:
+        trusted, trusted_exact = parse_module_exactly(source, cpython_accepts=True)
+        checked, checked_exact = parse_module_exactly(source)
+        assert isinstance(trusted, cst.Module) and trusted.deep_equals(checked) and trusted_exact == checked_exact
+        assert trusted.code == checked.code
+
+
+def test_validation_is_back_after_a_trusted_parse_even_one_that_fails():
+    import libcst as cst
+
+    from amplint.syntax import parse_module_exactly
+
+    for source in ("x = 1\n", "x = (\n"):
+        parse_module_exactly(source, cpython_accepts=True)
+        with pytest.raises(cst.CSTValidationError):
+            cst.Name("")
+
+
+def test_nodes_made_while_trusting_the_parser_are_not_validated():
+    import libcst as cst
+
+    from amplint.syntax import _trusting_libcsts_parser
+
+    with _trusting_libcsts_parser():
+        with _trusting_libcsts_parser():
+            cst.Name("")  # no CSTValidationError: validation is off
+        cst.Name("")  # still off until the outer one ends
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("")
