@@ -1,11 +1,11 @@
-"""Where a few nodes are, exactly as LibCST's `PositionProvider` says, for a fifth of its cost.
+"""Where a few nodes are, exactly as LibCST's `PositionProvider` says, for a sixth of its cost.
 
 `PositionProvider` prints the whole module and records a range for every node as it goes: it
 moves a row and column after each token (a regex split each) and enters a context manager per
-node, about twice the cost of parsing the file. amplint needs the places of a handful of nodes:
-the ones it reports, and those its fix suggestions read. `code_ranges` prints the module once with a
-codegen state that notes, for those nodes only, the index of the token where each starts and
-ends; rows and columns come afterwards from the printed text, once.
+node, about twice the cost of parsing the file. amplint needs the places of a handful of
+nodes: the ones it reports, and those its fix suggestions read. `code_ranges` prints the
+module once with a codegen state that notes, for those nodes only, the index of the token
+where each starts and ends; rows and columns come afterwards from the printed text, once.
 
 The ranges are the provider's: a node's syntactic range (`record_syntactic_position`, with
 the start or end hoisted from a child where LibCST does that) wins over its printed extent,

@@ -97,7 +97,7 @@ def syntax_error(
 
 def _running_parser_accepts(source: str, path: str) -> bool:
     """Whether CPython's parser accepts the file, without building its tree as Python objects
-    (a third of `ast.parse`'s cost): `symtable` parses into C structures and walks them once
+    (a third cheaper than `ast.parse`): `symtable` parses into C structures and walks them once
     for scopes. It is stricter than the parse (a duplicate argument, `nonlocal` at module
     level, `import *` in a function), so False is no verdict: `python_tree` gives it."""
     try:

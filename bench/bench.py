@@ -185,7 +185,6 @@ def _div(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
     """Every file's CPU, phase by phase, in this process; then the scheduler replayed."""
-    import libcst as cst
 
     from amplint import engine, evidence
     from amplint.diagnostics import FileResult
@@ -196,7 +195,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
     from amplint.semantic import analyze
     from amplint.semantic.exports import ExternalModules, export_summary, imports_of
     from amplint.source import decode_python
-    from amplint.syntax import python_tree, quiet_collector, syntax_error
+    from amplint.syntax import parse_module_exactly, python_tree, quiet_collector, syntax_error
 
     clock = time.process_time
     phases = ["read+pre-check", "syntax check", "marks (files with AMP words)", "parse guard", "LibCST parse", "semantic model", "rules", "positions+noqa", "summary export"]
@@ -226,6 +225,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         t2 = clock()
         spent["syntax check"] += t2 - t1
         active = parsing
+        built = tree is not None
         if words and error is None and tree is not None:
             found = evidence.marks(tree)
             active = [rule for rule in engine.rules_matching_words(source, parsing) if evidence.satisfied(rule.needs, found)]
@@ -245,7 +245,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
             if parse_hazard(source) is not None:
                 raise ValueError
             marks.append(clock())
-            module = cst.parse_module(source)
+            module, _ = parse_module_exactly(source, cpython_accepts=built)
             marks.append(clock())
             model = analyze(module)
             marks.append(clock())
