@@ -51,7 +51,11 @@ def test_every_finding_of_a_script_has_its_rules_words_and_marks(script):
 ALL_EXAMPLES = [source for rule in ALL_RULES for source in rule.VALID] + [source for _, source in EXAMPLES]
 
 
-@pytest.mark.parametrize("source", [p.read_text() for p in SCRIPTS] + ALL_EXAMPLES)
+@pytest.mark.parametrize(
+    "source",
+    [p.read_text() for p in SCRIPTS] + ALL_EXAMPLES,
+    ids=[f"{p.parent.name}/{p.stem}" for p in SCRIPTS] + [f"example-{i}" for i in range(len(ALL_EXAMPLES))],
+)
 def test_a_file_that_exports_a_summary_has_an_event_mark(source):
     """`may_export` decides which deferred files are analysed for the modules that import
     them: a file whose functions export events must have one of EVENTS."""
