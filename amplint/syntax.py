@@ -278,6 +278,9 @@ def _trusting_libcsts_parser() -> Iterator[None]:
     language server) are not validated either, which validation exists only to catch bugs
     in: amplint's fixes are checked by re-parsing what they print (`still_valid`)."""
     global _trusting
+    if _VALIDATION is None:  # a LibCST that validates some other way: nothing to skip
+        yield
+        return
     with _TRUST:
         _trusting += 1
         if _trusting == 1:
@@ -291,7 +294,7 @@ def _trusting_libcsts_parser() -> Iterator[None]:
                 cst.CSTNode.__post_init__ = _VALIDATION  # type: ignore[method-assign]
 
 
-_VALIDATION = cst.CSTNode.__post_init__
+_VALIDATION = getattr(cst.CSTNode, "__post_init__", None)
 
 
 def _no_validation(self: cst.CSTNode) -> None:

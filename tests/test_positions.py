@@ -93,3 +93,15 @@ def test_a_hoisted_child_that_is_never_printed_falls_back_to_the_provider(monkey
     monkeypatch.setattr(positions, "MetadataWrapper", provider)
     assert code_ranges(module, [function]) == {function: expected}
     assert asked
+
+
+def test_a_printing_that_fails_under_the_private_hook_falls_back_to_the_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = cst.parse_module(TRICKY["decorated class"])
+    nodes = list(every_node(module))
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+    def broken(self, node):  # type: ignore[no-untyped-def]
+        raise AttributeError("a LibCST whose codegen state changed")
+
+    monkeypatch.setattr(positions._Recorder, "before_codegen", broken)
+    assert code_ranges(module, nodes) == {node: expected[node] for node in nodes}

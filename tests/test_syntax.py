@@ -260,3 +260,15 @@ def test_nodes_made_while_trusting_the_parser_are_not_validated():
         cst.Name("")  # still off until the outer one ends
     with pytest.raises(cst.CSTValidationError):
         cst.Name("")
+
+
+def test_a_libcst_without_post_init_validation_parses_as_before(monkeypatch):
+    import libcst as cst
+
+    from amplint import syntax
+
+    monkeypatch.setattr(syntax, "_VALIDATION", None)
+    module, exact = syntax.parse_module_exactly("x = 1\n", cpython_accepts=True)
+    assert isinstance(module, cst.Module) and exact
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("")
