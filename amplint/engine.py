@@ -174,18 +174,18 @@ def _lint_source(
     result = FileResult(path)
     # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
     parsing_rules = [rule for rule in rules if rule.code != UNUSED_NOQA]
-    words = bool(parsing_rules) and might_use_amp(source, parsing_rules)
+    matching = rules_matching_words(source, parsing_rules)
     # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax);
     # only a file with the words needs CPython's tree too.
-    tree, result.error = python_tree(source, path, target, cells) if words else (None, syntax_error(source, path, target, cells))
-    if not words:
+    tree, result.error = python_tree(source, path, target, cells) if matching else (None, syntax_error(source, path, target, cells))
+    if not matching:
         result.skipped = True  # not worth a LibCST parse: no rule can match
     elif result.error is None and not whole and external is None and tree is not None:
         # The words are there; does the code have what some rule needs (amplint.evidence)?
         # Only the rules that can match run; with none, the file is not parsed unless
         # another module's code decides (amplint.project).
         found = evidence.marks(tree)
-        parsing_rules = [rule for rule in rules_matching_words(source, parsing_rules) if evidence.satisfied(rule.needs, found)]
+        parsing_rules = [rule for rule in matching if evidence.satisfied(rule.needs, found)]
         if not parsing_rules:
             result.skipped = result.deferred = True
             result.imports = evidence.imports(tree)

@@ -274,9 +274,9 @@ def _trusting_libcsts_parser() -> Iterator[None]:
     Every node runs `CSTNode._validate` when it is made, which is for nodes a program builds
     by hand; LibCST's own comment on it says validating a parsed tree is wasted work. A tree
     of code CPython accepted is valid Python by construction (the tests compare the trees
-    built with and without validation). Nodes made meanwhile by another thread (the
-    language server) are not validated either, which validation exists only to catch bugs
-    in: amplint's fixes are checked by re-parsing what they print (`still_valid`)."""
+    built with and without validation). The switch is process-wide and counted, so nested or
+    concurrent parses restore it once; no other thread builds nodes meanwhile (the language
+    server lints in a single worker thread, and its code actions are text edits)."""
     global _trusting
     if _VALIDATION is None:  # a LibCST that validates some other way: nothing to skip
         yield

@@ -185,7 +185,6 @@ def _div(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
     """Every file's CPU, phase by phase, in this process; then the scheduler replayed."""
-
     from amplint import engine, evidence
     from amplint.diagnostics import FileResult
     from amplint.driver import _BATCH_FILES, plan, simulate
