@@ -4,8 +4,10 @@
 `amplint - --stdin-filename train.py` lints standard input as if it were that file (editors);
 `--stdin-filename` alone implies `-`.
 
-Exit codes: 0 nothing found, 1 findings, 2 a usage error or a file that could not be linted
-(every other file is still linted and reported).
+Exit codes: 0 nothing that fails the run, 1 findings at the fail level (`--fail-level`:
+`error` findings by default; warnings are reported and exit 0 unless asked), 2 a usage error or
+a file that could not be linted (every other file is still linted and reported). A function too
+complex to follow within the analysis limit is reported and does not change the exit code.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import List, Optional, Sequence, TextIO, Tuple, Type
 from amplint import __version__, progress, show, subcommands
 from amplint.cache import CACHE_DIR_NAME, ENV_CACHE_DIR, Cache, default_cache_dir
 from amplint.config import (
+    FAIL_LEVELS,
     TARGET_VERSIONS,
     Config,
     ConfigError,
@@ -31,15 +34,17 @@ from amplint.diagnostics import FileError, FileResult, RunReport
 from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
 from amplint.driver import DEFAULT_BUDGET, Job, Runner
 from amplint.fix import diff
-from amplint.fixer import FileFix, applied_fixes, fix_results, wanted_by, write_fixed
+from amplint.fixer import FileFix, applied_fixes, fix_results, fixed_by_severity, wanted_by, write_fixed
 from amplint.gitignore import PatternList
 from amplint.output import FORMATS, HUMAN_FORMATS, statistics
 from amplint.output.terminal import use_color
+from amplint.output.text import count_words
 from amplint.project import link
 from amplint.rule import Rule
 from amplint.rules import ALL_RULES
 from amplint.selection import SelectionError, resolve, validate
 from amplint.source import size_error
+from amplint.work import parse_factor
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -128,6 +133,11 @@ def _check_parser() -> argparse.ArgumentParser:
     fixing.add_argument("--unfixable", action="append", metavar="CODES", help="rules whose fixes are never applied")
     run = parser.add_argument_group("run")
     run.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    run.add_argument(
+        "--fail-level",
+        choices=FAIL_LEVELS,
+        help="the lowest severity of finding that fails the run (exit 1): error (default: warnings are reported, exit 0) or warning (the config's fail-level)",
+    )
     run.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml's [tool.amplint]")
     run.add_argument("--isolated", action="store_true", help="ignore all configuration files")
     run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
@@ -136,7 +146,13 @@ def _check_parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=DEFAULT_BUDGET,
         metavar="SECONDS",
-        help=f"CPU seconds one file may take; a file over it is an error (default: {DEFAULT_BUDGET:g}; 0: no limit)",
+        help=f"CPU seconds one file may take, a safety net far above the work limit (--analysis-limit); a file over it is an error (default: {DEFAULT_BUDGET:g}; 0: no limit)",
+    )
+    run.add_argument(
+        "--analysis-limit",
+        type=_factor,
+        metavar="FACTOR",
+        help="multiply the analysis' work limits (steps per function and per file, the same on every machine) by FACTOR, e.g. 4 (default: the config's analysis-limit, else 1)",
     )
     run.add_argument("-n", "--no-cache", action="store_true", help="lint every file, reading and writing no cache")
     run.add_argument(
@@ -169,6 +185,8 @@ def check_command(argv: Sequence[str]) -> int:
     except (ConfigError, SelectionError, PatternError) as error:
         return _usage_error(str(error))
     target = parse_target_version(options.target_version) if options.target_version else config.target_version
+    analysis_limit = options.analysis_limit if options.analysis_limit is not None else config.analysis_limit
+    fail_level = options.fail_level or config.fail_level
     if options.concise and options.output_format == "full":
         options.output_format = "concise"
 
@@ -201,7 +219,7 @@ def check_command(argv: Sequence[str]) -> int:
         stdin_data = sys.stdin.buffer.read()
 
         def lint_all() -> List[FileResult]:
-            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data)] if files else []
+            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data, analysis_limit)] if files else []
 
     else:
         files, errors = discovery.files(paths)
@@ -218,7 +236,7 @@ def check_command(argv: Sequence[str]) -> int:
         def lint_all() -> List[FileResult]:
             shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
             try:
-                with Runner(workers, options.file_budget, cache, target=target, progress=shown) as runner:
+                with Runner(workers, options.file_budget, cache, target=target, progress=shown, analysis_limit=analysis_limit) as runner:
                     linted = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
                     runner.progress = None
                     # Files that import linted modules, again with what those modules' functions do.
@@ -268,29 +286,39 @@ def check_command(argv: Sequence[str]) -> int:
         files_checked=len(files),
         sources={r.path: r.source for r in results if r.source is not None},
         notebooks={r.path: r.cells for r in results if r.cells is not None},
-        skipped_functions=[f"{r.path}: {name}" for r in results for name in r.skipped_functions],
+        skipped_functions=sorted(s for r in results for s in r.skipped_functions),
         unsafe_fixes=unsafe,
-        fixed=sum(fix.outcome.count for fix in fixes if fix.changed),
+        fixed=sum(fixed_by_severity(fixes)),
+        fixed_warnings=fixed_by_severity(fixes)[1],
     )
     try:
         if options.fix_only:
             if not options.quiet and report.fixed:
-                print(f"Fixed {report.fixed} error{'s' if report.fixed != 1 else ''}.", file=sys.stderr if reads_stdin else sys.stdout)
+                print(f"Fixed {count_words(*fixed_by_severity(fixes))}.", file=sys.stderr if reads_stdin else sys.stdout)
         else:
             _write(report, options, sys.stderr if reads_stdin and fixing else None)
         if options.show_fixes and report.fixed:
             (sys.stderr if reads_stdin or options.output_format not in HUMAN_FORMATS else sys.stdout).write(applied_fixes(fixes))
     except OSError as error:
         return _usage_error(f"cannot write {options.output_file}: {error.strerror or error}")
-    for skipped in report.skipped_functions:
-        # Never silently: a function too complex to follow is named, so no one reads its
-        # silence as a clean bill of health.
-        print(f"amplint: note: {skipped}: too complex to follow within the budget; not analysed", file=sys.stderr)
+    # Never silently: a function too complex to follow is named, so no one reads its silence
+    # as a clean bill of health. Every output format reports it; here for a person reading
+    # the terminal when standard output is not for them.
+    for skipped in report.skipped_functions if not _human_on_stdout(options, reads_stdin and fixing) else ():
+        print(f"amplint: note: {skipped.path}:{skipped.row}: {skipped.message}", file=sys.stderr)
     for error in sorted(errors):
         print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
-    if errors:
+    return exit_status(report, fail_level, exit_zero=options.exit_zero or options.fix_only)
+
+
+def exit_status(report: RunReport, fail_level: str = "error", exit_zero: bool = False) -> int:
+    """2 if a file could not be linted; 1 for a finding at `fail_level` or worse (unless
+    `exit_zero`); else 0. A function not analysed is reported, and changes nothing here: its
+    verdict is deterministic (amplint.work), and raising the limit is the way to analyse it."""
+    if report.errors:
         return EXIT_ERROR
-    if findings and not options.exit_zero and not options.fix_only:
+    failing = ("error",) if fail_level == "error" else ("error", "warning")
+    if not exit_zero and any(finding.severity in failing for finding in report.findings):
         return EXIT_FINDINGS
     return EXIT_CLEAN
 
@@ -300,15 +328,22 @@ def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[Fi
     changed = [fix for fix in fixes if fix.changed]
     for fix in changed:
         sys.stdout.write(diff(fix.text_before, fix.text_after, fix.path))
-    count = sum(fix.outcome.count for fix in changed)
-    if count:
-        print(f"Would fix {count} error{'s' if count != 1 else ''}.", file=sys.stderr)
+    if sum(fixed_by_severity(changed)):
+        print(f"Would fix {count_words(*fixed_by_severity(changed))}.", file=sys.stderr)
     errors = errors + [result.error for result in results if result.error is not None]
     for error in sorted(errors):
         print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
     if errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if changed else EXIT_CLEAN
+
+
+def _human_on_stdout(options: argparse.Namespace, elsewhere: bool) -> bool:
+    """Whether the report a person reads (a human format, not --statistics) is on the terminal."""
+    return (
+        options.output_format in HUMAN_FORMATS
+        and not (options.fix_only or options.statistics or options.output_file or elsewhere)
+    )
 
 
 def _usage_error(message: str) -> int:
@@ -367,13 +402,14 @@ def lint_stdin(
     budget: float = DEFAULT_BUDGET,
     target: Optional[PythonVersion] = None,
     data: Optional[bytes] = None,
+    analysis_limit: float = 1.0,
 ) -> FileResult:
     """Lint standard input (or `data` read from it) as the file `name`, isolated like any other file."""
     data = sys.stdin.buffer.read() if data is None else data
     too_large = size_error(name, len(data))
     if too_large:
         return FileResult(name, error=too_large)
-    with Runner(1, budget, target=target) as runner:
+    with Runner(1, budget, target=target, analysis_limit=analysis_limit) as runner:
         return runner.lint([Job(name, codes, data=data)])[0]
 
 
@@ -385,6 +421,13 @@ def _seconds(text: str) -> float:
     if value < 0 or value != value:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
     return value
+
+
+def _factor(text: str) -> float:
+    try:
+        return parse_factor(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a positive factor: {text!r} (e.g. 4 for four times the default limits)") from None
 
 
 def _write(report: RunReport, options: argparse.Namespace, default: Optional[TextIO] = None) -> None:

@@ -27,7 +27,12 @@ KNOWN_KEYS = (
     "unsafe-fixes",
     "respect-gitignore",
     "target-version",
+    "fail-level",
+    "analysis-limit",
 )
+# The lowest severity of finding that fails a run (exit 1): `error` by default, so warnings
+# are reported without breaking a build unless asked for.
+FAIL_LEVELS = ("error", "warning")
 # The Python versions a project can target: the grammars amplint can parse (LibCST knows
 # up to 3.14).
 TARGET_VERSIONS = tuple(f"py3{minor}" for minor in range(7, 15))
@@ -57,6 +62,10 @@ class Config:
     fixable: List[str] = field(default_factory=lambda: ["ALL"])
     unfixable: List[str] = field(default_factory=list)
     unsafe_fixes: bool = False
+    # Exit 1 for findings of this severity or worse (FAIL_LEVELS), and the factor on the
+    # analysis' work limits (amplint.work).
+    fail_level: str = "error"
+    analysis_limit: float = 1.0
 
 
 def find_pyproject(start: str) -> Optional[str]:
@@ -126,6 +135,14 @@ def load(path: Optional[str], fallback_root: str, start: Optional[str] = None) -
     if not isinstance(unsafe, bool):
         raise ConfigError(f"{path}: unsafe-fixes must be true or false")
     config.unsafe_fixes = unsafe
+    fail_level = table.get("fail-level", "error")
+    if fail_level not in FAIL_LEVELS:
+        raise ConfigError(f"{path}: fail-level must be one of {', '.join(repr(l) for l in FAIL_LEVELS)}")
+    config.fail_level = fail_level
+    limit = table.get("analysis-limit", 1.0)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < float("inf"):
+        raise ConfigError(f"{path}: analysis-limit must be a positive number (a factor on the default limits)")
+    config.analysis_limit = float(limit)
     config.target_version = _target_version(table, path)
     if config.target_version is None:
         config.target_version = requires_python(document)

@@ -60,6 +60,31 @@ class Finding:
 class FileError:
     path: str
     message: str
+    # Where in the file, when the problem has a place (a syntax error): 1-based, in the
+    # linted source (for a notebook: its joined code cells). None: the file as a whole.
+    row: Optional[int] = field(default=None, compare=False)
+    column: Optional[int] = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, order=True)
+class NotAnalysed:
+    """A function amplint could not follow within the analysis limit (`amplint.work`): it is
+    analysed no further and reported, so that its silence is never read as a clean bill."""
+
+    path: str
+    row: int  # 1-based, in the linted source (for a notebook: the joined code cells)
+    column: int
+    name: str  # the function's name; `<module>` for a module's top-level code
+    cell: Optional[int] = None  # notebooks, as for a Finding
+    cell_row: Optional[int] = None
+    file_row: Optional[int] = None  # notebooks: the line of the .ipynb that holds the `def`
+
+    @property
+    def message(self) -> str:
+        return f"{self.name}: too complex to follow within the analysis limit; not analysed (raise it with --analysis-limit)"
+
+    def line_in_file(self) -> int:
+        return self.file_row if self.file_row is not None else self.row
 
 
 @dataclass
@@ -71,12 +96,13 @@ class RunReport:
     files_checked: int
     sources: Dict[str, str]  # path -> linted text, for files with findings
     notebooks: Dict[str, "CellMap"] = field(default_factory=dict)  # path -> cells, notebooks with findings
-    # "path: function" for functions too complex to follow within the work budget.
-    skipped_functions: List[str] = field(default_factory=list)
+    # Functions too complex to follow within the analysis limit: reported, never silent.
+    skipped_functions: List[NotAnalysed] = field(default_factory=list)
     # `--fix`: whether unsafe fixes are enabled (a finding is marked fixable by the fixes
     # `--fix` would apply), and how many fixes were applied in this run.
     unsafe_fixes: bool = False
     fixed: int = 0
+    fixed_warnings: int = 0  # how many of the `fixed` were warnings
 
     def applicable(self, finding: Finding) -> bool:
         """Whether `--fix` would fix `finding` (with the run's --unsafe-fixes setting)."""
@@ -99,5 +125,5 @@ class FileResult:
     # (JSON; `amplint.semantic.exports`), and the modules it imports: (module, level).
     summary: Optional[Dict[str, Any]] = None
     imports: Tuple[Tuple[str, int], ...] = ()
-    # Functions too complex to follow within the budget: analysed no further, and counted.
-    skipped_functions: List[str] = field(default_factory=list)
+    # Functions too complex to follow within the analysis limit: analysed no further, and reported.
+    skipped_functions: List[NotAnalysed] = field(default_factory=list)

@@ -8,12 +8,15 @@ the cache already knows.
   if it kills that one too it becomes the file's error ("crashed while parsing or
   analysing"). Workers are forked once per run (on Linux; started fresh elsewhere) and
   reused, so isolation costs a few milliseconds per run, not per file.
-- **Budget.** Each file gets `budget` seconds of CPU. Python code that runs over is stopped by
-  a profiling timer (SIGPROF); native code that never returns to Python is stopped by the
-  kernel's CPU limit (SIGXCPU kills the worker a second later). Either way the file becomes an
-  error ("analysis exceeded the N s budget"), the worker moves on or is replaced, and the run
-  never stalls. A worker that makes no progress at all (blocked, not computing) is killed
-  after `_stall_seconds`.
+- **Limits.** What a file may cost is counted in steps (`amplint.work`), so the verdict is the
+  same on any machine under any load; that limit is the engine's. Here each file also gets
+  `budget` seconds of CPU, only as a safety net far above what the step limit allows (for
+  native code that is never counted, such as a pathological LibCST parse). Python code that
+  runs over is stopped by a profiling timer (SIGPROF); native code that never returns to
+  Python is stopped by the kernel's CPU limit (SIGXCPU kills the worker a second later).
+  Either way the file becomes an error ("analysis exceeded the N s CPU safety limit"), the
+  worker moves on or is replaced, and the run never stalls. A worker that makes no progress
+  at all (blocked, not computing) is killed after `_stall_seconds`.
 - **Scheduling.** Work per file is very uneven: a file without AMP vocabulary costs a syntax
   check, one with it a LibCST parse and the analysis, ten times as much per byte, and a few
   large training scripts dominate. Files that will be parsed go to workers one at a time,
@@ -23,7 +26,8 @@ the cache already knows.
 - **Cache.** Before anything is scheduled, each file's result is looked up in the cache
   (`amplint.cache`) under a key naming its content, path, rules, settings and the summaries it
   is linted with; only misses are linted. Budget overruns, crashes and internal errors are
-  never cached: they say something about the run, not the file.
+  never cached: they say something about the run, not the file. A file over the step limit
+  is cached like any result: the limit is part of the key, and the verdict is the file's.
 """
 
 from __future__ import annotations
@@ -37,17 +41,19 @@ import sys
 import time
 from collections import deque
 from multiprocessing.connection import wait
-from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from amplint.cache import Cache, content_digest, result_key
-from amplint.diagnostics import FileError, FileResult, Finding, FixSuggestion
+from amplint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
 from amplint.noqa import UNUSED_NOQA
 from amplint.progress import Progress
-from amplint.source import decode_notebook, decode_python, size_error
+from amplint.source import decode_notebook, decode_python, read_file, size_error
 from amplint.syntax import PythonVersion
 
-# CPU seconds one file may take (parse and analysis); --file-budget changes it, 0 lifts it.
-DEFAULT_BUDGET = 2.0
+# CPU seconds one file may take (parse and analysis): a safety net only, about 5 times what
+# the step limit of amplint.work allows on the machine it was measured on, so that no load
+# makes an ordinary machine reach it. --file-budget changes it, 0 lifts it.
+DEFAULT_BUDGET = 30.0
 # Cheap files travel in batches of at most this many bytes or files.
 _BATCH_BYTES = 128 * 1024
 _BATCH_FILES = 64
@@ -79,6 +85,7 @@ class _Task(NamedTuple):
     imported: Optional[Mapping[str, Any]]
     target: Optional[PythonVersion]
     whole: bool = False
+    analysis_limit: float = 1.0
 
 
 class Runner:
@@ -97,13 +104,16 @@ class Runner:
         isolate: bool = True,
         target: Optional[PythonVersion] = None,
         progress: Optional[Progress] = None,
+        analysis_limit: float = 1.0,
     ) -> None:
         self.workers = max(1, workers)
         self.budget = budget
         self.cache = cache
-        # The Python the code runs on decides what is a syntax error: part of every key.
+        # The Python the code runs on decides what is a syntax error, and the factor on the
+        # work limits what is analysed: part of every key.
         self.target = target
-        self.settings = dict(settings or {}, target=str(target) if target is not None else None)
+        self.analysis_limit = analysis_limit
+        self.settings = dict(settings or {}, target=str(target) if target is not None else None, analysis_limit=analysis_limit)
         self.progress = progress  # advanced once per file whose result is in
         # Tests and benchmarks only: lint in this process, unprotected.
         self.isolate = isolate
@@ -155,7 +165,7 @@ class Runner:
     def _prepare(self, index: int, job: Job, keys: Dict[int, Tuple[str, str]]) -> Any:
         """The file's result when the cache has it or the file cannot be read; else a task."""
         if job.data is not None:
-            return _Task(index, job.path, job.data, job.codes, job.imported, self.target, job.whole)
+            return self._task(index, job, job.data)
         read_at = time.time_ns()  # before the stat: see Cache.trusted_digest
         try:
             st = os.stat(job.path)
@@ -168,12 +178,11 @@ class Runner:
         data: Optional[bytes] = None
         digest = cache.trusted_digest(job.path, st) if cache is not None else None
         if digest is None or cache is None:
-            try:
-                data = _read(job.path)
-            except OSError as error:
-                return _unreadable(job.path, error)
+            data = _read(job.path)
+            if isinstance(data, FileResult):
+                return data
             if cache is None:
-                return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole)
+                return self._task(index, job, data)
             digest = content_digest(data)
             cache.note_content(job.path, st, digest, read_at)
         payload = cache.get(job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole))
@@ -182,20 +191,21 @@ class Runner:
             if not result.findings:
                 return result
             # Code frames need the text: read it now, for the few files with findings.
-            try:
-                data = data if data is not None else _read(job.path)
-            except OSError as error:
-                return _unreadable(job.path, error)
+            data = data if data is not None else _read(job.path)
+            if isinstance(data, FileResult):
+                return data
             if content_digest(data) == digest and _attach_source(result, data):
                 return result
         if data is None:  # the stat was trusted, but the file changed since: lint what is there now
-            try:
-                data = _read(job.path)
-            except OSError as error:
-                return _unreadable(job.path, error)
+            data = _read(job.path)
+            if isinstance(data, FileResult):
+                return data
         digest = content_digest(data)
         keys[index] = (job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole))
-        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole)
+        return self._task(index, job, data)
+
+    def _task(self, index: int, job: Job, data: bytes) -> _Task:
+        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit)
 
     # ------------------------------------------------------------------ execution
 
@@ -300,12 +310,14 @@ class Runner:
     def _stall_seconds(self) -> float:
         # Wall time with no result from a busy worker: generous, since a loaded machine
         # stretches wall time far beyond CPU time; the CPU budget is the real limit.
-        return max(120.0, 30 * self.budget) if self.budget else float("inf")
+        return max(120.0, 10 * self.budget) if self.budget else float("inf")
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
+def _read(path: str) -> Union[bytes, FileResult]:
+    """The file's bytes, read the careful way (a regular file only, never past the size
+    limit: `amplint.source.read_file`), or its result saying why it cannot be."""
+    data = read_file(path)
+    return FileResult(path, error=data) if isinstance(data, FileError) else data
 
 
 def _unreadable(path: str, error: OSError) -> FileResult:
@@ -313,7 +325,7 @@ def _unreadable(path: str, error: OSError) -> FileResult:
 
 
 def _budget_error(path: str, budget: float) -> FileError:
-    return FileError(path, f"analysis exceeded the {budget:g} s budget; not linted (raise it with --file-budget)")
+    return FileError(path, f"analysis exceeded the {budget:g} s CPU safety limit; not linted (raise it with --file-budget)")
 
 
 def _exit_reason(code: Optional[int]) -> str:
@@ -520,7 +532,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[Fi
             _armed = True
             signal.setitimer(signal.ITIMER_PROF, budget)
         try:
-            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole)
+            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit)
         finally:
             _armed = False
             if timer:
@@ -571,12 +583,13 @@ def _to_payload(result: FileResult) -> Dict[str, Any]:
     return {
         "findings": [[_field_payload(f, name) for name in _FINDING_FIELDS] for f in result.findings],
         "error": result.error.message if result.error is not None else None,
+        "error_at": [result.error.row, result.error.column] if result.error is not None else None,
         "skipped": result.skipped,
         "deferred": result.deferred,
         "may_export": result.may_export,
         "summary": result.summary,
         "imports": [list(i) for i in result.imports],
-        "skipped_functions": list(result.skipped_functions),
+        "skipped_functions": [[s.row, s.column, s.name, s.cell, s.cell_row, s.file_row] for s in result.skipped_functions],
     }
 
 
@@ -599,7 +612,7 @@ def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
         Finding(path=path, **{name: _field_value(name, v) for name, v in zip(_FINDING_FIELDS, values)})
         for values in payload["findings"]
     ]
-    error = FileError(path, payload["error"]) if payload.get("error") is not None else None
+    error = FileError(path, payload["error"], *(payload.get("error_at") or ())) if payload.get("error") is not None else None
     return FileResult(
         path,
         findings=findings,
@@ -609,7 +622,7 @@ def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
         may_export=payload.get("may_export", False),
         summary=payload.get("summary"),
         imports=tuple(tuple(i) for i in payload.get("imports") or ()),
-        skipped_functions=list(payload.get("skipped_functions") or ()),
+        skipped_functions=[NotAnalysed(path, *fields) for fields in payload.get("skipped_functions") or ()],
     )
 
 

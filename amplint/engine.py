@@ -17,15 +17,15 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 
 import libcst as cst
 
-from amplint import evidence
-from amplint.diagnostics import FileError, FileResult, Finding
+from amplint import evidence, work
+from amplint.diagnostics import FileError, FileResult, Finding, NotAnalysed
 from amplint.fix import Suggestions
 from amplint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
 from amplint.notebook import CellMap, is_notebook, parse_notebook
 from amplint.parse_guard import parse_hazard
 from amplint.positions import code_ranges
 from amplint.rule import Report, Rule
-from amplint.semantic import SemanticModel, analyze
+from amplint.semantic import CodeUnit, SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
 from amplint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, syntax_error, where
@@ -90,18 +90,20 @@ def lint_bytes(
     external: Optional[ExternalModules] = None,
     target: Optional[PythonVersion] = None,
     whole: bool = False,
+    analysis_limit: Optional[float] = 1.0,
 ) -> FileResult:
     """Lint a file's contents, read from disk or standard input: a notebook, or Python source.
     `external`: summaries of the other linted modules it may import (see `amplint.project`).
     `target`: the Python the project runs on, whose grammar decides what is a syntax error
     (None: the newest grammar amplint knows). `whole`: analysed even where the code alone
-    gives no rule what it needs (the second phase of a run: another module decides)."""
+    gives no rule what it needs (the second phase of a run: another module decides).
+    `analysis_limit`: the factor on the work limits of `amplint.work` (None: no file limit)."""
     if is_notebook(path):
-        return _lint_notebook(data, path, rules, external, target, whole)
+        return _lint_notebook(data, path, rules, external, target, whole, analysis_limit)
     source = decode_python(data, path)
     if isinstance(source, FileError):
         return FileResult(path, error=source)
-    return lint_source(source, path, rules, external=external, target=target, whole=whole)
+    return lint_source(source, path, rules, external=external, target=target, whole=whole, analysis_limit=analysis_limit)
 
 
 def _lint_notebook(
@@ -111,6 +113,7 @@ def _lint_notebook(
     external: Optional[ExternalModules],
     target: Optional[PythonVersion],
     whole: bool,
+    analysis_limit: Optional[float] = 1.0,
 ) -> FileResult:
     text = decode_notebook(data, path)
     notebook = parse_notebook(text, path) if isinstance(text, str) else text
@@ -121,7 +124,10 @@ def _lint_notebook(
     too_large = size_error(path, len(notebook.python.encode("utf-8")), what="code in notebook")
     if too_large:
         return FileResult(path, error=too_large)
-    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole)
+    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole, analysis_limit)
+    result.skipped_functions = [
+        replace(s, file_row=notebook.file_span(s.row, s.column, s.row, s.column)[0]) for s in result.skipped_functions
+    ]
     if result.findings:
         # Frames show the cells as written (`%time`, not the `pass` that was parsed).
         result.source = notebook.display
@@ -151,15 +157,23 @@ def lint_source(
     external: Optional[ExternalModules] = None,
     target: Optional[PythonVersion] = None,
     whole: bool = False,
+    analysis_limit: Optional[float] = 1.0,
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells.
+
+    The work is counted (`amplint.work`): past the file's limit times `analysis_limit` (None:
+    no file limit) the file is not linted, whatever the machine and its load.
 
     The cyclic collector is paused meanwhile: its passes would walk every node of the trees
     again and again (a fifth of the analysis time), and the trees hold no cycles, so they
     are freed as soon as the file is done; the little the analysis leaves in cycles is
     collected with the next young generation, once the trees are gone."""
     with recursion_room(), quiet_collector():
-        return _lint_source(source, path, rules, cells, external, target, whole)
+        try:
+            with work.metered(analysis_limit):
+                return _lint_source(source, path, rules, cells, external, target, whole)
+        except work.WorkLimitExceeded:
+            return FileResult(path, error=FileError(path, work.limit_message(analysis_limit or 1.0)))
 
 
 def _lint_source(
@@ -198,8 +212,10 @@ def _lint_source(
         return result
     hazard = parse_hazard(source)
     if hazard is not None:  # LibCST would take minutes or crash on it
-        result.error = FileError(path, hazard.message(where(hazard.row, hazard.column, cells)))
+        result.error = FileError(path, hazard.message(where(hazard.row, hazard.column, cells)), hazard.row, hazard.column)
         return result
+    # LibCST's native parse cannot be counted from inside: it is charged by its size first.
+    work.charge(len(source) // work.PARSE_CHARACTERS_PER_STEP)
     try:
         module, exact = parse_module_exactly(source, cpython_accepts=cpython_accepts)
     except RecursionError:
@@ -221,12 +237,26 @@ def _lint_source(
         result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact)
         result.summary = export_summary(model, path)
         result.imports = imports_of(model.index)
-        result.skipped_functions = [unit.name for unit in model.skipped_units]
+        result.skipped_functions = _not_analysed(module, model.skipped_units, path, cells)
         if result.findings:
             result.source = source
     except RecursionError:
         result.error = FileError(path, "could not analyse: nesting too deep")
     return result
+
+
+def _not_analysed(module: cst.Module, units: Sequence[CodeUnit], path: str, cells: Optional[CellMap]) -> List[NotAnalysed]:
+    """Where the functions too complex to follow are: the line and column of their name."""
+    names = {id(unit): unit.node.name for unit in units if isinstance(unit.node, cst.FunctionDef)}
+    positions = code_ranges(module, names.values()) if names else {}
+    found = []
+    for unit in units:
+        name = names.get(id(unit))
+        start = positions[name].start if name is not None and name in positions else None
+        row, column = (start.line, start.column + 1) if start is not None else (1, 1)
+        cell, cell_row = cells.locate(row) if cells is not None else (None, None)
+        found.append(NotAnalysed(path, row, column, unit.name if name is not None else "<module>", cell, cell_row))
+    return sorted(found)
 
 
 def _nothing_to_find(result: FileResult, source: str, cells: Optional[CellMap], rules: Sequence[Type[Rule]]) -> FileResult:

@@ -93,6 +93,12 @@ def _fix_source(
     target: Optional[PythonVersion],
 ) -> FixOutcome:
     outcome = FixOutcome(source)
+    # Counted per finding, not per fix applied: one fix can settle several findings (a
+    # rewritten import and its uses), and a finding can take two rounds (nested calls). What
+    # is fixed is what had a wanted fix at first and has none at the end.
+    first: Optional[Counter] = None
+    left: Optional[Counter] = None  # the wanted fixes of `outcome.source`, where known
+    applied: Counter = Counter()  # fixes applied: the count when `left` cannot be had
     for _ in range(MAX_ROUNDS):
         module, exact = parse_module_exactly(outcome.source)
         if not isinstance(module, cst.Module):
@@ -103,7 +109,10 @@ def _fix_source(
             # change the file beyond the fix.
             outcome.error = "not fixed: LibCST parses this file only after normalising it"
             break
-        fixes = non_overlapping(_wanted_fixes(module, outcome.source, rules, wanted, external))
+        found = _wanted_fixes(module, outcome.source, rules, wanted, external)
+        left = Counter(code for code, _ in found)
+        first = left if first is None else first
+        fixes = non_overlapping(found)
         if not fixes:
             break
         fixed = apply(module, [fix for _, fix in fixes]).code
@@ -115,7 +124,15 @@ def _fix_source(
         if fixed == outcome.source:
             break
         outcome.source = fixed
-        outcome.applied.update(code for code, _ in fixes)
+        applied.update(code for code, _ in fixes)
+        left = None
+    if applied and left is None:  # the last round applied fixes: what is left to fix?
+        module, exact = parse_module_exactly(outcome.source)
+        if isinstance(module, cst.Module) and exact:
+            left = Counter(code for code, _ in _wanted_fixes(module, outcome.source, rules, wanted, external))
+    if applied:
+        settled = first - left if first is not None and left is not None else Counter()
+        outcome.applied = settled or applied
     return outcome
 
 
@@ -260,14 +277,28 @@ def write_fixed(fix: FileFix) -> Optional[str]:
     return None
 
 
+def fixed_by_severity(fixes: Sequence[FileFix]) -> Tuple[int, int]:
+    """(errors, warnings) fixed in the files that `fixes` changed, by their rules' severity."""
+    from amplint.rules import ALL_RULES
+
+    warning = {rule.code for rule in ALL_RULES if rule.severity == "warning"}
+    counts = Counter()
+    for fix in fixes:
+        if fix.changed:
+            counts.update(fix.outcome.applied)
+    warnings = sum(n for code, n in counts.items() if code in warning)
+    return sum(counts.values()) - warnings, warnings
+
+
 def applied_fixes(fixes: Sequence[FileFix]) -> str:
     """`--show-fixes`: what was fixed, per file and rule, as ruff lists it."""
     from amplint.rules import ALL_RULES
 
+    from amplint.output.text import count_words
+
     names = {rule.code: rule.name for rule in ALL_RULES}
     changed = [fix for fix in fixes if fix.changed and fix.outcome.count]
-    total = sum(fix.outcome.count for fix in changed)
-    lines = [f"Fixed {total} error{'s' if total != 1 else ''}:"]
+    lines = [f"Fixed {count_words(*fixed_by_severity(changed))}:"]
     for fix in sorted(changed, key=lambda f: f.path):
         lines.append(f"- {fix.path}:")
         for code, count in sorted(fix.outcome.applied.items()):

@@ -328,7 +328,8 @@ def test_a_function_too_complex_to_follow_is_named_and_counted(amplint, project)
     root = project({"hard.py": f"import torch\ndef train(scaler):\n{branches}\n", "good.py": BUGGY})
     result = amplint("--concise", ".", cwd=root)
     assert result.returncode == 1 and "good.py:8:5: AMP003" in result.stdout
-    assert "hard.py: train: too complex to follow within the budget; not analysed" in result.stderr
+    assert "hard.py:2:5: note train: too complex to follow within the analysis limit; not analysed" in result.stdout
+    assert "Found 1 error; 1 function not analysed." in result.stdout
     stats = amplint("--statistics", ".", cwd=root)
     assert "1\t-\tfunctions too complex to analyse (skipped)" in stats.stdout
 

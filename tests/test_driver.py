@@ -55,7 +55,7 @@ def _crash_on(name, how="segfault", marker=None):
     path: the crash leaves it behind)."""
     real = amplint.engine.lint_bytes
 
-    def lint_bytes(data, path, rules, external=None, target=None, whole=False):
+    def lint_bytes(data, path, rules, external=None, target=None, whole=False, analysis_limit=1.0):
         if os.path.basename(path) == name and not (marker and os.path.exists(marker)):
             if marker:
                 Path(marker).write_text("crashed once")
@@ -74,7 +74,7 @@ def _crash_on(name, how="segfault", marker=None):
                         pass
                 except BaseException:
                     raise KeyError("IndentedBlock(" + "body=[...], " * 500 + ")") from None
-        return real(data, path, rules, external, target, whole)
+        return real(data, path, rules, external, target, whole, analysis_limit)
 
     return lint_bytes
 
@@ -111,7 +111,7 @@ def test_a_file_over_its_cpu_budget_is_an_error_and_the_run_goes_on(tmp_path, mo
     started = time.monotonic()
     with Runner(workers=1, budget=0.5) as runner:
         slow, after = runner.lint([Job(p, CODES) for p in paths])
-    assert slow.error.message == "analysis exceeded the 0.5 s budget; not linted (raise it with --file-budget)"
+    assert slow.error.message == "analysis exceeded the 0.5 s CPU safety limit; not linted (raise it with --file-budget)"
     assert [f.code for f in after.findings] == ["AMP003"]
     assert time.monotonic() - started < 60
 
@@ -130,7 +130,7 @@ def test_the_cli_reports_a_budget_overrun_as_an_error(amplint, tmp_path):
     result = amplint("--no-cache", "--output-format", "concise", "--file-budget", "0.5", "chain.py", "good.py", cwd=tmp_path)
     assert result.returncode == 2
     assert re.search(r"good\.py:\d+:21: AMP003", result.stdout)
-    assert "error: chain.py: analysis exceeded the 0.5 s budget; not linted (raise it with --file-budget)" in result.stderr
+    assert "error: chain.py: analysis exceeded the 0.5 s CPU safety limit; not linted (raise it with --file-budget)" in result.stderr
 
 
 def test_file_budget_must_be_a_number(amplint, tmp_path):

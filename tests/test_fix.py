@@ -339,7 +339,8 @@ def test_fix_writes_reports_what_remains_and_a_second_run_changes_nothing(amplin
     result = amplint("--fix", "--show-fixes", "--concise", "train.py", cwd=root)
     assert result.returncode == 1  # the unsafe fix was not applied: AMP006 remains
     assert "train.py:14:5: AMP006" in result.stdout  # one row further down: the unscale_ was inserted
-    assert "Found 1 error (1 fixed, 1 remaining)." in result.stdout
+    # Found: what was there before fixing, as ruff counts it.
+    assert "Found 2 errors (1 fixed, 1 remaining)." in result.stdout
     assert "No fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option)." in result.stdout
     assert "- train.py:\n    1 × AMP003 (clip-before-unscale)\n" in result.stdout
     assert "scaler.unscale_(optimizer)" in (root / "train.py").read_text()

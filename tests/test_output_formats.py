@@ -74,7 +74,8 @@ def test_github_reports_files_that_could_not_be_linted(amplint, tmp_path):
     write(tmp_path, {"train.py": BUGGY, "broken.py": "with torch.autocast('cuda'):\n    x = (\n"})
     result = amplint("--output-format", "github", ".", cwd=tmp_path)
     assert result.returncode == 2
-    assert "::error file=broken.py,title=amplint%3A file not linted::broken.py: syntax error at 2:9: " in result.stdout
+    # On the line of the syntax error, as the message says.
+    assert "::error file=broken.py,line=2,col=9,title=amplint%3A file not linted::broken.py: syntax error at 2:9: " in result.stdout
     assert "::error file=train.py,line=8," in result.stdout  # the other file is still linted
     assert "broken.py: syntax error" in result.stderr
 

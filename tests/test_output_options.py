@@ -66,7 +66,8 @@ def test_json_has_title_help_severity_and_the_files_not_linted(amplint, tree):
     not_linted = by_code[None]
     assert not_linted["filename"] == str(tree / "broken.py")
     assert not_linted["message"].startswith("syntax error at 2:")
-    assert not_linted["location"] == {"row": 1, "column": 1} and not_linted["noqa_row"] is None
+    # At the syntax error, where the message says it is.
+    assert not_linted["location"] == {"row": 2, "column": 9} and not_linted["noqa_row"] is None
 
 
 def test_json_lines_is_the_json_items_one_per_line(amplint, tree):
@@ -117,7 +118,7 @@ def test_pylint(amplint, tree):
     assert result.stdout.splitlines() == [
         "stale.py:2: [AMP100] Unused `noqa` directive (unused: `AMP003`)",
         f"train.py:8: [AMP003] {TITLE}",
-        "broken.py:1: [amplint] could not lint this file: syntax error at 2:9: '(' was never closed",
+        "broken.py:2: [amplint] could not lint this file: syntax error at 2:9: '(' was never closed",
     ]
 
 

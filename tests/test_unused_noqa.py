@@ -136,10 +136,10 @@ def test_a_file_level_blanket_directive_with_nothing_to_suppress_is_reported():
 def test_the_command_line_selects_and_ignores_it(amplint, tmp_path):
     (tmp_path / "stale.py").write_text("import torch\nx = torch.ones(1)  # noqa: AMP003\n")
     (tmp_path / "train.py").write_text(loop("  # noqa: AMP006", "  # noqa: AMP004"))
-    result = amplint("--output-format", "json", ".", cwd=tmp_path)
+    result = amplint("--output-format", "json", "--fail-level", "warning", ".", cwd=tmp_path)
     assert result.returncode == 1
     assert [(i["code"], i["location"]["row"]) for i in json.loads(result.stdout)] == [("AMP100", 2)]
-    assert amplint("--ignore", "AMP100", ".", cwd=tmp_path).returncode == 0
+    assert amplint("--fail-level", "warning", "--ignore", "AMP100", ".", cwd=tmp_path).returncode == 0
     only = amplint("--output-format", "json", "--select", "AMP100", ".", cwd=tmp_path)
     # With only AMP100 selected, no other rule ran: no directive can be judged unused.
     assert json.loads(only.stdout) == []

@@ -3,8 +3,10 @@
 `::error file=train.py,line=10,col=5,endLine=10,endColumn=60,title=AMP003 (clip-before-unscale)::…`
 The command is the finding's severity (`::error`, or `::warning` for a warning rule); the
 message is the location, code and title, then a `help:` line. A file that could not be
-linted is an error annotation too, on the file. Notebooks are annotated on the line of the
-.ipynb that holds the offending code, and the message names the cell.
+linted is an error annotation too, on the problem's line where it has one (a syntax error).
+A function too complex to follow within the analysis limit is a `::notice` on its `def`.
+Notebooks are annotated on the line of the .ipynb that holds the offending code, and the
+message names the cell.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import replace
 from typing import List, Tuple
 
 from amplint.diagnostics import RunReport
+from amplint.notebook import is_notebook
 from amplint.output.locations import relative_path, workspace_root
 from amplint.output.text import location
 
@@ -38,7 +41,19 @@ def render(report: RunReport, **_: object) -> str:
         lines.append(_command(properties, message, finding.severity))
     for error in sorted(report.errors):
         file = _file(error.path, root)
-        lines.append(_command([("file", file), ("title", "amplint: file not linted")], f"{file}: {error.message}"))
+        # A notebook's row counts its joined code cells, not the lines of the .ipynb.
+        line = error.row if error.row is not None and not is_notebook(error.path) else None
+        where = [("line", line), ("col", error.column or 1)] if line is not None else []
+        lines.append(_command([("file", file), *where, ("title", "amplint: file not linted")], f"{file}: {error.message}"))
+    for skipped in report.skipped_functions:
+        file = _file(skipped.path, root)
+        lines.append(
+            _command(
+                [("file", file), ("line", skipped.line_in_file()), ("title", "amplint: function not analysed")],
+                f"{file}:{skipped.line_in_file()}: {skipped.message}",
+                "notice",
+            )
+        )
     return "".join(line + "\n" for line in lines)
 
 
@@ -47,7 +62,7 @@ def _file(path: str, root: str) -> str:
 
 
 def _command(properties: List[Tuple[str, object]], message: str, severity: str = "error") -> str:
-    command = "warning" if severity == "warning" else "error"
+    command = severity if severity in ("warning", "notice") else "error"
     rendered = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties)
     return f"::{command} {rendered}::{_escape_data(message)}"
 

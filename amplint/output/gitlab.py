@@ -8,7 +8,8 @@
 
 Paths are relative to `CI_PROJECT_DIR` (the checkout) where GitLab sets it, else to the
 working directory. Severity: an `error` finding is `major`, a `warning` is `minor`; a file
-that could not be linted is `critical`. Each fingerprint is stable across runs (code, path,
+that could not be linted is `critical`, at its problem's line where it has one; a function too
+complex to follow within the analysis limit is `info`, at its `def`. Each fingerprint is stable across runs (code, path,
 message and, for repeats, which repeat) so GitLab can tell new findings from old ones.
 """
 
@@ -20,7 +21,8 @@ import os
 from collections import Counter
 from typing import Any, Dict, List
 
-from amplint.diagnostics import RunReport
+from amplint.diagnostics import FileError, RunReport
+from amplint.notebook import is_notebook
 from amplint.output.locations import relative_path
 
 SEVERITY = {"error": "major", "warning": "minor"}
@@ -64,10 +66,28 @@ def render(report: RunReport, **_: object) -> str:
                 "categories": ["Bug Risk"],
                 "fingerprint": _fingerprint("file-not-linted", path, error.message),
                 "severity": "critical",
-                "location": {"path": path, "lines": {"begin": 1, "end": 1}},
+                "location": {"path": path, "lines": {"begin": _line(error), "end": _line(error)}},
+            }
+        )
+    for skipped in report.skipped_functions:
+        path = relative_path(skipped.path, root) or skipped.path
+        line = skipped.line_in_file()
+        issues.append(
+            {
+                "check_name": "amplint/function-not-analysed",
+                "description": f"amplint did not analyse {skipped.message}",
+                "categories": ["Bug Risk"],
+                "fingerprint": _fingerprint("function-not-analysed", path, skipped.name),
+                "severity": "info",
+                "location": {"path": path, "lines": {"begin": line, "end": line}},
             }
         )
     return json.dumps(issues, indent=2) + "\n"
+
+
+def _line(error: FileError) -> int:
+    """The problem's line in the file: a notebook's rows count its joined cells, not the .ipynb's lines."""
+    return error.row if error.row is not None and not is_notebook(error.path) else 1
 
 
 def _fingerprint(*parts: str) -> str:

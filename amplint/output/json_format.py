@@ -10,8 +10,12 @@ cell, 1-based) and `cell_location` the row and column within that cell; both are
 `.py` file.
 
 A file that could not be linted (a syntax error, undecodable, unreadable) is an item too,
-as ruff reports syntax errors: `code` is null, `message` says why, and the location is the
-file's start.
+as ruff reports syntax errors: `code` is null, `message` says why, and the location is where
+the problem is (a syntax error's line and column), else the file's start.
+
+A function too complex to follow within the analysis limit is an item with `code` null,
+`name` `function-not-analysed`, `severity` `info`, at the function's name; `help` says how to
+raise the limit.
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from amplint.diagnostics import FileError, Finding, RunReport
+from amplint.diagnostics import FileError, Finding, NotAnalysed, RunReport
 
 
 def items(report: RunReport) -> List[Dict[str, Any]]:
     found = [_finding(finding) for finding in report.findings]
-    return found + [_not_linted(error) for error in sorted(report.errors)]
+    return found + [_not_linted(error) for error in sorted(report.errors)] + [_not_analysed(s) for s in report.skipped_functions]
 
 
 def render(report: RunReport, **_: object) -> str:
@@ -70,8 +74,28 @@ def fix_object(finding: Finding) -> Optional[Dict[str, Any]]:
     return {"applicability": finding.fix.applicability, "edits": edits, "message": finding.fix.title}
 
 
+def _not_analysed(skipped: NotAnalysed) -> Dict[str, Any]:
+    start = {"column": skipped.column, "row": skipped.row}
+    title, _, advice = skipped.message.partition(" (")
+    return {
+        "cell": skipped.cell,
+        "cell_location": ({"column": skipped.column, "row": skipped.cell_row} if skipped.cell is not None else None),
+        "code": None,
+        "end_location": start,
+        "filename": _filename(skipped.path),
+        "fix": None,
+        "help": advice.rstrip(")").capitalize() + ": a factor on the analysis' work limits.",
+        "location": start,
+        "message": title,
+        "name": "function-not-analysed",
+        "noqa_row": None,
+        "severity": "info",
+        "url": None,
+    }
+
+
 def _not_linted(error: FileError) -> Dict[str, Any]:
-    start = {"column": 1, "row": 1}
+    start = {"column": error.column or 1, "row": error.row or 1}
     return {
         "cell": None,
         "cell_location": None,

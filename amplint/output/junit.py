@@ -3,8 +3,9 @@ Azure Pipelines), in ruff's shape.
 
 One `<testsuite>` per file with findings, one `<testcase name="amplint.AMP003">` per finding
 with a `<failure>` whose `type` is the finding's severity (`error` or `warning`); a file that
-could not be linted is a testcase with an `<error>`. A clean run is one passing testcase, so
-that the report is never empty.
+could not be linted is a testcase with an `<error>`, and a function too complex to follow
+within the analysis limit a testcase marked `<skipped>`. A clean run is one passing testcase,
+so that the report is never empty.
 """
 
 from __future__ import annotations
@@ -13,31 +14,36 @@ import os
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Tuple
 
-from amplint.diagnostics import FileError, Finding, RunReport
+from amplint.diagnostics import FileError, Finding, NotAnalysed, RunReport
 from amplint.output.text import location
 
 
 def render(report: RunReport, **_: object) -> str:
-    by_file: Dict[str, Tuple[List[Finding], List[FileError]]] = {}
+    by_file: Dict[str, Tuple[List[Finding], List[FileError], List[NotAnalysed]]] = {}
     for finding in report.findings:
-        by_file.setdefault(finding.path, ([], []))[0].append(finding)
+        by_file.setdefault(finding.path, ([], [], []))[0].append(finding)
     for error in sorted(report.errors):
-        by_file.setdefault(error.path, ([], []))[1].append(error)
+        by_file.setdefault(error.path, ([], [], []))[1].append(error)
+    for skipped_function in report.skipped_functions:
+        by_file.setdefault(skipped_function.path, ([], [], []))[2].append(skipped_function)
 
-    failures, errors = len(report.findings), len(report.errors)
-    root = ET.Element("testsuites", name="amplint", tests=str(max(1, failures + errors)), failures=str(failures), errors=str(errors))
+    failures, errors, skipped = len(report.findings), len(report.errors), len(report.skipped_functions)
+    root = ET.Element(
+        "testsuites", name="amplint", tests=str(max(1, failures + errors + skipped)), failures=str(failures), errors=str(errors), skipped=str(skipped)
+    )
     if not by_file:
         suite = ET.SubElement(root, "testsuite", name="amplint", tests="1", disabled="0", errors="0", failures="0", package="amplint")
         ET.SubElement(suite, "testcase", name="No errors found", classname="amplint")
-    for path, (findings, not_linted) in by_file.items():
+    for path, (findings, not_linted, not_analysed) in by_file.items():
         suite = ET.SubElement(
             root,
             "testsuite",
             name=path,
-            tests=str(len(findings) + len(not_linted)),
+            tests=str(len(findings) + len(not_linted) + len(not_analysed)),
             disabled="0",
             errors=str(len(not_linted)),
             failures=str(len(findings)),
+            skipped=str(len(not_analysed)),
             package="amplint",
         )
         classname = os.path.splitext(path)[0]
@@ -51,5 +57,9 @@ def render(report: RunReport, **_: object) -> str:
         for error in not_linted:
             case = ET.SubElement(suite, "testcase", name="amplint.file-not-linted", classname=classname)
             ET.SubElement(case, "error", message=error.message, type="error").text = f"{path}: {error.message}"
+        for function in not_analysed:
+            row = function.cell_row if function.cell is not None else function.row
+            case = ET.SubElement(suite, "testcase", name="amplint.function-not-analysed", classname=classname, line=str(row), column=str(function.column))
+            ET.SubElement(case, "skipped", message=function.message)
     ET.indent(root, space="    ")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import List
 
 from amplint.diagnostics import RunReport
+from amplint.notebook import is_notebook
 
 
 def render(report: RunReport, **_: object) -> str:
@@ -22,5 +23,8 @@ def render(report: RunReport, **_: object) -> str:
             message += f" (cell {finding.cell}, line {finding.cell_row})"
         lines.append(f"{finding.path}:{line}: [{finding.code}] {message}")
     for error in sorted(report.errors):
-        lines.append(f"{error.path}:1: [amplint] could not lint this file: {error.message}")
+        line = error.row if error.row is not None and not is_notebook(error.path) else 1  # a notebook's row: its joined cells
+        lines.append(f"{error.path}:{line}: [amplint] could not lint this file: {error.message}")
+    for skipped in report.skipped_functions:
+        lines.append(f"{skipped.path}:{skipped.line_in_file()}: [amplint] {skipped.message}")
     return "".join(line + "\n" for line in lines)

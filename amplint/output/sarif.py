@@ -3,7 +3,9 @@
 Every rule is described in `tool.driver.rules` (id, name, descriptions, help, helpUri), so a
 result's `ruleIndex` is stable across runs. Paths are URIs relative to `%SRCROOT%`, the
 repository root (see amplint.output.locations). Files that could not be linted are
-`toolExecutionNotifications` of the invocation, which is then not `executionSuccessful`.
+`toolExecutionNotifications` of the invocation (level `error`), which is then not
+`executionSuccessful`; functions too complex to follow within the analysis limit are
+notifications too, of level `note`, at the function's name.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Dict
 from urllib.parse import quote
 
 from amplint import __version__
-from amplint.diagnostics import Finding, RunReport
+from amplint.diagnostics import Finding, NotAnalysed, RunReport
 from amplint.output.locations import relative_path, workspace_root
 from amplint.rules import ALL_RULES
 
@@ -48,7 +50,8 @@ def render(report: RunReport, **_: object) -> str:
                         "locations": [{"physicalLocation": {"artifactLocation": _artifact(error.path, root)}}],
                     }
                     for error in sorted(report.errors)
-                ],
+                ]
+                + [_not_analysed(skipped, root) for skipped in report.skipped_functions],
             }
         ],
         "results": [_result(finding, index, root) for finding in report.findings],
@@ -57,6 +60,24 @@ def render(report: RunReport, **_: object) -> str:
     }
     document = {"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(document, indent=2) + "\n"
+
+
+def _not_analysed(skipped: NotAnalysed, root: str) -> Dict[str, Any]:
+    line = skipped.line_in_file()
+    column = skipped.column if skipped.file_row is None else 1
+    return {
+        "level": "note",
+        "descriptor": {"id": "function-not-analysed"},
+        "message": {"text": skipped.message},
+        "locations": [
+            {
+                "physicalLocation": {
+                    "artifactLocation": _artifact(skipped.path, root),
+                    "region": {"startLine": line, "startColumn": column},
+                }
+            }
+        ],
+    }
 
 
 def _rule(rule: Any) -> Dict[str, Any]:

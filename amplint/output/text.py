@@ -15,6 +15,10 @@
 
 `concise` is one line per finding, `path:row:col: CODE title`. `text` is the old name of
 `full`, kept so that existing scripts go on working.
+
+A function amplint could not follow within the analysis limit is listed after the findings as
+a `note` (with `-q` too), and the summary line counts it, and the files that could not be
+linted: never "All checks passed!" when something was left out.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import unicodedata
 from collections import Counter
 from typing import List, Optional, Tuple
 
-from amplint.diagnostics import Finding, RunReport
+from amplint.diagnostics import Finding, NotAnalysed, RunReport
 from amplint.notebook import CellMap
 
 # Python's own line breaks; str.splitlines() also splits on form feeds and \u2028, which
@@ -72,6 +76,8 @@ def render(report: RunReport, concise: bool = False, color: bool = False, summar
             out.append(f"{style.bold(location(finding))}: {style.severity(finding, finding.code)} {_marker(finding, report, style)}{finding.message}")
         else:
             out.extend(_full(finding, report, style))
+    for skipped in report.skipped_functions:
+        out.extend(_not_analysed(skipped, style, concise))
     if summary:
         out.extend(_summary(report))
     return "\n".join(out) + "\n" if out else ""
@@ -101,26 +107,63 @@ def _full(finding: Finding, report: RunReport, style: Style) -> List[str]:
     return lines
 
 
+def _not_analysed(skipped: NotAnalysed, style: Style, concise: bool) -> List[str]:
+    where = _where(skipped.path, skipped.row, skipped.column, skipped.cell, skipped.cell_row)
+    if concise:
+        return [f"{style.bold(where)}: {style.cyan('note')} {skipped.message}"]
+    title = skipped.message.partition(" (")[0]
+    return [
+        f"{style.cyan('note')}: {style.bold(title)}",
+        f" {style.blue('-->')} {where}",
+        f"{style.cyan('help')}: raise the limit with `--analysis-limit FACTOR` (config: `analysis-limit`); it counts steps, the same on every machine",
+        "",
+    ]
+
+
+def _where(path: str, row: int, column: int, cell: Optional[int], cell_row: Optional[int]) -> str:
+    return f"{path}:cell {cell}:{cell_row}:{column}" if cell is not None else f"{path}:{row}:{column}"
+
+
 def _marker(finding: Finding, report: RunReport, style: Style) -> str:
     """ruff's `[*]`: `--fix` would fix this one."""
     return style.cyan("[*]") + " " if report.applicable(finding) else ""
 
 
+def count_words(errors: int, warnings: int) -> str:
+    """`2 errors`, `1 warning`, `2 errors and 1 warning`: findings by severity."""
+    if not warnings:
+        return _plural(errors, "error")
+    if not errors:
+        return _plural(warnings, "warning")
+    return f"{_plural(errors, 'error')} and {_plural(warnings, 'warning')}"
+
+
+def left_out(report: RunReport) -> List[str]:
+    """What the run did not look at: functions not analysed, files that could not be linted."""
+    parts = []
+    if report.skipped_functions:
+        count = len(report.skipped_functions)
+        parts.append(f"{count} function{'s' if count != 1 else ''} not analysed")
+    if report.errors:
+        count = len(report.errors)
+        parts.append(f"{count} file{'s' if count != 1 else ''} could not be linted")
+    return parts
+
+
 def _summary(report: RunReport) -> List[str]:
     count = len(report.findings)
-    if not count:
-        if report.fixed:
-            return [f"Found {_plural(report.fixed, 'error')} ({report.fixed} fixed, 0 remaining)."]
-        return [] if report.errors else ["All checks passed!"]
     warnings = sum(1 for finding in report.findings if finding.severity == "warning")
     errors = count - warnings
-    if not warnings:
-        found = f"Found {_plural(errors, 'error')}"
-    elif not errors:
-        found = f"Found {_plural(warnings, 'warning')}"
-    else:
-        found = f"Found {_plural(errors, 'error')} and {_plural(warnings, 'warning')}"
-    lines = [f"{found} ({report.fixed} fixed, {count} remaining)." if report.fixed else f"{found}."]
+    # `Found` counts what was found before fixing, as ruff does: what remains and what was fixed.
+    found_errors = errors + report.fixed - report.fixed_warnings
+    found_warnings = warnings + report.fixed_warnings
+    missing = left_out(report)
+    if not found_errors and not found_warnings:
+        return [f"No findings, but {' and '.join(missing)}."] if missing else ["All checks passed!"]
+    found = f"Found {count_words(found_errors, found_warnings)}"
+    if report.fixed:
+        found += f" ({report.fixed} fixed, {count} remaining)"
+    lines = ["; ".join([found, *missing]) + "."]
     fixable = sum(1 for finding in report.findings if report.applicable(finding))
     hidden = sum(1 for finding in report.findings if finding.fix is not None and not report.applicable(finding))
     if fixable:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set
 
 import libcst as cst
 
+from amplint import work
 from amplint.semantic.calls import HelperCall
 from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, LoopFrame
@@ -456,6 +457,9 @@ class _Interpreter:
         self.before: Dict[Occurrence, Set[FlowState]] = {}
         self._expansions: Dict[int, list] = {}
         self.work = 0
+        # The limits of amplint.work, times the run's --analysis-limit; the file's meter.
+        self.max_work, self.max_states = int(MAX_WORK * work.factor()), int(MAX_STATES * work.factor())
+        self.meter = work.current()
         self.relevant = self._relevant_conditions()
         self.tracked = self._tracked_names()
         self._condition_names: Optional[FrozenSet[str]] = None
@@ -475,7 +479,7 @@ class _Interpreter:
                 break
             flow = flow.then(self.statement(statement, flow.normal))
             flow.normal = _join(flow.normal)
-            if len(flow.normal) > MAX_STATES:
+            if len(flow.normal) > self.max_states:
                 raise TooComplex
         return flow
 
@@ -485,7 +489,9 @@ class _Interpreter:
     # statements
     def statement(self, node: cst.CSTNode, states: Set[State]) -> _Flow:
         self.work += len(states)
-        if self.work > MAX_WORK:
+        if self.meter is not None:
+            self.meter.charge(work.FLOW_STEP * len(states))
+        if self.work > self.max_work:
             raise TooComplex
         if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             flow = _Flow(set(states))

@@ -6,6 +6,7 @@ from typing import List, Optional
 
 import libcst as cst
 
+from amplint import work
 from amplint.semantic.walk import iter_tree
 
 _EMPTY_MODULE = cst.Module(body=[])
@@ -91,7 +92,9 @@ def source_text(node: cst.CSTNode) -> str:
         except cst.CSTValidationError:
             pass  # `()`: an empty tuple is its parentheses
     text = ""
-    for line in _EMPTY_MODULE.code_for_node(node).splitlines():
+    code = _EMPTY_MODULE.code_for_node(node)
+    work.charge(len(code) // work.PRINT_CHARACTERS_PER_STEP)  # LibCST's printing: counted by what it wrote
+    for line in code.splitlines():
         line = line.strip()
         if not line:
             continue

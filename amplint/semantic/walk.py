@@ -15,6 +15,10 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type
 
 import libcst as cst
 
+from amplint.work import METER, WorkLimitExceeded
+
+_meter = METER.get  # the file's work meter (amplint.work): every node expanded is a step
+
 # Fields that only hold layout: whitespace, punctuation, brackets, operators, comments.
 _LAYOUT_PREFIXES = (
     "whitespace",
@@ -78,6 +82,11 @@ _LEAVES = frozenset({cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.Ima
 
 def children(node: cst.CSTNode) -> List[cst.CSTNode]:
     """The node's children that carry code, in field order (lexical order for expressions)."""
+    meter = _meter()
+    if meter is not None:
+        meter.spent += 1
+        if meter.spent > meter.limit:
+            raise WorkLimitExceeded()
     if type(node) in _LEAVES:
         return []
     found: List[cst.CSTNode] = []
