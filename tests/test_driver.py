@@ -186,3 +186,15 @@ def test_replayed_per_file_times_scale_with_the_workers():
     assert simulate(units, cost, 1) == pytest.approx(total)
     speedups = {n: total / simulate(units, cost, n) for n in (2, 4, 16)}
     assert speedups[2] > 1.95 and speedups[4] > 3.8 and speedups[16] > 13, speedups
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_file_that_became_a_fifo_after_discovery_is_an_error_not_a_hang(tmp_path):
+    # The driver reads the careful way (amplint.source.read_file): a path that turned into a
+    # FIFO between the walk and the read cannot block the run.
+    os.mkfifo(tmp_path / "train.py")
+    (tmp_path / "after.py").write_text(BUGGY)
+    with Runner(workers=1) as runner:
+        fifo, after = runner.lint([Job(str(tmp_path / "train.py"), CODES), Job(str(tmp_path / "after.py"), CODES)])
+    assert fifo.error.message == "not a regular file (a FIFO)"
+    assert [f.code for f in after.findings] == ["AMP003"]
