@@ -136,7 +136,7 @@ def _check_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--fail-level",
         choices=FAIL_LEVELS,
-        help="the lowest severity of finding that fails the run (exit 1): error (default: warnings are reported, exit 0) or warning (the config's fail-level)",
+        help="the lowest severity of finding that fails the run (exit 1): error (warnings are reported and exit 0) or warning (default: the config's fail-level, else error)",
     )
     run.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml's [tool.amplint]")
     run.add_argument("--isolated", action="store_true", help="ignore all configuration files")
