@@ -44,7 +44,7 @@ from amplint.rule import Rule
 from amplint.rules import ALL_RULES
 from amplint.selection import SelectionError, resolve, validate
 from amplint.source import size_error
-from amplint.work import parse_factor
+from amplint.work import metered, parse_factor
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -247,7 +247,9 @@ def check_command(argv: Sequence[str]) -> int:
     results = lint_all()
     fixes: List[FileFix] = []
     if fixing:
-        fixes = fix_results(results, codes_by_path, wanted, target, stdin_data)
+        # Functions are followed as far as the lint followed them, so every fix it showed is found.
+        with metered(analysis_limit, limited=False):
+            fixes = fix_results(results, codes_by_path, wanted, target, stdin_data)
         for fix in fixes:
             if fix.outcome.error and fix.outcome.count == 0:
                 print(f"amplint: note: {fix.path}: {fix.outcome.error}", file=sys.stderr)

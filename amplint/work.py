@@ -34,6 +34,7 @@ counts its own file.
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator, Optional
@@ -54,9 +55,9 @@ class Meter:
 
     __slots__ = ("factor", "limit", "spent")
 
-    def __init__(self, factor: float = 1.0) -> None:
+    def __init__(self, factor: float = 1.0, limited: bool = True) -> None:
         self.factor = factor
-        self.limit = int(FILE_STEPS * factor)
+        self.limit = int(FILE_STEPS * factor) if limited else sys.maxsize
         self.spent = 0
 
     def charge(self, steps: int) -> None:
@@ -70,9 +71,11 @@ _current = METER
 
 
 @contextmanager
-def metered(factor: Optional[float] = 1.0) -> Iterator[Optional[Meter]]:
-    """Count the work done inside, against the limits times `factor` (None: no file limit)."""
-    meter = Meter(factor) if factor is not None else None
+def metered(factor: Optional[float] = 1.0, limited: bool = True) -> Iterator[Optional[Meter]]:
+    """Count the work done inside, against the limits times `factor` (None: no file limit).
+    `limited=False`: the per-function limits times `factor`, and no file limit (`--fix`
+    analyses each file again, round after round, after its lint has passed the file limit)."""
+    meter = Meter(factor, limited) if factor is not None else None
     token = _current.set(meter)
     try:
         yield meter

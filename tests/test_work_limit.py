@@ -159,3 +159,18 @@ def test_analysis_limit_in_the_config(amplint, tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.amplint]\nanalysis-limit = 0\n")
     result = amplint("--no-cache", "hard.py", cwd=tmp_path)
     assert result.returncode == 2 and "analysis-limit must be a positive number" in result.stderr
+
+
+def test_fix_follows_functions_as_far_as_the_lint_did(amplint, tmp_path):
+    # The finding is in a function analysed only at --analysis-limit 4: the fixer must follow
+    # it as far, or the fix the lint showed would not be found.
+    branches = "\n".join(
+        f"    if c{i}:\n        scaler.scale(l{i}).backward()\n    else:\n        l{i}.backward()\n"
+        f"    if c{i}:\n        scaler.step(o{i})\n    else:\n        o{i}.step()"
+        for i in range(10)
+    )
+    tail = "    scaler.scale(loss).backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    scaler.step(opt)\n"
+    (tmp_path / "train.py").write_text(f"import torch\ndef train(scaler, model, opt, loss):\n{branches}\n{tail}")
+    result = amplint("--no-cache", "--analysis-limit", "4", "--fix", "train.py", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, "Found 1 error (1 fixed, 0 remaining).\n")
+    assert "    scaler.unscale_(opt)\n    torch.nn.utils.clip_grad_norm_" in (tmp_path / "train.py").read_text()
