@@ -67,7 +67,7 @@ def test_github_escapes_properties_and_data():
     first, second = text.splitlines()
     assert first.startswith("::error file=odd%2Cname%3Av2.py,line=3,col=1,endLine=3,endColumn=9,title=AMP001 (unscaled-backward)::")
     assert first.endswith("::odd,name:v2.py:3:1: AMP001 50%25 of%0D%0Asteps")
-    assert second == "::error file=x.ipynb,title=amplint%3A file not linted::x.ipynb: bad: line 1,%0Acolumn 2"
+    assert second == "::error file=x.ipynb,line=1,title=amplint%3A file not linted::x.ipynb: bad: line 1,%0Acolumn 2"
 
 
 def test_github_reports_files_that_could_not_be_linted(amplint, tmp_path):

@@ -3,7 +3,8 @@
 `::error file=train.py,line=10,col=5,endLine=10,endColumn=60,title=AMP003 (clip-before-unscale)::…`
 The command is the finding's severity (`::error`, or `::warning` for a warning rule); the
 message is the location, code and title, then a `help:` line. A file that could not be
-linted is an error annotation too, on the problem's line where it has one (a syntax error).
+linted is an error annotation too, on the problem's line where it has one (a syntax error),
+else on the first line.
 A function too complex to follow within the analysis limit is a `::notice` on its `def`.
 Notebooks are annotated on the line of the .ipynb that holds the offending code, and the
 message names the cell.
@@ -41,9 +42,13 @@ def render(report: RunReport, **_: object) -> str:
         lines.append(_command(properties, message, finding.severity))
     for error in sorted(report.errors):
         file = _file(error.path, root)
-        # A notebook's row counts its joined code cells, not the lines of the .ipynb.
-        line = error.row if error.row is not None and not is_notebook(error.path) else None
-        where = [("line", line), ("col", error.column or 1)] if line is not None else []
+        # At the problem where it has a place (a syntax error), else on the first line: an
+        # annotation without a line is not shown beside the code. A notebook's row counts its
+        # joined code cells, not the lines of the .ipynb.
+        if error.row is not None and not is_notebook(error.path):
+            where: List[Tuple[str, object]] = [("line", error.row), ("col", error.column or 1)]
+        else:
+            where = [("line", 1)]
         lines.append(_command([("file", file), *where, ("title", "amplint: file not linted")], f"{file}: {error.message}"))
     for skipped in report.skipped_functions:
         file = _file(skipped.path, root)
