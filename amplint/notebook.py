@@ -119,6 +119,10 @@ def parse_notebook(text: str, path: str) -> Union[Notebook, FileError, None]:
         return FileError(path, f"invalid notebook: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})")
     except RecursionError:
         return FileError(path, "invalid notebook: JSON nested too deeply")
+    except ValueError as error:
+        # What the decoder raises past the grammar: a number of more than 4,300 digits
+        # ("Exceeds the limit (4300 digits) for integer string conversion: ...").
+        return FileError(path, f"invalid notebook: not valid JSON ({str(error).split(':')[0]})")
     problem = _nbformat_problem(document)
     if problem:
         return FileError(path, f"invalid notebook: {problem}")

@@ -158,6 +158,9 @@ def test_cells_in_other_languages_are_left_out():
         ('{"cells": [], "nbformat": 5}', "invalid notebook: nbformat 5 is not supported"),
         ('{"cells": [{"cell_type": "code", "source": 3}], "nbformat": 4}', "invalid notebook: cell 1 has no `source`"),
         ('{"cells": ["x"], "nbformat": 4}', "invalid notebook: cell 1 is not a cell"),
+        # Past the grammar, past the int conversion limit: a ValueError that is no JSONDecodeError.
+        ('{"cells": [], "nbformat": %s}' % ("9" * 5000), "invalid notebook: not valid JSON (Exceeds the limit (4300 digits)"),
+        ('{"cells": [], "nbformat": 4, "metadata": {"n": -%s}}' % ("1" * 4301), "invalid notebook: not valid JSON (Exceeds"),
     ],
 )
 def test_invalid_notebooks_are_file_errors(text, message):
@@ -295,6 +298,7 @@ def test_broken_notebooks_are_per_file_errors(amplint, tmp_path):
     write(tmp_path, "syntax.ipynb", notebook(cell("x = 1\n"), cell("# Notes", kind="markdown"), cell("import torch\nwith torch.autocast('cuda'):\n    y = (\n")))
     write(tmp_path, "eof.ipynb", notebook(cell("import torch\n"), cell("with torch.autocast('cuda'):\n")))
     (tmp_path / "binary.ipynb").write_bytes(b"\xff\xfe\x00garbage")
+    write(tmp_path, "big.ipynb", '{"cells": [], "nbformat": %s}' % ("9" * 5000))
     result = amplint("--concise", ".", cwd=tmp_path)
     assert result.returncode == 2
     assert "train.ipynb:cell 4:7:5: AMP003" in result.stdout  # the good notebook is still linted
@@ -302,6 +306,7 @@ def test_broken_notebooks_are_per_file_errors(amplint, tmp_path):
     assert "old.ipynb: invalid notebook: nbformat 3 is not supported" in result.stderr
     assert "syntax.ipynb: syntax error at cell 3:3:9: " in result.stderr
     assert "binary.ipynb: invalid notebook: not UTF-8" in result.stderr
+    assert "big.ipynb: invalid notebook: not valid JSON (Exceeds the limit (4300 digits) for integer string conversion)" in result.stderr
     # CPython's "on line 2" would count rows of the joined cells.
     assert "eof.ipynb: syntax error at cell 2:1:" in result.stderr
     assert "expected an indented block after 'with' statement in cell 2 on line 1" in result.stderr
