@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import libcst as cst
 
 from amplint.fix import MAX_ROUNDS, Fix, apply, non_overlapping, still_valid
 from amplint.noqa import parse_suppressions
-from amplint.notebook import Notebook, parse_notebook
+from amplint.notebook import Notebook, parse_notebook, replace_sources
 from amplint.positions import code_ranges
 from amplint.rule import Rule
 from amplint.semantic import analyze
@@ -184,7 +184,8 @@ def fix_file(
         if not isinstance(text, str):
             return FileFix(path, data, data, FixOutcome("", error=text.message))
         fixed_text, outcome = fix_notebook(text, path, rules, wanted, external, target)
-        fixed = fixed_text.encode("utf-8") if fixed_text != text else data
+        bom = b"\xef\xbb\xbf" if data.startswith(b"\xef\xbb\xbf") else b""
+        fixed = bom + fixed_text.encode("utf-8") if fixed_text != text else data
         return FileFix(path, data, fixed, outcome, text, fixed_text)
     source = decode_python(data, path)
     if not isinstance(source, str):
@@ -302,30 +303,23 @@ def fix_notebook(
         return text, FixOutcome(
             text, error="not fixed: a fix would change a cell with IPython magics or indented code, or move code between cells"
         )
-    data = json.loads(text)
+    document = json.loads(text)
+    sources: Dict[int, Union[str, List[str]]] = {}
     for index, lines in cells.items():
-        cell = data["cells"][index]
-        as_list = isinstance(cell.get("source"), list)
+        source = document["cells"][index].get("source")
         joined = "".join(lines)
-        if joined.endswith("\n") and not _ended_with_newline(cell.get("source")):
+        if joined.endswith("\n") and not _ended_with_newline(source):
             joined = joined[:-1]
-        cell["source"] = joined.splitlines(keepends=True) if as_list else joined
-    indent = _indent_of(text)
-    fixed = json.dumps(data, indent=indent, ensure_ascii=False) + ("\n" if text.endswith("\n") else "")
+        sources[index] = joined.splitlines(keepends=True) if isinstance(source, list) else joined
+    fixed = replace_sources(text, sources)
+    if fixed is None:
+        return text, FixOutcome(text, error="not fixed: the notebook's JSON could not be rewritten cell by cell")
     return fixed, outcome
 
 
 def _ended_with_newline(source) -> bool:
     text = "".join(source) if isinstance(source, list) else (source or "")
     return text.endswith("\n")
-
-
-def _indent_of(text: str) -> Optional[int]:
-    for line in text.splitlines()[1:3]:
-        stripped = line.lstrip(" ")
-        if stripped != line:
-            return len(line) - len(stripped)
-    return None
 
 
 def _split_cells(notebook, fixed: str) -> Optional[Dict[int, List[str]]]:
