@@ -211,6 +211,7 @@ def fix_results(
     selected for it and the summaries of the linted modules it imports (as it was linted)."""
     from amplint.project import imported_summaries
     from amplint.rules import ALL_RULES
+    from amplint.source import read_file
 
     summaries = {r.path: r.summary for r in results if r.summary}
     fixes = []
@@ -219,15 +220,10 @@ def fix_results(
             f.fix is not None and wanted(f.code, f.fix.applicability) for f in result.findings
         ):
             continue
-        if stdin_data is not None:
-            data = stdin_data
-        else:
-            try:
-                with open(result.path, "rb") as handle:
-                    data = handle.read()
-            except OSError as error:
-                fixes.append(FileFix(result.path, b"", b"", FixOutcome("", error=f"not fixed: cannot read it ({error.strerror})")))
-                continue
+        data = stdin_data if stdin_data is not None else read_file(result.path)
+        if not isinstance(data, bytes):  # changed into a FIFO, grown too large, gone since it was linted
+            fixes.append(FileFix(result.path, b"", b"", FixOutcome("", error=f"not fixed: {data.message}")))
+            continue
         used = imported_summaries(result, summaries)
         external = ExternalModules(result.path, used) if used else None
         codes = codes_by_path.get(result.path, ())
@@ -236,29 +232,14 @@ def fix_results(
     return fixes
 
 
-def write_fixed(fix: FileFix) -> Optional[str]:
-    """Write a fixed file in place (atomically, keeping its mode); why not, or None."""
-    import os
-    import tempfile
+def write_fixed(fix: FileFix, roots: Sequence[str] = (".",)) -> Optional[str]:
+    """Write a fixed file back (`amplint.write_back`); why not ("not fixed: ..."), or None.
 
-    try:
-        with open(fix.path, "rb") as handle:
-            if handle.read() != fix.original:
-                return "not fixed: the file changed while amplint ran"
-        mode = os.stat(fix.path).st_mode
-        directory = os.path.dirname(os.path.abspath(fix.path))
-        descriptor, temporary = tempfile.mkstemp(prefix=".amplint-fix-", dir=directory)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(fix.fixed)
-            os.chmod(temporary, mode & 0o7777)
-            os.replace(temporary, fix.path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
-    except OSError as error:
-        return f"not fixed: cannot write it ({error.strerror or error})"
-    return None
+    `roots` are the paths the user named: the linted tree, which a symbolic link may be
+    written through to."""
+    from amplint.write_back import write_back
+
+    return write_back(fix.path, fix.original, fix.fixed, roots)
 
 
 def applied_fixes(fixes: Sequence[FileFix]) -> str:

@@ -520,7 +520,7 @@ def test_a_file_that_cannot_be_written_is_an_error_and_not_counted_as_fixed(ampl
     import amplint.cli as cli
 
     root = project({"train.py": BUGGY})
-    monkeypatch.setattr(cli, "write_fixed", lambda fix: "not fixed: cannot write it (Read-only file system)")
+    monkeypatch.setattr(cli, "write_fixed", lambda fix, roots: "not fixed: cannot write it (Read-only file system)")
     result = amplint("--fix", "--concise", "train.py", cwd=root)
     assert result.returncode == 2
     assert "train.py: not fixed: cannot write it (Read-only file system)" in result.stderr
