@@ -12,7 +12,8 @@ What is written is the file the path names, as an editor would save it:
   its mode, owner and group. When a rename cannot keep the file what it was, it is rewritten
   in place instead: a file with other hard links (they keep sharing it, as with ruff, Black
   and vim), a file whose owner or group the new file could not be given (a group-writable
-  file of another user), a writable file in a directory we cannot write.
+  file of another user), a writable file in a directory we cannot write, a file mounted on
+  its own (a container's bind mount).
 - Before anything is written the file is read again: if it is no longer what was fixed, it
   is not fixed ("changed while amplint ran"); if it already holds the fix (the same file
   reached by another name), there is nothing to write.
@@ -115,7 +116,13 @@ def _replace(target: str, status: os.stat_result, original: bytes, fixed: bytes)
                 # After the chown, which clears the set-user-ID and set-group-ID bits.
                 os.chmod(temporary, stat.S_IMODE(status.st_mode))
                 _check_unchanged(target, status, original)
-                os.replace(temporary, target)
+                try:
+                    os.replace(temporary, target)
+                except OSError as error:
+                    if error.errno != errno.EBUSY:
+                        raise
+                    # A file mounted on its own (a container's bind mount) cannot be renamed over.
+                    return _rewrite_in_place(target, original, fixed)
                 temporary = ""
             except _Changed:
                 return "not fixed: the file changed while amplint ran"
@@ -194,8 +201,8 @@ _UNSUPPORTED = {getattr(errno, name, -1) for name in ("EOPNOTSUPP", "ENOTSUP", "
 def _interrupts_held() -> Iterator[None]:
     """Ctrl-C waits until the block is done: a file is never left half-written or replaced
     without its mode. Only the main thread receives it (and may set a handler)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # None: a handler not set from Python, which could not be put back
         return
     received: List[int] = []
     previous = signal.signal(signal.SIGINT, lambda number, frame: received.append(number))

@@ -172,6 +172,21 @@ def test_a_writable_file_in_a_directory_we_cannot_write_is_written_in_place(tmp_
     assert os.stat(path).st_ino == inode and path.read_text() == FIXED
 
 
+def test_a_file_mounted_on_its_own_is_written_in_place(tmp_path, monkeypatch):
+    # `docker run -v ./train.py:/app/train.py`: renaming over a mount point is EBUSY.
+    path = tmp_path / "a.py"
+    path.write_text(BUGGY)
+    inode = os.stat(path).st_ino
+
+    def busy(*args):
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr(wb.os, "replace", busy)
+    assert write_back(str(path), BUGGY.encode(), FIXED.encode(), [str(tmp_path)]) is None
+    assert os.stat(path).st_ino == inode and path.read_text() == FIXED
+    assert os.listdir(tmp_path) == ["a.py"]
+
+
 # --------------------------------------------------------------------------- what holds whatever the path
 
 
