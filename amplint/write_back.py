@@ -109,9 +109,10 @@ def _replace(target: str, status: os.stat_result, original: bytes, fixed: bytes)
                 if (made.st_uid, made.st_gid) != (status.st_uid, status.st_gid):
                     try:
                         os.chown(temporary, status.st_uid, status.st_gid)
-                    except PermissionError:
-                        # Only the superuser gives a file away: the original keeps its owner
-                        # if it is written in place, which we may (`read_only` said so).
+                    except OSError:
+                        # Only the superuser gives a file away (EPERM; EINVAL for an owner this
+                        # user namespace cannot name): the original keeps its owner if it is
+                        # written in place, which we may (`read_only` said so).
                         return _rewrite_in_place(target, original, fixed)
                 # After the chown, which clears the set-user-ID and set-group-ID bits.
                 os.chmod(temporary, stat.S_IMODE(status.st_mode))
