@@ -248,7 +248,7 @@ def check_command(argv: Sequence[str]) -> int:
         else:
             for fix in fixes:
                 if fix.changed:
-                    problem = write_fixed(fix)
+                    problem = write_fixed(fix, paths)
                     if problem is not None:
                         errors.append(FileError(fix.path, problem))
                         fix.fixed = fix.original  # not written: neither changed nor counted as fixed
