@@ -78,7 +78,7 @@ class DeprecatedAmpApi(Rule):
     old autocast's positional arguments moved to keywords, and `import torch` is added when the
     file has no name for the replacement. Where every use of a name an old import binds gets
     rewritten, one fix rewrites them all and removes that name from the import (the whole
-    import when it was the only name; not when that would empty a `try:` block), so no unused
+    import when it was the only name; `pass` when it was a block's only statement), so no unused
     import is left behind and no round leaves a use without its import. No fix for `*args`
     calls, hand-ons (`amp_autocast = torch.cuda.amp.autocast`) and base classes. The tests
     check that each rewrite builds an object with the same settings. Note that
