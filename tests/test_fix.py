@@ -525,3 +525,33 @@ def test_a_file_that_cannot_be_written_is_an_error_and_not_counted_as_fixed(ampl
     assert result.returncode == 2
     assert "train.py: not fixed: cannot write it (Read-only file system)" in result.stderr
     assert "fixed" not in result.stdout and (root / "train.py").read_text() == BUGGY
+
+
+def test_amp014_leaves_no_unused_import_in_a_try_block_or_after_a_semicolon():
+    outcome = fixed(
+        """\
+        import torch
+        try:
+            from torch.cuda.amp import autocast  # old torch
+        except ImportError:
+            pass
+        import os; from torch.cuda.amp import GradScaler
+        scaler = GradScaler()
+        with autocast():
+            y = model(x)
+        """
+    )
+    # The only statement of the `try:` becomes `pass`; the other statement of the line stays.
+    assert outcome.source == textwrap.dedent(
+        """\
+        import torch
+        try:
+            pass  # old torch
+        except ImportError:
+            pass
+        import os
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.amp.autocast("cuda"):
+            y = model(x)
+        """
+    )
