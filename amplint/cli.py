@@ -34,6 +34,7 @@ from amplint.fix import diff
 from amplint.fixer import FileFix, applied_fixes, fix_results, wanted_by, write_fixed
 from amplint.gitignore import PatternList
 from amplint.output import FORMATS, HUMAN_FORMATS, statistics
+from amplint.output.escape import visible
 from amplint.output.terminal import use_color
 from amplint.project import link
 from amplint.rule import Rule
@@ -208,7 +209,7 @@ def check_command(argv: Sequence[str]) -> int:
         if options.show_files:
             sys.stdout.write(show.files(files))
             for error in sorted(errors):
-                print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+                print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
             return EXIT_ERROR if errors else EXIT_CLEAN
         if not files and not errors:
             print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
@@ -232,7 +233,7 @@ def check_command(argv: Sequence[str]) -> int:
         fixes = fix_results(results, codes_by_path, wanted, target, stdin_data)
         for fix in fixes:
             if fix.outcome.error and fix.outcome.count == 0:
-                print(f"amplint: note: {fix.path}: {fix.outcome.error}", file=sys.stderr)
+                print(f"amplint: note: {visible(fix.path)}: {visible(fix.outcome.error)}", file=sys.stderr)
         if options.diff:
             return _print_diff(fixes, results, errors)
         if reads_stdin:
@@ -285,9 +286,9 @@ def check_command(argv: Sequence[str]) -> int:
     for skipped in report.skipped_functions:
         # Never silently: a function too complex to follow is named, so no one reads its
         # silence as a clean bill of health.
-        print(f"amplint: note: {skipped}: too complex to follow within the budget; not analysed", file=sys.stderr)
+        print(f"amplint: note: {visible(skipped)}: too complex to follow within the budget; not analysed", file=sys.stderr)
     for error in sorted(errors):
-        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+        print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
     if errors:
         return EXIT_ERROR
     if findings and not options.exit_zero and not options.fix_only:
@@ -305,7 +306,7 @@ def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[Fi
         print(f"Would fix {count} error{'s' if count != 1 else ''}.", file=sys.stderr)
     errors = errors + [result.error for result in results if result.error is not None]
     for error in sorted(errors):
-        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+        print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
     if errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if changed else EXIT_CLEAN
