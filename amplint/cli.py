@@ -39,7 +39,7 @@ from amplint.output.terminal import use_color
 from amplint.project import link
 from amplint.rule import Rule
 from amplint.rules import ALL_RULES
-from amplint.selection import SelectionError, resolve, validate
+from amplint.selection import SelectionError, require_some, resolve, validate
 from amplint.source import size_error
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -330,8 +330,11 @@ def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[R
     cli_select = split_codes(options.select)
     if cli_select is not None:
         # The command line wins: its --select replaces the config's whole selection.
+        require_some(cli_select, "--select")
         select, ignore = cli_select, []
     else:
+        if config.select is not None:
+            require_some(config.select, f"{config.path}: `select`")
         select, ignore = (config.select if config.select is not None else ["ALL"]), list(config.ignore)
     extend = [*config.extend_select, *(split_codes(options.extend_select) or [])]
     ignore += split_codes(options.ignore) or []
