@@ -20,9 +20,10 @@ from conftest import BUGGY
 
 CLIP = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
 # Raw ESC/BEL/VT/DEL, NEL and a right-to-left override inside a string literal that the
-# AMP003 title quotes: clear the screen, retitle the terminal.
-PAYLOAD = "\x1b[2J\x1b]0;pwn\x07\x0b\x7f\x85\u202e"
-EVIL = BUGGY.replace(CLIP, CLIP[:-1] + f", error_if_nonfinite='{PAYLOAD}')")
+# AMP003 title quotes (short enough to be quoted whole): retitle the terminal.
+PAYLOAD = "\x1b]0;pwn\x07\x0b\x7f\x85\u202e"
+EVIL_CALL = f"torch.nn.utils.clip_grad_norm_(p, 1, foreach='{PAYLOAD}')"
+EVIL = BUGGY.replace(CLIP, EVIL_CALL)
 CONTROL_NAME = "bad\x01ctl\x1b[31m.py"
 NEWLINE_NAME = "x\n::error file=a.py,line=1::fake.py"
 NOT_UTF8_NAME = b"non\xffutf8.py"
@@ -77,7 +78,7 @@ def test_every_format_survives_hostile_names_and_code(amplint, hostile, output_f
     if output_format in HUMAN:
         assert not UNSAFE.search(result.stdout), repr(UNSAFE.search(result.stdout))
         # (The title folds whitespace, VT and NEL included, to single spaces.)
-        assert "\\x1b[2J\\x1b]0;pwn\\x07 \\x7f \\u202e" in result.stdout
+        assert "\\x1b]0;pwn\\x07 \\x7f \\u202e" in result.stdout
         assert "non\\xffutf8.py" in result.stdout and "bad\\x01ctl\\x1b[31m.py" in result.stdout
         assert "x\\n::error file=a.py" in result.stdout or "x\\n%3A%3Aerror file=a.py%2C" in result.stdout
     # No line the linted tree wrote can start a GitHub workflow command.
@@ -95,7 +96,7 @@ def test_junit_is_well_formed_xml(amplint, hostile):
     suites = sorted(suite.get("name") for suite in root.iter("testsuite"))
     assert suites == ["bad\\x01ctl\\x1b[31m.py", "broken\\x07\\r.py", "evil.py", "non\\xffutf8.py", "x\\n::error file=a.py,line=1::fake.py"]
     messages = [failure.get("message") for failure in root.iter("failure")]
-    assert any("\\x1b[2J" in message for message in messages)
+    assert any("\\x1b]0;pwn" in message for message in messages)
 
 
 def test_junit_of_a_report_with_xml_invalid_characters_parses():
@@ -118,7 +119,7 @@ def test_machine_formats_keep_the_exact_path(amplint, hostile, output_format):
     items = json.loads(result.stdout) if output_format == "json" else [json.loads(line) for line in result.stdout.splitlines()]
     names = {item["filename"].rsplit("/", 1)[-1] for item in items}
     assert {CONTROL_NAME, NEWLINE_NAME, "non\udcffutf8.py", BROKEN_NAME} <= names
-    assert any("\x1b[2J\x1b]0;pwn\x07 \x7f \u202e" in item["message"] for item in items)
+    assert any("\x1b]0;pwn\x07 \x7f \u202e" in item["message"] for item in items)
 
 
 def test_gitlab_writes_a_non_utf8_name_with_escapes_and_fingerprints_it(amplint, hostile):
@@ -138,7 +139,7 @@ def test_the_code_frame_shows_escapes_and_the_carets_stay_under_the_code(amplint
     lines = result.stdout.splitlines()
     code = next(i for i, line in enumerate(lines) if line.startswith("8 |"))
     shown = lines[code][len("8 | "):]
-    assert shown == "    " + visible(CLIP[:-1] + f", error_if_nonfinite='{PAYLOAD}')")
+    assert shown == "    " + visible(EVIL_CALL)
     carets = lines[code + 1][len("  | "):]
     assert carets == "    " + "^" * (len(shown) - 4)
 
