@@ -76,7 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # never exit 1 (which reads as "findings") on a crash
-        print(f"amplint: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"amplint: internal error: {type(error).__name__}: {visible(str(error))}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -212,7 +212,7 @@ def check_command(argv: Sequence[str]) -> int:
                 print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
             return EXIT_ERROR if errors else EXIT_CLEAN
         if not files and not errors:
-            print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
+            print(f"amplint: warning: no Python files or notebooks found under {visible(' '.join(paths))}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
         cache = None if options.no_cache else Cache(options.cache_dir or default_cache_dir(config.root))
 
@@ -313,7 +313,8 @@ def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[Fi
 
 
 def _usage_error(message: str) -> int:
-    print(f"amplint: error: {message}", file=sys.stderr)
+    # Messages quote the configuration and paths, which the linted repository controls.
+    print(f"amplint: error: {visible(message)}", file=sys.stderr)
     return EXIT_ERROR
 
 

@@ -165,3 +165,12 @@ def test_a_real_terminal_process_writes_a_non_utf8_name_in_a_strict_locale(hosti
     assert result.returncode == 2, result.stderr
     assert b"non\\xffutf8.py:8:5: AMP003" in result.stdout
     assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", result.stdout + result.stderr)
+
+
+def test_usage_errors_quote_the_configuration_visibly(amplint, tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\n"\\u001b]0;pwn\\u0007\\n::error::x" = 1\n')
+    (tmp_path / "train.py").write_text(BUGGY)
+    result = amplint("train.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "unknown key(s) in [tool.amplint]: \\x1b]0;pwn\\x07\\n::error::x" in result.stderr
+    assert not UNSAFE.search(result.stderr) and result.stderr.count("\n") == 1
