@@ -34,11 +34,12 @@ from amplint.fix import diff
 from amplint.fixer import FileFix, applied_fixes, fix_results, wanted_by, write_fixed
 from amplint.gitignore import PatternList
 from amplint.output import FORMATS, HUMAN_FORMATS, statistics
+from amplint.output.escape import visible
 from amplint.output.terminal import use_color
 from amplint.project import link
 from amplint.rule import Rule
 from amplint.rules import ALL_RULES
-from amplint.selection import SelectionError, resolve, validate
+from amplint.selection import SelectionError, require_some, resolve, validate
 from amplint.source import size_error
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -75,7 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # never exit 1 (which reads as "findings") on a crash
-        print(f"amplint: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"amplint: internal error: {type(error).__name__}: {visible(str(error))}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -208,10 +209,10 @@ def check_command(argv: Sequence[str]) -> int:
         if options.show_files:
             sys.stdout.write(show.files(files))
             for error in sorted(errors):
-                print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+                print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
             return EXIT_ERROR if errors else EXIT_CLEAN
         if not files and not errors:
-            print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
+            print(f"amplint: warning: no Python files or notebooks found under {visible(' '.join(paths))}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
         cache = None if options.no_cache else Cache(options.cache_dir or default_cache_dir(config.root))
 
@@ -232,7 +233,7 @@ def check_command(argv: Sequence[str]) -> int:
         fixes = fix_results(results, codes_by_path, wanted, target, stdin_data)
         for fix in fixes:
             if fix.outcome.error and fix.outcome.count == 0:
-                print(f"amplint: note: {fix.path}: {fix.outcome.error}", file=sys.stderr)
+                print(f"amplint: note: {visible(fix.path)}: {visible(fix.outcome.error)}", file=sys.stderr)
         if options.diff:
             return _print_diff(fixes, results, errors)
         if reads_stdin:
@@ -285,9 +286,9 @@ def check_command(argv: Sequence[str]) -> int:
     for skipped in report.skipped_functions:
         # Never silently: a function too complex to follow is named, so no one reads its
         # silence as a clean bill of health.
-        print(f"amplint: note: {skipped}: too complex to follow within the budget; not analysed", file=sys.stderr)
+        print(f"amplint: note: {visible(skipped)}: too complex to follow within the budget; not analysed", file=sys.stderr)
     for error in sorted(errors):
-        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+        print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
     if errors:
         return EXIT_ERROR
     if findings and not options.exit_zero and not options.fix_only:
@@ -305,14 +306,15 @@ def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[Fi
         print(f"Would fix {count} error{'s' if count != 1 else ''}.", file=sys.stderr)
     errors = errors + [result.error for result in results if result.error is not None]
     for error in sorted(errors):
-        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+        print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
     if errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if changed else EXIT_CLEAN
 
 
 def _usage_error(message: str) -> int:
-    print(f"amplint: error: {message}", file=sys.stderr)
+    # Messages quote the configuration and paths, which the linted repository controls.
+    print(f"amplint: error: {visible(message)}", file=sys.stderr)
     return EXIT_ERROR
 
 
@@ -329,8 +331,11 @@ def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[R
     cli_select = split_codes(options.select)
     if cli_select is not None:
         # The command line wins: its --select replaces the config's whole selection.
+        require_some(cli_select, "--select")
         select, ignore = cli_select, []
     else:
+        if config.select is not None:
+            require_some(config.select, f"{config.path}: `select`")
         select, ignore = (config.select if config.select is not None else ["ALL"]), list(config.ignore)
     extend = [*config.extend_select, *(split_codes(options.extend_select) or [])]
     ignore += split_codes(options.ignore) or []

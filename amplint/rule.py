@@ -19,6 +19,7 @@ from amplint.evidence import Needs
 from amplint.fix import Fix
 from amplint.semantic import AMP_VOCABULARY, EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
+from amplint.titles import bounded
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead", "Fix safety")
 DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules.md#{code}"
@@ -70,6 +71,8 @@ class Report:
         if isinstance(self.message, Message):
             object.__setattr__(self, "help", self.message.help if self.help is None else self.help)
             object.__setattr__(self, "message", self.message.title)
+        # One line, long code elided (the code frame shows it whole).
+        object.__setattr__(self, "message", bounded(self.message))
 
 
 def quote(occurrence: "Occurrence") -> str:

@@ -28,6 +28,17 @@ def validate(selectors: Iterable[str], rules: Sequence[Type[Rule]]) -> List[str]
     return cleaned
 
 
+def require_some(selectors: Sequence[str], source: str) -> None:
+    """Refuse a selection that names no rule (`--select ""`, `--select ,`, `select = []`):
+    it would turn every rule off, and `--select "$RULES"` with the variable unset must not
+    switch a CI gate off. An empty --extend-select or --ignore changes nothing, and is allowed."""
+    if not any(selector.strip() for selector in selectors):
+        raise SelectionError(
+            f"{source} names no rule; an empty selection would turn every rule off "
+            "(name rule codes, prefixes or ALL, or leave it out for the default)"
+        )
+
+
 def resolve(
     rules: Sequence[Type[Rule]],
     select: Sequence[str],

@@ -5,6 +5,11 @@ One `<testsuite>` per file with findings, one `<testcase name="amplint.AMP003">`
 with a `<failure>` whose `type` is the finding's severity (`error` or `warning`); a file that
 could not be linted is a testcase with an `<error>`. A clean run is one passing testcase, so
 that the report is never empty.
+
+File names and messages are written as `amplint.output.escape.visible` shows them: a control
+character, a newline or a non-UTF-8 byte in a name or in quoted code is an escape such as
+`\\x1b`, so the report is always well-formed XML (which cannot hold most control characters
+even as character references).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import xml.etree.ElementTree as ET
 from typing import Dict, List, Tuple
 
 from amplint.diagnostics import FileError, Finding, RunReport
+from amplint.output.escape import visible
 from amplint.output.text import location
 
 
@@ -33,23 +39,23 @@ def render(report: RunReport, **_: object) -> str:
         suite = ET.SubElement(
             root,
             "testsuite",
-            name=path,
+            name=visible(path),
             tests=str(len(findings) + len(not_linted)),
             disabled="0",
             errors=str(len(not_linted)),
             failures=str(len(findings)),
             package="amplint",
         )
-        classname = os.path.splitext(path)[0]
+        classname = visible(os.path.splitext(path)[0])
         for finding in findings:
             line, column = (finding.cell_row, finding.column) if finding.cell is not None else (finding.row, finding.column)
             case = ET.SubElement(
                 suite, "testcase", name=f"amplint.{finding.code}", classname=classname, line=str(line), column=str(column)
             )
-            failure = ET.SubElement(case, "failure", message=finding.message, type=finding.severity)
-            failure.text = f"{location(finding)}: {finding.code} {finding.text}"
+            failure = ET.SubElement(case, "failure", message=visible(finding.message), type=finding.severity)
+            failure.text = f"{visible(location(finding))}: {finding.code} {visible(finding.text)}"
         for error in not_linted:
             case = ET.SubElement(suite, "testcase", name="amplint.file-not-linted", classname=classname)
-            ET.SubElement(case, "error", message=error.message, type="error").text = f"{path}: {error.message}"
+            ET.SubElement(case, "error", message=visible(error.message), type="error").text = f"{visible(path)}: {visible(error.message)}"
     ET.indent(root, space="    ")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

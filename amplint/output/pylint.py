@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import List
 
 from amplint.diagnostics import RunReport
+from amplint.output.escape import visible
 
 
 def render(report: RunReport, **_: object) -> str:
@@ -20,7 +21,7 @@ def render(report: RunReport, **_: object) -> str:
         message = finding.message
         if finding.cell is not None:
             message += f" (cell {finding.cell}, line {finding.cell_row})"
-        lines.append(f"{finding.path}:{line}: [{finding.code}] {message}")
+        lines.append(f"{visible(finding.path)}:{line}: [{finding.code}] {visible(message)}")
     for error in sorted(report.errors):
-        lines.append(f"{error.path}:1: [amplint] could not lint this file: {error.message}")
+        lines.append(f"{visible(error.path)}:1: [amplint] could not lint this file: {visible(error.message)}")
     return "".join(line + "\n" for line in lines)
