@@ -34,7 +34,7 @@ from amplint.fix import diff
 from amplint.fixer import FileFix, applied_fixes, fix_results, wanted_by, write_fixed
 from amplint.gitignore import PatternList
 from amplint.output import FORMATS, HUMAN_FORMATS, statistics
-from amplint.output.escape import visible
+from amplint.escape import visible
 from amplint.output.terminal import use_color
 from amplint.project import link
 from amplint.rule import Rule

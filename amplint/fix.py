@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Seque
 import libcst as cst
 from libcst.metadata import CodeRange
 
+from amplint.escape import visible
 from amplint.semantic.walk import children, iter_tree
 
 if TYPE_CHECKING:
@@ -447,7 +448,7 @@ def diff(original: str, fixed: str, path: str) -> str:
         difflib.unified_diff(
             original.splitlines(keepends=True),
             fixed.splitlines(keepends=True),
-            fromfile=f"a/{path}",
-            tofile=f"b/{path}",
+            fromfile=f"a/{visible(path)}",
+            tofile=f"b/{visible(path)}",
         )
     )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 
 import libcst as cst
 
+from amplint.escape import visible
 from amplint.fix import MAX_ROUNDS, Fix, apply, non_overlapping, still_valid
 from amplint.noqa import parse_suppressions
 from amplint.notebook import Notebook, parse_notebook, replace_sources
@@ -251,7 +252,7 @@ def applied_fixes(fixes: Sequence[FileFix]) -> str:
     total = sum(fix.outcome.count for fix in changed)
     lines = [f"Fixed {total} error{'s' if total != 1 else ''}:"]
     for fix in sorted(changed, key=lambda f: f.path):
-        lines.append(f"- {fix.path}:")
+        lines.append(f"- {visible(fix.path)}:")
         for code, count in sorted(fix.outcome.applied.items()):
             lines.append(f"    {count} × {code} ({names.get(code, '')})")
     return "\n".join(lines) + "\n"

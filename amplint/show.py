@@ -12,6 +12,7 @@ from typing import Iterable, Optional, Sequence, Tuple, Type
 
 from amplint.config import Config
 from amplint.discovery import Discovery
+from amplint.escape import visible
 from amplint.rule import Rule
 
 
@@ -55,4 +56,4 @@ def _value(value: object) -> str:
 
 
 def files(found: Iterable[str]) -> str:
-    return "".join(f"{path}\n" for path in sorted(found))
+    return "".join(f"{visible(path)}\n" for path in sorted(found))

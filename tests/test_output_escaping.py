@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from amplint.output import FORMATS
-from amplint.output.escape import unicode_safe, visible
+from amplint.escape import unicode_safe, visible
 from conftest import BUGGY
 
 CLIP = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
@@ -174,3 +174,16 @@ def test_usage_errors_quote_the_configuration_visibly(amplint, tmp_path):
     assert result.returncode == 2
     assert "unknown key(s) in [tool.amplint]: \\x1b]0;pwn\\x07\\n::error::x" in result.stderr
     assert not UNSAFE.search(result.stderr) and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("options", [["--show-files"], ["--diff"], ["--fix", "--show-fixes"]])
+def test_file_listings_and_diff_headers_escape_names(amplint, tmp_path, options):
+    """--show-files, the --diff headers and --show-fixes name files too (the diff's code lines
+    stay as written: they must apply)."""
+    (tmp_path / CONTROL_NAME).write_text(BUGGY)
+    (tmp_path / NEWLINE_NAME).write_text(BUGGY)
+    result = amplint("--no-cache", *options, ".", cwd=tmp_path)
+    assert "internal error" not in result.stderr
+    assert not UNSAFE.search(result.stdout), repr(UNSAFE.search(result.stdout))
+    assert not any(line.startswith("::error") for line in result.stdout.splitlines())
+    assert visible(CONTROL_NAME) in result.stdout

@@ -66,7 +66,7 @@ def test_github_escapes_properties_and_data():
     text = FORMATS["github"](RunReport([finding], [FileError("x.ipynb", "bad: line 1,\ncolumn 2")], 2, {}))
     first, second = text.splitlines()
     assert first.startswith("::error file=odd%2Cname%3Av2.py,line=3,col=1,endLine=3,endColumn=9,title=AMP001 (unscaled-backward)::")
-    # Line breaks in what the tree controls are shown as escapes (amplint.output.escape), so
+    # Line breaks in what the tree controls are shown as escapes (amplint.escape), so
     # no line of the log starts where the linted code says; the runner's own escaping applies on top.
     assert first.endswith("::odd,name:v2.py:3:1: AMP001 50%25 of\\r\\nsteps")
     assert second == "::error file=x.ipynb,title=amplint%3A file not linted::x.ipynb: bad: line 1,\\ncolumn 2"

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import List, Tuple
 
 from amplint.diagnostics import RunReport
-from amplint.output.escape import visible
+from amplint.escape import visible
 from amplint.output.locations import relative_path, workspace_root
 from amplint.output.text import location
 

@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Any, Dict, List
 
 from amplint.diagnostics import RunReport
-from amplint.output.escape import unicode_safe
+from amplint.escape import unicode_safe
 from amplint.output.locations import relative_path
 
 SEVERITY = {"error": "major", "warning": "minor"}

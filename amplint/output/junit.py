@@ -6,7 +6,7 @@ with a `<failure>` whose `type` is the finding's severity (`error` or `warning`)
 could not be linted is a testcase with an `<error>`. A clean run is one passing testcase, so
 that the report is never empty.
 
-File names and messages are written as `amplint.output.escape.visible` shows them: a control
+File names and messages are written as `amplint.escape.visible` shows them: a control
 character, a newline or a non-UTF-8 byte in a name or in quoted code is an escape such as
 `\\x1b`, so the report is always well-formed XML (which cannot hold most control characters
 even as character references).
@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from typing import Dict, List, Tuple
 
 from amplint.diagnostics import FileError, Finding, RunReport
-from amplint.output.escape import visible
+from amplint.escape import visible
 from amplint.output.text import location
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import List
 
 from amplint.diagnostics import RunReport
-from amplint.output.escape import visible
+from amplint.escape import visible
 
 
 def render(report: RunReport, **_: object) -> str:

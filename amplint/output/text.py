@@ -26,7 +26,7 @@ from typing import List, Optional, Tuple
 
 from amplint.diagnostics import Finding, RunReport
 from amplint.notebook import CellMap
-from amplint.output.escape import visible
+from amplint.escape import visible
 
 # Python's own line breaks; str.splitlines() also splits on form feeds and \u2028, which
 # would put the frame on the wrong line.
