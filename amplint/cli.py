@@ -211,7 +211,9 @@ def check_command(argv: Sequence[str]) -> int:
                 print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
             return EXIT_ERROR if errors else EXIT_CLEAN
         if not files and not errors:
-            print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
+            # Exactly why, when --force-exclude left out the paths the user named.
+            why = "".join(f"; {path} is {reason}" for path, reason in discovery.skipped)
+            print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}{why}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
         cache = None if options.no_cache else Cache(options.cache_dir or default_cache_dir(config.root))
 
