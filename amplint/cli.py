@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import List, Optional, Sequence, TextIO, Tuple, Type
+from typing import Dict, List, Optional, Sequence, TextIO, Tuple, Type
 
 from amplint import __version__, progress, show, subcommands
 from amplint.cache import CACHE_DIR_NAME, ENV_CACHE_DIR, Cache, default_cache_dir
@@ -22,8 +22,10 @@ from amplint.config import (
     Config,
     ConfigError,
     PythonVersion,
-    find_pyproject,
+    defaults,
+    find_config,
     load,
+    parse_override,
     parse_target_version,
     split_codes,
 )
@@ -94,6 +96,8 @@ def _check_parser() -> argparse.ArgumentParser:
     selection.add_argument("--select", action="append", metavar="CODES", help="rules to enable: codes, prefixes or ALL, comma-separated (replaces the config's selection)")
     selection.add_argument("--extend-select", action="append", metavar="CODES", help="rules to enable on top of the selection")
     selection.add_argument("--ignore", action="append", metavar="CODES", help="rules to disable")
+    selection.add_argument("--per-file-ignores", action="append", metavar="GLOB:CODES", help="rules to disable in files matching a gitignore-style pattern, e.g. 'tests/*:AMP002,AMP006' (replaces the config's per-file-ignores)")
+    selection.add_argument("--extend-per-file-ignores", action="append", metavar="GLOB:CODES", help="per-file ignores on top of the config's")
     files = parser.add_argument_group("file selection")
     files.add_argument("--exclude", action="append", metavar="PATTERNS", help="gitignore-style patterns to skip (replaces the defaults)")
     files.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="patterns to skip on top of the defaults")
@@ -106,7 +110,7 @@ def _check_parser() -> argparse.ArgumentParser:
         "--output-format",
         choices=[name for name in FORMATS if name != "text"],
         type=lambda name: "full" if name == "text" else name,  # `text`: full's old name
-        default="full",
+        default=None,  # the config's output-format, else full
         metavar="FORMAT",
         help="full (default: title, location, code frame, help), concise (one line each), json, json-lines, "
         "junit, github (Actions annotations), gitlab (Code Quality), pylint, sarif (code scanning)",
@@ -128,9 +132,15 @@ def _check_parser() -> argparse.ArgumentParser:
     fixing.add_argument("--unfixable", action="append", metavar="CODES", help="rules whose fixes are never applied")
     run = parser.add_argument_group("run")
     run.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
-    run.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml's [tool.amplint]")
+    run.add_argument(
+        "--config",
+        action="append",
+        metavar="PATH|KEY=VALUE",
+        help="a configuration file to use instead of the nearest one (amplint.toml, or a pyproject.toml's [tool.amplint]), "
+        "or a `KEY = VALUE` TOML line that overrides one setting, e.g. --config \"ignore = ['AMP006']\" (repeatable)",
+    )
     run.add_argument("--isolated", action="store_true", help="ignore all configuration files")
-    run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
+    run.add_argument("-j", "--jobs", type=int, default=None, metavar="N", help="worker processes (default: the config's jobs, else one per CPU)")
     run.add_argument(
         "--file-budget",
         type=_seconds,
@@ -142,7 +152,7 @@ def _check_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--cache-dir",
         metavar="DIR",
-        help=f"where results are cached (default: ${ENV_CACHE_DIR}, else {CACHE_DIR_NAME} in the project root)",
+        help=f"where results are cached (default: ${ENV_CACHE_DIR}, else the config's cache-dir, else {CACHE_DIR_NAME} in the project root)",
     )
     run.add_argument("--version", action="version", version=f"amplint {__version__}")
     return parser
@@ -169,8 +179,9 @@ def check_command(argv: Sequence[str]) -> int:
     except (ConfigError, SelectionError, PatternError) as error:
         return _usage_error(str(error))
     target = parse_target_version(options.target_version) if options.target_version else config.target_version
-    if options.concise and options.output_format == "full":
+    if options.concise and options.output_format in (None, "full"):
         options.output_format = "concise"
+    options.output_format = options.output_format or config.output_format or "full"
 
     discovery = Discovery(
         root=config.root,
@@ -179,7 +190,7 @@ def check_command(argv: Sequence[str]) -> int:
         respect_gitignore=config.respect_gitignore and not options.no_respect_gitignore,
         force_exclude=options.force_exclude,
     )
-    workers = options.jobs or os.cpu_count() or 1
+    workers = (options.jobs if options.jobs is not None else config.jobs) or os.cpu_count() or 1
     if options.show_settings:
         sys.stdout.write(show.settings(config, rules, discovery, paths, options.output_format, workers, target))
         return EXIT_CLEAN
@@ -215,7 +226,7 @@ def check_command(argv: Sequence[str]) -> int:
             why = "".join(f"; {path} is {reason}" for path, reason in discovery.skipped)
             print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}{why}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
-        cache = None if options.no_cache else Cache(options.cache_dir or default_cache_dir(config.root))
+        cache = None if options.no_cache else Cache(_cache_dir(options, config))
 
         def lint_all() -> List[FileResult]:
             shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
@@ -319,12 +330,66 @@ def _usage_error(message: str) -> int:
 
 
 def _load_config(options: argparse.Namespace, paths: Sequence[str]) -> Config:
+    """The configuration file (`--config PATH`, else the nearest one), with the command
+    line's `--config KEY=VALUE` and `--per-file-ignores` on top."""
+    files = [value for value in options.config or [] if os.path.exists(value) or "=" not in value]
+    overrides = {}
+    for value in options.config or []:
+        if value not in files:
+            overrides.update(parse_override(value))
+    if len(files) > 1:
+        raise ConfigError("--config names one configuration file, not " + ", ".join(files))
+    if options.isolated and files:
+        raise ConfigError(f"--config {files[0]} and --isolated contradict each other (--isolated ignores every configuration file)")
     if options.isolated:
-        return Config(root=os.getcwd())
-    if options.config:
-        return load(options.config, os.getcwd())
-    start = os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else os.getcwd()
-    return load(find_pyproject(start), os.getcwd(), start)
+        config = defaults(os.getcwd(), overrides)
+    elif files:
+        config = load(files[0], os.getcwd(), overrides=overrides, explicit=True)
+    else:
+        start = os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else os.getcwd()
+        config = load(find_config(start), os.getcwd(), start, overrides=overrides)
+    replace = _pattern_codes(options.per_file_ignores, "--per-file-ignores")
+    if replace is not None:
+        config.per_file_ignores = replace
+    config.per_file_ignores.update(_pattern_codes(options.extend_per_file_ignores, "--extend-per-file-ignores") or {})
+    return config
+
+
+def _pattern_codes(values: Optional[Sequence[str]], flag: str) -> Optional[Dict[str, List[str]]]:
+    """`--per-file-ignores 'tests/*:AMP002,AMP006'` (repeatable; `a.py:AMP001,b.py:AMP002` too,
+    as ruff writes it) -> {"tests/*": ["AMP002", "AMP006"], ...}."""
+    if values is None:
+        return None
+    mapping: Dict[str, List[str]] = {}
+    for value in values:
+        pattern = None
+        for part in (p.strip() for p in value.split(",")):
+            if ":" in part:
+                pattern, code = (side.strip() for side in part.rsplit(":", 1))
+                if not pattern:
+                    raise ConfigError(f"{flag} {value!r}: a pattern is missing before `:`")
+                mapping.setdefault(pattern, [])
+                part = code
+            elif pattern is None:
+                raise ConfigError(f"{flag} {value!r}: expected GLOB:CODES, e.g. 'tests/*:AMP002'")
+            if part:
+                mapping[pattern].append(part)
+        if pattern is not None and not mapping[pattern]:
+            raise ConfigError(f"{flag} {value!r}: no rule codes after `:`")
+    try:
+        check_patterns(list(mapping), flag)
+    except PatternError as error:
+        raise ConfigError(str(error)) from None
+    return mapping
+
+
+def _cache_dir(options: argparse.Namespace, config: Config) -> str:
+    """--cache-dir, else $AMPLINT_CACHE_DIR, else the config's cache-dir, else the project's."""
+    if options.cache_dir:
+        return options.cache_dir
+    if os.environ.get(ENV_CACHE_DIR) or config.cache_dir is None:
+        return default_cache_dir(config.root)
+    return config.cache_dir
 
 
 def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[Rule], ...]:
