@@ -11,6 +11,7 @@ Exit codes: 0 nothing found, 1 findings, 2 a usage error or a file that could no
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Dict, List, Optional, Sequence, TextIO, Tuple, Type
@@ -35,6 +36,7 @@ from amplint.driver import DEFAULT_BUDGET, Job, Runner
 from amplint.fix import diff
 from amplint.fixer import FileFix, applied_fixes, fix_results, wanted_by, write_fixed
 from amplint.gitignore import PatternList
+from amplint.noqa import directives_ignored, ignoring_directives
 from amplint.output import FORMATS, HUMAN_FORMATS, statistics
 from amplint.output.terminal import use_color
 from amplint.project import link
@@ -130,6 +132,10 @@ def _check_parser() -> argparse.ArgumentParser:
     fixing.add_argument("--show-fixes", action="store_true", help="list the fixes applied, per file and rule")
     fixing.add_argument("--fixable", action="append", metavar="CODES", help="rules whose fixes may be applied (replaces the config's fixable; default ALL)")
     fixing.add_argument("--unfixable", action="append", metavar="CODES", help="rules whose fixes are never applied")
+    fixing.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when --fix or --fix-only changed a file, even if nothing remains")
+    noqa = parser.add_argument_group("noqa")
+    noqa.add_argument("--add-noqa", action="store_true", help="add `# noqa: CODE` to every line with a finding (merged into the line's own directive) and exit; adopts amplint on existing code")
+    noqa.add_argument("--ignore-noqa", action="store_true", help="ignore every `# noqa` and `# amplint: noqa` comment: report what they suppress")
     run = parser.add_argument_group("run")
     run.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     run.add_argument(
@@ -154,19 +160,30 @@ def _check_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help=f"where results are cached (default: ${ENV_CACHE_DIR}, else the config's cache-dir, else {CACHE_DIR_NAME} in the project root)",
     )
+    run.add_argument("-w", "--watch", action="store_true", help="lint again whenever a linted file (or the configuration) changes; Ctrl-C stops")
+    run.add_argument("--watch-runs", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop after N runs
     run.add_argument("--version", action="version", version=f"amplint {__version__}")
     return parser
 
 
 def check_command(argv: Sequence[str]) -> int:
-    parser = _check_parser()
-    options = parser.parse_args(argv)
+    options = _check_parser().parse_args(argv)
+    if options.watch:
+        return _watch(options)
+    with directives_ignored(options.ignore_noqa):
+        return _check(options)
+
+
+def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> int:
+    """One run. `watched`: filled with the files it linted and the configuration it read."""
     paths = options.paths or (["-"] if options.stdin_filename is not None else ["."])
     reads_stdin = "-" in paths
     if reads_stdin and len(paths) > 1:
         return _usage_error("`-` (standard input) cannot be combined with other paths")
     if options.stdin_filename is not None and not reads_stdin:
         return _usage_error("--stdin-filename names standard input: pass `-` or no paths, not " + " ".join(paths))
+    if options.add_noqa and (options.fix or options.fix_only or options.diff or reads_stdin):
+        return _usage_error("--add-noqa edits the files named on the command line: not with --fix, --fix-only, --diff or standard input")
     stdin_name = options.stdin_filename or "-"
     try:
         # Standard input is configured as the file it stands for: its pyproject.toml, its
@@ -216,6 +233,8 @@ def check_command(argv: Sequence[str]) -> int:
 
     else:
         files, errors = discovery.files(paths)
+        if watched is not None:
+            watched.extend([*files, *([config.path] if config.path else [])])
         if options.show_files:
             sys.stdout.write(show.files(files))
             for error in sorted(errors):
@@ -231,7 +250,9 @@ def check_command(argv: Sequence[str]) -> int:
         def lint_all() -> List[FileResult]:
             shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
             try:
-                with Runner(workers, options.file_budget, cache, target=target, progress=shown) as runner:
+                # --ignore-noqa changes what a file's result is: part of its cache key.
+                settings = {"ignore-noqa": True} if ignoring_directives() else None
+                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown) as runner:
                     linted = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
                     runner.progress = None
                     # Files that import linted modules, again with what those modules' functions do.
@@ -240,6 +261,8 @@ def check_command(argv: Sequence[str]) -> int:
                 shown.close()
 
     results = lint_all()
+    if options.add_noqa:
+        return _add_noqa(results, errors)
     fixes: List[FileFix] = []
     if fixing:
         fixes = fix_results(results, codes_by_path, wanted, target, stdin_data)
@@ -305,7 +328,68 @@ def check_command(argv: Sequence[str]) -> int:
         return EXIT_ERROR
     if findings and not options.exit_zero and not options.fix_only:
         return EXIT_FINDINGS
+    if options.exit_non_zero_on_fix and not options.exit_zero and any(fix.changed for fix in fixes):
+        return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _add_noqa(results: List[FileResult], errors: List[FileError]) -> int:
+    """`--add-noqa`: mark every finding's line and exit (0, or 2 if a file could not be linted
+    or written), as ruff does."""
+    from amplint.add_noqa import add_noqa
+
+    added = add_noqa(results)
+    for note in added.notes:
+        print(f"amplint: note: {note}", file=sys.stderr)
+    count = added.directives
+    print(f"Added {count} noqa directive{'s' if count != 1 else ''}" + (f" in {added.files} file{'s' if added.files != 1 else ''}." if count else "."), file=sys.stderr)
+    errors = errors + added.errors + [result.error for result in results if result.error is not None]
+    for error in sorted(errors):
+        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+    return EXIT_ERROR if errors else EXIT_CLEAN
+
+
+# Seconds between two looks at the watched files' modification times.
+WATCH_INTERVAL = 0.5
+
+
+def _watch(options: argparse.Namespace) -> int:
+    """`--watch`: a run, then another whenever a linted file, a directory holding one, a path
+    given or the configuration file changes (polled: no dependency, no threads)."""
+    import time
+
+    if options.paths == ["-"] or options.stdin_filename is not None:
+        return _usage_error("--watch watches files: not with standard input")
+    if options.add_noqa:
+        return _usage_error("--watch and --add-noqa: add the directives once, then watch")
+    runs, code = 0, EXIT_CLEAN
+    while options.watch_runs is None or runs < options.watch_runs:
+        if runs:
+            print("amplint: file change detected, linting again", file=sys.stderr)
+        watched: List[str] = list(options.paths or ["."])
+        with directives_ignored(options.ignore_noqa):
+            code = _check(options, watched)
+        runs += 1
+        watched += sorted({os.path.dirname(os.path.abspath(path)) for path in watched})
+        before = _stamps(watched)  # before saying so: a change made on reading it counts
+        sys.stdout.flush()
+        print("amplint: watching for file changes (Ctrl-C stops)", file=sys.stderr, flush=True)
+        while options.watch_runs is None or runs < options.watch_runs:
+            time.sleep(WATCH_INTERVAL)
+            if _stamps(watched) != before:
+                break
+    return code
+
+
+def _stamps(paths: Sequence[str]) -> Dict[str, Optional[Tuple[int, int]]]:
+    stamps: Dict[str, Optional[Tuple[int, int]]] = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+            stamps[path] = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamps[path] = None
+    return stamps
 
 
 def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[FileError]) -> int:
@@ -483,8 +567,17 @@ def rule_command(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="amplint rule", description="Show a rule's documentation.")
     parser.add_argument("code", nargs="?", help="a rule code, e.g. AMP003, or its name, e.g. clip-before-unscale")
     parser.add_argument("--all", action="store_true", help="list every rule")
+    parser.add_argument(
+        "--output-format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default), or json: ruff's object per rule (a list with --all), for tools",
+    )
     options = parser.parse_args(argv)
     if options.all or not options.code:
+        if options.output_format == "json":
+            print(json.dumps([_rule_json(rule) for rule in ALL_RULES], indent=2))
+            return EXIT_CLEAN
         width = max(len(rule.name) for rule in ALL_RULES)
         for rule in ALL_RULES:
             fix = (rule.fix_kind() or "").ljust(6)
@@ -493,7 +586,25 @@ def rule_command(argv: Sequence[str]) -> int:
     wanted = options.code.strip()
     for rule in ALL_RULES:
         if wanted.upper() == rule.code or wanted == rule.name:
-            sys.stdout.write(rule.page())
+            if options.output_format == "json":
+                print(json.dumps(_rule_json(rule), indent=2))
+            else:
+                sys.stdout.write(rule.page())
             return EXIT_CLEAN
     print(f"amplint: error: unknown rule `{wanted}` (see `amplint rule --all`)", file=sys.stderr)
     return EXIT_ERROR
+
+
+def _rule_json(rule: Type[Rule]) -> Dict[str, object]:
+    """`amplint rule CODE --output-format json`: ruff's keys (name, code, linter, summary, fix,
+    explanation), with amplint's severity and documentation URL."""
+    return {
+        "name": rule.name,
+        "code": rule.code,
+        "linter": "amplint",
+        "summary": rule.summary(),
+        "severity": rule.severity,
+        "fix": rule.fix_kind(),  # "safe", "unsafe" or null
+        "url": rule.url(),
+        "explanation": rule.page(),
+    }
