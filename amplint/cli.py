@@ -11,39 +11,29 @@ Exit codes: 0 nothing found, 1 findings, 2 a usage error or a file that could no
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from typing import Dict, List, Optional, Sequence, TextIO, Tuple, Type
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TextIO, Tuple, Type
 
-from amplint import __version__, progress, show, subcommands
-from amplint.cache import CACHE_DIR_NAME, ENV_CACHE_DIR, Cache, default_cache_dir
-from amplint.config import (
-    TARGET_VERSIONS,
-    Config,
-    ConfigError,
-    PythonVersion,
-    defaults,
-    find_config,
-    load,
-    parse_override,
-    parse_target_version,
-    split_codes,
-)
-from amplint.diagnostics import FileError, FileResult, RunReport
-from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
-from amplint.driver import DEFAULT_BUDGET, Job, Runner
-from amplint.fix import diff
-from amplint.fixer import FileFix, applied_fixes, fix_results, wanted_by, write_fixed
-from amplint.gitignore import PatternList
+from amplint import __version__, subcommands
+from amplint.config import TARGET_VERSIONS, Config, ConfigError, PythonVersion, split_codes
 from amplint.noqa import directives_ignored, ignoring_directives
-from amplint.output import FORMATS, HUMAN_FORMATS, statistics
-from amplint.output.terminal import use_color
-from amplint.project import link
-from amplint.rule import Rule
-from amplint.rules import ALL_RULES
-from amplint.selection import SelectionError, resolve, validate
-from amplint.source import size_error
+
+# Everything else is imported where it is used: `amplint --version` and a run on files that
+# mention no AMP code should not pay for LibCST, the rules and every output format
+# (bench/startup.py measures it).
+if TYPE_CHECKING:
+    from amplint.diagnostics import FileError, FileResult, RunReport
+    from amplint.fixer import FileFix
+    from amplint.gitignore import PatternList
+    from amplint.rule import Rule
+
+# The names of amplint.output.FORMATS (a test keeps them equal), known without importing the
+# renderers; `text` is the old name of `full`.
+OUTPUT_FORMATS = ("full", "concise", "json", "json-lines", "junit", "github", "gitlab", "pylint", "sarif")
+# As amplint.cache and amplint.driver define them (a test keeps them equal).
+CACHE_DIR_NAME, ENV_CACHE_DIR = ".amplint_cache", "AMPLINT_CACHE_DIR"
+DEFAULT_BUDGET = 2.0
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -86,12 +76,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 # --------------------------------------------------------------------------- check
 
 
+class _Parser(argparse.ArgumentParser):
+    """The epilog lists the rules: they are imported for --help only."""
+
+    def format_help(self) -> str:
+        from amplint.rules import ALL_RULES
+
+        self.epilog = "Rules: " + ", ".join(f"{r.code} {r.name}" for r in ALL_RULES) + ". `amplint rule CODE` explains one."
+        return super().format_help()
+
+
 def _check_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="amplint",
         usage=USAGE,
         description="Find PyTorch automatic-mixed-precision mistakes that silently ruin training.",
-        epilog="Rules: " + ", ".join(f"{r.code} {r.name}" for r in ALL_RULES) + ". `amplint rule CODE` explains one.",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to lint (default: .), or - for standard input")
     selection = parser.add_argument_group("rule selection")
@@ -110,7 +109,7 @@ def _check_parser() -> argparse.ArgumentParser:
     output = parser.add_argument_group("output")
     output.add_argument(
         "--output-format",
-        choices=[name for name in FORMATS if name != "text"],
+        choices=OUTPUT_FORMATS,
         type=lambda name: "full" if name == "text" else name,  # `text`: full's old name
         default=None,  # the config's output-format, else full
         metavar="FORMAT",
@@ -176,6 +175,14 @@ def check_command(argv: Sequence[str]) -> int:
 
 def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> int:
     """One run. `watched`: filled with the files it linted and the configuration it read."""
+    from amplint import show
+    from amplint.catalogue import RULES
+    from amplint.config import parse_target_version
+    from amplint.diagnostics import FileError, RunReport
+    from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
+    from amplint.output import HUMAN_FORMATS
+    from amplint.selection import SelectionError, validate
+
     paths = options.paths or (["-"] if options.stdin_filename is not None else ["."])
     reads_stdin = "-" in paths
     if reads_stdin and len(paths) > 1:
@@ -189,7 +196,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         # Standard input is configured as the file it stands for: its pyproject.toml, its
         # per-file-ignores.
         config = _load_config(options, [stdin_name] if reads_stdin else paths)
-        rules = _selected_rules(options, config)
+        rules = _selected_rules(options, config, RULES)  # their codes: the rules are imported by the files that need them
         per_file = _per_file_ignores(config)
         check_patterns(split_codes(options.exclude) or [], "--exclude")
         check_patterns(split_codes(options.extend_exclude) or [], "--extend-exclude")
@@ -213,11 +220,10 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         return EXIT_CLEAN
     unsafe = options.unsafe_fixes if options.unsafe_fixes is not None else config.unsafe_fixes
     try:
-        fixable = validate(split_codes(options.fixable) or config.fixable, ALL_RULES)
-        unfixable = validate([*config.unfixable, *(split_codes(options.unfixable) or [])], ALL_RULES)
+        fixable = validate(split_codes(options.fixable) or config.fixable, RULES)
+        unfixable = validate([*config.unfixable, *(split_codes(options.unfixable) or [])], RULES)
     except SelectionError as error:
         return _usage_error(str(error))
-    wanted = wanted_by(unsafe, fixable, unfixable)
     fixing = options.fix or options.fix_only or options.diff
     stdin_data: Optional[bytes] = None
     if reads_stdin:
@@ -245,6 +251,11 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
             why = "".join(f"; {path} is {reason}" for path, reason in discovery.skipped)
             print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}{why}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
+        from amplint import progress
+        from amplint.cache import Cache
+        from amplint.driver import Job, Runner
+        from amplint.project import link
+
         cache = None if options.no_cache else Cache(_cache_dir(options, config))
 
         def lint_all() -> List[FileResult]:
@@ -265,7 +276,9 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         return _add_noqa(results, errors)
     fixes: List[FileFix] = []
     if fixing:
-        fixes = fix_results(results, codes_by_path, wanted, target, stdin_data)
+        from amplint.fixer import fix_results, wanted_by, write_fixed
+
+        fixes = fix_results(results, codes_by_path, wanted_by(unsafe, fixable, unfixable), target, stdin_data)
         for fix in fixes:
             if fix.outcome.error and fix.outcome.count == 0:
                 print(f"amplint: note: {fix.path}: {fix.outcome.error}", file=sys.stderr)
@@ -315,6 +328,8 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         else:
             _write(report, options, sys.stderr if reads_stdin and fixing else None)
         if options.show_fixes and report.fixed:
+            from amplint.fixer import applied_fixes
+
             (sys.stderr if reads_stdin or options.output_format not in HUMAN_FORMATS else sys.stdout).write(applied_fixes(fixes))
     except OSError as error:
         return _usage_error(f"cannot write {options.output_file}: {error.strerror or error}")
@@ -394,6 +409,8 @@ def _stamps(paths: Sequence[str]) -> Dict[str, Optional[Tuple[int, int]]]:
 
 def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[FileError]) -> int:
     """`--diff`: the fixes as a unified diff; exit 1 when there is something to fix."""
+    from amplint.fix import diff
+
     changed = [fix for fix in fixes if fix.changed]
     for fix in changed:
         sys.stdout.write(diff(fix.text_before, fix.text_after, fix.path))
@@ -416,6 +433,8 @@ def _usage_error(message: str) -> int:
 def _load_config(options: argparse.Namespace, paths: Sequence[str]) -> Config:
     """The configuration file (`--config PATH`, else the nearest one), with the command
     line's `--config KEY=VALUE` and `--per-file-ignores` on top."""
+    from amplint.config import defaults, find_config, load, parse_override
+
     files = [value for value in options.config or [] if os.path.exists(value) or "=" not in value]
     overrides = {}
     for value in options.config or []:
@@ -444,6 +463,8 @@ def _pattern_codes(values: Optional[Sequence[str]], flag: str) -> Optional[Dict[
     as ruff writes it) -> {"tests/*": ["AMP002", "AMP006"], ...}."""
     if values is None:
         return None
+    from amplint.discovery import PatternError, check_patterns
+
     mapping: Dict[str, List[str]] = {}
     for value in values:
         pattern = None
@@ -472,11 +493,19 @@ def _cache_dir(options: argparse.Namespace, config: Config) -> str:
     if options.cache_dir:
         return options.cache_dir
     if os.environ.get(ENV_CACHE_DIR) or config.cache_dir is None:
+        from amplint.cache import default_cache_dir
+
         return default_cache_dir(config.root)
     return config.cache_dir
 
 
-def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[Rule], ...]:
+def _selected_rules(options: argparse.Namespace, config: Config, rules: Optional[Sequence[Type[Rule]]] = None) -> Tuple[Type[Rule], ...]:
+    """The selected ones of `rules` (default: the rule classes; a run passes the catalogue's
+    entries, which have the same codes and names without importing LibCST)."""
+    from amplint.selection import resolve, validate
+
+    if rules is None:
+        from amplint.rules import ALL_RULES as rules
     cli_select = split_codes(options.select)
     if cli_select is not None:
         # The command line wins: its --select replaces the config's whole selection.
@@ -486,16 +515,20 @@ def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[R
     extend = [*config.extend_select, *(split_codes(options.extend_select) or [])]
     ignore += split_codes(options.ignore) or []
     return resolve(
-        ALL_RULES,
-        validate(select, ALL_RULES),
-        validate(extend, ALL_RULES),
-        validate(ignore, ALL_RULES),
+        rules,
+        validate(select, rules),
+        validate(extend, rules),
+        validate(ignore, rules),
     )
 
 
 def _per_file_ignores(config: Config) -> List[Tuple[PatternList, List[str]]]:
+    from amplint.catalogue import RULES
+    from amplint.gitignore import PatternList
+    from amplint.selection import validate
+
     return [
-        (PatternList.from_patterns(config.root, [pattern]), validate(codes, ALL_RULES))
+        (PatternList.from_patterns(config.root, [pattern]), validate(codes, RULES))
         for pattern, codes in config.per_file_ignores.items()
     ]
 
@@ -520,6 +553,10 @@ def lint_stdin(
     data: Optional[bytes] = None,
 ) -> FileResult:
     """Lint standard input (or `data` read from it) as the file `name`, isolated like any other file."""
+    from amplint.diagnostics import FileResult
+    from amplint.driver import Job, Runner
+    from amplint.source import size_error
+
     data = sys.stdin.buffer.read() if data is None else data
     too_large = size_error(name, len(data))
     if too_large:
@@ -541,6 +578,9 @@ def _seconds(text: str) -> float:
 def _write(report: RunReport, options: argparse.Namespace, default: Optional[TextIO] = None) -> None:
     """The findings, on standard output (or `default`: standard error when standard output
     carries the fixed source) or in the file named by -o."""
+    from amplint.output import FORMATS, HUMAN_FORMATS, statistics
+    from amplint.output.terminal import use_color
+
     stream = None
     if options.output_file:
         os.makedirs(os.path.dirname(os.path.abspath(options.output_file)), exist_ok=True)
@@ -564,6 +604,10 @@ def _write(report: RunReport, options: argparse.Namespace, default: Optional[Tex
 
 
 def rule_command(argv: Sequence[str]) -> int:
+    import json
+
+    from amplint.rules import ALL_RULES
+
     parser = argparse.ArgumentParser(prog="amplint rule", description="Show a rule's documentation.")
     parser.add_argument("code", nargs="?", help="a rule code, e.g. AMP003, or its name, e.g. clip-before-unscale")
     parser.add_argument("--all", action="store_true", help="list every rule")
