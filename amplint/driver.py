@@ -364,11 +364,14 @@ def _syntax_only(task: _Task) -> FileResult:
     if isinstance(source, FileError):
         return FileResult(task.path, error=source)
     rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
-    if rules_matching_words(source, rules):  # its encoding hid a word from the byte search
+    if rules_matching_words(source, rules) or (UNUSED_NOQA in task.codes and might_have_reportable_directives(source)):
+        # Its encoding hid a word from the byte search (`# coding: unicode_escape`): the engine.
         from amplint.engine import lint_source
         from amplint.rules import ALL_RULES
+        from amplint.semantic.exports import ExternalModules
 
-        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], target=task.target, whole=task.whole)
+        external = ExternalModules(task.path, task.imported) if task.imported else None
+        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole)
     with recursion_room(), quiet_collector():
         return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target))
 

@@ -113,6 +113,15 @@ def test_what_needs_the_engine_gets_it(path, text):
     assert _needs_engine(_Task(0, path, text.encode(), ALL_CODES, None, None))
 
 
+@pytest.mark.parametrize("hidden", [b"with torch.\\x61utocast('cuda'):\n    loss = model(x)\n    loss.backward()\n", b"x = 1  # \\x6eoqa: AMP003\n"])
+def test_words_an_encoding_hides_from_the_byte_search_still_get_the_engine(hidden):
+    data = b"# coding: unicode_escape\nimport torch\n" + hidden
+    task = _Task(0, "m.py", data, ALL_CODES, None, None)
+    assert not _needs_engine(task)  # the bytes do not say "autocast" or "noqa"
+    full = lint_bytes(data, "m.py", ALL_RULES)
+    assert full.findings and _syntax_only(task).findings == full.findings
+
+
 def test_a_deselected_rule_does_not_call_for_the_engine():
     task = _Task(0, "m.py", b"import os  # noqa: AMP003\n", tuple(c for c in ALL_CODES if c != "AMP100"), None, None)
     assert not _needs_engine(task)
