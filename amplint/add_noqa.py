@@ -6,7 +6,7 @@ needs nothing. A line that cannot end in a comment (it ends inside a string that
 with a backslash) gets it where the string or statement ends, which is where amplint (and
 ruff) look for it. A notebook is left alone and named in a note (its cells are JSON strings;
 mark those in the editor, or with `# amplint: noqa` in a cell). Each file is written only
-if it still parses as it did, atomically, and only if it did not change while amplint ran.
+if it still parses as it did, and written back as --fix writes (`amplint.write_back`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ class Added:
     errors: List[FileError] = field(default_factory=list)
 
 
-def add_noqa(results: Sequence[FileResult]) -> Added:
+def add_noqa(results: Sequence[FileResult], roots: Sequence[str] = (".",)) -> Added:
+    """`roots`: the paths the user named (a symbolic link is written through only into them,
+    as --fix does)."""
     from amplint.fixer import FileFix, FixOutcome, write_fixed
     from amplint.notebook import is_notebook
     from amplint.source import decode_python, encode_like
@@ -68,7 +70,7 @@ def add_noqa(results: Sequence[FileResult]) -> Added:
         except (UnicodeEncodeError, LookupError, SyntaxError) as error:
             added.errors.append(FileError(result.path, f"no `# noqa` added: cannot encode the result ({error})"))
             continue
-        problem = write_fixed(FileFix(result.path, data, fixed, FixOutcome(text)))
+        problem = write_fixed(FileFix(result.path, data, fixed, FixOutcome(text)), roots)
         if problem is not None:
             added.errors.append(FileError(result.path, problem.replace("not fixed", "no `# noqa` added", 1)))
             continue

@@ -273,7 +273,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
 
     results = lint_all()
     if options.add_noqa:
-        return _add_noqa(results, errors)
+        return _add_noqa(results, errors, paths)
     fixes: List[FileFix] = []
     if fixing:
         from amplint.fixer import fix_results, wanted_by, write_fixed
@@ -297,7 +297,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         else:
             for fix in fixes:
                 if fix.changed:
-                    problem = write_fixed(fix)
+                    problem = write_fixed(fix, paths)
                     if problem is not None:
                         errors.append(FileError(fix.path, problem))
                         fix.fixed = fix.original  # not written: neither changed nor counted as fixed
@@ -348,12 +348,12 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
     return EXIT_CLEAN
 
 
-def _add_noqa(results: List[FileResult], errors: List[FileError]) -> int:
+def _add_noqa(results: List[FileResult], errors: List[FileError], paths: Sequence[str]) -> int:
     """`--add-noqa`: mark every finding's line and exit (0, or 2 if a file could not be linted
     or written), as ruff does."""
     from amplint.add_noqa import add_noqa
 
-    added = add_noqa(results)
+    added = add_noqa(results, paths)
     for note in added.notes:
         print(f"amplint: note: {note}", file=sys.stderr)
     count = added.directives

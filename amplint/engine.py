@@ -184,15 +184,28 @@ def _nothing_to_find(result: FileResult, source: str, cells: Optional[CellMap], 
 
 
 def run_rules(model: SemanticModel, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, Report]]:
+    """Each rule's reports, one per node; and one per mistake: a report at a call that leads
+    to an event (`Report.occurrence`) stands only where no report of the same rule is nearer
+    the event: on the event itself, or through fewer helper calls. A caller whose own code
+    makes the event a mistake (the call inside its autocast region) keeps its finding."""
     seen: Dict[Tuple[str, int], bool] = {}
     reports = []
+    nearest: Dict[Tuple[str, int], int] = {}  # (code, event node) -> fewest helper calls to it
     for rule in rules:
         for report in rule().check(model):
             key = (rule.code, id(report.node))
             if key not in seen:  # one node reached by many paths is one finding
                 seen[key] = True
                 reports.append((rule, report.node, report))
-    return reports
+                event = report.occurrence.node if report.occurrence is not None else report.node
+                depth = len(report.occurrence.via) if report.occurrence is not None else 0
+                nearest[(rule.code, id(event))] = min(depth, nearest.get((rule.code, id(event)), depth))
+    return [
+        (rule, node, report)
+        for rule, node, report in reports
+        if report.occurrence is None
+        or len(report.occurrence.via) <= nearest[(rule.code, id(report.occurrence.node))]
+    ]
 
 
 def _locate(

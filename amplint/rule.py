@@ -61,6 +61,10 @@ class Report:
     help: Optional[str] = None
     # How to correct it, as changes to the tree the rule was given (`amplint.fix`).
     fix: Optional[Fix] = None
+    # The event the finding is about, when it is reported where a unit runs it (`node` is
+    # then `occurrence.call_site`): one mistake is one finding, at the innermost place that
+    # shows it (`amplint.engine.run_rules`).
+    occurrence: Optional[Occurrence] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.message, Message):

@@ -146,7 +146,7 @@ class StepInsideAutocast(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for step in model.events_in_regions(EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
-            yield Report(step.call_site, _message(step), fix=out_of_region(model, step))
+            yield Report(step.call_site, _message(step), fix=out_of_region(model, step), occurrence=step)
 
     VALID = (
         """

@@ -100,7 +100,7 @@ class BackwardInsideAutocast(Rule):
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for backward in model.events_in_regions(EventKind.BACKWARD):
             assert backward.region is not None
-            yield Report(backward.call_site, _message(backward), fix=out_of_region(model, backward))
+            yield Report(backward.call_site, _message(backward), fix=out_of_region(model, backward), occurrence=backward)
 
     VALID = (
         """

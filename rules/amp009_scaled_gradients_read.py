@@ -114,7 +114,7 @@ class ScaledGradientsRead(Rule):
             if how is not None and state.gradients.carry_scale:
                 # At the call when a helper reads them: the helper may be used rightly elsewhere.
                 fix = unscale_before(model, read, state.gradients.scaler, "reading the gradients") if read.kind is EventKind.GRADIENT_READ else None
-                yield Report(read.call_site, _message(read, how, model.scaler_name(state.gradients.scaler)), fix=fix)
+                yield Report(read.call_site, _message(read, how, model.scaler_name(state.gradients.scaler)), fix=fix, occurrence=read)
         # Gradients a function was called with: a scaler.step() or unscale_() after the read
         # shows they carried the scale.
         for step, state in model.states_before(EventKind.SCALER_STEP, EventKind.UNSCALE):
@@ -123,7 +123,7 @@ class ScaledGradientsRead(Rule):
             for read in state.gradients.entry_uses:
                 how = _corrupting_use(read, model)
                 if how is not None:
-                    yield Report(read.call_site, _message(read, how, step.receiver.text))
+                    yield Report(read.call_site, _message(read, how, step.receiver.text), occurrence=read)
         for grad, state in model.states_before(EventKind.AUTOGRAD_GRAD):
             scaler = grad.event.scaled_inline_by
             if model.is_live(scaler, state.facts) and not model.divided_by_loss_scale(grad.event):
