@@ -33,6 +33,7 @@ unreadable shard is a cache miss, never an error.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -123,9 +124,11 @@ def _own_sources() -> Iterable[str]:
     import amplint
 
     roots = list(getattr(amplint, "__path__", []))
-    rules = sys.modules.get("amplint.rules")
-    if rules is not None:  # shipped from rules/ by package-dir: a separate directory in a checkout
-        roots += [p for p in getattr(rules, "__path__", []) if p not in roots]
+    # Shipped from rules/ by package-dir: a separate directory in a checkout. Found without
+    # importing the rules (a run that needs none does not import them).
+    rules = importlib.util.find_spec("amplint.rules")
+    if rules is not None:
+        roots += [p for p in rules.submodule_search_locations or [] if p not in roots]
     found = []
     for root in roots:
         for directory, subdirs, names in os.walk(root):
@@ -137,9 +140,9 @@ def _own_sources() -> Iterable[str]:
 def _libcst_version() -> str:
     # importlib.metadata costs more than a warm run; the installed dist-info's name says it.
     try:
-        import libcst
-
-        site = os.path.dirname(os.path.dirname(libcst.__file__))
+        spec = importlib.util.find_spec("libcst")  # where it is, without importing it
+        assert spec is not None and spec.origin is not None
+        site = os.path.dirname(os.path.dirname(spec.origin))
         found = [n for n in os.listdir(site) if n.lower().startswith("libcst-") and n.endswith(".dist-info")]
         return ",".join(sorted(found)) or site
     except Exception:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Iterable, List, Sequence, Tuple, Type
 
-from amplint.rule import Rule
+if TYPE_CHECKING:  # the selection needs codes only: it also runs on amplint.catalogue's entries
+    from amplint.rule import Rule
 
 
 class SelectionError(ValueError):

@@ -8,12 +8,14 @@ files a run with the same paths and options would lint.
 from __future__ import annotations
 
 import json
-from typing import Iterable, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Tuple, Type
 
 from amplint.config import Config
 from amplint.discovery import Discovery
 from amplint.escape import visible
-from amplint.rule import Rule
+
+if TYPE_CHECKING:
+    from amplint.rule import Rule
 
 
 def settings(

@@ -517,10 +517,10 @@ def test_a_notebook_cell_with_magics_is_left_as_it_is(amplint, project):
 
 
 def test_a_file_that_cannot_be_written_is_an_error_and_not_counted_as_fixed(amplint, project, monkeypatch):
-    import amplint.cli as cli
+    import amplint.fixer as fixer
 
     root = project({"train.py": BUGGY})
-    monkeypatch.setattr(cli, "write_fixed", lambda fix, roots: "not fixed: cannot write it (Read-only file system)")
+    monkeypatch.setattr(fixer, "write_fixed", lambda fix, roots: "not fixed: cannot write it (Read-only file system)")
     result = amplint("--fix", "--concise", "train.py", cwd=root)
     assert result.returncode == 2
     assert "train.py: not fixed: cannot write it (Read-only file system)" in result.stderr
