@@ -79,6 +79,7 @@ class Fp16WithoutScaler(Rule):
             at_least=-0.01,
             at_most=0.01,
             dtypes=("float16",),
+            kind="control",
         ),
         Prediction(
             "small-grad",
@@ -115,6 +116,7 @@ class Fp16WithoutScaler(Rule):
             at_least=-0.01,
             at_most=0.01,
             dtypes=("bfloat16",),
+            kind="control",
         ),
     )
 

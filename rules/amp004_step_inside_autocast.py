@@ -106,6 +106,7 @@ class StepInsideAutocast(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "sgd-per-iteration",
@@ -114,6 +115,7 @@ class StepInsideAutocast(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "adam-per-iteration",
@@ -122,6 +124,7 @@ class StepInsideAutocast(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "adafactor-per-iteration",
@@ -141,6 +144,7 @@ class StepInsideAutocast(Rule):
             at_least=0.999,
             at_most=1.001,
             dtypes=("bfloat16",),
+            kind="control",
         ),
     )
 

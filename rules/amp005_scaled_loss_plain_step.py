@@ -92,6 +92,7 @@ class ScaledLossPlainStep(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "adam-l2",
@@ -109,6 +110,7 @@ class ScaledLossPlainStep(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "adam-overflow",
@@ -121,11 +123,13 @@ class ScaledLossPlainStep(Rule):
         ),
         Prediction(
             "adam-overflow",
-            "skipped_steps",
-            "Where `scaler.step()` is used, it skips at least one of those overflowing steps.",
-            compare="fixed",
+            "applied_overflows",
+            "The plain step applies updates computed from overflowing gradients, at least one more than "
+            "`scaler.step()`, which skips them (given that it skipped any).",
+            compare="buggy-fixed",
             at_least=1,
             dtypes=("float16",),
+            happened="fixed.skipped_steps",
         ),
         Prediction(
             "adam-overflow",
@@ -135,6 +139,7 @@ class ScaledLossPlainStep(Rule):
             at_least=0.99,
             at_most=1.01,
             dtypes=("bfloat16",),
+            kind="control",
         ),
         Prediction(
             "scaler-update-kept",
@@ -151,6 +156,7 @@ class ScaledLossPlainStep(Rule):
             compare="buggy",
             at_least=0,
             at_most=0,
+            kind="control",
         ),
         Prediction(
             "unscale-then-plain-step",

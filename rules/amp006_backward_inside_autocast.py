@@ -76,6 +76,7 @@ class BackwardInsideAutocast(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "fp32-function",

@@ -112,6 +112,7 @@ class ScalerStateNotCheckpointed(Rule):
             at_most=1.1,
             expected="buggy.halvings_to_saved_scale",
             dtypes=("float16",),
+            happened="buggy.halvings_to_saved_scale",
         ),
     )
 

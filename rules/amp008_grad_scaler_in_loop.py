@@ -124,6 +124,7 @@ class GradScalerInLoop(Rule):
             at_most=1.1,
             expected="buggy.epochs * fixed.first_epoch_skipped",
             dtypes=("float16",),
+            happened="fixed.first_epoch_skipped",
         ),
         Prediction(
             "per-epoch",
@@ -132,6 +133,7 @@ class GradScalerInLoop(Rule):
             compare="buggy/fixed",
             at_least=2,
             dtypes=("float16",),
+            happened="fixed.skipped_steps",
         ),
     )
 

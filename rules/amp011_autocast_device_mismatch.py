@@ -89,6 +89,7 @@ class AutocastDeviceMismatch(Rule):
             "`autocast(device.type)` gives the low-precision dtype.",
             compare="buggy-fixed",
             at_most=-1,
+            devices=("cpu",),
         ),
         Prediction(
             "sgd",
@@ -96,6 +97,28 @@ class AutocastDeviceMismatch(Rule):
             "Every step's loss is bit-identical to a run without autocast: the region does nothing.",
             compare="buggy",
             at_most=0,
+            devices=("cpu",),
+        ),
+        Prediction(
+            "gated",
+            "cuda_region_elsewhere",
+            "What tells the mistake from the other fix, a CUDA region gated on the device "
+            "(`enabled=device.type == \"cuda\"`): at every step it asks for CUDA autocast around a model "
+            "that is not on CUDA (torch disables it with a warning where CUDA is missing), and the gated "
+            "region does not.",
+            compare="buggy-fixed",
+            at_least=1,
+            devices=("cpu",),
+        ),
+        Prediction(
+            "gated",
+            "max_diff_from_float32",
+            "Nothing numerical tells them apart: both compute every loss bit-identical to float32.",
+            compare="buggy-fixed",
+            at_least=0,
+            at_most=0,
+            devices=("cpu",),
+            kind="control",
         ),
     )
 

@@ -118,6 +118,7 @@ class Float32IslandUndone(Rule):
             at_least=0,
             at_most=0,
             dtypes=("bfloat16",),
+            kind="control",
         ),
     )
 

@@ -88,16 +88,16 @@ class UnsafeLogUnderAutocast(Rule):
     PREDICTIONS = (
         Prediction(
             "hand-bce-confident",
-            "nonfinite_losses",
-            "The hand-written binary cross-entropy on logits of spread ~12 is NaN at all 5 steps "
-            "in float16 (the with-logits form: at none).",
+            "precision_nonfinite",
+            "The hand-written binary cross-entropy on logits of spread ~4 is NaN at all 5 steps in float16, "
+            "where the same loss on the same logits in float32 is finite (the with-logits form: NaN at none).",
             compare="buggy-fixed",
             at_least=5,
             dtypes=("float16",),
         ),
         Prediction(
             "hand-bce-confident",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "... and at all 5 steps in bfloat16.",
             compare="buggy-fixed",
             at_least=5,
@@ -105,7 +105,7 @@ class UnsafeLogUnderAutocast(Rule):
         ),
         Prediction(
             "hand-bce-epsilon-confident",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "`+ 1e-8` inside the logs does not help in float16 (1e-8 is 0 there): NaN at all 5 steps.",
             compare="buggy-fixed",
             at_least=5,
@@ -119,10 +119,11 @@ class UnsafeLogUnderAutocast(Rule):
             compare="buggy",
             at_most=1e-4,
             dtypes=("float16",),
+            kind="control",
         ),
         Prediction(
             "hand-bce-moderate",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "In bfloat16 it does (`1 - p` is 0 from logit 6.2 on): NaN at all 5 steps.",
             compare="buggy-fixed",
             at_least=5,
@@ -130,7 +131,7 @@ class UnsafeLogUnderAutocast(Rule):
         ),
         Prediction(
             "log-sigmoid-confident",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "`-log(sigmoid(z))` on logits of spread ~12 is inf at all 5 steps in float16.",
             compare="buggy-fixed",
             at_least=5,
@@ -143,15 +144,17 @@ class UnsafeLogUnderAutocast(Rule):
             compare="buggy",
             at_most=1e-3,
             dtypes=("bfloat16",),
+            kind="control",
         ),
         Prediction(
             "log-softmax-confident",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "`nll_loss(log(softmax(z)))` is inf at all 5 steps in float16 on CPU, where autocast "
             "leaves softmax in float16.",
             compare="buggy-fixed",
             at_least=5,
             dtypes=("float16",),
+            devices=("cpu",),
         ),
         Prediction(
             "bce-probabilities-confident",
@@ -161,6 +164,29 @@ class UnsafeLogUnderAutocast(Rule):
             compare="buggy",
             at_most=1e-3,
             dtypes=("float16",),
+            kind="control",
+            devices=("cpu",),
+        ),
+        Prediction(
+            "log-softmax-confident",
+            "nonfinite_losses",
+            "On CUDA autocast runs softmax in float32, so the same `nll_loss(log(softmax(z)))` is finite "
+            "at every step there: a CPU failure, not a CUDA one.",
+            compare="buggy-fixed",
+            at_least=0,
+            at_most=0,
+            dtypes=("float16",),
+            kind="control",
+            devices=("cuda",),
+        ),
+        Prediction(
+            "bce-probabilities-confident",
+            "raised",
+            "On CUDA autocast refuses `binary_cross_entropy`: it raises (\"unsafe to autocast\") at the "
+            "first forward pass, loud, not silent.",
+            compare="buggy-fixed",
+            at_least=1,
+            devices=("cuda",),
         ),
     )
 
