@@ -67,8 +67,9 @@ class StepInsideAutocast(Rule):
     forward) then runs outside autocast too, in float32. Offered only where the step is written
     directly in a `with` whose only item is the autocast (not a helper that steps). A region
     around the whole loop gets no fix: narrowing it to the forward pass is a rewrite to make
-    by hand. `amplint verify --fixes`: the per-iteration scenarios of the fixed `buggy.py`
-    report exactly what `fixed.py` reports; the whole-loop ones are still flagged.
+    by hand. `amplint verify --fixes` proves a partial fix: the per-iteration scenarios of the
+    fixed `buggy.py` report exactly what `fixed.py` reports; the whole-loop ones
+    (`sgd-whole-loop`, `adam-whole-loop`) are still flagged and still differ.
     """
 
     code = "AMP004"

@@ -61,9 +61,9 @@ class ScaledGradientsRead(Rule):
     is moved up instead. Offered only where the function writes the read and one
     `scaler.step(...)` of one optimizer after it, with a plain GradScaler. No fix for a
     gradient penalty on `torch.autograd.grad(scaler.scale(loss), ...)`: multiply the
-    gradients by `1 / scaler.get_scale()` by hand. `amplint verify --fixes`: the norm and noise
-    scenarios of the fixed `buggy.py` report exactly what `fixed.py` reports; the penalty one is
-    still flagged.
+    gradients by `1 / scaler.get_scale()` by hand. `amplint verify --fixes` proves a partial fix:
+    the norm and noise scenarios of the fixed `buggy.py` report exactly what `fixed.py` reports;
+    the `penalty` one is still flagged and still differs.
     """
 
     code = "AMP009"
