@@ -91,19 +91,6 @@ DEVICES = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
-class Quote:
-    """A number the rule's "What goes wrong at runtime" section quotes from a prediction's
-    measurement, as written there (`"65,000x"`, `"6.7e-7"`, `"17%"`): `of` says which
-    (`value`, the bounded comparison; `buggy`; `fixed`), `dtype` at which dtype (default: every
-    dtype the prediction is about). A test checks the text is in the section and agrees with
-    the last measurement, so the docs cannot drift from what `amplint verify` measures."""
-
-    text: str
-    of: str = "value"
-    dtype: Optional[str] = None
-
-
-@dataclass(frozen=True)
 class Prediction:
     """One claim the harness checks: what separates `buggy.py` from `fixed.py` in one scenario.
 
@@ -144,8 +131,13 @@ class Prediction:
     kind: str = "effect"
     devices: Tuple[str, ...] = DEVICES
     happened: Optional[str] = None
-    # The numbers the docs quote from this claim's measurements.
-    quotes: Tuple[Quote, ...] = ()
+    # The numbers the rule's "What goes wrong at runtime" quotes from this claim's measurements,
+    # as (which, text): `("value", "65,000x")`, `("buggy", "6.7e-7")`, `("fixed", "0.044")`, or
+    # `("within", "0.01%")` for a ratio that is 1 to within that. `value` is the bounded
+    # comparison; the text is the number as written there, first in the text.
+    # A test checks each against the last measurement, at every dtype the claim is about, so
+    # the docs cannot drift from what `amplint verify` measures (amplint.harness.quotes).
+    quotes: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def dtype(self) -> str:

@@ -89,6 +89,7 @@ class Fp16WithoutScaler(Rule):
             compare="buggy-fixed",
             at_least=0.05,
             dtypes=("float16",),
+            quotes=(("value", "17% of gradient"),),
         ),
         Prediction(
             "small-grad",
@@ -98,6 +99,7 @@ class Fp16WithoutScaler(Rule):
             compare="buggy/fixed",
             at_least=10,
             dtypes=("float16",),
+            quotes=(("buggy", "17%, against"), ("fixed", "0.045%")),
         ),
         Prediction(
             "tiny-grad",
@@ -107,6 +109,7 @@ class Fp16WithoutScaler(Rule):
             compare="buggy-fixed",
             at_least=0.5,
             dtypes=("float16",),
+            quotes=(("value", "97%"), ("fixed", "0% with a GradScaler")),
         ),
         Prediction(
             "tiny-grad",

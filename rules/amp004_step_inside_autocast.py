@@ -91,6 +91,7 @@ class StepInsideAutocast(Rule):
             "With one region around the whole loop, the true float32 loss after 30 SGD steps ends at least 10x above the fixed run's.",
             compare="buggy/fixed",
             at_least=10,
+            quotes=(("buggy", "5.7 instead"), ("fixed", "0.015 with")),
         ),
         Prediction(
             "adam-whole-loop",
@@ -98,6 +99,7 @@ class StepInsideAutocast(Rule):
             "The same with Adam: the true loss after 30 steps ends at least 10x above the fixed run's.",
             compare="buggy/fixed",
             at_least=10,
+            quotes=(("buggy", "0.39 instead"), ("fixed", "0.0043 with")),
         ),
         Prediction(
             "sgd-whole-loop-no-cache",
@@ -146,6 +148,7 @@ class StepInsideAutocast(Rule):
             at_most=1.001,
             dtypes=("bfloat16",),
             kind="control",
+            quotes=(("within", "0.01%"),),
         ),
     )
 

@@ -86,6 +86,17 @@ class BackwardInsideAutocast(Rule):
             "the fixed run's.",
             compare="buggy/fixed",
             at_least=100,
+            dtypes=("float16",),
+            quotes=(("buggy", "3.8e-4"),),
+        ),
+        Prediction(
+            "fp32-function",
+            "grad_rel_error",
+            "... and under bfloat16.",
+            compare="buggy/fixed",
+            at_least=100,
+            dtypes=("bfloat16",),
+            quotes=(("buggy", "3.0e-3"),),
         ),
         Prediction(
             "fp32-function-small-grad",
@@ -95,6 +106,7 @@ class BackwardInsideAutocast(Rule):
             compare="buggy-fixed",
             at_least=0.5,
             dtypes=("float16",),
+            quotes=(("value", "79%"),),
         ),
     )
 

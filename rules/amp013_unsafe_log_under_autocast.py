@@ -45,16 +45,21 @@ class UnsafeLogUnderAutocast(Rule):
     binary_cross_entropy_with_logits over binary_cross_entropy").
 
     ## What goes wrong at runtime
-    Measured by `amplint verify` (CPU, a Linear classifier with a GradScaler, 5 steps): the
-    hand-written binary cross-entropy `-(y*log(p) + (1-y)*log(1-p))` on logits of spread ~12
-    was NaN at every step in float16 and in bfloat16, and the scaler skipped every update;
-    `+ 1e-8` inside the logs did not help in float16. With logits of spread ~2 it matched
-    `binary_cross_entropy_with_logits` to 2e-6 in float16 but was NaN at every step in
-    bfloat16. `-log(sigmoid(z))` was inf at every step in float16 and within 1e-3 of
-    `-logsigmoid(z)` in bfloat16. `nll_loss(log(softmax(z)))` was inf at every step in
-    float16 on CPU. The `binary_cross_entropy` failure is loud, not silent: on CUDA it raises
-    at the first forward pass (which the CPU harness cannot show); on CPU, where autocast
-    runs it in float32, its loss was within 1e-3 of the stable form's.
+    Measured by `amplint verify` (CPU, a Linear classifier with a GradScaler, 5 steps; each
+    step also computes the same loss on the same logits in float32, and a non-finite loss
+    counts against the low precision only where that one is finite): the hand-written binary
+    cross-entropy `-(y*log(p) + (1-y)*log(1-p))` on logits of spread ~4 was NaN at all 5 steps
+    in float16 and in bfloat16 while float32 stayed finite, and the scaler skipped every
+    update. (On logits of spread ~12 it is NaN in float32 too: `1 - sigmoid(z)` is 0 in
+    float32 from z = 16.6.) `+ 1e-8` inside the logs did not help in float16. With logits of
+    spread ~2 it matched `binary_cross_entropy_with_logits` to 2e-6 in float16 but was NaN at
+    every step in bfloat16. `-log(sigmoid(z))` was inf at every step in float16 and within
+    1e-3 of `-logsigmoid(z)` in bfloat16. `nll_loss(log(softmax(z)))` was inf at every step in
+    float16 on the CPU; CUDA autocast runs softmax in float32, where it is finite. The
+    `binary_cross_entropy` failure is loud, not silent: CUDA autocast refuses it ("unsafe to
+    autocast") at the first forward pass; on CPU, where autocast runs it in float32, its loss
+    was within 1e-3 of the stable form's. The two CUDA behaviours are claims of their own,
+    checked by `amplint verify --device cuda`.
 
     ## Example
     ```python
@@ -94,6 +99,7 @@ class UnsafeLogUnderAutocast(Rule):
             compare="buggy-fixed",
             at_least=5,
             dtypes=("float16",),
+            quotes=(("buggy", "all 5 steps"),),
         ),
         Prediction(
             "hand-bce-confident",
@@ -102,6 +108,7 @@ class UnsafeLogUnderAutocast(Rule):
             compare="buggy-fixed",
             at_least=5,
             dtypes=("bfloat16",),
+            quotes=(("buggy", "all 5 steps"),),
         ),
         Prediction(
             "hand-bce-epsilon-confident",
@@ -120,6 +127,7 @@ class UnsafeLogUnderAutocast(Rule):
             at_most=1e-4,
             dtypes=("float16",),
             kind="control",
+            quotes=(("buggy", "2e-6"),),
         ),
         Prediction(
             "hand-bce-moderate",

@@ -42,6 +42,7 @@ from amplint.harness.verdict import (
     measured_text,
     value_text,
 )
+from amplint.harness.quotes import agrees, quote_problems, quoted_number, tolerance, unquoted
 from amplint.harness.report import summary_text
 from amplint.rule import DEVICES, KINDS, Prediction, Rule
 from amplint.rules import ALL_RULES
@@ -173,6 +174,43 @@ def test_every_shipped_prediction_is_well_formed(rule):
             assert prediction.is_control, prediction
     if rule.PREDICTIONS:
         assert "amplint verify" in rule.section("What goes wrong at runtime"), "the docs quote the measurement"
+
+
+@pytest.mark.parametrize(
+    "text, measured, agree",
+    [
+        ("65,000x", 65254.1, True),
+        ("~30,000x", 30168.2, True),
+        ("~30,000x", 5437.2, False),  # the audit: AMP009's bfloat16 noise ratio, quoted for both dtypes
+        ("~700x", 1648.6, False),  # the audit: AMP012's island error
+        ("~1,650x", 1648.6, True),
+        ("6.7e-7", 6.7212e-7, True),
+        ("17%", 0.1713, True),
+        ("0.01%", 9.8575e-5, True),
+        ("0.01%", 2e-4, False),
+        ("skipped 7 of", 7.0, True),
+        ("0.044", None, False),
+    ],
+)
+def test_a_quoted_number_agrees_to_the_precision_it_is_written_with(text, measured, agree):
+    assert agrees(text, measured) == agree
+
+
+def test_quoted_numbers_parse_as_written():
+    assert quoted_number("65,000x") == 65000 and tolerance("65,000x") == 500
+    assert quoted_number("0.045%") == pytest.approx(0.00045) and tolerance("17%") == pytest.approx(0.005)
+    assert quoted_number("3.0e-3") == 3e-3 and tolerance("3.0e-3") == pytest.approx(5e-5)
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=[rule.code for rule in ALL_RULES])
+def test_severity_follows_the_measured_harm(rule):
+    """rules/README.md: `error` where verify measures silent damage; a rule with no runtime
+    prediction, or only loud failures, is a `warning`."""
+    silent_harm = [p for p in rule.PREDICTIONS if not p.is_control and p.quantity != "raised"]
+    if rule.severity == "error":
+        assert silent_harm, f"{rule.code} is an error with no measured silent harm"
+    if not rule.PREDICTIONS:
+        assert rule.severity == "warning"
 
 
 # --------------------------------------------------------------------------- fake fixtures
@@ -568,6 +606,16 @@ def test_every_prediction_is_confirmed_on_cpu_at_every_dtype(verified):
     # every row carries both scripts' per-step curves for the report
     for row in ran:
         assert all(row.history.get(which) for which in ("buggy", "fixed")) or "raised" in row.prediction.quantity, row
+
+
+@pytest.mark.slow(seconds=90)
+def test_the_numbers_the_docs_quote_are_the_ones_verify_measures(verified):
+    """Each rule's "What goes wrong at runtime" quotes its numbers from a prediction, and each
+    agrees with this run's measurement at every dtype the claim is about."""
+    problems = [problem for rule in ALL_RULES for problem in quote_problems(rule, verified.rows)]
+    assert not problems, "\n".join(problems)
+    assert not {rule.code: unquoted(rule) for rule in ALL_RULES if unquoted(rule)}, "ratios and shares no prediction quotes"
+    assert sum(len(p.quotes) for rule in ALL_RULES for p in rule.PREDICTIONS) >= 50
 
 
 def _identical_pairs(run: VerifyRun, copy: str):
