@@ -873,7 +873,7 @@ def test_amplint_verify_through_the_cli_with_a_report(tmp_path):
     assert ["AMP006", "cpu", "bfloat16", "sgd", "true_loss"] in [cells[:5] for cells in table]
     assert ["AMP006", "cpu", "bfloat16", "fp32-function-small-grad", "zero_grad_fraction"] in [cells[:5] for cells in table]
     assert result.stdout.rstrip().endswith(
-        "3 predictions: 1 effect confirmed, 1 control held, 0 effects not reproduced, 0 controls not held, 1 skipped, 0 errors"
+        "4 predictions: 1 effect confirmed, 1 control held, 0 effects not reproduced, 0 controls not held, 2 skipped, 0 errors"
     )
     assert f"wrote {page}" in result.stderr
-    assert page.read_text().count('<figure class="prediction') == 3
+    assert page.read_text().count('<figure class="prediction') == 4
