@@ -121,7 +121,8 @@ def holds(prediction: Prediction, value: float) -> bool:
 def judge(prediction: Prediction, buggy: float, fixed: float, expected: Optional[float] = None) -> Tuple[float, str]:
     """(bounded value, verdict) for one pair of measurements. With `expected` (the value of
     the prediction's mechanism expression) the bounded value is the comparison / expected.
-    Whether the mechanism `happened` is checked before (`mechanism_missing`)."""
+    Whether the mechanism `happened` is judged apart (`mechanism_missing`): where it did not,
+    the claim is not reproduced whatever this value."""
     value = combine(prediction.compare, buggy, fixed)
     if expected is not None:
         value = _ratio(value, expected)
