@@ -94,7 +94,7 @@ class ScalerStateNotCheckpointed(Rule):
 
     code = "AMP007"
     name = "scaler-state-not-checkpointed"
-    severity = "error"
+    severity = "warning"
     # A scaler the file builds is what the rule is about.
     triggers = ("GradScaler",)
     needs = ({GRAD_SCALER},)
@@ -108,6 +108,7 @@ class ScalerStateNotCheckpointed(Rule):
             compare="buggy/fixed",
             at_least=16,
             dtypes=("float16",),
+            quotes=(("buggy", "65536 instead"), ("fixed", "of 1024")),
         ),
         Prediction(
             "overflow",
@@ -119,6 +120,8 @@ class ScalerStateNotCheckpointed(Rule):
             at_most=1.1,
             expected="buggy.halvings_to_saved_scale",
             dtypes=("float16",),
+            quotes=(("buggy", "skipped 7 of"), ("fixed", "resume skipped 1")),
+            happened="buggy.halvings_to_saved_scale",
         ),
     )
 
