@@ -16,7 +16,7 @@ import sys
 from typing import List, Optional, Sequence, TextIO, Tuple, Type
 
 from amplint import __version__, progress, show, subcommands
-from amplint.cache import CACHE_DIR_NAME, ENV_CACHE_DIR, Cache, default_cache_dir
+from amplint.cache import CACHE_DIR_NAME, ENV_CACHE_DIR, open_cache
 from amplint.config import (
     TARGET_VERSIONS,
     Config,
@@ -213,7 +213,9 @@ def check_command(argv: Sequence[str]) -> int:
         if not files and not errors:
             print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
-        cache = None if options.no_cache else Cache(options.cache_dir or default_cache_dir(config.root))
+        cache = None if options.no_cache else open_cache(options.cache_dir, config.root)
+        if cache is not None and cache.problem:
+            print(f"amplint: note: not caching: {cache.problem}", file=sys.stderr)
 
         def lint_all() -> List[FileResult]:
             shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
