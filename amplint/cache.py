@@ -95,7 +95,11 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 # Writing through directory descriptors is what makes "no link is followed" hold; a platform
 # without them (Windows) reads no cache and writes none.
-_SAFE_PLATFORM = bool(_O_NOFOLLOW and _O_DIRECTORY) and {os.open, os.mkdir, os.unlink, os.rmdir, os.rename, os.stat} <= os.supports_dir_fd
+_SAFE_PLATFORM = (
+    bool(_O_NOFOLLOW and _O_DIRECTORY)
+    and {os.open, os.mkdir, os.unlink, os.rmdir, os.rename, os.stat} <= os.supports_dir_fd
+    and {os.listdir, os.utime} <= os.supports_fd
+)
 
 Payload = Any  # JSON: dicts, lists, strings, numbers, booleans, None
 Stat = Tuple[int, int, int, int]  # mtime_ns, ctime_ns, size, inode
@@ -722,14 +726,16 @@ _FINDING_CHECKS: Dict[str, Callable[[Any], bool]] = {
 # as warm runs that lint again), never a half-checked one.
 _FINDING_ROW = _row_of(*(_FINDING_CHECKS.get(f.name, lambda _: False) for f in dataclasses.fields(Finding) if f.name != "path"))
 
-_REF = _optional(_is_dict_of(_optional(_is_str)))
-_EVENT = lambda e: type(e) is dict and _is_str(e.get("kind")) and _is_str(e.get("text")) and _REF(e.get("receiver")) and _REF(e.get("argument"))  # noqa: E731
-_FACT = _row_of(_is_str, _list_of(_is_str), lambda v: type(v) is bool)
-_SEQUENCE = lambda s: type(s) is dict and _list_of(_FACT)(s.get("facts")) and _list_of(_EVENT)(s.get("events"))  # noqa: E731
+# A module summary (amplint.semantic.exports), to the depth this process reads it
+# (amplint.project: its functions' names). Its events are taken apart only by
+# `load_summary` in a worker, where anything amiss is that one file's error; checking them
+# here would cost a warm run a third more (summaries are most of a shard).
 _FUNCTION = lambda f: (  # noqa: E731
-    type(f) is dict and _list_of(_is_str)(f.get("params")) and _list_of(_EVENT)(f.get("events")) and _optional(_list_of(_SEQUENCE))(f.get("sequences"))
+    type(f) is dict
+    and _list_of(_is_str)(f.get("params"))
+    and type(f.get("events")) is list
+    and (f.get("sequences") is None or type(f.get("sequences")) is list)
 )
-# A module summary (amplint.semantic.exports) to the depth its readers take apart.
 _SUMMARY = lambda s: type(s) is dict and _is_dict_of(_FUNCTION)(s.get("functions", {})) and _is_dict_of(_is_dict_of(_anything))(s.get("scalers", {}))  # noqa: E731
 
 _RESULT_CHECKS: Dict[str, Tuple[bool, Callable[[Any], bool]]] = {  # name: (required, check)
