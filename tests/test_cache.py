@@ -569,3 +569,29 @@ def test_every_result_amplint_stores_passes_the_check_on_read(tmp_path):
     payloads = [_to_payload(result) for result in results]
     assert any(p["summary"] for p in payloads) and any(f[-1] for p in payloads for f in p["findings"])
     assert [cache_module.valid_result(p) for p in payloads] == [True] * len(payloads)
+
+
+def test_links_and_fifos_planted_inside_the_cache_are_not_followed_or_waited_on(project, tmp_path):
+    """A shipped cache that looks like amplint's (its marker, its build) but whose lock and
+    shards are links to a victim's file, or FIFOs: the victim is untouched, nothing blocks,
+    and the files are linted."""
+    lint(project, tmp_path / "cache")
+    build = tmp_path / "cache" / "test-build"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    shards = sorted(build.glob("files-*.json"))
+    (build / "lock").unlink()
+    (build / "lock").symlink_to(victim)
+    for shard in shards[:1]:
+        shard.unlink()
+        shard.symlink_to(victim)
+    for shard in shards[1:]:
+        shard.unlink()
+        os.mkfifo(shard)
+    results, runner = lint(project, tmp_path / "cache")
+    assert runner.linted == 4 and [f.code for f in results[0].findings] == ["AMP003"]
+    assert victim.read_text() == "precious\n" and (build / "lock").is_symlink()
+    (build / "lock").unlink()
+    _, runner = lint(project, tmp_path / "cache")
+    _, runner = lint(project, tmp_path / "cache")
+    assert runner.linted == 0 and victim.read_text() == "precious\n"
