@@ -595,3 +595,19 @@ def test_links_and_fifos_planted_inside_the_cache_are_not_followed_or_waited_on(
     _, runner = lint(project, tmp_path / "cache")
     _, runner = lint(project, tmp_path / "cache")
     assert runner.linted == 0 and victim.read_text() == "precious\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root can write a read-only directory")
+def test_a_read_only_home_means_no_cache_and_one_note(amplint, project, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o555)
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(home))
+    try:
+        result = amplint("train.py", cwd=project)
+    finally:
+        home.chmod(0o755)
+    assert result.returncode == 1 and "AMP003" in result.stdout
+    assert result.stderr.count("amplint: note: not caching: cannot use the cache key") == 1
+    assert not (project / ".amplint_cache").exists()
