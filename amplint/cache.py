@@ -29,7 +29,7 @@ symbolic link it finds (every write goes through directory descriptors opened wi
 O_NOFOLLOW), and removes only old build directories of its own name, marker and files.
 A directory the user names that is not amplint's gets an `.amplint_cache` of its own inside.
 
-Nothing is believed that this user did not write: each shard carries a MAC (keyed BLAKE2b)
+Nothing is believed that this user did not write: each shard carries an HMAC-SHA256
 under a per-user secret kept outside the tree (`$XDG_CACHE_HOME/amplint/key`), so a cache
 that comes with a repository, or was written by someone else, is a miss. What passes is
 checked once more for shape (records, and result payloads as `amplint.driver` writes them):
@@ -357,8 +357,7 @@ class Cache:
 
     def _mac(self, name: str, body: bytes) -> bytes:
         assert self.key is not None
-        mac = hashlib.blake2b(key=self.key, digest_size=32, person=b"amplint-shard")
-        mac.update(f"{self.fingerprint}/{name}".encode("utf-8", "surrogatepass") + b"\0")
+        mac = hmac.new(self.key, b"amplint-shard\0" + f"{self.fingerprint}/{name}".encode("utf-8", "surrogatepass") + b"\0", "sha256")
         mac.update(body)
         return mac.hexdigest().encode("ascii")
 
