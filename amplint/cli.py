@@ -253,11 +253,13 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
             print(f"amplint: warning: no Python files or notebooks found under {visible(' '.join(paths) + why)}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
         from amplint import progress
-        from amplint.cache import Cache
+        from amplint.cache import open_cache
         from amplint.driver import Job, Runner
         from amplint.project import link
 
-        cache = None if options.no_cache else Cache(_cache_dir(options, config))
+        cache = None if options.no_cache else open_cache(options.cache_dir, config.root, config.cache_dir)
+        if cache is not None and cache.problem:
+            print(f"amplint: note: not caching: {visible(cache.problem)}", file=sys.stderr)
 
         def lint_all() -> List[FileResult]:
             shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
@@ -488,17 +490,6 @@ def _pattern_codes(values: Optional[Sequence[str]], flag: str) -> Optional[Dict[
     except PatternError as error:
         raise ConfigError(str(error)) from None
     return mapping
-
-
-def _cache_dir(options: argparse.Namespace, config: Config) -> str:
-    """--cache-dir, else $AMPLINT_CACHE_DIR, else the config's cache-dir, else the project's."""
-    if options.cache_dir:
-        return options.cache_dir
-    if os.environ.get(ENV_CACHE_DIR) or config.cache_dir is None:
-        from amplint.cache import default_cache_dir
-
-        return default_cache_dir(config.root)
-    return config.cache_dir
 
 
 def _selected_rules(options: argparse.Namespace, config: Config, rules: Optional[Sequence[Type[Rule]]] = None) -> Tuple[Type[Rule], ...]:

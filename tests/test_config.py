@@ -185,3 +185,17 @@ def test_output_format_cache_dir_and_jobs_in_the_configuration(amplint, tmp_path
 def test_a_config_error_names_the_override(tmp_path):
     with pytest.raises(ConfigError, match="--config KEY=VALUE: jobs must be"):
         load(None, str(tmp_path), overrides={"jobs": True})
+
+
+def test_a_configured_cache_dir_outside_the_project_is_not_used(amplint, tmp_path):
+    """The configuration comes with the repository: it may not point amplint's writes outside
+    the project (a user who wants that names the directory with --cache-dir)."""
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    write(project, {"amplint.toml": f'cache-dir = "{outside}"\n', "train.py": BUGGY})
+    result = amplint("--output-format", "json", "train.py", cwd=project)
+    assert codes(result) == ["AMP003"]
+    assert "not caching: the configured cache-dir" in result.stderr and "outside the project" in result.stderr
+    assert not outside.exists() and not (project / ".amplint_cache").exists()
+    write(project, {"amplint.toml": 'cache-dir = "../outside"\n'})
+    assert "outside the project" in amplint("--concise", "train.py", cwd=project).stderr
+    assert not outside.exists()
