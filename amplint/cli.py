@@ -15,36 +15,29 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import List, Optional, Sequence, TextIO, Tuple, Type
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TextIO, Tuple, Type
 
-from amplint import __version__, progress, show, subcommands
-from amplint.cache import CACHE_DIR_NAME, ENV_CACHE_DIR, Cache, default_cache_dir
-from amplint.config import (
-    FAIL_LEVELS,
-    TARGET_VERSIONS,
-    Config,
-    ConfigError,
-    PythonVersion,
-    find_pyproject,
-    load,
-    parse_target_version,
-    split_codes,
-)
-from amplint.diagnostics import FileError, FileResult, RunReport
-from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
-from amplint.driver import DEFAULT_BUDGET, Job, Runner
-from amplint.fix import diff
-from amplint.fixer import FileFix, applied_fixes, fix_results, fixed_by_severity, wanted_by, write_fixed
-from amplint.gitignore import PatternList
-from amplint.output import FORMATS, HUMAN_FORMATS, statistics
-from amplint.output.terminal import use_color
-from amplint.output.text import count_words
-from amplint.project import link
-from amplint.rule import Rule
-from amplint.rules import ALL_RULES
-from amplint.selection import SelectionError, resolve, validate
-from amplint.source import size_error
+from amplint import __version__, subcommands
+from amplint.config import FAIL_LEVELS, TARGET_VERSIONS, Config, ConfigError, PythonVersion, split_codes
+from amplint.escape import visible
+from amplint.noqa import directives_ignored, ignoring_directives
 from amplint.work import metered, parse_factor
+
+# Everything else is imported where it is used: `amplint --version` and a run on files that
+# mention no AMP code should not pay for LibCST, the rules and every output format
+# (bench/startup.py measures it).
+if TYPE_CHECKING:
+    from amplint.diagnostics import FileError, FileResult, RunReport
+    from amplint.fixer import FileFix
+    from amplint.gitignore import PatternList
+    from amplint.rule import Rule
+
+# The names of amplint.output.FORMATS (a test keeps them equal), known without importing the
+# renderers; `text` is the old name of `full`.
+OUTPUT_FORMATS = ("full", "concise", "json", "json-lines", "junit", "github", "gitlab", "pylint", "sarif")
+# As amplint.cache and amplint.driver define them (a test keeps them equal).
+CACHE_DIR_NAME, ENV_CACHE_DIR = ".amplint_cache", "AMPLINT_CACHE_DIR"
+DEFAULT_BUDGET = 30.0
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -80,25 +73,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # never exit 1 (which reads as "findings") on a crash
-        print(f"amplint: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"amplint: internal error: {type(error).__name__}: {visible(str(error))}", file=sys.stderr)
         return EXIT_ERROR
 
 
 # --------------------------------------------------------------------------- check
 
 
+class _Parser(argparse.ArgumentParser):
+    """The epilog lists the rules: they are imported for --help only."""
+
+    def format_help(self) -> str:
+        from amplint.rules import ALL_RULES
+
+        self.epilog = "Rules: " + ", ".join(f"{r.code} {r.name}" for r in ALL_RULES) + ". `amplint rule CODE` explains one."
+        return super().format_help()
+
+
 def _check_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="amplint",
         usage=USAGE,
         description="Find PyTorch automatic-mixed-precision mistakes that silently ruin training.",
-        epilog="Rules: " + ", ".join(f"{r.code} {r.name}" for r in ALL_RULES) + ". `amplint rule CODE` explains one.",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories to lint (default: .), or - for standard input")
     selection = parser.add_argument_group("rule selection")
     selection.add_argument("--select", action="append", metavar="CODES", help="rules to enable: codes, prefixes or ALL, comma-separated (replaces the config's selection)")
     selection.add_argument("--extend-select", action="append", metavar="CODES", help="rules to enable on top of the selection")
     selection.add_argument("--ignore", action="append", metavar="CODES", help="rules to disable")
+    selection.add_argument("--per-file-ignores", action="append", metavar="GLOB:CODES", help="rules to disable in files matching a gitignore-style pattern, e.g. 'tests/*:AMP002,AMP006' (replaces the config's per-file-ignores)")
+    selection.add_argument("--extend-per-file-ignores", action="append", metavar="GLOB:CODES", help="per-file ignores on top of the config's")
     files = parser.add_argument_group("file selection")
     files.add_argument("--exclude", action="append", metavar="PATTERNS", help="gitignore-style patterns to skip (replaces the defaults)")
     files.add_argument("--extend-exclude", action="append", metavar="PATTERNS", help="patterns to skip on top of the defaults")
@@ -109,9 +113,9 @@ def _check_parser() -> argparse.ArgumentParser:
     output = parser.add_argument_group("output")
     output.add_argument(
         "--output-format",
-        choices=[name for name in FORMATS if name != "text"],
+        choices=OUTPUT_FORMATS,
         type=lambda name: "full" if name == "text" else name,  # `text`: full's old name
-        default="full",
+        default=None,  # the config's output-format, else full
         metavar="FORMAT",
         help="full (default: title, location, code frame, help), concise (one line each), json, json-lines, "
         "junit, github (Actions annotations), gitlab (Code Quality), pylint, sarif (code scanning)",
@@ -131,6 +135,10 @@ def _check_parser() -> argparse.ArgumentParser:
     fixing.add_argument("--show-fixes", action="store_true", help="list the fixes applied, per file and rule")
     fixing.add_argument("--fixable", action="append", metavar="CODES", help="rules whose fixes may be applied (replaces the config's fixable; default ALL)")
     fixing.add_argument("--unfixable", action="append", metavar="CODES", help="rules whose fixes are never applied")
+    fixing.add_argument("--exit-non-zero-on-fix", action="store_true", help="exit 1 when --fix or --fix-only changed a file, even if nothing remains")
+    noqa = parser.add_argument_group("noqa")
+    noqa.add_argument("--add-noqa", action="store_true", help="add `# noqa: CODE` to every line with a finding (merged into the line's own directive) and exit; adopts amplint on existing code")
+    noqa.add_argument("--ignore-noqa", action="store_true", help="ignore every `# noqa` and `# amplint: noqa` comment: report what they suppress")
     run = parser.add_argument_group("run")
     run.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     run.add_argument(
@@ -138,9 +146,15 @@ def _check_parser() -> argparse.ArgumentParser:
         choices=FAIL_LEVELS,
         help="the lowest severity of finding that fails the run (exit 1): error (warnings are reported and exit 0) or warning (default: the config's fail-level, else error)",
     )
-    run.add_argument("--config", metavar="PYPROJECT", help="use this pyproject.toml's [tool.amplint]")
+    run.add_argument(
+        "--config",
+        action="append",
+        metavar="PATH|KEY=VALUE",
+        help="a configuration file to use instead of the nearest one (amplint.toml, or a pyproject.toml's [tool.amplint]), "
+        "or a `KEY = VALUE` TOML line that overrides one setting, e.g. --config \"ignore = ['AMP006']\" (repeatable)",
+    )
     run.add_argument("--isolated", action="store_true", help="ignore all configuration files")
-    run.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
+    run.add_argument("-j", "--jobs", type=int, default=None, metavar="N", help="worker processes (default: the config's jobs, else one per CPU)")
     run.add_argument(
         "--file-budget",
         type=_seconds,
@@ -158,27 +172,46 @@ def _check_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--cache-dir",
         metavar="DIR",
-        help=f"where results are cached (default: ${ENV_CACHE_DIR}, else {CACHE_DIR_NAME} in the project root)",
+        help=f"where results are cached (default: ${ENV_CACHE_DIR}, else the config's cache-dir, else {CACHE_DIR_NAME} in the project root)",
     )
+    run.add_argument("-w", "--watch", action="store_true", help="lint again whenever a linted file (or the configuration) changes; Ctrl-C stops")
+    run.add_argument("--watch-runs", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop after N runs
     run.add_argument("--version", action="version", version=f"amplint {__version__}")
     return parser
 
 
 def check_command(argv: Sequence[str]) -> int:
-    parser = _check_parser()
-    options = parser.parse_args(argv)
+    options = _check_parser().parse_args(argv)
+    if options.watch:
+        return _watch(options)
+    with directives_ignored(options.ignore_noqa):
+        return _check(options)
+
+
+def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> int:
+    """One run. `watched`: filled with the files it linted and the configuration it read."""
+    from amplint import show
+    from amplint.catalogue import RULES
+    from amplint.config import parse_target_version
+    from amplint.diagnostics import FileError, RunReport
+    from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
+    from amplint.output import HUMAN_FORMATS
+    from amplint.selection import SelectionError, validate
+
     paths = options.paths or (["-"] if options.stdin_filename is not None else ["."])
     reads_stdin = "-" in paths
     if reads_stdin and len(paths) > 1:
         return _usage_error("`-` (standard input) cannot be combined with other paths")
     if options.stdin_filename is not None and not reads_stdin:
         return _usage_error("--stdin-filename names standard input: pass `-` or no paths, not " + " ".join(paths))
+    if options.add_noqa and (options.fix or options.fix_only or options.diff or reads_stdin):
+        return _usage_error("--add-noqa edits the files named on the command line: not with --fix, --fix-only, --diff or standard input")
     stdin_name = options.stdin_filename or "-"
     try:
         # Standard input is configured as the file it stands for: its pyproject.toml, its
         # per-file-ignores.
         config = _load_config(options, [stdin_name] if reads_stdin else paths)
-        rules = _selected_rules(options, config)
+        rules = _selected_rules(options, config, RULES)  # their codes: the rules are imported by the files that need them
         per_file = _per_file_ignores(config)
         check_patterns(split_codes(options.exclude) or [], "--exclude")
         check_patterns(split_codes(options.extend_exclude) or [], "--extend-exclude")
@@ -187,8 +220,9 @@ def check_command(argv: Sequence[str]) -> int:
     target = parse_target_version(options.target_version) if options.target_version else config.target_version
     analysis_limit = options.analysis_limit if options.analysis_limit is not None else config.analysis_limit
     fail_level = options.fail_level or config.fail_level
-    if options.concise and options.output_format == "full":
+    if options.concise and options.output_format in (None, "full"):
         options.output_format = "concise"
+    options.output_format = options.output_format or config.output_format or "full"
 
     discovery = Discovery(
         root=config.root,
@@ -197,17 +231,16 @@ def check_command(argv: Sequence[str]) -> int:
         respect_gitignore=config.respect_gitignore and not options.no_respect_gitignore,
         force_exclude=options.force_exclude,
     )
-    workers = options.jobs or os.cpu_count() or 1
+    workers = (options.jobs if options.jobs is not None else config.jobs) or os.cpu_count() or 1
     if options.show_settings:
         sys.stdout.write(show.settings(config, rules, discovery, paths, options.output_format, workers, target))
         return EXIT_CLEAN
     unsafe = options.unsafe_fixes if options.unsafe_fixes is not None else config.unsafe_fixes
     try:
-        fixable = validate(split_codes(options.fixable) or config.fixable, ALL_RULES)
-        unfixable = validate([*config.unfixable, *(split_codes(options.unfixable) or [])], ALL_RULES)
+        fixable = validate(split_codes(options.fixable) or config.fixable, RULES)
+        unfixable = validate([*config.unfixable, *(split_codes(options.unfixable) or [])], RULES)
     except SelectionError as error:
         return _usage_error(str(error))
-    wanted = wanted_by(unsafe, fixable, unfixable)
     fixing = options.fix or options.fix_only or options.diff
     stdin_data: Optional[bytes] = None
     if reads_stdin:
@@ -223,20 +256,33 @@ def check_command(argv: Sequence[str]) -> int:
 
     else:
         files, errors = discovery.files(paths)
+        if watched is not None:
+            watched.extend([*files, *([config.path] if config.path else [])])
         if options.show_files:
             sys.stdout.write(show.files(files))
             for error in sorted(errors):
-                print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+                print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
             return EXIT_ERROR if errors else EXIT_CLEAN
         if not files and not errors:
-            print(f"amplint: warning: no Python files or notebooks found under {' '.join(paths)}", file=sys.stderr)
+            # Exactly why, when --force-exclude left out the paths the user named.
+            why = "".join(f"; {path} is {reason}" for path, reason in discovery.skipped)
+            print(f"amplint: warning: no Python files or notebooks found under {visible(' '.join(paths) + why)}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
-        cache = None if options.no_cache else Cache(options.cache_dir or default_cache_dir(config.root))
+        from amplint import progress
+        from amplint.cache import open_cache
+        from amplint.driver import Job, Runner
+        from amplint.project import link
+
+        cache = None if options.no_cache else open_cache(options.cache_dir, config.root, config.cache_dir)
+        if cache is not None and cache.problem:
+            print(f"amplint: note: not caching: {visible(cache.problem)}", file=sys.stderr)
 
         def lint_all() -> List[FileResult]:
             shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
             try:
-                with Runner(workers, options.file_budget, cache, target=target, progress=shown, analysis_limit=analysis_limit) as runner:
+                # --ignore-noqa changes what a file's result is: part of its cache key.
+                settings = {"ignore-noqa": True} if ignoring_directives() else None
+                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit) as runner:
                     linted = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
                     runner.progress = None
                     # Files that import linted modules, again with what those modules' functions do.
@@ -245,14 +291,18 @@ def check_command(argv: Sequence[str]) -> int:
                 shown.close()
 
     results = lint_all()
+    if options.add_noqa:
+        return _add_noqa(results, errors, paths)
     fixes: List[FileFix] = []
     if fixing:
+        from amplint.fixer import fix_results, wanted_by, write_fixed
+
         # Functions are followed as far as the lint followed them, so every fix it showed is found.
         with metered(analysis_limit, limited=False):
-            fixes = fix_results(results, codes_by_path, wanted, target, stdin_data)
+            fixes = fix_results(results, codes_by_path, wanted_by(unsafe, fixable, unfixable), target, stdin_data)
         for fix in fixes:
             if fix.outcome.error and fix.outcome.count == 0:
-                print(f"amplint: note: {fix.path}: {fix.outcome.error}", file=sys.stderr)
+                print(f"amplint: note: {visible(fix.path)}: {visible(fix.outcome.error)}", file=sys.stderr)
         if options.diff:
             return _print_diff(fixes, results, errors)
         if reads_stdin:
@@ -268,7 +318,7 @@ def check_command(argv: Sequence[str]) -> int:
         else:
             for fix in fixes:
                 if fix.changed:
-                    problem = write_fixed(fix)
+                    problem = write_fixed(fix, paths)
                     if problem is not None:
                         errors.append(FileError(fix.path, problem))
                         fix.fixed = fix.original  # not written: neither changed nor counted as fixed
@@ -282,6 +332,7 @@ def check_command(argv: Sequence[str]) -> int:
 
     findings = sorted(f for result in results for f in result.findings)
     errors += [result.error for result in results if result.error is not None]
+    fixed_errors, fixed_warnings = _fixed_by_severity(fixes)
     report = RunReport(
         findings=findings,
         errors=errors,
@@ -290,16 +341,20 @@ def check_command(argv: Sequence[str]) -> int:
         notebooks={r.path: r.cells for r in results if r.cells is not None},
         skipped_functions=sorted(s for r in results for s in r.skipped_functions),
         unsafe_fixes=unsafe,
-        fixed=sum(fixed_by_severity(fixes)),
-        fixed_warnings=fixed_by_severity(fixes)[1],
+        fixed=fixed_errors + fixed_warnings,
+        fixed_warnings=fixed_warnings,
     )
     try:
         if options.fix_only:
             if not options.quiet and report.fixed:
-                print(f"Fixed {count_words(*fixed_by_severity(fixes))}.", file=sys.stderr if reads_stdin else sys.stdout)
+                from amplint.output.text import count_words
+
+                print(f"Fixed {count_words(fixed_errors, fixed_warnings)}.", file=sys.stderr if reads_stdin else sys.stdout)
         else:
             _write(report, options, sys.stderr if reads_stdin and fixing else None)
         if options.show_fixes and report.fixed:
+            from amplint.fixer import applied_fixes
+
             (sys.stderr if reads_stdin or options.output_format not in HUMAN_FORMATS else sys.stdout).write(applied_fixes(fixes))
     except OSError as error:
         return _usage_error(f"cannot write {options.output_file}: {error.strerror or error}")
@@ -307,13 +362,16 @@ def check_command(argv: Sequence[str]) -> int:
     # as a clean bill of health. Every output format reports it; here for a person reading
     # the terminal when standard output is not for them.
     for skipped in report.skipped_functions if not _human_on_stdout(options, reads_stdin and fixing) else ():
-        print(f"amplint: note: {skipped.path}:{skipped.row}: {skipped.message}", file=sys.stderr)
+        print(f"amplint: note: {visible(skipped.path)}:{skipped.row}: {skipped.message}", file=sys.stderr)
     for error in sorted(errors):
-        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
-    return exit_status(report, fail_level, exit_zero=options.exit_zero or options.fix_only)
+        print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
+    status = exit_status(report, fail_level, exit_zero=options.exit_zero or options.fix_only)
+    if status == EXIT_CLEAN and options.exit_non_zero_on_fix and not options.exit_zero and any(fix.changed for fix in fixes):
+        return EXIT_FINDINGS
+    return status
 
 
-def exit_status(report: RunReport, fail_level: str = "error", exit_zero: bool = False) -> int:
+def exit_status(report: "RunReport", fail_level: str = "error", exit_zero: bool = False) -> int:
     """2 if a file could not be linted; 1 for a finding at `fail_level` or worse (unless
     `exit_zero`); else 0. A function not analysed is reported, and changes nothing here: its
     verdict is deterministic (amplint.work), and raising the limit is the way to analyse it."""
@@ -325,23 +383,97 @@ def exit_status(report: RunReport, fail_level: str = "error", exit_zero: bool = 
     return EXIT_CLEAN
 
 
+def _add_noqa(results: List[FileResult], errors: List[FileError], paths: Sequence[str]) -> int:
+    """`--add-noqa`: mark every finding's line and exit (0, or 2 if a file could not be linted
+    or written), as ruff does."""
+    from amplint.add_noqa import add_noqa
+
+    added = add_noqa(results, paths)
+    for note in added.notes:
+        print(f"amplint: note: {note}", file=sys.stderr)
+    count = added.directives
+    print(f"Added {count} noqa directive{'s' if count != 1 else ''}" + (f" in {added.files} file{'s' if added.files != 1 else ''}." if count else "."), file=sys.stderr)
+    errors = errors + added.errors + [result.error for result in results if result.error is not None]
+    for error in sorted(errors):
+        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+    return EXIT_ERROR if errors else EXIT_CLEAN
+
+
+# Seconds between two looks at the watched files' modification times.
+WATCH_INTERVAL = 0.5
+
+
+def _watch(options: argparse.Namespace) -> int:
+    """`--watch`: a run, then another whenever a linted file, a directory holding one, a path
+    given or the configuration file changes (polled: no dependency, no threads)."""
+    import time
+
+    if options.paths == ["-"] or options.stdin_filename is not None:
+        return _usage_error("--watch watches files: not with standard input")
+    if options.add_noqa:
+        return _usage_error("--watch and --add-noqa: add the directives once, then watch")
+    runs, code = 0, EXIT_CLEAN
+    while options.watch_runs is None or runs < options.watch_runs:
+        if runs:
+            print("amplint: file change detected, linting again", file=sys.stderr)
+        watched: List[str] = list(options.paths or ["."])
+        with directives_ignored(options.ignore_noqa):
+            code = _check(options, watched)
+        runs += 1
+        watched += sorted({os.path.dirname(os.path.abspath(path)) for path in watched})
+        before = _stamps(watched)  # before saying so: a change made on reading it counts
+        sys.stdout.flush()
+        print("amplint: watching for file changes (Ctrl-C stops)", file=sys.stderr, flush=True)
+        while options.watch_runs is None or runs < options.watch_runs:
+            time.sleep(WATCH_INTERVAL)
+            if _stamps(watched) != before:
+                break
+    return code
+
+
+def _stamps(paths: Sequence[str]) -> Dict[str, Optional[Tuple[int, int]]]:
+    stamps: Dict[str, Optional[Tuple[int, int]]] = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+            stamps[path] = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamps[path] = None
+    return stamps
+
+
 def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[FileError]) -> int:
     """`--diff`: the fixes as a unified diff; exit 1 when there is something to fix."""
+    from amplint.fix import diff
+
+    from amplint.output.text import count_words
+
     changed = [fix for fix in fixes if fix.changed]
     for fix in changed:
         sys.stdout.write(diff(fix.text_before, fix.text_after, fix.path))
-    if sum(fixed_by_severity(changed)):
-        print(f"Would fix {count_words(*fixed_by_severity(changed))}.", file=sys.stderr)
+    if sum(_fixed_by_severity(changed)):
+        print(f"Would fix {count_words(*_fixed_by_severity(changed))}.", file=sys.stderr)
     errors = errors + [result.error for result in results if result.error is not None]
     for error in sorted(errors):
-        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+        print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
     if errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if changed else EXIT_CLEAN
 
 
+def _fixed_by_severity(fixes: Sequence["FileFix"]) -> Tuple[int, int]:
+    """(errors, warnings) that `fixes` settled; the fixer is imported only when there are some."""
+    if not fixes:
+        return 0, 0
+    from amplint.fixer import fixed_by_severity
+
+    return fixed_by_severity(fixes)
+
+
 def _human_on_stdout(options: argparse.Namespace, elsewhere: bool) -> bool:
     """Whether the report a person reads (a human format, not --statistics) is on the terminal."""
+    from amplint.output import HUMAN_FORMATS
+
     return (
         options.output_format in HUMAN_FORMATS
         and not (options.fix_only or options.statistics or options.output_file or elsewhere)
@@ -349,39 +481,102 @@ def _human_on_stdout(options: argparse.Namespace, elsewhere: bool) -> bool:
 
 
 def _usage_error(message: str) -> int:
-    print(f"amplint: error: {message}", file=sys.stderr)
+    # Messages quote the configuration and paths, which the linted repository controls.
+    print(f"amplint: error: {visible(message)}", file=sys.stderr)
     return EXIT_ERROR
 
 
 def _load_config(options: argparse.Namespace, paths: Sequence[str]) -> Config:
+    """The configuration file (`--config PATH`, else the nearest one), with the command
+    line's `--config KEY=VALUE` and `--per-file-ignores` on top."""
+    from amplint.config import defaults, find_config, load, parse_override
+
+    files = [value for value in options.config or [] if os.path.exists(value) or "=" not in value]
+    overrides = {}
+    for value in options.config or []:
+        if value not in files:
+            overrides.update(parse_override(value))
+    if len(files) > 1:
+        raise ConfigError("--config names one configuration file, not " + ", ".join(files))
+    if options.isolated and files:
+        raise ConfigError(f"--config {files[0]} and --isolated contradict each other (--isolated ignores every configuration file)")
     if options.isolated:
-        return Config(root=os.getcwd())
-    if options.config:
-        return load(options.config, os.getcwd())
-    start = os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else os.getcwd()
-    return load(find_pyproject(start), os.getcwd(), start)
+        config = defaults(os.getcwd(), overrides)
+    elif files:
+        config = load(files[0], os.getcwd(), overrides=overrides, explicit=True)
+    else:
+        start = os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else os.getcwd()
+        config = load(find_config(start), os.getcwd(), start, overrides=overrides)
+    replace = _pattern_codes(options.per_file_ignores, "--per-file-ignores")
+    if replace is not None:
+        config.per_file_ignores = replace
+    config.per_file_ignores.update(_pattern_codes(options.extend_per_file_ignores, "--extend-per-file-ignores") or {})
+    return config
 
 
-def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[Rule], ...]:
+def _pattern_codes(values: Optional[Sequence[str]], flag: str) -> Optional[Dict[str, List[str]]]:
+    """`--per-file-ignores 'tests/*:AMP002,AMP006'` (repeatable; `a.py:AMP001,b.py:AMP002` too,
+    as ruff writes it) -> {"tests/*": ["AMP002", "AMP006"], ...}."""
+    if values is None:
+        return None
+    from amplint.discovery import PatternError, check_patterns
+
+    mapping: Dict[str, List[str]] = {}
+    for value in values:
+        pattern = None
+        for part in (p.strip() for p in value.split(",")):
+            if ":" in part:
+                pattern, code = (side.strip() for side in part.rsplit(":", 1))
+                if not pattern:
+                    raise ConfigError(f"{flag} {value!r}: a pattern is missing before `:`")
+                mapping.setdefault(pattern, [])
+                part = code
+            elif pattern is None:
+                raise ConfigError(f"{flag} {value!r}: expected GLOB:CODES, e.g. 'tests/*:AMP002'")
+            if part:
+                mapping[pattern].append(part)
+        if pattern is not None and not mapping[pattern]:
+            raise ConfigError(f"{flag} {value!r}: no rule codes after `:`")
+    try:
+        check_patterns(list(mapping), flag)
+    except PatternError as error:
+        raise ConfigError(str(error)) from None
+    return mapping
+
+
+def _selected_rules(options: argparse.Namespace, config: Config, rules: Optional[Sequence[Type[Rule]]] = None) -> Tuple[Type[Rule], ...]:
+    """The selected ones of `rules` (default: the rule classes; a run passes the catalogue's
+    entries, which have the same codes and names without importing LibCST)."""
+    from amplint.selection import require_some, resolve, validate
+
+    if rules is None:
+        from amplint.rules import ALL_RULES as rules
     cli_select = split_codes(options.select)
     if cli_select is not None:
         # The command line wins: its --select replaces the config's whole selection.
+        require_some(cli_select, "--select")
         select, ignore = cli_select, []
     else:
+        if config.select is not None:
+            require_some(config.select, f"{config.path}: `select`")
         select, ignore = (config.select if config.select is not None else ["ALL"]), list(config.ignore)
     extend = [*config.extend_select, *(split_codes(options.extend_select) or [])]
     ignore += split_codes(options.ignore) or []
     return resolve(
-        ALL_RULES,
-        validate(select, ALL_RULES),
-        validate(extend, ALL_RULES),
-        validate(ignore, ALL_RULES),
+        rules,
+        validate(select, rules),
+        validate(extend, rules),
+        validate(ignore, rules),
     )
 
 
 def _per_file_ignores(config: Config) -> List[Tuple[PatternList, List[str]]]:
+    from amplint.catalogue import RULES
+    from amplint.gitignore import PatternList
+    from amplint.selection import validate
+
     return [
-        (PatternList.from_patterns(config.root, [pattern]), validate(codes, ALL_RULES))
+        (PatternList.from_patterns(config.root, [pattern]), validate(codes, RULES))
         for pattern, codes in config.per_file_ignores.items()
     ]
 
@@ -407,6 +602,10 @@ def lint_stdin(
     analysis_limit: float = 1.0,
 ) -> FileResult:
     """Lint standard input (or `data` read from it) as the file `name`, isolated like any other file."""
+    from amplint.diagnostics import FileResult
+    from amplint.driver import Job, Runner
+    from amplint.source import size_error
+
     data = sys.stdin.buffer.read() if data is None else data
     too_large = size_error(name, len(data))
     if too_large:
@@ -435,6 +634,9 @@ def _factor(text: str) -> float:
 def _write(report: RunReport, options: argparse.Namespace, default: Optional[TextIO] = None) -> None:
     """The findings, on standard output (or `default`: standard error when standard output
     carries the fixed source) or in the file named by -o."""
+    from amplint.output import FORMATS, HUMAN_FORMATS, statistics
+    from amplint.output.terminal import use_color
+
     stream = None
     if options.output_file:
         os.makedirs(os.path.dirname(os.path.abspath(options.output_file)), exist_ok=True)
@@ -458,11 +660,24 @@ def _write(report: RunReport, options: argparse.Namespace, default: Optional[Tex
 
 
 def rule_command(argv: Sequence[str]) -> int:
+    import json
+
+    from amplint.rules import ALL_RULES
+
     parser = argparse.ArgumentParser(prog="amplint rule", description="Show a rule's documentation.")
     parser.add_argument("code", nargs="?", help="a rule code, e.g. AMP003, or its name, e.g. clip-before-unscale")
     parser.add_argument("--all", action="store_true", help="list every rule")
+    parser.add_argument(
+        "--output-format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default), or json: ruff's object per rule (a list with --all), for tools",
+    )
     options = parser.parse_args(argv)
     if options.all or not options.code:
+        if options.output_format == "json":
+            print(json.dumps([_rule_json(rule) for rule in ALL_RULES], indent=2))
+            return EXIT_CLEAN
         width = max(len(rule.name) for rule in ALL_RULES)
         for rule in ALL_RULES:
             fix = (rule.fix_kind() or "").ljust(6)
@@ -471,7 +686,25 @@ def rule_command(argv: Sequence[str]) -> int:
     wanted = options.code.strip()
     for rule in ALL_RULES:
         if wanted.upper() == rule.code or wanted == rule.name:
-            sys.stdout.write(rule.page())
+            if options.output_format == "json":
+                print(json.dumps(_rule_json(rule), indent=2))
+            else:
+                sys.stdout.write(rule.page())
             return EXIT_CLEAN
     print(f"amplint: error: unknown rule `{wanted}` (see `amplint rule --all`)", file=sys.stderr)
     return EXIT_ERROR
+
+
+def _rule_json(rule: Type[Rule]) -> Dict[str, object]:
+    """`amplint rule CODE --output-format json`: ruff's keys (name, code, linter, summary, fix,
+    explanation), with amplint's severity and documentation URL."""
+    return {
+        "name": rule.name,
+        "code": rule.code,
+        "linter": "amplint",
+        "summary": rule.summary(),
+        "severity": rule.severity,
+        "fix": rule.fix_kind(),  # "safe", "unsafe" or null
+        "url": rule.url(),
+        "explanation": rule.page(),
+    }

@@ -1,4 +1,10 @@
-"""`[tool.amplint]` in pyproject.toml, merged with the command line (the command line wins)."""
+"""The configuration: `.amplint.toml` or `amplint.toml` (top-level keys), or `[tool.amplint]` in
+pyproject.toml, merged with the command line (the command line wins).
+
+As in ruff, the closest directory with a configuration wins, and within one directory
+`.amplint.toml` comes before `amplint.toml`, which comes before a pyproject.toml with a
+`[tool.amplint]` table (one without it is passed over). docs/configuration.md has every key.
+"""
 
 from __future__ import annotations
 
@@ -27,12 +33,17 @@ KNOWN_KEYS = (
     "unsafe-fixes",
     "respect-gitignore",
     "target-version",
+    "output-format",
+    "cache-dir",
+    "jobs",
     "fail-level",
     "analysis-limit",
 )
 # The lowest severity of finding that fails a run (exit 1): `error` by default, so warnings
 # are reported without breaking a build unless asked for.
 FAIL_LEVELS = ("error", "warning")
+# Looked for in each directory, in this order (ruff's: .ruff.toml, ruff.toml, pyproject.toml).
+CONFIG_FILES = (".amplint.toml", "amplint.toml", "pyproject.toml")
 # The Python versions a project can target: the grammars amplint can parse (LibCST knows
 # up to 3.14).
 TARGET_VERSIONS = tuple(f"py3{minor}" for minor in range(7, 15))
@@ -46,7 +57,7 @@ class ConfigError(ValueError):
 @dataclass
 class Config:
     root: str  # the directory the config's paths and patterns are relative to
-    path: Optional[str] = None  # the pyproject.toml it came from
+    path: Optional[str] = None  # the file it came from (amplint.toml, pyproject.toml, ...)
     select: Optional[List[str]] = None
     extend_select: List[str] = field(default_factory=list)
     ignore: List[str] = field(default_factory=list)
@@ -62,25 +73,36 @@ class Config:
     fixable: List[str] = field(default_factory=lambda: ["ALL"])
     unfixable: List[str] = field(default_factory=list)
     unsafe_fixes: bool = False
+    # Defaults for what the command line can say too: --output-format, --cache-dir (absolute
+    # here), --jobs (0: one per CPU). None: not configured.
+    output_format: Optional[str] = None
+    cache_dir: Optional[str] = None
+    jobs: Optional[int] = None
     # Exit 1 for findings of this severity or worse (FAIL_LEVELS), and the factor on the
     # analysis' work limits (amplint.work).
     fail_level: str = "error"
     analysis_limit: float = 1.0
 
 
-def find_pyproject(start: str) -> Optional[str]:
-    """The nearest pyproject.toml with a [tool.amplint] table, from `start` upwards."""
+def find_config(start: str) -> Optional[str]:
+    """The nearest configuration from `start` upwards: in the closest directory that has one,
+    .amplint.toml, else amplint.toml, else a pyproject.toml with a [tool.amplint] table."""
     directory = os.path.abspath(start)
     if not os.path.isdir(directory):
         directory = os.path.dirname(directory)
     while True:
-        candidate = os.path.join(directory, "pyproject.toml")
-        if os.path.isfile(candidate) and _has_amplint_table(candidate):
-            return candidate
+        for name in CONFIG_FILES:
+            candidate = os.path.join(directory, name)
+            if os.path.isfile(candidate) and (name != "pyproject.toml" or _has_amplint_table(candidate)):
+                return candidate
         parent = os.path.dirname(directory)
         if parent == directory:
             return None
         directory = parent
+
+
+# Its old name, from when pyproject.toml was the only configuration file.
+find_pyproject = find_config
 
 
 def _has_amplint_table(path: str) -> bool:
@@ -100,20 +122,88 @@ def _has_amplint_table(path: str) -> bool:
     return isinstance(tool, dict) and "amplint" in tool
 
 
-def load(path: Optional[str], fallback_root: str, start: Optional[str] = None) -> Config:
-    """The configuration in `path`; with no file, the defaults, rooted at `fallback_root`, and
-    the grammar of the nearest pyproject.toml's requires-python above `start`."""
+def load(
+    path: Optional[str],
+    fallback_root: str,
+    start: Optional[str] = None,
+    overrides: Optional[Dict[str, Any]] = None,
+    explicit: bool = False,
+) -> Config:
+    """The configuration in `path`, with `overrides` (`--config KEY=VALUE`) on top; with no
+    file, the defaults and the overrides, rooted at `fallback_root`, and the grammar of the
+    nearest pyproject.toml's requires-python above `start`. `explicit`: the file was named
+    (`--config PATH`), so one with nothing for amplint is an error, not the defaults."""
+    overrides = overrides or {}
     if path is None:
-        return Config(root=os.path.abspath(fallback_root), target_version=project_python(start or fallback_root))
+        config = defaults(fallback_root, overrides)
+        if config.target_version is None:
+            config.target_version = project_python(start or fallback_root)
+        return config
     document = _read_toml(path)
-    tool = document.get("tool", {})
-    table = tool.get("amplint", {}) if isinstance(tool, dict) else {}
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: [tool.amplint] must be a table")
+    table = _amplint_table(document, path, explicit)
+    section = " in [tool.amplint]" if _is_pyproject_style(document, path) else ""
+    config = _from_table({**table, **overrides}, path, os.path.dirname(os.path.abspath(path)), path, section)
+    if config.target_version is None:
+        # A pyproject.toml's own requires-python; beside an amplint.toml, the nearest one's.
+        config.target_version = requires_python(document) if _is_pyproject_style(document, path) else project_python(config.root)
+    return config
+
+
+OVERRIDE = "--config KEY=VALUE"
+
+
+def defaults(root: str, overrides: Optional[Dict[str, Any]] = None) -> Config:
+    """No configuration file (`--isolated`, or none found): the defaults and the overrides."""
+    return _from_table(overrides or {}, OVERRIDE, os.path.abspath(root), None)
+
+
+def parse_override(text: str) -> Dict[str, Any]:
+    """`--config "select = ['AMP003']"`: one line of TOML whose keys are amplint's (ruff's
+    inline configuration)."""
+    try:
+        table = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as error:
+        raise ConfigError(f"--config {text!r} is neither a file nor a valid `KEY = VALUE` TOML line: {error}") from None
+    if not table:
+        raise ConfigError(f"--config {text!r} sets nothing")
+    _from_table(table, f"--config {text!r}", os.getcwd(), None)  # its keys and values, checked alone
+    return table
+
+
+def _is_pyproject_style(document: Dict[str, Any], path: str) -> bool:
+    """A pyproject.toml, or another file with a [tool.amplint] table (`--config ci.toml`)."""
+    tool = document.get("tool")
+    return os.path.basename(path) == "pyproject.toml" or (isinstance(tool, dict) and "amplint" in tool)
+
+
+def _amplint_table(document: Dict[str, Any], path: str, explicit: bool) -> Dict[str, Any]:
+    if _is_pyproject_style(document, path):
+        tool = document.get("tool", {})
+        table = tool.get("amplint") if isinstance(tool, dict) else None
+        if table is None:
+            if explicit:
+                raise ConfigError(f"{path} has no [tool.amplint] table: nothing in it configures amplint")
+            return {}
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [tool.amplint] must be a table")
+        return table
+    # amplint.toml, .amplint.toml or another file named by --config: top-level keys. An
+    # empty one found by the search is the defaults; one named explicitly must say something.
+    if explicit and not any(key in KNOWN_KEYS for key in document):
+        found = f" (it has: {', '.join(sorted(document))})" if document else " (it is empty)"
+        raise ConfigError(
+            f"{path} has nothing for amplint: no [tool.amplint] table and no top-level amplint key{found}; "
+            f"known keys: {', '.join(KNOWN_KEYS)}"
+        )
+    return document
+
+
+def _from_table(table: Dict[str, Any], path: str, root: str, source: Optional[str], section: str = "") -> Config:
+    """A Config from amplint's keys; `path` (and `section`) name where they came from in every error."""
     unknown = sorted(set(table) - set(KNOWN_KEYS))
     if unknown:
-        raise ConfigError(f"{path}: unknown key(s) in [tool.amplint]: {', '.join(unknown)} (known: {', '.join(KNOWN_KEYS)})")
-    config = Config(root=os.path.dirname(os.path.abspath(path)), path=path)
+        raise ConfigError(f"{path}: unknown key(s){section}: {', '.join(unknown)} (known: {', '.join(KNOWN_KEYS)})")
+    config = Config(root=root, path=source)
     config.select = _strings(table, "select", path, optional=True)
     config.extend_select = _strings(table, "extend-select", path) or []
     config.ignore = _strings(table, "ignore", path) or []
@@ -125,16 +215,10 @@ def load(path: Optional[str], fallback_root: str, start: Optional[str] = None) -
     ):
         raise ConfigError(f"{path}: per-file-ignores must map glob patterns to lists of rule codes")
     config.per_file_ignores = dict(per_file)
-    respect = table.get("respect-gitignore", True)
-    if not isinstance(respect, bool):
-        raise ConfigError(f"{path}: respect-gitignore must be true or false")
-    config.respect_gitignore = respect
+    config.respect_gitignore = _boolean(table, "respect-gitignore", True, path)
     config.fixable = _strings(table, "fixable", path, optional=True) or ["ALL"]
     config.unfixable = _strings(table, "unfixable", path) or []
-    unsafe = table.get("unsafe-fixes", False)
-    if not isinstance(unsafe, bool):
-        raise ConfigError(f"{path}: unsafe-fixes must be true or false")
-    config.unsafe_fixes = unsafe
+    config.unsafe_fixes = _boolean(table, "unsafe-fixes", False, path)
     fail_level = table.get("fail-level", "error")
     if fail_level not in FAIL_LEVELS:
         raise ConfigError(f"{path}: fail-level must be one of {', '.join(repr(l) for l in FAIL_LEVELS)}")
@@ -144,8 +228,16 @@ def load(path: Optional[str], fallback_root: str, start: Optional[str] = None) -
         raise ConfigError(f"{path}: analysis-limit must be a positive number (a factor on the default limits)")
     config.analysis_limit = float(limit)
     config.target_version = _target_version(table, path)
-    if config.target_version is None:
-        config.target_version = requires_python(document)
+    config.output_format = _output_format(table, path)
+    if "cache-dir" in table:
+        if not isinstance(table["cache-dir"], str) or not table["cache-dir"]:
+            raise ConfigError(f"{path}: cache-dir must be a directory (a string)")
+        config.cache_dir = os.path.join(root, os.path.expanduser(table["cache-dir"]))
+    if "jobs" in table:
+        jobs = table["jobs"]
+        if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0:
+            raise ConfigError(f"{path}: jobs must be a whole number of worker processes (0: one per CPU), not {jobs!r}")
+        config.jobs = jobs
     try:
         check_patterns(config.exclude or [], "`exclude`")
         check_patterns(config.extend_exclude, "`extend-exclude`")
@@ -153,6 +245,25 @@ def load(path: Optional[str], fallback_root: str, start: Optional[str] = None) -
     except PatternError as error:
         raise ConfigError(f"{path}: {error}") from None
     return config
+
+
+def _boolean(table: Dict[str, Any], key: str, default: bool, path: str) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: {key} must be true or false")
+    return value
+
+
+def _output_format(table: Dict[str, Any], path: str) -> Optional[str]:
+    if "output-format" not in table:
+        return None
+    from amplint.output import FORMATS  # only when configured: the renderers cost start-up time
+
+    value = table["output-format"]
+    if value not in FORMATS:
+        names = ", ".join(name for name in FORMATS if name != "text")
+        raise ConfigError(f"{path}: output-format must be one of {names}, not {value!r}")
+    return "full" if value == "text" else value
 
 
 def _read_toml(path: str) -> Dict[str, Any]:

@@ -3,6 +3,11 @@
 Only regular files are linted. A FIFO or a device found while walking (or named on the
 command line) would block the run or never end, so it is a per-path error, as is a directory
 that cannot be read; the walk goes on with everything else.
+
+Paths named on the command line are linted as ruff lints them: excludes and .gitignore decide
+what a walk *finds*, never whether a named file or directory is linted (inside a named
+directory they apply as usual). With `--force-exclude` they apply to named paths too (what
+pre-commit and editors need), and `skipped` says which named paths that left out, and why.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class Discovery:
     force_exclude: bool = False
     _excludes: PatternList = field(init=False)
     _gitignores: GitIgnores = field(default_factory=GitIgnores, init=False)
+    # Paths named on the command line that --force-exclude left out: (path, why).
+    skipped: List[Tuple[str, str]] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self.root = os.path.abspath(self.root)
@@ -54,6 +61,10 @@ class Discovery:
         errors: List[FileError] = []
         for path in paths:
             if os.path.isdir(path):
+                why = self.force_exclude and self.exclusion(path, is_dir=True)
+                if why:
+                    self.skipped.append((path, why))
+                    continue
                 for item in self._walk(path):
                     if isinstance(item, FileError):
                         errors.append(item)
@@ -62,7 +73,10 @@ class Discovery:
             elif os.path.isfile(path):
                 # A file named explicitly is linted whatever its name (pre-commit passes files
                 # one by one), unless --force-exclude asks for the excludes to apply too.
-                if not (self.force_exclude and self.is_excluded(path, is_dir=False)):
+                why = self.force_exclude and self.exclusion(path, is_dir=False)
+                if why:
+                    self.skipped.append((path, why))
+                else:
                     found.append(path)
             elif os.path.lexists(path):
                 errors.append(FileError(path, not_a_regular_file(path)))
@@ -78,10 +92,13 @@ class Discovery:
         # unless `top` itself is excluded: a directory the user names is always walked, so
         # `amplint .venv/lib/python3.11/site-packages/pkg` lints pkg.
         rooted = not top_in_project.startswith("..") and not self._excludes.ignored(top_in_project, True)
-        # A directory the user names is walked unless git ignores it (then git would ignore
-        # all of it); a repository's own root is never ignored.
-        if self.respect_gitignore and not is_repository_root(top) and self._gitignores.ignored(top, True):
-            return
+        # A directory the user names is walked even when git ignores it (as ruff does): what
+        # is inside is judged as if the directory itself were not ignored. Its own cache of
+        # .gitignore verdicts, so that the walks of other named paths are not changed.
+        gitignores = self._gitignores
+        if self.respect_gitignore and not is_repository_root(top) and gitignores.ignored(top, True):
+            gitignores = GitIgnores()
+            gitignores.named(top)
 
         def excluded(path: str, is_dir: bool) -> bool:
             path = os.path.abspath(path)
@@ -89,7 +106,7 @@ class Discovery:
                 return True
             if rooted and self._excludes.decide_path(os.path.relpath(path, self.root), is_dir):
                 return True
-            return self.respect_gitignore and self._gitignores.ignored(path, is_dir)
+            return self.respect_gitignore and gitignores.ignored(path, is_dir)
 
         pending = [given]
         while pending:
@@ -120,13 +137,19 @@ class Discovery:
 
     def is_excluded(self, path: str, is_dir: bool) -> bool:
         """For a path named on the command line (--force-exclude)."""
+        return bool(self.exclusion(path, is_dir))
+
+    def exclusion(self, path: str, is_dir: bool) -> str:
+        """Why --force-exclude leaves out a path named on the command line ("" if it does not)."""
         absolute = os.path.abspath(path)
         relative = os.path.relpath(absolute, self.root)
         if relative.startswith(".."):
             relative = os.path.basename(absolute)
-        return self._excludes.ignored(relative, is_dir) or (
-            self.respect_gitignore and self._gitignores.ignored(absolute, is_dir)
-        )
+        if self._excludes.ignored(relative, is_dir):
+            return "excluded by `exclude`/`extend-exclude` (--force-exclude)"
+        if self.respect_gitignore and self._gitignores.ignored(absolute, is_dir):
+            return "ignored by .gitignore (--force-exclude; --no-respect-gitignore lints it)"
+        return ""
 
 
 def _file_problem(entry: "os.DirEntry[str]") -> Optional[str]:

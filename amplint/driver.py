@@ -45,7 +45,8 @@ from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequen
 
 from amplint.cache import Cache, content_digest, result_key
 from amplint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
-from amplint.noqa import UNUSED_NOQA
+from amplint.noqa import UNUSED_NOQA, might_have_reportable_directives
+from amplint.notebook import is_notebook
 from amplint.progress import Progress
 from amplint.source import decode_notebook, decode_python, read_file, size_error
 from amplint.syntax import PythonVersion
@@ -223,7 +224,8 @@ class Runner:
                 if ok:
                     cacheable.add(task.index)
             return cacheable
-        _preload_engine()
+        if any(_needs_engine(task) for task in tasks):
+            _preload_engine()
         queue: Deque[List[int]] = deque(units)
         retried: Set[int] = set()
         wanted = min(self.workers, len(units))
@@ -348,12 +350,42 @@ def _will_parse(task: _Task) -> bool:
     """Whether the pre-check will let the file through to a LibCST parse. Latin-1 maps bytes
     to characters one to one, so the ASCII words the pre-check looks for are found as they are
     in any encoding Python source may use, and in a notebook's JSON."""
-    from amplint.engine import might_use_amp
-    from amplint.rules import ALL_RULES
+    from amplint.catalogue import RULES, might_use_amp
 
     # The unused-noqa check reads comments: it alone never has a file parsed.
-    rules = [rule for rule in ALL_RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
+    rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
     return bool(rules) and might_use_amp(task.data.decode("latin-1"), rules)
+
+
+def _needs_engine(task: _Task) -> bool:
+    """Whether linting the file needs the engine (LibCST, the rules): a notebook, a file the
+    pre-check lets through, or one with a `# noqa` the unused-noqa check may judge. Any
+    other Python file is only its syntax verdict (`_syntax_only`)."""
+    if is_notebook(task.path) or _will_parse(task):
+        return True
+    return UNUSED_NOQA in task.codes and might_have_reportable_directives(task.data.decode("latin-1"))
+
+
+def _syntax_only(task: _Task) -> FileResult:
+    """What `engine.lint_bytes` makes of a Python file in which no selected rule can find
+    anything and with no `# noqa` to judge: its syntax verdict, without importing LibCST."""
+    from amplint.catalogue import RULES, rules_matching_words
+    from amplint.syntax import quiet_collector, recursion_room, syntax_error
+
+    source = decode_python(task.data, task.path)
+    if isinstance(source, FileError):
+        return FileResult(task.path, error=source)
+    rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
+    if rules_matching_words(source, rules) or (UNUSED_NOQA in task.codes and might_have_reportable_directives(source)):
+        # Its encoding hid a word from the byte search (`# coding: unicode_escape`): the engine.
+        from amplint.engine import lint_source
+        from amplint.rules import ALL_RULES
+        from amplint.semantic.exports import ExternalModules
+
+        external = ExternalModules(task.path, task.imported) if task.imported else None
+        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit)
+    with recursion_room(), quiet_collector():
+        return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target))
 
 
 def plan(files: Sequence[Tuple[int, bool]]) -> List[List[int]]:
@@ -518,13 +550,15 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[Fi
     started = time.process_time()
     _fired = False
     try:
-        from amplint.engine import lint_bytes
-        from amplint.rules import ALL_RULES
-        from amplint.semantic.exports import ExternalModules
+        engine = _needs_engine(task)
+        if engine:  # imported before the CPU timer starts: its cost is not the file's
+            from amplint.engine import lint_bytes
+            from amplint.rules import ALL_RULES
+            from amplint.semantic.exports import ExternalModules
 
-        by_code = {rule.code: rule for rule in ALL_RULES}
-        external = ExternalModules(task.path, task.imported) if task.imported else None
-        rules = [by_code[code] for code in task.codes]
+            by_code = {rule.code: rule for rule in ALL_RULES}
+            external = ExternalModules(task.path, task.imported) if task.imported else None
+            rules = [by_code[code] for code in task.codes]
         timer = budget > 0 and hasattr(signal, "setitimer") and not in_process
         if timer:
             _arm_native_limit(budget)
@@ -532,7 +566,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[Fi
             _armed = True
             signal.setitimer(signal.ITIMER_PROF, budget)
         try:
-            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit)
+            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit) if engine else _syntax_only(task)
         finally:
             _armed = False
             if timer:

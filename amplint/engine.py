@@ -9,15 +9,13 @@ a rule) becomes a per-file error; the caller carries on with the next file.
 
 from __future__ import annotations
 
-import functools
-import sys
-from contextlib import contextmanager
 from dataclasses import replace
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 
 from amplint import evidence, work
+from amplint.catalogue import might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
 from amplint.diagnostics import FileError, FileResult, Finding, NotAnalysed
 from amplint.fix import Suggestions
 from amplint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
@@ -28,59 +26,7 @@ from amplint.rule import Report, Rule
 from amplint.semantic import CodeUnit, SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
-from amplint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, syntax_error, where
-
-
-_RECURSION_LIMIT = 10_000
-
-
-@contextmanager
-def recursion_room() -> Iterator[None]:
-    """LibCST's tree walks recurse once per nesting level: a 400-term string concatenation
-    is valid Python and must not become "nesting too deep"."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(limit)
-
-
-def might_use_amp(source: str, rules: Optional[Sequence[Type[Rule]]] = None) -> bool:
-    """Whether a file can match any of `rules` (default: all), by a text search far cheaper
-    than a parse: each rule names the words its findings need (`Rule.triggers`, and one of
-    `Rule.requires` when it has them); a file with none of them is not parsed at all."""
-    if rules is None:
-        from amplint.rules import ALL_RULES
-
-        rules = ALL_RULES
-    seen: Dict[str, bool] = {}
-    return any(_has_words(source, triggers, requires, seen) for triggers, requires in _word_sets(tuple(rules)))
-
-
-def rules_matching_words(source: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
-    """The rules whose words (`triggers`, and `requires` if any) the source has."""
-    seen: Dict[str, bool] = {}
-    return [rule for rule in rules if _has_words(source, rule.triggers, rule.requires, seen)]
-
-
-def _has_words(source: str, triggers: Iterable[str], requires: Iterable[str], seen: Dict[str, bool]) -> bool:
-    """`seen`: the words already looked for in `source`, so that the rules sharing a word
-    (most share `autocast` and `GradScaler`) search the text for it once."""
-
-    def has(word: str) -> bool:
-        found = seen.get(word)
-        if found is None:
-            found = seen[word] = word in source
-        return found
-
-    return any(has(word) for word in triggers) and (not requires or any(has(word) for word in requires))
-
-
-@functools.lru_cache(maxsize=64)
-def _word_sets(rules: Tuple[Type[Rule], ...]) -> Tuple[Tuple[FrozenSet[str], FrozenSet[str]], ...]:
-    """The rules' (triggers, requires), rules with the same ones merged."""
-    return tuple(sorted({(frozenset(rule.triggers), frozenset(rule.requires)) for rule in rules}, key=repr))
+from amplint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, recursion_room, syntax_error, where
 
 
 def lint_bytes(
@@ -268,15 +214,28 @@ def _nothing_to_find(result: FileResult, source: str, cells: Optional[CellMap], 
 
 
 def run_rules(model: SemanticModel, rules: Sequence[Type[Rule]]) -> List[Tuple[Type[Rule], cst.CSTNode, Report]]:
+    """Each rule's reports, one per node; and one per mistake: a report at a call that leads
+    to an event (`Report.occurrence`) stands only where no report of the same rule is nearer
+    the event: on the event itself, or through fewer helper calls. A caller whose own code
+    makes the event a mistake (the call inside its autocast region) keeps its finding."""
     seen: Dict[Tuple[str, int], bool] = {}
     reports = []
+    nearest: Dict[Tuple[str, int], int] = {}  # (code, event node) -> fewest helper calls to it
     for rule in rules:
         for report in rule().check(model):
             key = (rule.code, id(report.node))
             if key not in seen:  # one node reached by many paths is one finding
                 seen[key] = True
                 reports.append((rule, report.node, report))
-    return reports
+                event = report.occurrence.node if report.occurrence is not None else report.node
+                depth = len(report.occurrence.via) if report.occurrence is not None else 0
+                nearest[(rule.code, id(event))] = min(depth, nearest.get((rule.code, id(event)), depth))
+    return [
+        (rule, node, report)
+        for rule, node, report in reports
+        if report.occurrence is None
+        or len(report.occurrence.via) <= nearest[(rule.code, id(report.occurrence.node))]
+    ]
 
 
 def _locate(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Seque
 import libcst as cst
 from libcst.metadata import CodeRange
 
+from amplint.escape import visible
 from amplint.semantic.walk import children, iter_tree
 
 if TYPE_CHECKING:
@@ -223,8 +224,8 @@ def with_import(module: cst.Module, code: str, fix: Fix) -> Fix:
 
 def without_import(module: cst.Module, alias: cst.ImportAlias, fix: Fix) -> Fix:
     """`fix` that also drops `alias` from its import (the whole import when it is the only
-    name there), unless that would leave a block empty (`try: from torch.cuda.amp import
-    autocast`): then the import stays."""
+    name there). Where that would leave a block empty (`try: from torch.cuda.amp import
+    autocast`), the import becomes `pass`, so that no unused import stays behind."""
     found = [
         (line, small)
         for line in _statements(module)
@@ -241,9 +242,15 @@ def without_import(module: cst.Module, alias: cst.ImportAlias, fix: Fix) -> Fix:
     if names:
         names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return replace(fix, replace=fix.replace + ((importer, importer.with_changes(names=names)),), touches=fix.touches + (line,))
+    if len(line.body) != 1:  # `import os; from torch.cuda.amp import autocast`
+        rest = [small for small in line.body if small is not importer]
+        rest[-1] = rest[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return replace(fix, replace=fix.replace + ((line, line.with_changes(body=rest)),), touches=fix.touches + (line,))
     block = block_of(module, line)
-    if len(line.body) != 1 or block is None or len(block) < 2:
+    if block is None:
         return fix
+    if len(block) < 2:
+        return replace(fix, replace=fix.replace + ((line, line.with_changes(body=[cst.Pass()])),), touches=fix.touches + (line,))
     return replace(fix, remove=fix.remove + (line,), touches=fix.touches + (line,))
 
 
@@ -441,7 +448,7 @@ def diff(original: str, fixed: str, path: str) -> str:
         difflib.unified_diff(
             original.splitlines(keepends=True),
             fixed.splitlines(keepends=True),
-            fromfile=f"a/{path}",
-            tofile=f"b/{path}",
+            fromfile=f"a/{visible(path)}",
+            tofile=f"b/{visible(path)}",
         )
     )

@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import libcst as cst
 
+from amplint.escape import visible
 from amplint.fix import MAX_ROUNDS, Fix, apply, non_overlapping, still_valid
 from amplint.noqa import parse_suppressions
-from amplint.notebook import Notebook, parse_notebook
+from amplint.notebook import Notebook, parse_notebook, replace_sources
 from amplint.positions import code_ranges
 from amplint.rule import Rule
 from amplint.semantic import analyze
@@ -201,7 +202,8 @@ def fix_file(
         if not isinstance(text, str):
             return FileFix(path, data, data, FixOutcome("", error=text.message))
         fixed_text, outcome = fix_notebook(text, path, rules, wanted, external, target)
-        fixed = fixed_text.encode("utf-8") if fixed_text != text else data
+        bom = b"\xef\xbb\xbf" if data.startswith(b"\xef\xbb\xbf") else b""
+        fixed = bom + fixed_text.encode("utf-8") if fixed_text != text else data
         return FileFix(path, data, fixed, outcome, text, fixed_text)
     source = decode_python(data, path)
     if not isinstance(source, str):
@@ -227,6 +229,7 @@ def fix_results(
     selected for it and the summaries of the linted modules it imports (as it was linted)."""
     from amplint.project import imported_summaries
     from amplint.rules import ALL_RULES
+    from amplint.source import read_file
 
     summaries = {r.path: r.summary for r in results if r.summary}
     fixes = []
@@ -235,15 +238,10 @@ def fix_results(
             f.fix is not None and wanted(f.code, f.fix.applicability) for f in result.findings
         ):
             continue
-        if stdin_data is not None:
-            data = stdin_data
-        else:
-            try:
-                with open(result.path, "rb") as handle:
-                    data = handle.read()
-            except OSError as error:
-                fixes.append(FileFix(result.path, b"", b"", FixOutcome("", error=f"not fixed: cannot read it ({error.strerror})")))
-                continue
+        data = stdin_data if stdin_data is not None else read_file(result.path)
+        if not isinstance(data, bytes):  # changed into a FIFO, grown too large, gone since it was linted
+            fixes.append(FileFix(result.path, b"", b"", FixOutcome("", error=f"not fixed: {data.message}")))
+            continue
         used = imported_summaries(result, summaries)
         external = ExternalModules(result.path, used) if used else None
         codes = codes_by_path.get(result.path, ())
@@ -252,29 +250,14 @@ def fix_results(
     return fixes
 
 
-def write_fixed(fix: FileFix) -> Optional[str]:
-    """Write a fixed file in place (atomically, keeping its mode); why not, or None."""
-    import os
-    import tempfile
+def write_fixed(fix: FileFix, roots: Sequence[str] = (".",)) -> Optional[str]:
+    """Write a fixed file back (`amplint.write_back`); why not ("not fixed: ..."), or None.
 
-    try:
-        with open(fix.path, "rb") as handle:
-            if handle.read() != fix.original:
-                return "not fixed: the file changed while amplint ran"
-        mode = os.stat(fix.path).st_mode
-        directory = os.path.dirname(os.path.abspath(fix.path))
-        descriptor, temporary = tempfile.mkstemp(prefix=".amplint-fix-", dir=directory)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(fix.fixed)
-            os.chmod(temporary, mode & 0o7777)
-            os.replace(temporary, fix.path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
-    except OSError as error:
-        return f"not fixed: cannot write it ({error.strerror or error})"
-    return None
+    `roots` are the paths the user named: the linted tree, which a symbolic link may be
+    written through to."""
+    from amplint.write_back import write_back
+
+    return write_back(fix.path, fix.original, fix.fixed, roots)
 
 
 def fixed_by_severity(fixes: Sequence[FileFix]) -> Tuple[int, int]:
@@ -300,7 +283,7 @@ def applied_fixes(fixes: Sequence[FileFix]) -> str:
     changed = [fix for fix in fixes if fix.changed and fix.outcome.count]
     lines = [f"Fixed {count_words(*fixed_by_severity(changed))}:"]
     for fix in sorted(changed, key=lambda f: f.path):
-        lines.append(f"- {fix.path}:")
+        lines.append(f"- {visible(fix.path)}:")
         for code, count in sorted(fix.outcome.applied.items()):
             lines.append(f"    {count} × {code} ({names.get(code, '')})")
     return "\n".join(lines) + "\n"
@@ -333,30 +316,23 @@ def fix_notebook(
         return text, FixOutcome(
             text, error="not fixed: a fix would change a cell with IPython magics or indented code, or move code between cells"
         )
-    data = json.loads(text)
+    document = json.loads(text)
+    sources: Dict[int, Union[str, List[str]]] = {}
     for index, lines in cells.items():
-        cell = data["cells"][index]
-        as_list = isinstance(cell.get("source"), list)
+        source = document["cells"][index].get("source")
         joined = "".join(lines)
-        if joined.endswith("\n") and not _ended_with_newline(cell.get("source")):
+        if joined.endswith("\n") and not _ended_with_newline(source):
             joined = joined[:-1]
-        cell["source"] = joined.splitlines(keepends=True) if as_list else joined
-    indent = _indent_of(text)
-    fixed = json.dumps(data, indent=indent, ensure_ascii=False) + ("\n" if text.endswith("\n") else "")
+        sources[index] = joined.splitlines(keepends=True) if isinstance(source, list) else joined
+    fixed = replace_sources(text, sources)
+    if fixed is None:
+        return text, FixOutcome(text, error="not fixed: the notebook's JSON could not be rewritten cell by cell")
     return fixed, outcome
 
 
 def _ended_with_newline(source) -> bool:
     text = "".join(source) if isinstance(source, list) else (source or "")
     return text.endswith("\n")
-
-
-def _indent_of(text: str) -> Optional[int]:
-    for line in text.splitlines()[1:3]:
-        stripped = line.lstrip(" ")
-        if stripped != line:
-            return len(line) - len(stripped)
-    return None
 
 
 def _split_cells(notebook, fixed: str) -> Optional[Dict[int, List[str]]]:

@@ -381,6 +381,22 @@ class GitIgnores:
         state = self._directory(parent)
         return state.ignored or self._decide(state, path, is_dir)
 
+    def named(self, directory: str) -> None:
+        """Judge what is inside `directory` as git would if the directory (and any ignored one
+        above it) were not ignored: a directory named on the command line is linted, as ruff
+        does, and the patterns of the .gitignore files above and in it still apply inside."""
+        chain = []
+        current = os.path.abspath(directory)
+        while os.path.dirname(current) != current:
+            chain.append(current)
+            if not self._directory(os.path.dirname(current)).ignored:
+                break
+            current = os.path.dirname(current)
+        for path in reversed(chain):
+            if not is_repository_root(path):
+                above = self._directory(os.path.dirname(path))
+                self._directories[path] = _Directory(above.repository, above.lists + self._gitignore(path, above.repository), False)
+
     def _decide(self, state: _Directory, path: str, is_dir: bool) -> bool:
         lists = list(reversed(state.lists))
         if state.repository is not None:

@@ -3,7 +3,9 @@
 - `# noqa` on the reported line suppresses every amplint finding there;
 - `# noqa: AMP001, AMP003` suppresses those codes (other tools' codes are ignored);
 - `# amplint: noqa` on a line of its own exempts the whole file, `# amplint: noqa: AMP002`
-  exempts the file from those codes (after code on a line, it covers that line only).
+  exempts the file from those codes (after code on a line, it covers that line only);
+- as in ruff, a line that cannot end in a comment (it ends inside a string that goes on, or
+  with a backslash) takes its directive where the string or the statement ends.
 
 Each directive remembers which codes it suppressed, so that `unused_directives` can say,
 as ruff's RUF100 does, which `AMPxxx` codes in a comment suppressed nothing and which are
@@ -14,10 +16,12 @@ ruff and pylint read too) are never reported: only amplint's own prefix is ours 
 from __future__ import annotations
 
 import io
+import os
 import re
 import tokenize
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Collection, Iterator, List, Optional, Set, Tuple
+from typing import Collection, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 _CODES = r"(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?"
 _LINE = re.compile(r"#\s*noqa" + _CODES, re.IGNORECASE)
@@ -60,6 +64,9 @@ class Directive:
 @dataclass
 class Suppressions:
     directives: List[Directive] = field(default_factory=list)
+    # Rows whose `# noqa` goes on a later row: the lines of a string that goes on, and a line
+    # continued with a backslash, take their directive where the string or statement ends.
+    noqa_rows: Dict[int, int] = field(default_factory=dict)
 
     def suppresses(self, row: int, code: str) -> bool:
         """Whether a finding of `code` on `row` is suppressed; the directive that does it is
@@ -72,8 +79,34 @@ class Suppressions:
 
     def _covering(self, row: int) -> Iterator[Directive]:
         # The line's own directive first: a file-wide one it duplicates is then the unused one.
-        yield from (d for d in self.directives if not d.file_level and d.row == row)
+        rows = {row, self.noqa_rows.get(row, row)}
+        yield from (d for d in self.directives if not d.file_level and d.row in rows)
         yield from (d for d in self.directives if d.file_level)
+
+
+# `--ignore-noqa`: every directive is ignored, so every finding is shown (and none is
+# reported unused). An environment variable, so that the run's worker processes, forked or
+# spawned, see it as the command does.
+ENV_IGNORE_NOQA = "AMPLINT_IGNORE_NOQA"
+
+
+def ignoring_directives() -> bool:
+    return os.environ.get(ENV_IGNORE_NOQA) == "1"
+
+
+@contextmanager
+def directives_ignored(ignore: bool) -> Iterator[None]:
+    """For the duration of a run: `# noqa` comments suppress nothing when `ignore`."""
+    before = os.environ.get(ENV_IGNORE_NOQA)
+    if ignore:
+        os.environ[ENV_IGNORE_NOQA] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_IGNORE_NOQA, None)
+        else:
+            os.environ[ENV_IGNORE_NOQA] = before
 
 
 def might_have_directives(source: str) -> bool:
@@ -93,12 +126,13 @@ def might_have_reportable_directives(source: str) -> bool:
 
 def parse_suppressions(source: str) -> Suppressions:
     found = Suppressions()
-    if not might_have_directives(source):
+    if not might_have_directives(source) or ignoring_directives():
         return found
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return found
+    found.noqa_rows = noqa_rows(tokens, source.split("\n"))
     for token in tokens:
         if token.type != tokenize.COMMENT:
             continue
@@ -120,6 +154,40 @@ def parse_suppressions(source: str) -> Suppressions:
             )
         )
     return found
+
+
+# f-strings (3.12+) and t-strings (3.14+) come as several tokens: their start and end.
+_FSTRING_START = {getattr(tokenize, name, -1) for name in ("FSTRING_START", "TSTRING_START")}
+_FSTRING_END = {getattr(tokenize, name, -1) for name in ("FSTRING_END", "TSTRING_END")}
+
+
+def noqa_rows(tokens: Sequence[tokenize.TokenInfo], lines: Sequence[str]) -> Dict[int, int]:
+    """Where the `# noqa` of a row goes when no comment can end the row itself (ruff's rule):
+    a row inside a string that goes on (a triple-quoted string, an f-string's braces), to the
+    row where the string ends; a row continued by a backslash, to where the statement ends."""
+    target: Dict[int, int] = {}
+    comments: Set[int] = set()
+    fstrings: List[int] = []  # rows where the f-strings still open began
+    for token in tokens:
+        if token.type == tokenize.COMMENT:
+            comments.add(token.start[0])
+        elif token.start[0] < token.end[0] and token.type not in (tokenize.NEWLINE, tokenize.NL):
+            target.update((row, token.end[0]) for row in range(token.start[0], token.end[0]))
+        elif token.type in _FSTRING_START:
+            fstrings.append(token.start[0])
+        elif token.type in _FSTRING_END and fstrings:
+            # A comment inside an f-string's braces is an error before Python 3.12.
+            target.update((row, token.end[0]) for row in range(fstrings.pop(), token.end[0]))
+    for row, line in enumerate(lines, 1):
+        if row not in target and row not in comments and line.rstrip("\r").endswith("\\"):
+            target[row] = row + 1
+    final = {}
+    for row in target:
+        end = row
+        while end in target and target[end] > end:
+            end = target[end]
+        final[row] = end
+    return final
 
 
 @dataclass(frozen=True)
@@ -198,36 +266,68 @@ class LineEdit:
 
 
 def edit_adding_code(source: str, row: int, code: str) -> Optional[LineEdit]:
-    """The edit that makes `row` suppress `code`: a `  # noqa: CODE` at the end of the line,
-    or `, CODE` added to the line's `# noqa: ...` directive. None when the line already
-    suppresses it, or when no comment can end that line (it ends inside a string that goes
-    on, or after a backslash continuation)."""
-    lines = source.splitlines(keepends=False)
-    if not 1 <= row <= len(lines):
-        return None
-    line = lines[row - 1]
+    """The edit that makes `row` suppress `code` (`edits_adding_codes`); None when the line
+    already suppresses it, or when the source cannot take one."""
+    edits, _ = edits_adding_codes(source, {row: [code]})
+    return edits[0] if edits else None
+
+
+def edits_adding_codes(source: str, codes_by_row: Mapping[int, Sequence[str]]) -> Tuple[List[LineEdit], List[int]]:
+    """The edits that make each row suppress its codes (`--add-noqa`, the editor's "disable
+    for this line"), tokenizing the source once: a new `  # noqa: A, B` at the end of the
+    line, or the missing codes added to the line's own `# noqa: ...` directive (other text in
+    the comment is kept). Rows a blanket `# noqa` already covers need no edit. A row that
+    cannot end in a comment (inside a string that goes on, or continued by a backslash) gets
+    its directive where the string or statement ends, as in ruff (`noqa_rows`).
+
+    Also the rows that cannot be given one: the source does not tokenize, or has a lone
+    carriage return (a line break for the parser that reported the rows, not for the
+    tokenizer, so the rows could be off)."""
+    wanted = {row: [code.upper() for code in codes] for row, codes in codes_by_row.items() if codes}
+    lines = source.split("\n")
+    if "\r" in source.replace("\r\n", ""):
+        return [], sorted(wanted)
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None
-    for token in tokens:
-        if token.start[0] <= row < token.end[0]:
-            return None  # a string (or f-string) that goes on past this line
-    if line.rstrip().endswith("\\"):
-        return None
-    for token in tokens:
-        if token.type != tokenize.COMMENT or token.start[0] != row:
+        return [], sorted(wanted)
+    moved = noqa_rows(tokens, lines)
+    by_row: Dict[int, List[str]] = {}
+    impossible = []
+    for row, codes in sorted(wanted.items()):
+        if not 1 <= row <= len(lines):
+            impossible.append(row)
             continue
-        file_match = _FILE.search(token.string)
-        match = file_match or _LINE.search(token.string)
-        if match is None:
+        by_row.setdefault(moved.get(row, row), []).extend(codes)
+    comments = {token.start[0]: token for token in tokens if token.type == tokenize.COMMENT}
+    edits = []
+    for row, codes in sorted(by_row.items()):
+        codes = list(dict.fromkeys(codes))
+        line = lines[row - 1].rstrip("\r")
+        comment = comments.get(row)
+        match = None
+        if comment is not None:
+            match = _FILE.search(comment.string) or _LINE.search(comment.string)
+        if match is not None:
+            if match.group("codes") is None:
+                continue  # a blanket `# noqa` already covers every code
+            present = {c.upper() for c in re.split(r"[\s,]+", match.group("codes")) if c}
+            missing = [code for code in codes if code not in present]
+            if missing:
+                at = comment.start[1] + match.end("codes")
+                edits.append(LineEdit(row, at, at, "".join(f", {code}" for code in missing)))
             continue
-        if match.group("codes") is None:
-            return None  # a blanket `# noqa` already covers every code
-        codes = {c.upper() for c in re.split(r"[\s,]+", match.group("codes")) if c}
-        if code in codes:
-            return None
-        at = token.start[1] + match.end("codes")
-        return LineEdit(row, at, at, f", {code}")
-    content = line.rstrip()
-    return LineEdit(row, len(content), len(line), f"  # noqa: {code}")
+        content = line.rstrip()
+        edits.append(LineEdit(row, len(content), len(line), f"  # noqa: {', '.join(codes)}"))
+    return edits, impossible
+
+
+def apply_line_edits(source: str, edits: Sequence[LineEdit]) -> str:
+    """`source` with `edits` (at most one per row) applied; line endings are kept."""
+    lines = source.split("\n")
+    for edit in edits:
+        line = lines[edit.row - 1]
+        ending = "\r" if line.endswith("\r") else ""
+        body = line[: len(line) - len(ending)]
+        lines[edit.row - 1] = body[: edit.start] + edit.text + body[edit.end :] + ending
+    return "\n".join(lines)

@@ -27,7 +27,7 @@ import json.decoder
 import json.scanner
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from amplint.diagnostics import FileError
 
@@ -119,6 +119,10 @@ def parse_notebook(text: str, path: str) -> Union[Notebook, FileError, None]:
         return FileError(path, f"invalid notebook: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})")
     except RecursionError:
         return FileError(path, "invalid notebook: JSON nested too deeply")
+    except ValueError as error:
+        # What the decoder raises past the grammar: a number of more than 4,300 digits
+        # ("Exceeds the limit (4300 digits) for integer string conversion: ...").
+        return FileError(path, f"invalid notebook: not valid JSON ({str(error).split(':')[0]})")
     problem = _nbformat_problem(document)
     if problem:
         return FileError(path, f"invalid notebook: {problem}")
@@ -316,6 +320,68 @@ class _Continuation:
                 self.quote = None
         elif self.quote is None and not comment and text.endswith("\\"):
             self.backslash = True
+
+
+# --------------------------------------------------------------------------- rewriting cells
+
+
+def replace_sources(text: str, sources: Dict[int, Union[str, List[str]]]) -> Optional[str]:
+    """The notebook's JSON text with the `source` of some cells (index in `cells`) replaced.
+
+    Only those values are written anew; every other byte stays as it was, so `--fix` changes
+    only the fixed cells whatever wrote the file: its indentation, separators, key order,
+    number spellings and escapes are kept. A new source line is written in the style of the
+    list it goes into (the whitespace around and between its items), a line that was there
+    before keeps its exact text, and the file's escaping is kept: a file that is all ASCII
+    (`ensure_ascii`, `\\u00e9`) stays ASCII. None if a value cannot be located.
+    """
+    try:
+        document = _LocatingDecoder().decode(text)
+    except (ValueError, RecursionError):
+        return None
+    ascii_only = text.isascii()
+    edits: List[Tuple[int, int, str]] = []
+    for index, new in sources.items():
+        cells = document.get("cells") if isinstance(document, dict) else None
+        cell = cells[index] if isinstance(cells, list) and 0 <= index < len(cells) else None
+        old = cell.get("source") if isinstance(cell, dict) else None
+        if isinstance(old, _Located) and isinstance(new, str):
+            edits.append((old.start - 1, old.end + 1, json.dumps(new, ensure_ascii=ascii_only)))
+        elif isinstance(old, list) and old and all(isinstance(piece, _Located) for piece in old) and isinstance(new, list):
+            edits.append(_list_edit(text, old, new, ascii_only))
+        else:
+            return None
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text
+
+
+def _list_edit(text: str, old: List["_Located"], new: List[str], ascii_only: bool) -> Tuple[int, int, str]:
+    """(start, end, text) replacing the JSON list whose strings are `old` by one of `new`."""
+    start = text.rindex("[", 0, old[0].start - 1)
+    end = text.index("]", old[-1].end + 1) + 1
+    opening = text[start + 1 : old[0].start - 1]  # "" or "\n   " (indented)
+    closing = text[old[-1].end + 1 : end - 1]
+    if len(old) > 1:
+        between = text[old[0].end + 1 : old[1].start - 1]
+    else:
+        between = _item_separator(text) + opening
+    raw = {str(piece): text[piece.start - 1 : piece.end + 1] for piece in reversed(old)}
+    if not new:
+        return start, end, "[]"
+    items = [raw.get(line) or json.dumps(line, ensure_ascii=ascii_only) for line in new]
+    return start, end, "[" + opening + between.join(items) + closing + "]"
+
+
+_STRING_OR_COMMA = re.compile(r'"(?:[^"\\]|\\.)*"|(,[ \t]*)')
+
+
+def _item_separator(text: str) -> str:
+    """The comma and the spaces after it (not the line break) that separate the file's items."""
+    for match in _STRING_OR_COMMA.finditer(text):
+        if match.group(1) is not None:
+            return match.group(1)
+    return ", "
 
 
 # --------------------------------------------------------------------------- positions in the .ipynb

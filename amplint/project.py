@@ -21,10 +21,12 @@ fire without the other module's events).
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from amplint.diagnostics import FileResult
-from amplint.semantic.exports import PathIndex
+
+if TYPE_CHECKING:
+    from amplint.semantic.exports import PathIndex
 
 # Rounds after the first: each follows imports one module further.
 MAX_ROUNDS = 3
@@ -56,6 +58,10 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
             results[index] = result
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
+    if not summaries:  # nothing to import (a run whose files mention no AMP code: no LibCST)
+        return results
+    from amplint.semantic.exports import PathIndex
+
     paths = PathIndex(summaries)  # the same files every round: only their summaries change
     done: Dict[str, Set[Tuple[str, str]]] = {}
     for _ in range(MAX_ROUNDS):
@@ -105,7 +111,10 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     paths, when the caller has one)."""
     if not summaries or (len(summaries) == 1 and result.path in summaries):
         return {}
-    index = index or PathIndex(summaries)
+    if index is None:
+        from amplint.semantic.exports import PathIndex
+
+        index = PathIndex(summaries)
     found = {}
     for module, level in result.imports:
         path = index.path_of(result.path, module or None, level, exclude=result.path)
@@ -123,6 +132,8 @@ def imported_deferred(results: Sequence[FileResult]) -> List[int]:
     deferred = {r.path: index for index, r in enumerate(results) if r.deferred and r.may_export and r.error is None}
     if not deferred:
         return []
+    from amplint.semantic.exports import PathIndex
+
     index = PathIndex(deferred)
     wanted: Set[int] = set()
     for result in results:

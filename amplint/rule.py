@@ -19,6 +19,7 @@ from amplint.evidence import Needs
 from amplint.fix import Fix
 from amplint.semantic import AMP_VOCABULARY, EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
+from amplint.titles import bounded
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead", "Fix safety")
 DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules.md#{code}"
@@ -61,11 +62,17 @@ class Report:
     help: Optional[str] = None
     # How to correct it, as changes to the tree the rule was given (`amplint.fix`).
     fix: Optional[Fix] = None
+    # The event the finding is about, when it is reported where a unit runs it (`node` is
+    # then `occurrence.call_site`): one mistake is one finding, at the innermost place that
+    # shows it (`amplint.engine.run_rules`).
+    occurrence: Optional[Occurrence] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.message, Message):
             object.__setattr__(self, "help", self.message.help if self.help is None else self.help)
             object.__setattr__(self, "message", self.message.title)
+        # One line, long code elided (the code frame shows it whole).
+        object.__setattr__(self, "message", bounded(self.message))
 
 
 def quote(occurrence: "Occurrence") -> str:
@@ -86,22 +93,37 @@ class Flagged:
     at: Tuple[Tuple[int, int], ...]
 
 
+KINDS = ("effect", "control")
+DEVICES = ("cpu", "cuda")
+
+
 @dataclass(frozen=True)
 class Prediction:
     """One claim the harness checks: what separates `buggy.py` from `fixed.py` in one scenario.
 
     `amplint verify` runs `fixtures/<CODE>/buggy.py` and `fixed.py` with `--scenario scenario`
     and an autocast dtype from `dtypes`; each prints `quantity`. The two values are combined
-    as `compare` says (`buggy/fixed`, `fixed/buggy`, `buggy-fixed`, or one side alone: `buggy`,
-    `fixed`), and the claim holds when the result lies within `at_least`..`at_most`. A failure
-    that does not bite in some regime is a prediction too: a ratio bounded near 1. `claim` is
-    the sentence the rule's documentation quotes.
+    as `compare` says (`buggy/fixed`, `fixed/buggy`, `buggy-fixed`, or the buggy run alone
+    against a stated reference: `buggy`), and the claim holds when the result lies within
+    `at_least`..`at_most`. `claim` is the sentence the rule's documentation quotes.
+
+    `kind` says what a confirmation is evidence of. An `effect` claims the mistake does
+    something (the update shrinks, the loss is NaN): it must fail when buggy.py is replaced by
+    fixed.py (a test checks). A `control` claims that, in some regime, it makes no difference
+    ("within 0.1% of the fixed run"): it holds by design when nothing differs, so it is
+    reported apart ("22 controls held") and never counted as evidence of harm.
+
+    `devices` and `dtypes` are what the claim is about: a run on another device or at another
+    dtype skips it. Where a device's autocast differs (CUDA refuses `binary_cross_entropy`,
+    runs softmax in float32), its behaviour is a claim of its own with its own `devices`.
 
     `expected` asserts the mechanism, not only the size: an arithmetic expression over the
     quantities both scripts report (`buggy.loss_scale * fixed.logged_grad_norm /
     fixed.max_norm`) giving what the mechanism predicts the comparison to be. The claim then
     bounds comparison / expected, so `[0.95, 1.05]` reads "what the docs' mechanism
-    predicts, within 5%".
+    predicts, within 5%". `happened`, an expression of the same kind, must be positive
+    before anything is compared: the evidence that the mechanism occurred at all (at least
+    one overflow), so that nothing-against-nothing is never a match.
     """
 
     scenario: str
@@ -113,10 +135,28 @@ class Prediction:
     # The autocast dtypes the claim is about; a plain `amplint verify` runs the first.
     dtypes: Tuple[str, ...] = ("float16", "bfloat16")
     expected: Optional[str] = None
+    kind: str = "effect"
+    devices: Tuple[str, ...] = DEVICES
+    happened: Optional[str] = None
+    # The numbers the rule's "What goes wrong at runtime" quotes from this claim's measurements,
+    # as (which, text): `("value", "65,000x")`, `("buggy", "6.7e-7")`, `("fixed", "0.044")`, or
+    # `("within", "0.01%")` for a ratio that is 1 to within that. `value` is the bounded
+    # comparison; the text is the number as written there, first in the text.
+    # A test checks each against the last measurement, at every dtype the claim is about, so
+    # the docs cannot drift from what `amplint verify` measures (amplint.harness.quotes).
+    quotes: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def dtype(self) -> str:
         return " or ".join(self.dtypes)
+
+    @property
+    def device(self) -> str:
+        return " or ".join(self.devices)
+
+    @property
+    def is_control(self) -> bool:
+        return self.kind == "control"
 
 
 class Rule:
@@ -182,12 +222,20 @@ class Rule:
         fix = f"{cls.fix_kind()} fix" if cls.fix_kind() else "no fix"
         text = f"# {cls.code} {cls.name}\n\nSeverity: {cls.severity} · {fix}\n\n{cls.documentation()}"
         if cls.PREDICTIONS:
-            claims = "\n".join(
-                f"- {p.scenario} ({p.dtype}): {p.claim}" for p in cls.PREDICTIONS
-            )
+            claims = "\n".join(f"- {p.scenario} ({_scope(p)}): {p.claim}" for p in cls.PREDICTIONS)
             text += (
                 "\n\n## Measured by `amplint verify`\n"
                 f"`amplint verify {cls.code}` runs `fixtures/{cls.code}/buggy.py` against `fixed.py` and checks:\n"
                 f"{claims}"
             )
         return text + "\n"
+
+
+def _scope(prediction: Prediction) -> str:
+    """`float16`, `float16, cuda only`, `bfloat16, control`: what a claim is about, as the docs list it."""
+    parts = [prediction.dtype]
+    if tuple(prediction.devices) != DEVICES:
+        parts.append(f"{prediction.device} only")
+    if prediction.is_control:
+        parts.append("control")
+    return ", ".join(parts)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Iterable, List, Sequence, Tuple, Type
 
-from amplint.rule import Rule
+if TYPE_CHECKING:  # the selection needs codes only: it also runs on amplint.catalogue's entries
+    from amplint.rule import Rule
 
 
 class SelectionError(ValueError):
@@ -26,6 +27,17 @@ def validate(selectors: Iterable[str], rules: Sequence[Type[Rule]]) -> List[str]
             raise SelectionError(f"unknown rule selector `{raw.strip()}` (rules: {known}; prefixes and ALL also work)")
         cleaned.append(selector)
     return cleaned
+
+
+def require_some(selectors: Sequence[str], source: str) -> None:
+    """Refuse a selection that names no rule (`--select ""`, `--select ,`, `select = []`):
+    it would turn every rule off, and `--select "$RULES"` with the variable unset must not
+    switch a CI gate off. An empty --extend-select or --ignore changes nothing, and is allowed."""
+    if not any(selector.strip() for selector in selectors):
+        raise SelectionError(
+            f"{source} names no rule; an empty selection would turn every rule off "
+            "(name rule codes, prefixes or ALL, or leave it out for the default)"
+        )
 
 
 def resolve(

@@ -8,11 +8,14 @@ files a run with the same paths and options would lint.
 from __future__ import annotations
 
 import json
-from typing import Iterable, Optional, Sequence, Tuple, Type
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Tuple, Type
 
 from amplint.config import Config
 from amplint.discovery import Discovery
-from amplint.rule import Rule
+from amplint.escape import visible
+
+if TYPE_CHECKING:
+    from amplint.rule import Rule
 
 
 def settings(
@@ -55,4 +58,4 @@ def _value(value: object) -> str:
 
 
 def files(found: Iterable[str]) -> str:
-    return "".join(f"{path}\n" for path in sorted(found))
+    return "".join(f"{visible(path)}\n" for path in sorted(found))

@@ -30,18 +30,21 @@ def read_file(path: str) -> Union[bytes, FileError]:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError as error:
         return FileError(path, f"cannot read file: {error.strerror or error}")
-    with os.fdopen(descriptor, "rb") as handle:
-        try:
-            mode = os.fstat(descriptor).st_mode
-            if not stat.S_ISREG(mode):
-                return FileError(path, f"not a regular file ({file_kind(mode)})")
-            too_large = size_error(path, os.fstat(descriptor).st_size)
-            if too_large:
-                return too_large
-            limit = MAX_NOTEBOOK_BYTES if is_notebook(path) else MAX_FILE_BYTES
+    try:
+        # Before the file object, which refuses a directory with an exception of its own.
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            return FileError(path, f"not a regular file ({file_kind(status.st_mode)})")
+        too_large = size_error(path, status.st_size)
+        if too_large:
+            return too_large
+        limit = MAX_NOTEBOOK_BYTES if is_notebook(path) else MAX_FILE_BYTES
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
             data = handle.read(limit + 1)
-        except OSError as error:
-            return FileError(path, f"cannot read file: {error.strerror or error}")
+    except OSError as error:
+        return FileError(path, f"cannot read file: {error.strerror or error}")
+    finally:
+        os.close(descriptor)
     # A file that grew after it was measured.
     return size_error(path, len(data)) or data
 

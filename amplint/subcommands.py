@@ -6,7 +6,6 @@ such file or directory"; a word close to a subcommand that names no file gets a 
 
 from __future__ import annotations
 
-import difflib
 import os
 from typing import Optional
 
@@ -22,5 +21,7 @@ def mistyped(word: str) -> Optional[str]:
     aliases = {"rules": "rule", "lint": "check", "serve": "server", "lsp": "server"}
     if word.lower() in aliases:
         return aliases[word.lower()]
+    import difflib  # only for a word that is no path and no subcommand
+
     close = difflib.get_close_matches(word.lower(), SUBCOMMANDS, n=1, cutoff=0.6)
     return close[0] if close else None

@@ -45,13 +45,17 @@ import threading
 import tokenize
 import warnings
 from contextlib import contextmanager, nullcontext
-from typing import Iterator, List, Optional, Set, Tuple, Union
-
-import libcst as cst
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Set, Tuple, Union
 
 from amplint.diagnostics import FileError
 from amplint.notebook import CellMap
 from amplint.parse_guard import parse_hazard
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+# LibCST is imported where a tree is wanted (and where a newer grammar must be asked), never
+# for the verdict alone: a run on files that mention no AMP code does not import it.
 
 PythonVersion = Tuple[int, int]
 RUNNING: PythonVersion = sys.version_info[:2]
@@ -63,6 +67,21 @@ _OLDEST_FEATURE_VERSION: PythonVersion = (3, 7)
 # LibCST (whose parser gives up at a few thousand); fewer are parsed as written.
 _LONG_STRING_RUN = 500
 _LONE_BACKSLASH = re.compile(r"\\(?:\r\n|\r|\n)")
+
+
+_RECURSION_LIMIT = 10_000
+
+
+@contextmanager
+def recursion_room() -> Iterator[None]:
+    """LibCST's tree walks recurse once per nesting level: a 400-term string concatenation
+    is valid Python and must not become "nesting too deep"."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 @contextmanager
@@ -158,83 +177,21 @@ def _newer_grammar_explains(source: str, error: SyntaxError, grammar: PythonVers
     running parser rejected it only for syntax that grammar added."""
     if parse_hazard(source) is not None:  # LibCST would take minutes or crash on it
         return False
+    import libcst as cst
+
+    from amplint.newer_syntax import NewerSyntax
+
     try:
         module = parse_module(source)
         if not isinstance(module, cst.Module):
             return False
-        finder = _NewerSyntax(grammar)
+        finder = NewerSyntax(grammar)
         cst.MetadataWrapper(module, unsafe_skip_copy=True).visit(finder)
     except RecursionError:
         return False
     # LibCST does not evaluate string literals; CPython does, the same way in every version.
     # Elsewhere (a 201st nested bracket) only an error at newer syntax is forgiven.
     return finder.literals_valid and any(first <= (error.lineno or 0) <= last for first, last in finder.rows)
-
-
-class _NewerSyntax(cst.CSTVisitor):
-    """Rows of syntax newer than the running interpreter (up to `grammar`), and whether every
-    plain string literal is one CPython accepts."""
-
-    METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
-
-    def __init__(self, grammar: PythonVersion) -> None:
-        super().__init__()
-        self.grammar = grammar
-        self.rows: List[Tuple[int, int]] = []
-        self.literals_valid = True
-
-    def _newer(self, node: cst.CSTNode, since: PythonVersion) -> None:
-        if RUNNING < since <= self.grammar:
-            span = self.get_metadata(cst.metadata.PositionProvider, node)
-            self.rows.append((span.start.line, span.end.line))
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        try:
-            with _quiet_parse():
-                ast.literal_eval(node.value)
-        except (SyntaxError, ValueError):
-            self.literals_valid = False
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        self._newer(node, (3, 8))
-
-    def visit_ParamSlash(self, node: cst.ParamSlash) -> None:
-        self._newer(node, (3, 8))
-
-    def visit_Decorator(self, node: cst.Decorator) -> None:
-        self._newer(node, (3, 9))  # any expression as a decorator
-
-    def visit_Match(self, node: cst.Match) -> None:
-        self._newer(node, (3, 10))
-
-    def visit_With(self, node: cst.With) -> None:
-        if isinstance(node.lpar, cst.LeftParen):
-            self._newer(node, (3, 10))
-
-    def visit_TryStar(self, node: cst.TryStar) -> None:
-        self._newer(node, (3, 11))
-
-    def visit_Index(self, node: cst.Index) -> None:
-        if node.star:
-            self._newer(node, (3, 11))
-
-    def visit_TypeAlias(self, node: cst.TypeAlias) -> None:
-        self._newer(node, (3, 12))
-
-    def visit_TypeParameters(self, node: cst.TypeParameters) -> None:
-        self._newer(node, (3, 12))
-        if any(param.default is not None for param in node.params):
-            self._newer(node, (3, 13))
-
-    def visit_FormattedString(self, node: cst.FormattedString) -> None:
-        self._newer(node, (3, 12))  # PEP 701: quotes, backslashes and comments inside
-
-    def visit_TemplatedString(self, node: cst.TemplatedString) -> None:
-        self._newer(node, (3, 14))
-
-    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
-        if isinstance(node.type, cst.Tuple) and not node.type.lpar:
-            self._newer(node, (3, 14))  # PEP 758: `except A, B:`
 
 
 # --------------------------------------------------------------------------- LibCST
@@ -252,6 +209,8 @@ def parse_module_exactly(source: str, cpython_accepts: bool = False) -> Tuple[Un
     """`parse_module`, and whether the tree is of `source` as written (not normalised): only
     such a tree can be written back, as a fix does. `cpython_accepts`: CPython's parser
     accepted `source` (the caller built its tree), so LibCST's nodes need no validation."""
+    import libcst as cst
+
     with _trusting_libcsts_parser() if cpython_accepts else nullcontext():
         first = _libcst_parse(source)
         if isinstance(first, cst.Module):
@@ -279,7 +238,9 @@ def _trusting_libcsts_parser() -> Iterator[None]:
     concurrent parses restore it once; no other thread builds nodes meanwhile (the language
     server lints in a single worker thread, and its code actions are text edits)."""
     global _trusting
-    if _VALIDATION is None:  # a LibCST that validates some other way: nothing to skip
+    import libcst as cst
+
+    if _validation() is None:  # a LibCST that validates some other way: nothing to skip
         yield
         return
     with _TRUST:
@@ -292,10 +253,19 @@ def _trusting_libcsts_parser() -> Iterator[None]:
         with _TRUST:
             _trusting -= 1
             if _trusting == 0:
-                cst.CSTNode.__post_init__ = _VALIDATION  # type: ignore[method-assign]
+                cst.CSTNode.__post_init__ = _validation()  # type: ignore[method-assign]
 
 
-_VALIDATION = getattr(cst.CSTNode, "__post_init__", None)
+_VALIDATION: Any = ...  # LibCST's own node validation, read when LibCST is first needed
+
+
+def _validation() -> Any:
+    global _VALIDATION
+    if _VALIDATION is ...:
+        import libcst as cst
+
+        _VALIDATION = getattr(cst.CSTNode, "__post_init__", None)
+    return _VALIDATION
 
 
 def _no_validation(self: cst.CSTNode) -> None:
@@ -303,6 +273,8 @@ def _no_validation(self: cst.CSTNode) -> None:
 
 
 def _libcst_parse(source: str) -> Union[cst.Module, cst.ParserSyntaxError]:
+    import libcst as cst
+
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:

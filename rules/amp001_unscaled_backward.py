@@ -30,7 +30,7 @@ class UnscaledBackward(Rule):
     but its result dropped (it is not in-place) and `loss.backward()` runs on the unscaled
     loss. Measured by `amplint verify` (CPU, float16 and bfloat16 alike): with SGD the first
     update was 65,000x smaller than the correct one (6.7e-7 instead of 0.044), which is the
-    loss scale (65536) to within 0.5%, and after 20 steps the float32 loss had moved by
+    loss scale (65536) times 0.996, and after 20 steps the float32 loss had moved by
     0.01% (it stayed at 0.118; the fixed run reached 0.024). With Adam the first update was
     only 1.3x smaller (0.035 instead of 0.047), because Adam divides the gradients' scale
     back out and only its `eps` notices. "Thousands of times too small" is SGD's number
@@ -80,6 +80,7 @@ class UnscaledBackward(Rule):
             "With SGD the first update is at least 1000x smaller than the correct one (the scale is 65536).",
             compare="fixed/buggy",
             at_least=1000,
+            quotes=(("value", "65,000x"), ("buggy", "6.7e-7"), ("fixed", "0.044")),
         ),
         Prediction(
             "sgd",
@@ -90,6 +91,7 @@ class UnscaledBackward(Rule):
             at_least=0.95,
             at_most=1.05,
             expected="buggy.loss_scale",
+            quotes=(("value", "0.996"),),
         ),
         Prediction(
             "sgd",
@@ -97,6 +99,7 @@ class UnscaledBackward(Rule):
             "With SGD the float32 loss is stuck at its first value: after 20 steps it has moved by less than 0.1%.",
             compare="buggy",
             at_most=0.001,
+            quotes=(("buggy", "0.01%"),),
         ),
         Prediction(
             "adam",
@@ -106,6 +109,7 @@ class UnscaledBackward(Rule):
             compare="fixed/buggy",
             at_least=1.1,
             at_most=10,
+            quotes=(("value", "1.3x"), ("buggy", "0.035"), ("fixed", "0.047")),
         ),
         Prediction(
             "never-scaled",

@@ -79,6 +79,7 @@ class Fp16WithoutScaler(Rule):
             at_least=-0.01,
             at_most=0.01,
             dtypes=("float16",),
+            kind="control",
         ),
         Prediction(
             "small-grad",
@@ -88,6 +89,7 @@ class Fp16WithoutScaler(Rule):
             compare="buggy-fixed",
             at_least=0.05,
             dtypes=("float16",),
+            quotes=(("value", "17% of gradient"),),
         ),
         Prediction(
             "small-grad",
@@ -97,6 +99,7 @@ class Fp16WithoutScaler(Rule):
             compare="buggy/fixed",
             at_least=10,
             dtypes=("float16",),
+            quotes=(("buggy", "17%, against"), ("fixed", "0.045%")),
         ),
         Prediction(
             "tiny-grad",
@@ -106,6 +109,7 @@ class Fp16WithoutScaler(Rule):
             compare="buggy-fixed",
             at_least=0.5,
             dtypes=("float16",),
+            quotes=(("value", "97%"), ("fixed", "0% with a GradScaler")),
         ),
         Prediction(
             "tiny-grad",
@@ -115,6 +119,7 @@ class Fp16WithoutScaler(Rule):
             at_least=-0.01,
             at_most=0.01,
             dtypes=("bfloat16",),
+            kind="control",
         ),
     )
 

@@ -72,6 +72,7 @@ class ClipBeforeUnscale(Rule):
             "With SGD and max_norm 1.0 the first update is at least 1000x smaller than the correct one.",
             compare="fixed/buggy",
             at_least=1000,
+            quotes=(("value", "57,000x"),),
         ),
         Prediction(
             "sgd",
@@ -92,6 +93,7 @@ class ClipBeforeUnscale(Rule):
             at_least=0.99,
             at_most=1.01,
             expected="buggy.loss_scale",
+            quotes=(("buggy", "returned 57,487"), ("fixed", "0.877")),
         ),
         Prediction(
             "sgd",
@@ -99,6 +101,7 @@ class ClipBeforeUnscale(Rule):
             "With SGD the float32 loss is stuck at its first value: after 20 steps it has moved by less than 0.1%.",
             compare="buggy",
             at_most=0.001,
+            quotes=(("buggy", "0.01%"),),
         ),
         Prediction(
             "adam",
@@ -108,6 +111,7 @@ class ClipBeforeUnscale(Rule):
             compare="fixed/buggy",
             at_least=1.1,
             at_most=10,
+            quotes=(("value", "1.3x"),),
         ),
     )
 

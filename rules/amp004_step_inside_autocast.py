@@ -67,8 +67,9 @@ class StepInsideAutocast(Rule):
     forward) then runs outside autocast too, in float32. Offered only where the step is written
     directly in a `with` whose only item is the autocast (not a helper that steps). A region
     around the whole loop gets no fix: narrowing it to the forward pass is a rewrite to make
-    by hand. `amplint verify --fixes`: the per-iteration scenarios of the fixed `buggy.py`
-    report exactly what `fixed.py` reports; the whole-loop ones are still flagged.
+    by hand. `amplint verify --fixes` proves a partial fix: the per-iteration scenarios of the
+    fixed `buggy.py` report exactly what `fixed.py` reports; the whole-loop ones
+    (`sgd-whole-loop`, `adam-whole-loop`) are still flagged and still differ.
     """
 
     code = "AMP004"
@@ -90,6 +91,7 @@ class StepInsideAutocast(Rule):
             "With one region around the whole loop, the true float32 loss after 30 SGD steps ends at least 10x above the fixed run's.",
             compare="buggy/fixed",
             at_least=10,
+            quotes=(("buggy", "5.7 instead"), ("fixed", "0.015 with")),
         ),
         Prediction(
             "adam-whole-loop",
@@ -97,6 +99,7 @@ class StepInsideAutocast(Rule):
             "The same with Adam: the true loss after 30 steps ends at least 10x above the fixed run's.",
             compare="buggy/fixed",
             at_least=10,
+            quotes=(("buggy", "0.39 instead"), ("fixed", "0.0043 with")),
         ),
         Prediction(
             "sgd-whole-loop-no-cache",
@@ -106,6 +109,7 @@ class StepInsideAutocast(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "sgd-per-iteration",
@@ -114,6 +118,7 @@ class StepInsideAutocast(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "adam-per-iteration",
@@ -122,6 +127,7 @@ class StepInsideAutocast(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "adafactor-per-iteration",
@@ -141,12 +147,14 @@ class StepInsideAutocast(Rule):
             at_least=0.999,
             at_most=1.001,
             dtypes=("bfloat16",),
+            kind="control",
+            quotes=(("within", "0.01%"),),
         ),
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for step in model.events_in_regions(EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
-            yield Report(step.call_site, _message(step), fix=out_of_region(model, step))
+            yield Report(step.call_site, _message(step), fix=out_of_region(model, step), occurrence=step)
 
     VALID = (
         """

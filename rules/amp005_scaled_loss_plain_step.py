@@ -28,13 +28,14 @@ class ScaledLossPlainStep(Rule):
     65,000x too large: measured by `amplint verify` (CPU, float16 and bfloat16), the first
     update was 2,874 instead of 0.044 and the loss was NaN after 20 steps. Adam's update
     does not depend on the gradients' scale: its float32 loss after 20 steps was the fixed
-    run's to within 0.001%, which is why this can hide for a long time. Two things still
+    run's to within 0.002%, which is why this can hide for a long time. Two things still
     break. Adam's L2 `weight_decay` is added to gradients 65536x too large, so it barely
     acts: with `weight_decay=0.1` the weights' norm after 20 steps was 4.76 instead of 4.04;
     AdamW, which decays the weights directly, came out the same as the fixed run (norm 4.664
     both, with `weight_decay=1.0`). And
     overflow: with targets 100x larger, `scaler.step()` skipped 4 of 20 float16 steps and
-    lowered the scale, but `optimizer.step()` applied the inf and the loss became NaN (under
+    lowered the scale, but `optimizer.step()` applied all 20 updates computed from overflowing
+    gradients (the weights were NaN after the first) and the loss became NaN (under
     bfloat16 nothing overflowed and Adam was unaffected). If the loop still calls
     `scaler.update()` with no `scaler.unscale_()`, nothing is silent: it raises
     `AssertionError: No inf checks were recorded prior to update` on the first iteration.
@@ -76,6 +77,7 @@ class ScaledLossPlainStep(Rule):
             "With SGD the first update is at least 1000x larger than the correct one (the scale is 65536).",
             compare="buggy/fixed",
             at_least=1000,
+            quotes=(("value", "65,000x"), ("buggy", "2,874"), ("fixed", "0.044")),
         ),
         Prediction(
             "sgd",
@@ -92,6 +94,8 @@ class ScaledLossPlainStep(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
+            quotes=(("within", "0.002%"),),
         ),
         Prediction(
             "adam-l2",
@@ -100,6 +104,7 @@ class ScaledLossPlainStep(Rule):
             "20 steps the weights' norm is at least 10% larger than the fixed run's.",
             compare="buggy/fixed",
             at_least=1.1,
+            quotes=(("buggy", "4.76"), ("fixed", "4.04")),
         ),
         Prediction(
             "adamw",
@@ -109,6 +114,8 @@ class ScaledLossPlainStep(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
+            quotes=(("buggy", "4.664"), ("fixed", "4.664")),
         ),
         Prediction(
             "adam-overflow",
@@ -121,11 +128,14 @@ class ScaledLossPlainStep(Rule):
         ),
         Prediction(
             "adam-overflow",
-            "skipped_steps",
-            "Where `scaler.step()` is used, it skips at least one of those overflowing steps.",
-            compare="fixed",
+            "applied_overflows",
+            "The plain step applies updates computed from overflowing gradients, at least one more than "
+            "`scaler.step()`, which skips them (given that it skipped any).",
+            compare="buggy-fixed",
             at_least=1,
             dtypes=("float16",),
+            happened="fixed.skipped_steps",
+            quotes=(("buggy", "applied all 20"),),
         ),
         Prediction(
             "adam-overflow",
@@ -135,6 +145,7 @@ class ScaledLossPlainStep(Rule):
             at_least=0.99,
             at_most=1.01,
             dtypes=("bfloat16",),
+            kind="control",
         ),
         Prediction(
             "scaler-update-kept",
@@ -151,6 +162,7 @@ class ScaledLossPlainStep(Rule):
             compare="buggy",
             at_least=0,
             at_most=0,
+            kind="control",
         ),
         Prediction(
             "unscale-then-plain-step",

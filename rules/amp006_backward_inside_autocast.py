@@ -76,15 +76,27 @@ class BackwardInsideAutocast(Rule):
             compare="buggy/fixed",
             at_least=0.999,
             at_most=1.001,
+            kind="control",
         ),
         Prediction(
             "fp32-function",
             "grad_rel_error",
             "A custom `autograd.Function` run in float32 (under `autocast(enabled=False)`, no `custom_bwd`) "
-            "gets low-precision gradients: their median relative error against float32 is at least 100x "
-            "the fixed run's.",
-            compare="buggy/fixed",
-            at_least=100,
+            "gets low-precision gradients: their median relative error against float32 is at least 1e-4 "
+            "above the fixed run's (which is exactly 0) in float16.",
+            compare="buggy-fixed",
+            at_least=1e-4,
+            dtypes=("float16",),
+            quotes=(("buggy", "3.8e-4"),),
+        ),
+        Prediction(
+            "fp32-function",
+            "grad_rel_error",
+            "... and at least 1e-3 above it in bfloat16.",
+            compare="buggy-fixed",
+            at_least=1e-3,
+            dtypes=("bfloat16",),
+            quotes=(("buggy", "3.0e-3"),),
         ),
         Prediction(
             "fp32-function-small-grad",
@@ -94,13 +106,14 @@ class BackwardInsideAutocast(Rule):
             compare="buggy-fixed",
             at_least=0.5,
             dtypes=("float16",),
+            quotes=(("value", "79%"),),
         ),
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         for backward in model.events_in_regions(EventKind.BACKWARD):
             assert backward.region is not None
-            yield Report(backward.call_site, _message(backward), fix=out_of_region(model, backward))
+            yield Report(backward.call_site, _message(backward), fix=out_of_region(model, backward), occurrence=backward)
 
     VALID = (
         """

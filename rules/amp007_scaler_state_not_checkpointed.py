@@ -7,7 +7,9 @@ import libcst as cst
 from amplint.evidence import GRAD_SCALER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import ScalerInfo, SemanticModel, StateCall
-from amplint.semantic.names import source_text
+from amplint.semantic.names import dotted_name, source_text
+
+_SAVING = ("save", "checkpoint", "ckpt", "dump", "snapshot")
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -17,9 +19,12 @@ class ScalerStateNotCheckpointed(Rule):
     Flags the checkpoint of a file that checkpoints an optimizer (`optimizer.state_dict()`
     saved, `optimizer.load_state_dict(...)` on resume, or the optimizer handed to another
     module's `save_checkpoint(...)` / `load_checkpoint(...)`) but never saves or restores the
-    state of the `GradScaler(...)` it builds: the finding is on the call that makes the
-    checkpoint (`torch.save({...})`, where the scaler's state belongs), a save before a
-    restore. Also flags a `GradScaler(...)` built again after `scaler.load_state_dict(...)`
+    state of the `GradScaler(...)` it builds. The finding is on the call that makes the
+    checkpoint, where the scaler's state belongs: `torch.save({...})` around the optimizer's
+    `state_dict()`, the save of the variable that holds it (`ckpt = {...}` then
+    `torch.save(ckpt, path)`), or the call that hands the optimizer to a checkpointing function;
+    on the optimizer's `state_dict()` itself when the function shows no such call; a save
+    before a restore. Also flags a `GradScaler(...)` built again after `scaler.load_state_dict(...)`
     restored it.
 
     A scaler local to a function counts only when a checkpoint is in code connected to that
@@ -32,7 +37,9 @@ class ScalerStateNotCheckpointed(Rule):
     it is copied into; and when the scaler is handed to code that may checkpoint it: a
     function named like saving, a class (`Checkpointer(model, scaler=scaler)`), a
     collection or another object (`to_save = {"scaler": scaler}`), a return value, an object
-    whose whole `state_dict()` is saved. Scalers built with `enabled=False`, files whose
+    whose whole `state_dict()` is saved. A tuple of training arguments only unpacked into a
+    function of the file that saves nothing (`params = (loader, model, optimizer, scaler)`,
+    `train_epoch(*params)`) is no such hand-off. Scalers built with `enabled=False`, files whose
     autocast is only bfloat16, and framework-managed precision (accelerate, Lightning,
     DeepSpeed save their own scaler) are not flagged.
 
@@ -87,7 +94,7 @@ class ScalerStateNotCheckpointed(Rule):
 
     code = "AMP007"
     name = "scaler-state-not-checkpointed"
-    severity = "error"
+    severity = "warning"
     # A scaler the file builds is what the rule is about.
     triggers = ("GradScaler",)
     needs = ({GRAD_SCALER},)
@@ -101,6 +108,7 @@ class ScalerStateNotCheckpointed(Rule):
             compare="buggy/fixed",
             at_least=16,
             dtypes=("float16",),
+            quotes=(("buggy", "65536 instead"), ("fixed", "of 1024")),
         ),
         Prediction(
             "overflow",
@@ -112,6 +120,8 @@ class ScalerStateNotCheckpointed(Rule):
             at_most=1.1,
             expected="buggy.halvings_to_saved_scale",
             dtypes=("float16",),
+            quotes=(("buggy", "skipped 7 of"), ("fixed", "resume skipped 1")),
+            happened="buggy.halvings_to_saved_scale",
         ),
     )
 
@@ -186,6 +196,15 @@ def save_checkpoint(model, optimizer, grad_scaler, path):
                 "scaler": grad_scaler.state_dict()}, path)
 scaler = torch.amp.GradScaler("cuda")
 save_checkpoint(model, optimizer, scaler, "last.pt")
+""",
+        # The training arguments unpacked into another module's function, which may keep them.
+        """
+import torch
+from engine import run_training
+scaler = torch.amp.GradScaler("cuda")
+params = (loader, model, optimizer, scaler)
+run_training(*params)
+torch.save({"optimizer": optimizer.state_dict()}, "best.pt")
 """,
         # Checkpoint helpers of another module, handed the scaler.
         """
@@ -330,6 +349,27 @@ class Trainer:
 """,
             at=((9, 9),),
         ),
+        # The training arguments packed in a tuple for a helper that saves nothing are not a
+        # checkpoint of the scaler; the finding is on the save of the dict the state was put in.
+        Flagged(
+            """
+import torch
+def train_epoch(loader, model, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+scaler = torch.amp.GradScaler("cuda")
+params = (loader, model, optimizer, scaler)
+for epoch in range(epochs):
+    train_epoch(*params)
+    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    torch.save(ckpt, "last.pt")
+""",
+            at=((15, 5),),
+        ),
         # Another module's checkpoint helpers get the optimizer, not the scaler.
         Flagged(
             """
@@ -373,14 +413,29 @@ scaler = torch.amp.GradScaler("cuda")
 
 def _checkpoint_at(optimizer: StateCall, model: SemanticModel) -> cst.CSTNode:
     """The call that makes the checkpoint: `torch.save({...})` around `optimizer.state_dict()`,
-    `save_checkpoint(model, optimizer, ...)`; the state call itself when it stands alone."""
+    `save_checkpoint(model, optimizer, ...)`, or the save of the variable the state was put in
+    (`ckpt = {...}` ... `torch.save(ckpt, path)`); the state call itself when no such call is
+    in the same function."""
     line = model.index.statement_of(optimizer.node)
     if isinstance(line, cst.SimpleStatementLine):
         small = line.body[0]
         value = small.value if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) else None
         if isinstance(value, cst.Call):
             return value
+        target = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+        if isinstance(target, cst.Name):
+            for record in model.index.calls:
+                if record.unit is optimizer.record.unit and _saves(record.node, target.value):
+                    return record.node
     return optimizer.node
+
+
+def _saves(call: cst.Call, variable: str) -> bool:
+    """`torch.save(ckpt, path)`, `accelerator.save(ckpt, ...)`, `save_checkpoint(ckpt)`."""
+    callee = (dotted_name(call.func) or "").rsplit(".", 1)[-1].lower()
+    return any(word in callee for word in _SAVING) and any(
+        isinstance(arg.value, cst.Name) and arg.value.value == variable for arg in call.args
+    )
 
 
 def _not_checkpointed(scaler: ScalerInfo, call, optimizer: StateCall) -> str:

@@ -104,6 +104,7 @@ class GradScalerInLoop(Rule):
             compare="buggy/fixed",
             at_least=16,
             dtypes=("float16",),
+            quotes=(("buggy", "still 65536"), ("fixed", "to 512")),
         ),
         Prediction(
             "per-step",
@@ -124,6 +125,7 @@ class GradScalerInLoop(Rule):
             at_most=1.1,
             expected="buggy.epochs * fixed.first_epoch_skipped",
             dtypes=("float16",),
+            happened="fixed.first_epoch_skipped",
         ),
         Prediction(
             "per-epoch",
@@ -132,6 +134,8 @@ class GradScalerInLoop(Rule):
             compare="buggy/fixed",
             at_least=2,
             dtypes=("float16",),
+            happened="fixed.skipped_steps",
+            quotes=(("buggy", "28 of 40"), ("fixed", "instead of 8")),
         ),
     )
 

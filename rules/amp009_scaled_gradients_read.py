@@ -33,9 +33,11 @@ class ScaledGradientsRead(Rule):
     alike, since the scaler scales either): the logged gradient norm was 57,487 instead of
     0.88, the loss scale times the true norm, while training itself was unchanged; Gaussian
     noise (std 0.05) added before `unscale_` moved the weights ~30,000x less than the same
-    noise added after (1.8e-5 against 0.53 away from a noiseless run in 20 steps); a
-    gradient-norm penalty on `autograd.grad(scaler.scale(loss), ...)` was 65536x too large,
-    overflowed, and 17 of 20 steps were skipped while the loss blew up.
+    noise added after under float16 (1.8e-5 against 0.53 away from a noiseless run in 20
+    steps) and ~5,400x less under bfloat16 (9.7e-5, whose coarser rounding of the weights
+    moves them more); a gradient-norm penalty on `autograd.grad(scaler.scale(loss), ...)` saw
+    the norm times the loss scale, overflowed, and 17 of 20 steps were skipped while the loss
+    blew up.
 
     ## Example
     ```python
@@ -61,9 +63,9 @@ class ScaledGradientsRead(Rule):
     is moved up instead. Offered only where the function writes the read and one
     `scaler.step(...)` of one optimizer after it, with a plain GradScaler. No fix for a
     gradient penalty on `torch.autograd.grad(scaler.scale(loss), ...)`: multiply the
-    gradients by `1 / scaler.get_scale()` by hand. `amplint verify --fixes`: the norm and noise
-    scenarios of the fixed `buggy.py` report exactly what `fixed.py` reports; the penalty one is
-    still flagged.
+    gradients by `1 / scaler.get_scale()` by hand. `amplint verify --fixes` proves a partial fix:
+    the norm and noise scenarios of the fixed `buggy.py` report exactly what `fixed.py` reports;
+    the `penalty` one is still flagged and still differs.
     """
 
     code = "AMP009"
@@ -80,6 +82,7 @@ class ScaledGradientsRead(Rule):
             at_least=0.99,
             at_most=1.01,
             expected="buggy.loss_scale",
+            quotes=(("buggy", "57,487"), ("fixed", "0.88")),
         ),
         Prediction(
             "noise",
@@ -88,6 +91,17 @@ class ScaledGradientsRead(Rule):
             "1000x closer to a noiseless one than with the noise added after.",
             compare="fixed/buggy",
             at_least=1000,
+            dtypes=("float16",),
+            quotes=(("value", "~30,000x"), ("buggy", "1.8e-5"), ("fixed", "0.53")),
+        ),
+        Prediction(
+            "noise",
+            "noise_effect",
+            "... and under bfloat16.",
+            compare="fixed/buggy",
+            at_least=1000,
+            dtypes=("bfloat16",),
+            quotes=(("value", "~5,400x"), ("buggy", "9.7e-5")),
         ),
         Prediction(
             "penalty",
@@ -105,6 +119,7 @@ class ScaledGradientsRead(Rule):
             "That penalty overflows: at least 5 of 20 steps are skipped (none with the scale divided out).",
             compare="buggy-fixed",
             at_least=5,
+            quotes=(("buggy", "17 of 20"),),
         ),
     )
 
@@ -114,7 +129,7 @@ class ScaledGradientsRead(Rule):
             if how is not None and state.gradients.carry_scale:
                 # At the call when a helper reads them: the helper may be used rightly elsewhere.
                 fix = unscale_before(model, read, state.gradients.scaler, "reading the gradients") if read.kind is EventKind.GRADIENT_READ else None
-                yield Report(read.call_site, _message(read, how, model.scaler_name(state.gradients.scaler)), fix=fix)
+                yield Report(read.call_site, _message(read, how, model.scaler_name(state.gradients.scaler)), fix=fix, occurrence=read)
         # Gradients a function was called with: a scaler.step() or unscale_() after the read
         # shows they carried the scale.
         for step, state in model.states_before(EventKind.SCALER_STEP, EventKind.UNSCALE):
@@ -123,7 +138,7 @@ class ScaledGradientsRead(Rule):
             for read in state.gradients.entry_uses:
                 how = _corrupting_use(read, model)
                 if how is not None:
-                    yield Report(read.call_site, _message(read, how, step.receiver.text))
+                    yield Report(read.call_site, _message(read, how, step.receiver.text), occurrence=read)
         for grad, state in model.states_before(EventKind.AUTOGRAD_GRAD):
             scaler = grad.event.scaled_inline_by
             if model.is_live(scaler, state.facts) and not model.divided_by_loss_scale(grad.event):

@@ -44,13 +44,18 @@ class AutocastDeviceMismatch(Rule):
 
     ## What goes wrong at runtime
     Nothing raises and nothing is damaged: the run is a plain float32 run. Measured by
-    `amplint verify` (20 SGD steps of a small MLP with the device chosen as MPS-if-available-
-    else-CPU, so on the CPU): under `autocast("cuda")` the model's output was float32 and every
-    step's loss was bit-identical to a run with no autocast at all, while
+    `amplint verify` (on the CPU: 20 SGD steps of a small MLP with the device chosen as
+    MPS-if-available-else-CPU): under `autocast("cuda")` the model's output was float32 and
+    every step's loss was bit-identical to a run with no autocast at all, while
     `autocast(device_type=device.type)` produced float16 or bfloat16 outputs and losses that
-    differ from float32's by up to 7e-5 (on a loss of 0.025): mixed precision at work. What
-    the mistake costs is mixed precision itself: its speed and memory on that device, and any
-    test of the low-precision path.
+    differ from float32's by up to 2.4e-5 in float16 and 7e-5 in bfloat16 (on a loss of
+    0.025): mixed precision at work. The rule's other fix, the CUDA region gated on the device
+    (`enabled=device.type == "cuda"`), computes the very same float32 losses, bit for bit; what
+    tells the mistake from it is that the mistake asks for CUDA autocast around a model that is
+    not on CUDA, at every step (torch disables the region with a warning where CUDA is
+    missing). What the mistake costs is mixed precision itself: its speed and memory on that
+    device, and any test of the low-precision path. The claims are about the CPU: on CUDA
+    there is no mismatch to show, and the fixture refuses `--device cuda`.
 
     ## Example
     ```python
@@ -89,6 +94,7 @@ class AutocastDeviceMismatch(Rule):
             "`autocast(device.type)` gives the low-precision dtype.",
             compare="buggy-fixed",
             at_most=-1,
+            devices=("cpu",),
         ),
         Prediction(
             "sgd",
@@ -96,6 +102,40 @@ class AutocastDeviceMismatch(Rule):
             "Every step's loss is bit-identical to a run without autocast: the region does nothing.",
             compare="buggy",
             at_most=0,
+            dtypes=("float16",),
+            devices=("cpu",),
+            quotes=(("fixed", "2.4e-5"),),
+        ),
+        Prediction(
+            "sgd",
+            "max_diff_from_float32",
+            "... and under bfloat16.",
+            compare="buggy",
+            at_most=0,
+            dtypes=("bfloat16",),
+            devices=("cpu",),
+            quotes=(("fixed", "7e-5"),),
+        ),
+        Prediction(
+            "gated",
+            "cuda_region_elsewhere",
+            "What tells the mistake from the other fix, a CUDA region gated on the device "
+            "(`enabled=device.type == \"cuda\"`): at every step it asks for CUDA autocast around a model "
+            "that is not on CUDA (torch disables it with a warning where CUDA is missing), and the gated "
+            "region does not.",
+            compare="buggy-fixed",
+            at_least=1,
+            devices=("cpu",),
+        ),
+        Prediction(
+            "gated",
+            "max_diff_from_float32",
+            "Nothing numerical tells them apart: both compute every loss bit-identical to float32.",
+            compare="buggy-fixed",
+            at_least=0,
+            at_most=0,
+            devices=("cpu",),
+            kind="control",
         ),
     )
 

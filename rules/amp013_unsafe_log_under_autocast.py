@@ -45,16 +45,22 @@ class UnsafeLogUnderAutocast(Rule):
     binary_cross_entropy_with_logits over binary_cross_entropy").
 
     ## What goes wrong at runtime
-    Measured by `amplint verify` (CPU, a Linear classifier with a GradScaler, 5 steps): the
-    hand-written binary cross-entropy `-(y*log(p) + (1-y)*log(1-p))` on logits of spread ~12
-    was NaN at every step in float16 and in bfloat16, and the scaler skipped every update;
-    `+ 1e-8` inside the logs did not help in float16. With logits of spread ~2 it matched
-    `binary_cross_entropy_with_logits` to 2e-6 in float16 but was NaN at every step in
-    bfloat16. `-log(sigmoid(z))` was inf at every step in float16 and within 1e-3 of
-    `-logsigmoid(z)` in bfloat16. `nll_loss(log(softmax(z)))` was inf at every step in
-    float16 on CPU. The `binary_cross_entropy` failure is loud, not silent: on CUDA it raises
-    at the first forward pass (which the CPU harness cannot show); on CPU, where autocast
-    runs it in float32, its loss was within 1e-3 of the stable form's.
+    Measured by `amplint verify` (CPU, a Linear classifier with a GradScaler, 5 steps; each
+    step also computes the same loss on the same logits in float32, and a non-finite loss
+    counts against the low precision only where that one is finite): the hand-written binary
+    cross-entropy `-(y*log(p) + (1-y)*log(1-p))` on logits of spread ~4 was NaN at all 5 steps
+    in float16 and in bfloat16 while float32 stayed finite, and the scaler skipped every
+    update. (On logits of spread ~12 it is NaN in float32 too: `1 - sigmoid(z)` is 0 in
+    float32 from z = 16.6.) `+ 1e-8` inside the logs did not help in float16. With logits of
+    spread ~2 it matched `binary_cross_entropy_with_logits` to 2e-6 in float16 but was NaN at
+    every step in bfloat16. `-log(sigmoid(z))` was inf at every step in float16; in bfloat16
+    its loss was as close to the float32 stable form as `-logsigmoid(z)` in bfloat16 (both
+    5.2e-4 off). `nll_loss(log(softmax(z)))` was inf at every step in
+    float16 on the CPU; CUDA autocast runs softmax in float32, where it is finite. The
+    `binary_cross_entropy` failure is loud, not silent: CUDA autocast refuses it ("unsafe to
+    autocast") at the first forward pass; on CPU, where autocast runs it in float32, its loss
+    was within 1e-3 of the stable form's. The two CUDA behaviours are claims of their own,
+    checked by `amplint verify --device cuda`.
 
     ## Example
     ```python
@@ -88,24 +94,26 @@ class UnsafeLogUnderAutocast(Rule):
     PREDICTIONS = (
         Prediction(
             "hand-bce-confident",
-            "nonfinite_losses",
-            "The hand-written binary cross-entropy on logits of spread ~12 is NaN at all 5 steps "
-            "in float16 (the with-logits form: at none).",
+            "precision_nonfinite",
+            "The hand-written binary cross-entropy on logits of spread ~4 is NaN at all 5 steps in float16, "
+            "where the same loss on the same logits in float32 is finite (the with-logits form: NaN at none).",
             compare="buggy-fixed",
             at_least=5,
             dtypes=("float16",),
+            quotes=(("buggy", "all 5 steps"),),
         ),
         Prediction(
             "hand-bce-confident",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "... and at all 5 steps in bfloat16.",
             compare="buggy-fixed",
             at_least=5,
             dtypes=("bfloat16",),
+            quotes=(("buggy", "all 5 steps"),),
         ),
         Prediction(
             "hand-bce-epsilon-confident",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "`+ 1e-8` inside the logs does not help in float16 (1e-8 is 0 there): NaN at all 5 steps.",
             compare="buggy-fixed",
             at_least=5,
@@ -119,10 +127,12 @@ class UnsafeLogUnderAutocast(Rule):
             compare="buggy",
             at_most=1e-4,
             dtypes=("float16",),
+            kind="control",
+            quotes=(("buggy", "2e-6"),),
         ),
         Prediction(
             "hand-bce-moderate",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "In bfloat16 it does (`1 - p` is 0 from logit 6.2 on): NaN at all 5 steps.",
             compare="buggy-fixed",
             at_least=5,
@@ -130,7 +140,7 @@ class UnsafeLogUnderAutocast(Rule):
         ),
         Prediction(
             "log-sigmoid-confident",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "`-log(sigmoid(z))` on logits of spread ~12 is inf at all 5 steps in float16.",
             compare="buggy-fixed",
             at_least=5,
@@ -139,19 +149,24 @@ class UnsafeLogUnderAutocast(Rule):
         Prediction(
             "log-sigmoid-confident",
             "first_loss_error",
-            "In bfloat16 (float32's range) it stays within 1e-3 of `-logsigmoid(z)`: not flagged there.",
-            compare="buggy",
-            at_most=1e-3,
+            "In bfloat16 (float32's range) its loss is as close to the float32 stable form as "
+            "`-logsigmoid(z)` in bfloat16 is (within 1e-4 of its error): not flagged there.",
+            compare="buggy-fixed",
+            at_least=-1e-4,
+            at_most=1e-4,
             dtypes=("bfloat16",),
+            kind="control",
+            quotes=(("buggy", "5.2e-4"), ("fixed", "5.2e-4")),
         ),
         Prediction(
             "log-softmax-confident",
-            "nonfinite_losses",
+            "precision_nonfinite",
             "`nll_loss(log(softmax(z)))` is inf at all 5 steps in float16 on CPU, where autocast "
             "leaves softmax in float16.",
             compare="buggy-fixed",
             at_least=5,
             dtypes=("float16",),
+            devices=("cpu",),
         ),
         Prediction(
             "bce-probabilities-confident",
@@ -161,6 +176,29 @@ class UnsafeLogUnderAutocast(Rule):
             compare="buggy",
             at_most=1e-3,
             dtypes=("float16",),
+            kind="control",
+            devices=("cpu",),
+        ),
+        Prediction(
+            "log-softmax-confident",
+            "nonfinite_losses",
+            "On CUDA autocast runs softmax in float32, so the same `nll_loss(log(softmax(z)))` is finite "
+            "at every step there: a CPU failure, not a CUDA one.",
+            compare="buggy-fixed",
+            at_least=0,
+            at_most=0,
+            dtypes=("float16",),
+            kind="control",
+            devices=("cuda",),
+        ),
+        Prediction(
+            "bce-probabilities-confident",
+            "raised",
+            "On CUDA autocast refuses `binary_cross_entropy`: it raises (\"unsafe to autocast\") at the "
+            "first forward pass, loud, not silent.",
+            compare="buggy-fixed",
+            at_least=1,
+            devices=("cuda",),
         ),
     )
 

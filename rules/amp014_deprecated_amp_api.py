@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Iterator, List, Optional
 
+import libcst as cst
+
 from amplint.fix import Fix, with_import, without_import
 from amplint.rule import Flagged, Message, Report, Rule
 from amplint.semantic import DeprecatedAmpUse, SemanticModel
@@ -22,12 +24,17 @@ class DeprecatedAmpApi(Rule):
     none (`import torch`).
 
     Not flagged: an import nobody uses, `isinstance` checks, annotations, strings and
-    comments; a compatibility shim: the name also imported from `torch.amp` on another branch
-    (`try: from torch.amp import autocast` / `except ImportError: from torch.cuda.amp import
-    autocast`, or `from torch import GradScaler`), a name bound on another branch to another
-    device's API (`torch.musa.amp.autocast`), or a call in an `if` or a conditional expression
-    that tests the torch version or `hasattr(torch, ...)` (`torch.amp.GradScaler(...) if
-    TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()`).
+    comments; a compatibility shim, recognised by what it tests and what its other branch
+    binds: a branch of an `if` or a conditional expression that tests the torch version by any
+    spelling (`torch.__version__`, `TORCH_VERSION`, `_TORCH_GREATER_EQUAL_2_4`,
+    `is_torch_min_version("2.4")` or another helper of the file that reads a version) or whether
+    the new API exists (`hasattr(torch, "autocast")`, `hasattr(torch.amp, "custom_fwd")`), and a
+    name also bound to the new API on another branch (`try: from torch.amp import autocast` /
+    `except ImportError: from torch.cuda.amp import autocast`, `from torch import GradScaler`,
+    `custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")`). Nothing else is
+    a shim: under `if hasattr(pl_module, "log_images"):` the old API is flagged, and so is a name
+    bound on another branch to another API (`torch.musa.amp.autocast`, fairscale's
+    `ShardedGradScaler`), without a fix, since no rewrite of the shared name fits both branches.
 
     ## Why is this bad?
     Since PyTorch 2.4 these names raise a FutureWarning each time they are called (the
@@ -71,7 +78,7 @@ class DeprecatedAmpApi(Rule):
     old autocast's positional arguments moved to keywords, and `import torch` is added when the
     file has no name for the replacement. Where every use of a name an old import binds gets
     rewritten, one fix rewrites them all and removes that name from the import (the whole
-    import when it was the only name; not when that would empty a `try:` block), so no unused
+    import when it was the only name; `pass` when it was a block's only statement), so no unused
     import is left behind and no round leaves a use without its import. No fix for `*args`
     calls, hand-ons (`amp_autocast = torch.cuda.amp.autocast`) and base classes. The tests
     check that each rewrite builds an object with the same settings. Note that
@@ -91,21 +98,42 @@ class DeprecatedAmpApi(Rule):
 
     VALID = (
         # Shims: the new API imported from `torch`, a version test in a conditional
-        # expression, the name bound to another device's API on another branch.
+        # expression.
         """
 import torch
 try:
     from torch import GradScaler
 except ImportError:
     from torch.cuda.amp import GradScaler
-if IS_MUSA_AVAILABLE:
-    from torch.musa.amp import autocast
-else:
-    from torch.cuda.amp import autocast
 scaler = GradScaler("cuda")
 other = torch.amp.GradScaler(device=device) if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()
-with autocast(enabled=True):
-    loss = model(x)
+""",
+        # Shims: a version helper of the project (its name reads a version), the new API
+        # assigned on the other branch, and a patch applied only where torch lacks the new name.
+        """
+import functools
+import torch
+from megatron.core.utils import is_torch_min_version
+try:
+    if is_torch_min_version("2.4.0a0"):
+        custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")
+    else:
+        custom_fwd = torch.cuda.amp.custom_fwd
+except ImportError:
+    custom_fwd = torch.cuda.amp.custom_fwd
+if not hasattr(torch.amp, "custom_fwd"):
+    torch.amp.custom_fwd = torch.cuda.amp.custom_fwd
+""",
+        # A helper of the file that reads the version, under any name.
+        """
+import torch
+from packaging.version import Version
+def new_amp():
+    return Version(torch.__version__) >= Version("2.4")
+def make_scaler():
+    if new_amp():
+        return torch.amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()
 """,
         # The current API.
         """
@@ -185,6 +213,29 @@ amp_autocast = functools.partial(torch.cuda.amp.autocast, dtype=torch.float16)
 """,
             at=((5, 6), (7, 10), (8, 34)),
         ),
+        # Not shims: a `hasattr` on something other than torch's AMP API, and a name bound to
+        # another API on another branch (reported, without a fix: no rewrite fits both).
+        Flagged(
+            """
+import torch
+if IS_MUSA_AVAILABLE:
+    from torch.musa.amp import autocast
+else:
+    from torch.cuda.amp import autocast
+if use_fsdp:
+    from fairscale.optim.grad_scaler import ShardedGradScaler as GradScaler
+else:
+    from torch.cuda.amp import GradScaler
+scaler = GradScaler()
+def log_images(pl_module, batch):
+    if hasattr(pl_module, "log_images"):
+        with torch.cuda.amp.autocast():
+            return pl_module.log_images(batch)
+with autocast(enabled=True):
+    loss = model(x)
+""",
+            at=((11, 10), (14, 14), (16, 6)),
+        ),
     )
 
 
@@ -192,6 +243,12 @@ def _message(use: DeprecatedAmpUse) -> str:
     old = f"`{source_text(use.node)}`"
     if use.new_node is not None:
         fix = f"write `{use.new_text}`"
+    elif use.shared:
+        name = (dotted_name(use.node.func if isinstance(use.node, cst.Call) else use.node) or "").split(".")[0]
+        fix = (
+            f"bind `{name}` to `{use.spelling}` on this branch and pass the device type `\"{use.device_type}\"` "
+            "(another branch binds the name to another API, so no rewrite is offered)"
+        )
     elif use.kind == "call":
         fix = (
             f"call `{use.spelling}(\"{use.device_type}\", ...)` with the old positional arguments as keywords "

@@ -1,12 +1,15 @@
 """The cache: a re-run over unchanged files lints nothing and reports the same; anything a
 result depends on (content, rules, settings, imported summaries, the amplint build) changes
-its key; concurrent runs and broken cache files cost speed, never correctness."""
+its key; concurrent runs and broken cache files cost speed, never correctness. It touches
+nothing it did not make, and believes nothing this user did not write (docs/cache.md)."""
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +18,7 @@ from amplint.cache import Cache, content_digest, result_key
 from amplint.driver import Job, Runner
 from amplint.rules import ALL_RULES
 
-from conftest import BUGGY
+from conftest import BUGGY, REPO
 
 CODES = tuple(rule.code for rule in ALL_RULES)
 NOTEBOOK = json.dumps(
@@ -29,6 +32,16 @@ NOTEBOOK = json.dumps(
         ],
     }
 )
+
+
+@pytest.fixture(autouse=True)
+def user_cache_home(tmp_path_factory, monkeypatch):
+    """This user's cache key lives in the test's own $XDG_CACHE_HOME (outside the project)."""
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.delenv(cache_module.ENV_KEY_FILE, raising=False)
+    monkeypatch.delenv(cache_module.ENV_CACHE_DIR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home
 
 
 def _old(path, seconds=10):
@@ -206,3 +219,395 @@ def test_concurrent_runs_share_a_cache_safely(project, tmp_path):
     assert len(set(outputs)) == 1, outputs
     again = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=300)
     assert (again.stdout, again.stderr, again.returncode) == outputs[0]
+
+
+# --------------------------------------------------------------------------- the cache owns only what it made
+
+
+def _aged(path, days):
+    past = time.time() - days * 24 * 3600
+    os.utime(path, (past, past), follow_symlinks=False)
+
+
+def test_cache_dir_dot_keeps_the_projects_gitignore(amplint, project):
+    """D1: `--cache-dir .` (an existing directory that is not amplint's) gets an
+    .amplint_cache of its own; the project's .gitignore is not touched."""
+    (project / ".gitignore").write_text("data/\n*.ckpt\n")
+    os.chmod(project / ".gitignore", 0o644)
+    before = {p.name for p in project.iterdir()}
+    first = amplint("--cache-dir", ".", "train.py", cwd=project)
+    assert first.returncode == 1 and first.stderr == ""
+    assert (project / ".gitignore").read_text() == "data/\n*.ckpt\n"
+    assert stat.S_IMODE(os.stat(project / ".gitignore").st_mode) == 0o644
+    assert {p.name for p in project.iterdir()} == before | {".amplint_cache"}
+    assert not (project / "CACHEDIR.TAG").exists()
+    assert (project / ".amplint_cache" / "CACHEDIR.TAG").is_file()
+    assert "train.py:8:5: AMP003" in amplint("--no-cache", "--concise", ".", cwd=project).stdout  # still found
+    again = amplint("--cache-dir", ".", "train.py", cwd=project)
+    assert (again.returncode, again.stdout, again.stderr) == (first.returncode, first.stdout, first.stderr)
+
+
+def test_a_cache_dir_in_sources_deletes_nothing_of_the_users(amplint, project):
+    """D2: old directories with a `lock`, even named like amplint's builds, are the user's."""
+    src = project / "src"
+    (src / "old").mkdir(parents=True)
+    (src / "old" / "data.txt").write_text("precious\n")
+    (src / "old" / "lock").write_text("")
+    lookalike = src / "0.0.1-0123456789abcdef"
+    lookalike.mkdir()
+    (lookalike / "lock").write_text("")
+    (lookalike / "files-00.json").write_text("mine\n")
+    for path in (src / "old" / "lock", src / "old", lookalike / "lock", lookalike / "files-00.json", lookalike):
+        _aged(path, 30)
+    result = amplint("train.py", cwd=project, env={"AMPLINT_CACHE_DIR": str(src)})
+    assert result.returncode == 1
+    assert (src / "old" / "data.txt").read_text() == "precious\n" and (src / "old" / "lock").exists()
+    assert (lookalike / "files-00.json").read_text() == "mine\n"
+    assert sorted(p.name for p in src.iterdir()) == [".amplint_cache", "0.0.1-0123456789abcdef", "old"]
+
+
+def test_only_provably_stale_builds_are_removed(tmp_path):
+    """Under amplint's own root: an old build of its name holding only its files goes; one
+    holding anything else, a link named like a build, and a fresh build stay."""
+    cache_dir = tmp_path / "cache"
+    Cache(str(cache_dir), fingerprint="0.1.0-aaaaaaaaaaaaaaaa")._writable("x.py")  # nothing to save: no root yet
+    first = Cache(str(cache_dir), fingerprint="0.1.0-aaaaaaaaaaaaaaaa")
+    first.put_summary(str(tmp_path / "x.py"), "d", {})
+    first.save()
+    old_build = cache_dir / "0.1.0-aaaaaaaaaaaaaaaa"
+    assert sorted(p.name for p in old_build.iterdir())[-1] == "lock"
+    extra = cache_dir / "0.1.0-bbbbbbbbbbbbbbbb"
+    extra.mkdir()
+    (extra / "notes.txt").write_text("mine\n")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "lock").write_text("")
+    (cache_dir / "0.1.0-cccccccccccccccc").symlink_to(victim)
+    fresh = cache_dir / "0.1.0-dddddddddddddddd"
+    fresh.mkdir()
+    (fresh / "lock").write_text("")
+    for path in (*old_build.iterdir(), old_build, extra / "notes.txt", extra, cache_dir / "0.1.0-cccccccccccccccc"):
+        _aged(path, 30)
+    (tmp_path / "x.py").write_text("x = 1\n")
+    second = Cache(str(cache_dir), fingerprint="0.2.0-eeeeeeeeeeeeeeee")
+    second.put_summary(str(tmp_path / "x.py"), "d", {})
+    second.save()
+    assert not old_build.exists()
+    assert (extra / "notes.txt").exists() and (cache_dir / "0.1.0-cccccccccccccccc").is_symlink()
+    assert (victim / "lock").exists() and fresh.exists()
+
+
+def test_a_symlinked_cache_in_the_tree_is_not_followed(amplint, project, tmp_path):
+    """D3: a repository shipping `.amplint_cache` as a link to elsewhere gets no cache and
+    one note; nothing is written or removed at the link's target."""
+    victim = tmp_path / "victim"
+    (victim / "old").mkdir(parents=True)
+    (victim / ".gitignore").write_text("mine\n")
+    (victim / "old" / "important.db").write_text("data\n")
+    (victim / "old" / "lock").write_text("")
+    _aged(victim / "old" / "lock", 20)
+    _aged(victim / "old", 20)
+    (project / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    (project / ".amplint_cache").symlink_to(victim)
+    before = sorted(str(p.relative_to(victim)) for p in victim.rglob("*"))
+    result = amplint("train.py", cwd=project)
+    assert result.returncode == 1 and "AMP003" in result.stdout
+    assert result.stderr.count("amplint: note: not caching:") == 1 and "symbolic link" in result.stderr
+    assert sorted(str(p.relative_to(victim)) for p in victim.rglob("*")) == before
+    assert (victim / ".gitignore").read_text() == "mine\n"
+
+
+def test_a_link_the_user_names_is_followed(amplint, project, tmp_path):
+    real = tmp_path / "real"
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    real.mkdir()
+    assert amplint("--cache-dir", str(tmp_path / "link"), "train.py", cwd=project).returncode == 1
+    assert (real / ".amplint_cache" / "CACHEDIR.TAG").is_file()  # an existing directory: its own inside
+
+
+def test_a_directory_in_the_tree_that_is_not_amplints_is_left_alone(amplint, project, tmp_path):
+    """A `.amplint_cache` that amplint did not make (no marker of its own), or a named path
+    that is a file, is not written into: no cache, one note, the same findings."""
+    (project / ".amplint_cache").mkdir()
+    (project / ".amplint_cache" / "notes.txt").write_text("mine\n")
+    result = amplint("train.py", cwd=project)
+    assert result.returncode == 1 and result.stderr.count("note: not caching") == 1
+    assert [p.name for p in (project / ".amplint_cache").iterdir()] == ["notes.txt"]
+    (tmp_path / "afile").write_text("mine\n")
+    result = amplint("--cache-dir", str(tmp_path / "afile"), "train.py", cwd=project)
+    assert result.returncode == 1 and "not a directory" in result.stderr
+    assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_a_cache_with_a_symlinked_build_directory_writes_nothing_through_it(project, tmp_path):
+    lint(project, tmp_path / "cache")
+    build = tmp_path / "cache" / "test-build"
+    for path in build.iterdir():
+        path.unlink()
+    build.rmdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    build.symlink_to(victim)
+    _, runner = lint(project, tmp_path / "cache")
+    assert runner.linted == 4 and list(victim.iterdir()) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_cache_files_are_made_with_the_umasks_mode(project, tmp_path, umask):
+    """D16: a cache shared by a team is readable by it (mkstemp's 0600 was not)."""
+    old = os.umask(umask)
+    try:
+        lint(project, tmp_path / "cache", names=("train.py",))
+    finally:
+        os.umask(old)
+    root = tmp_path / "cache"
+    files = [root / "CACHEDIR.TAG", root / ".gitignore", *(root / "test-build").iterdir()]
+    assert {p.name for p in (root / "test-build").iterdir()} >= {"lock"} and len(files) >= 4
+    assert {stat.S_IMODE(os.stat(p).st_mode) for p in files} == {0o666 & ~umask}
+    assert {stat.S_IMODE(os.stat(p).st_mode) for p in (root, root / "test-build")} == {0o777 & ~umask}
+    assert not [p for p in root.parent.iterdir() if ".tmp-" in p.name]
+
+
+# --------------------------------------------------------------------------- a cache cannot be planted
+
+
+def _shards(cache_dir):
+    return sorted(Path(cache_dir).glob("*/files-*.json"))
+
+
+def _rewrite(cache_dir, change, seal=True):
+    """Rewrite every shard's JSON with `change`, sealed with this user's key (what a bug in
+    amplint or a shared key could leave) or, with `seal` False, with the MAC left as it was
+    (what anyone else can write)."""
+    for shard in _shards(cache_dir):
+        head, _, body = shard.read_bytes().partition(b"\n")
+        body = change(json.loads(body))
+        body = body if isinstance(body, bytes) else json.dumps(body).encode()
+        if seal:
+            cache = Cache(str(cache_dir), fingerprint=shard.parent.name)
+            shard.write_bytes(cache._seal(shard.name, body))
+        else:
+            shard.write_bytes(head + b"\n" + body)
+
+
+def _silence(data):
+    """The reproducer of D8: every result says "no findings", for any stat."""
+    for record in data["files"].values():
+        record["stat"] = [0, 0, 0, 0]
+        for result in record["results"].values():
+            result["findings"] = []
+    return data
+
+
+def test_a_cache_shipped_with_the_repository_decides_nothing(amplint, project, tmp_path_factory, user_cache_home):
+    """D8: a crafted `.amplint_cache` in a pull request (findings emptied, as a fresh clone
+    would be) cannot make the gate pass, with the MAC left, or in the old format, or sealed
+    with another user's key."""
+    (project / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    (project / "broken.py").unlink()  # the verdict is then the findings' alone: 1, or 0 if silenced
+    first = amplint(".", cwd=project)
+    assert first.returncode == 1 and "AMP003" in first.stdout
+    cache_dir = project / ".amplint_cache"
+    _rewrite(cache_dir, _silence, seal=False)
+    again = amplint(".", cwd=project)
+    assert (again.returncode, again.stdout) == (first.returncode, first.stdout)
+    for shard in _shards(cache_dir):  # amplint 0.1.0's format: plain JSON
+        shard.write_text(json.dumps(_silence(json.loads(shard.read_bytes().partition(b"\n")[2]))))
+    again = amplint(".", cwd=project)
+    assert (again.returncode, again.stdout) == (first.returncode, first.stdout)
+    other_user = tmp_path_factory.mktemp("other-user")
+    planted = amplint(".", cwd=project, env={"XDG_CACHE_HOME": str(other_user)})
+    assert planted.returncode == 1
+    _rewrite(cache_dir, _silence, seal=False)  # the other user's own MAC, over emptied results
+    os.environ["XDG_CACHE_HOME"] = str(other_user)
+    try:
+        _rewrite(cache_dir, _silence, seal=True)  # sealed, correctly, with the other user's key
+    finally:
+        os.environ["XDG_CACHE_HOME"] = str(user_cache_home)
+    again = amplint(".", cwd=project)
+    assert (again.returncode, again.stdout) == (first.returncode, first.stdout)
+
+
+def test_another_users_key_makes_every_entry_a_miss(project, tmp_path, monkeypatch):
+    lint(project, tmp_path / "cache")
+    _, runner = lint(project, tmp_path / "cache")
+    assert runner.linted == 0
+    monkeypatch.setenv(cache_module.ENV_KEY_FILE, str(tmp_path / "other" / "key"))
+    _, runner = lint(project, tmp_path / "cache")
+    assert runner.linted == 4
+
+
+def test_the_key_is_private_made_once_and_kept(tmp_path, user_cache_home):
+    old = os.umask(0)
+    try:
+        key, problem = cache_module.user_key()
+    finally:
+        os.umask(old)
+    path = user_cache_home / "amplint" / "key"
+    assert problem is None and len(key) == 32
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert cache_module.user_key() == (key, None)
+    assert [p.name for p in path.parent.iterdir()] == ["key"]
+
+
+def _unusable_keys(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    yield "unwritable location", tmp_path / "a-file" / "amplint" / "key"  # as a read-only HOME
+    real = tmp_path / "real-key"
+    real.write_text("ab" * 32 + "\n")
+    os.chmod(real, 0o600)
+    (tmp_path / "linked").symlink_to(real)
+    yield "a symbolic link", tmp_path / "linked"
+    shared = tmp_path / "shared-key"
+    shared.write_text("ab" * 32 + "\n")
+    os.chmod(shared, 0o644)
+    yield "readable by others", shared
+    garbage = tmp_path / "garbage-key"
+    garbage.write_text("not a key\n")
+    os.chmod(garbage, 0o600)
+    yield "not a key", garbage
+    yield "a directory", tmp_path
+
+
+def test_without_a_usable_key_nothing_is_cached_or_believed(amplint, project, tmp_path, monkeypatch):
+    """A read-only home, or a key that is not private and amplint's: no cache (one note),
+    never a crash, never an unauthenticated entry believed."""
+    first = amplint("train.py", cwd=project)
+    _rewrite(project / ".amplint_cache", _silence, seal=True)  # sealed with a key that is then lost
+    for why, key in _unusable_keys(tmp_path):
+        monkeypatch.setenv(cache_module.ENV_KEY_FILE, str(key))
+        cache = Cache(str(project / ".amplint_cache"), fingerprint="test-build")
+        assert cache.root is None and cache.problem and str(key) in cache.problem, why
+        result = amplint("train.py", cwd=project)
+        assert (result.returncode, result.stdout) == (first.returncode, first.stdout), why
+        assert result.stderr.count("amplint: note: not caching: cannot use the cache key") == 1, why
+    monkeypatch.delenv(cache_module.ENV_KEY_FILE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))
+    monkeypatch.setenv("HOME", str(tmp_path / "a-file"))
+    assert amplint("train.py", cwd=project).returncode == 1
+
+
+# --------------------------------------------------------------------------- a corrupt cache is a miss
+
+
+def _every_record(change):
+    def apply(data):
+        for path in data["files"]:
+            data["files"][path] = change(data["files"][path])
+        return data
+
+    return apply
+
+
+def _every_result(change):
+    def on_record(record):
+        record["results"] = {key: change(result) for key, result in record["results"].items()}
+        return record
+
+    return _every_record(on_record)
+
+
+def _every_finding_row(change):
+    return _every_result(lambda result: dict(result, findings=[change(row) for row in result["findings"]] or [change([])]))
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+CORRUPTIONS = {
+    # The whole shard.
+    "empty": lambda data: b"",
+    "truncated": lambda data: json.dumps(data).encode()[:-40],
+    "binary": lambda data: bytes(range(256)) * 4,
+    "deep JSON": lambda data: DEEP,
+    "a list": lambda data: [data],
+    "another format": lambda data: dict(data, format=1),
+    "files a list": lambda data: dict(data, files=list(data["files"].values())),
+    # Records.
+    "record a string": _every_record(lambda record: "x"),
+    "record a list": _every_record(lambda record: [record]),
+    "stat a string": _every_record(lambda record: dict(record, stat="0 0 0 0")),
+    "digest a number": _every_record(lambda record: dict(record, digest=7)),
+    "results a list": _every_record(lambda record: dict(record, results=list(record["results"].values()))),
+    "deep in a record": _every_record(lambda record: dict(record, results={"k": json.loads(b"[" * 900 + b"]" * 900)})),
+    # Results and findings.
+    "payload a string": _every_result(lambda result: "x"),
+    "findings null": _every_result(lambda result: dict(result, findings=None)),
+    "findings missing": _every_result(lambda result: {k: v for k, v in result.items() if k != "findings"}),
+    "short finding rows": _every_finding_row(lambda row: row[:3]),
+    "a finding row's line a string": _every_finding_row(lambda row: ["8", *row[1:]] if row else ["8"] * 14),
+    "a broken fix": _every_finding_row(lambda row: [*row[:-1], ["title"]] if row else [None] * 14),
+    "imports of strings": _every_result(lambda result: dict(result, imports=["torch"])),
+    "summary functions a list": _every_result(lambda result: dict(result, summary={"functions": ["f"]})),
+    "skipped a string": _every_result(lambda result: dict(result, skipped="no")),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "unsealed"])
+def test_a_corrupt_cache_is_a_miss_whatever_its_shape(project, tmp_path, name, sealed):
+    """D6: each corruption of the reliability report (and more), with the MAC this user's
+    key gives it (what only a bug could write) or not: the files are linted again, with the
+    same results, and the cache is whole again afterwards."""
+    cold, _ = lint(project, tmp_path / "cache")
+    _rewrite(tmp_path / "cache", CORRUPTIONS[name], seal=sealed)
+    results, runner = lint(project, tmp_path / "cache")
+    assert [(r.path, r.findings, r.error, r.skipped) for r in results] == [(r.path, r.findings, r.error, r.skipped) for r in cold]
+    assert runner.linted == 4
+    _, runner = lint(project, tmp_path / "cache")
+    assert runner.linted == 0
+
+
+def test_every_result_amplint_stores_passes_the_check_on_read(tmp_path):
+    """The reader's shape check and `amplint.driver`'s payloads agree: on the fixtures
+    (findings with fixes, notebooks, module summaries), nothing stored is refused."""
+    from amplint.driver import _to_payload
+
+    paths = sorted(str(p) for p in (REPO / "fixtures").rglob("*.py"))
+    cache = Cache(str(tmp_path / "cache"), fingerprint="test-build")
+    with Runner(workers=1, cache=cache) as runner:
+        results = runner.lint([Job(path, CODES) for path in paths])
+    payloads = [_to_payload(result) for result in results]
+    assert any(p["summary"] for p in payloads) and any(f[-1] for p in payloads for f in p["findings"])
+    assert [cache_module.valid_result(p) for p in payloads] == [True] * len(payloads)
+
+
+def test_links_and_fifos_planted_inside_the_cache_are_not_followed_or_waited_on(project, tmp_path):
+    """A shipped cache that looks like amplint's (its marker, its build) but whose lock and
+    shards are links to a victim's file, or FIFOs: the victim is untouched, nothing blocks,
+    and the files are linted."""
+    lint(project, tmp_path / "cache")
+    build = tmp_path / "cache" / "test-build"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    shards = sorted(build.glob("files-*.json"))
+    (build / "lock").unlink()
+    (build / "lock").symlink_to(victim)
+    for shard in shards[:1]:
+        shard.unlink()
+        shard.symlink_to(victim)
+    for shard in shards[1:]:
+        shard.unlink()
+        os.mkfifo(shard)
+    results, runner = lint(project, tmp_path / "cache")
+    assert runner.linted == 4 and [f.code for f in results[0].findings] == ["AMP003"]
+    assert victim.read_text() == "precious\n" and (build / "lock").is_symlink()
+    (build / "lock").unlink()
+    _, runner = lint(project, tmp_path / "cache")
+    _, runner = lint(project, tmp_path / "cache")
+    assert runner.linted == 0 and victim.read_text() == "precious\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root can write a read-only directory")
+def test_a_read_only_home_means_no_cache_and_one_note(amplint, project, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o555)
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(home))
+    try:
+        result = amplint("train.py", cwd=project)
+    finally:
+        home.chmod(0o755)
+    assert result.returncode == 1 and "AMP003" in result.stdout
+    assert result.stderr.count("amplint: note: not caching: cannot use the cache key") == 1
+    assert not (project / ".amplint_cache").exists()

@@ -178,3 +178,66 @@ def test_per_file_ignores_match_like_gitignore(amplint, tmp_path):
     )
     result = amplint("--concise", "-q", ".", cwd=tmp_path)
     assert [line.split(":")[0] for line in result.stdout.splitlines()] == [os.path.join("sub", "top.py")]
+
+
+def test_named_paths_are_linted_even_when_gitignore_ignores_them_as_ruff_does(amplint, tmp_path):
+    tree(
+        tmp_path,
+        {
+            ".gitignore": "experiments/\nscratch.py\n*_gen.py\n",
+            "train.py": BUGGY,
+            "scratch.py": BUGGY,
+            "experiments/run.py": BUGGY,
+            "experiments/deep/run.py": BUGGY,
+            "experiments/model_gen.py": BUGGY,  # its own pattern still applies inside
+        },
+    )
+    (tmp_path / ".git").mkdir()
+    walked = amplint("--concise", "-q", cwd=tmp_path)
+    assert [line.split(":")[0] for line in walked.stdout.splitlines()] == ["train.py"]
+    # A named ignored folder: what is inside is judged as if the folder were not ignored.
+    folder = amplint("--concise", "-q", "experiments", cwd=tmp_path)
+    assert folder.returncode == 1, folder.stderr
+    assert sorted(line.split(":")[0] for line in folder.stdout.splitlines()) == [
+        os.path.join("experiments", "deep", "run.py"),
+        os.path.join("experiments", "run.py"),
+    ]
+    # A folder inside an ignored one, named: the same.
+    deep = amplint("--concise", "-q", "experiments/deep", cwd=tmp_path)
+    assert [line.split(":")[0] for line in deep.stdout.splitlines()] == [os.path.join("experiments", "deep", "run.py")]
+    # A named ignored file.
+    assert amplint("--concise", "-q", "scratch.py", cwd=tmp_path).stdout.startswith("scratch.py:8:5: AMP003")
+    # Naming the ignored folder changes nothing for the other named paths.
+    both = amplint("--concise", "-q", "experiments", ".", cwd=tmp_path)
+    assert sorted(line.split(":")[0] for line in both.stdout.splitlines()) == [
+        os.path.join("experiments", "deep", "run.py"),
+        os.path.join("experiments", "run.py"),
+        "train.py",
+    ]
+
+
+def test_force_exclude_leaves_out_named_ignored_and_excluded_paths_and_says_why(amplint, tmp_path):
+    tree(
+        tmp_path,
+        {
+            ".gitignore": "experiments/\nscratch.py\n",
+            "pyproject.toml": '[tool.amplint]\nextend-exclude = ["generated"]\n',
+            "scratch.py": BUGGY,
+            "experiments/run.py": BUGGY,
+            "generated/model.py": BUGGY,
+        },
+    )
+    (tmp_path / ".git").mkdir()
+    for named, why in [
+        ("experiments", "experiments is ignored by .gitignore (--force-exclude"),
+        ("scratch.py", "scratch.py is ignored by .gitignore (--force-exclude"),
+        ("generated", "generated is excluded by `exclude`/`extend-exclude` (--force-exclude)"),
+        ("generated/model.py", "generated/model.py is excluded by `exclude`/`extend-exclude` (--force-exclude)"),
+    ]:
+        result = amplint("--force-exclude", named, cwd=tmp_path)
+        assert result.returncode == 0, (named, result.stdout)
+        assert "no Python files or notebooks found under" in result.stderr and why in result.stderr, result.stderr
+        # Without --force-exclude, a named path is linted.
+        assert amplint("--concise", "-q", named, cwd=tmp_path).returncode == 1, named
+    # --no-respect-gitignore: .gitignore no longer leaves anything out.
+    assert amplint("--force-exclude", "--no-respect-gitignore", "experiments", cwd=tmp_path).returncode == 1

@@ -417,6 +417,74 @@ def test_notebooks_are_fixed_cell_by_cell(amplint, project):
     assert amplint("train.ipynb", cwd=root).returncode == 0
 
 
+UNSCALE = "    scaler.unscale_(optimizer)\n"
+LOOP_LINES = [
+    "for x, y in loader:  # époque\n",
+    "    with torch.autocast('cuda', dtype=torch.float16):\n",
+    "        loss = loss_fn(model(x), y)\n",
+    "    scaler.scale(loss).backward()\n",
+    "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+    "    scaler.step(optimizer)\n",
+    "    scaler.update()",
+]
+
+
+def styled_notebook(loop_source):
+    """A notebook with non-ASCII text, a magic cell, outputs and a float, around the loop cell."""
+    return {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": ["# Entraînement — ≥ 2 GPUs\n", "Voilà."]},
+            {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [], "source": ["%matplotlib inline\n", "import torch\n"]},
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": ["scaler = torch.amp.GradScaler('cuda')"]},
+            {"cell_type": "code", "execution_count": 3, "metadata": {"tags": ["train"]}, "source": loop_source,
+             "outputs": [{"name": "stdout", "output_type": "stream", "text": ["lr=1e-05 ✓\n"]}]},
+        ],
+        "metadata": {"language_info": {"name": "python"}, "scale": 0.5, "title": "café"},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+NOTEBOOK_STYLES = {
+    "compact": dict(separators=(",", ":"), ensure_ascii=False),
+    "compact-ascii": dict(separators=(",", ":")),
+    "json.dumps-default": dict(),
+    "indent-1-jupyter": dict(indent=1, ensure_ascii=False, sort_keys=True),
+    "indent-4-sorted": dict(indent=4, sort_keys=True),
+    "indent-2-escaped": dict(indent=2, ensure_ascii=True),
+    "indent-2-trailing-space": dict(indent=2, separators=(", ", ": "), ensure_ascii=False),
+    "tab-indent": dict(indent="\t", ensure_ascii=False),
+}
+
+
+@pytest.mark.parametrize("as_string", [False, True], ids=["source-list", "source-string"])
+@pytest.mark.parametrize("style", NOTEBOOK_STYLES.values(), ids=NOTEBOOK_STYLES.keys())
+def test_a_fixed_notebook_keeps_its_json_style_and_only_the_fixed_cell_changes(amplint, project, style, as_string):
+    def source(lines):
+        return "".join(lines) if as_string else lines
+
+    before = json.dumps(styled_notebook(source(LOOP_LINES)), **style)
+    fixed_lines = LOOP_LINES[:4] + [UNSCALE] + LOOP_LINES[4:]
+    after = json.dumps(styled_notebook(source(fixed_lines)), **style)
+    root = project({"train.ipynb": before})
+    result = amplint("--fix", "train.ipynb", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (root / "train.ipynb").read_text(encoding="utf-8") == after
+
+
+def test_a_notebook_with_a_bom_keeps_it_and_only_the_fixed_line_is_new(amplint, project):
+    before = notebook(cell("import torch\nscaler = torch.amp.GradScaler('cuda')\n"), cell("".join(LOOP_LINES)))
+    # Spellings json.dumps would not write back: they stay, since only the fixed value is written.
+    before = before.replace('"nbformat_minor": 5', '"nbformat_minor": 5, "x": 1.50E+3')
+    root = project({})
+    (root / "train.ipynb").write_bytes(b"\xef\xbb\xbf" + before.encode("utf-8"))
+    assert amplint("--fix", "train.ipynb", cwd=root).returncode == 0
+    data = (root / "train.ipynb").read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and b'"x": 1.50E+3' in data
+    backward = '    "    scaler.scale(loss).backward()\\n",\n'
+    assert data.decode("utf-8-sig") == before.replace(backward, backward + '    "    scaler.unscale_(optimizer)\\n",\n')
+
+
 def test_sarif_carries_the_fix(amplint, project):
     root = project({"train.py": BUGGY})
     sarif = json.loads(amplint("--output-format", "sarif", "train.py", cwd=root).stdout)
@@ -450,11 +518,41 @@ def test_a_notebook_cell_with_magics_is_left_as_it_is(amplint, project):
 
 
 def test_a_file_that_cannot_be_written_is_an_error_and_not_counted_as_fixed(amplint, project, monkeypatch):
-    import amplint.cli as cli
+    import amplint.fixer as fixer
 
     root = project({"train.py": BUGGY})
-    monkeypatch.setattr(cli, "write_fixed", lambda fix: "not fixed: cannot write it (Read-only file system)")
+    monkeypatch.setattr(fixer, "write_fixed", lambda fix, roots: "not fixed: cannot write it (Read-only file system)")
     result = amplint("--fix", "--concise", "train.py", cwd=root)
     assert result.returncode == 2
     assert "train.py: not fixed: cannot write it (Read-only file system)" in result.stderr
     assert "fixed" not in result.stdout and (root / "train.py").read_text() == BUGGY
+
+
+def test_amp014_leaves_no_unused_import_in_a_try_block_or_after_a_semicolon():
+    outcome = fixed(
+        """\
+        import torch
+        try:
+            from torch.cuda.amp import autocast  # old torch
+        except ImportError:
+            pass
+        import os; from torch.cuda.amp import GradScaler
+        scaler = GradScaler()
+        with autocast():
+            y = model(x)
+        """
+    )
+    # The only statement of the `try:` becomes `pass`; the other statement of the line stays.
+    assert outcome.source == textwrap.dedent(
+        """\
+        import torch
+        try:
+            pass  # old torch
+        except ImportError:
+            pass
+        import os
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.amp.autocast("cuda"):
+            y = model(x)
+        """
+    )

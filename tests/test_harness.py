@@ -38,10 +38,13 @@ from amplint.harness.verdict import (
     expected_quantities,
     holds,
     judge,
+    mechanism_missing,
     measured_text,
     value_text,
 )
-from amplint.rule import Prediction, Rule
+from amplint.harness.quotes import agrees, quote_problems, quoted_number, tolerance, unquoted
+from amplint.harness.report import summary_text
+from amplint.rule import DEVICES, KINDS, Prediction, Rule
 from amplint.rules import ALL_RULES
 from conftest import REPO
 
@@ -58,9 +61,7 @@ REQUIRED_JSON_KEYS = {"code", "scenario", "device", "dtype", "buggy", "fixed", "
         ("fixed/buggy", 6.7e-7, 0.0439, 0.0439 / 6.7e-7),
         ("buggy-fixed", 0.97, 0.0, 0.97),
         ("buggy", 0.0, 0.1, 0.0),
-        ("fixed", 0.0, 4.0, 4.0),
         ("fixed/buggy", 0.0, 0.1, math.inf),  # a frozen quantity is infinitely far from a moving one
-        ("buggy/fixed", 0.0, 0.0, 1.0),  # both exactly zero: the same
     ],
 )
 def test_combine(compare, buggy, fixed, expected):
@@ -69,8 +70,29 @@ def test_combine(compare, buggy, fixed, expected):
 
 def test_combine_propagates_nan_and_rejects_unknown_comparisons():
     assert math.isnan(combine("buggy/fixed", math.nan, 1.0))
-    with pytest.raises(ValueError):
-        combine("buggy*fixed", 1.0, 1.0)
+    for unknown in ("buggy*fixed", "fixed"):  # the fixed run alone says nothing about the mistake
+        with pytest.raises(ValueError):
+            combine(unknown, 1.0, 1.0)
+
+
+def test_a_ratio_of_two_zeros_is_no_match():
+    """Nothing against nothing (no overflow in either run) used to read as 0/0 = 1, "the same",
+    and confirmed a mechanism that never happened."""
+    assert math.isnan(combine("buggy/fixed", 0.0, 0.0))
+    assert math.isnan(evaluate_expected("buggy.a / fixed.b", {"buggy": {"a": 0.0}, "fixed": {"b": 0.0}}))
+    near_one = Prediction("s", "q", "claim", compare="buggy/fixed", at_least=0.9, at_most=1.1)
+    assert judge(near_one, 0.0, 0.0)[1] == NOT_REPRODUCED
+    # AMP007's mechanism with no overflow: 0 extra skipped steps against 0 halvings expected
+    mechanism = Prediction("s", "q", "claim", compare="buggy-fixed", at_least=0.9, at_most=1.1, expected="buggy.h")
+    assert judge(mechanism, 1.0, 1.0, expected=0.0)[1] == NOT_REPRODUCED
+
+
+def test_a_mechanism_must_have_happened_before_anything_is_compared():
+    claim = Prediction("s", "q", "claim", compare="buggy-fixed", at_least=0, at_most=0, happened="fixed.overflows")
+    assert mechanism_missing(claim, {"buggy": {}, "fixed": {"overflows": 3.0}}) is None
+    assert mechanism_missing(claim, {"buggy": {}, "fixed": {"overflows": 0.0}}) == (
+        "the mechanism did not happen: fixed.overflows = 0, must be > 0"
+    )
 
 
 def test_bounds():
@@ -141,11 +163,54 @@ def test_every_shipped_prediction_is_well_formed(rule):
         assert prediction.compare in COMPARISONS
         assert prediction.at_least is not None or prediction.at_most is not None, "a claim needs a bound"
         assert prediction.dtypes and set(prediction.dtypes) <= {"float16", "bfloat16"}
+        assert prediction.devices and set(prediction.devices) <= set(DEVICES)
+        assert prediction.kind in KINDS
         assert prediction.claim.endswith(".")
-        if prediction.expected:
-            expected_quantities(prediction.expected)
+        for expression in (prediction.expected, prediction.happened):
+            if expression:
+                expected_quantities(expression)
+        # a claim whose dtype or device says it is a control, says so in its kind
+        if prediction.claim.lower().startswith(("control", "bfloat16 control")):
+            assert prediction.is_control, prediction
     if rule.PREDICTIONS:
         assert "amplint verify" in rule.section("What goes wrong at runtime"), "the docs quote the measurement"
+
+
+@pytest.mark.parametrize(
+    "text, measured, agree",
+    [
+        ("65,000x", 65254.1, True),
+        ("~30,000x", 30168.2, True),
+        ("~30,000x", 5437.2, False),  # the audit: AMP009's bfloat16 noise ratio, quoted for both dtypes
+        ("~700x", 1648.6, False),  # the audit: AMP012's island error
+        ("~1,650x", 1648.6, True),
+        ("6.7e-7", 6.7212e-7, True),
+        ("17%", 0.1713, True),
+        ("0.01%", 9.8575e-5, True),
+        ("0.01%", 2e-4, False),
+        ("skipped 7 of", 7.0, True),
+        ("0.044", None, False),
+    ],
+)
+def test_a_quoted_number_agrees_to_the_precision_it_is_written_with(text, measured, agree):
+    assert agrees(text, measured) == agree
+
+
+def test_quoted_numbers_parse_as_written():
+    assert quoted_number("65,000x") == 65000 and tolerance("65,000x") == 500
+    assert quoted_number("0.045%") == pytest.approx(0.00045) and tolerance("17%") == pytest.approx(0.005)
+    assert quoted_number("3.0e-3") == 3e-3 and tolerance("3.0e-3") == pytest.approx(5e-5)
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=[rule.code for rule in ALL_RULES])
+def test_severity_follows_the_measured_harm(rule):
+    """rules/README.md: `error` where verify measures silent damage; a rule with no runtime
+    prediction, or only loud failures, is a `warning`."""
+    silent_harm = [p for p in rule.PREDICTIONS if not p.is_control and p.quantity != "raised"]
+    if rule.severity == "error":
+        assert silent_harm, f"{rule.code} is an error with no measured silent harm"
+    if not rule.PREDICTIONS:
+        assert rule.severity == "warning"
 
 
 # --------------------------------------------------------------------------- fake fixtures
@@ -313,6 +378,60 @@ def test_a_missing_fixture_is_an_error(tmp_path):
     assert row.verdict == ERROR and "no fixture fixtures/NONE/buggy.py" in row.reason
 
 
+def test_a_mechanism_that_did_not_happen_is_not_reproduced(tmp_path):
+    write_pair(tmp_path, "NOOP", "values = {'q': 0.0, 'overflows': 0.0}", "values = {'q': 0.0, 'overflows': 0.0}")
+    same = Prediction("s", "q", "No more skipped steps than the fixed run.", compare="buggy-fixed", at_least=0, at_most=0,
+                      happened="fixed.overflows")
+    (row,) = verify([fake_rule("NOOP", same)], "cpu", root=tmp_path).rows
+    assert row.value == 0 and row.verdict == NOT_REPRODUCED
+    assert row.reason == "the mechanism did not happen: fixed.overflows = 0, must be > 0"
+
+
+def test_predictions_about_another_device_are_skipped(tmp_path):
+    write_pair(tmp_path, "DEV", "values = {'q': 1000.0}", "values = {'q': 1.0}")
+    on_cpu = Prediction("s", "q", "Only on the CPU.", compare="buggy/fixed", at_least=100, devices=("cpu",))
+    on_cuda = Prediction("s", "q", "Only on CUDA.", compare="buggy/fixed", at_least=100, devices=("cuda",))
+    cpu_row, cuda_row = verify([fake_rule("DEV", on_cpu, on_cuda)], "cpu", root=tmp_path).rows
+    assert cpu_row.verdict == CONFIRMED
+    assert (cuda_row.verdict, cuda_row.reason) == (SKIPPED, "the claim is about cuda only")
+    planned = plan([fake_rule("DEV", on_cpu, on_cuda)], "cuda", ALL_DTYPES)
+    assert [(entry.prediction.devices, entry.skip) for entry in planned if entry.dtype == "float16"] == [
+        (("cpu",), "the claim is about cpu only"),
+        (("cuda",), None),
+    ]
+
+
+def test_the_cuda_claims_are_planned_for_cuda_and_the_cpu_ones_for_the_cpu():
+    """No GPU here: what a `--device cuda` run would check is the selection, declared per claim.
+    AMP013's `binary_cross_entropy` raises under CUDA autocast and CUDA runs softmax in float32:
+    claims of their own, never the CPU's claims run on CUDA; AMP011's mistake needs a device
+    that is not CUDA."""
+    by_code = {rule.code: rule for rule in ALL_RULES}
+
+    def ran(device, code):
+        return {
+            (entry.prediction.scenario, entry.prediction.quantity, entry.dtype)
+            for entry in plan([by_code[code]], device, ALL_DTYPES)
+            if entry.skip is None
+        }
+
+    assert ("bce-probabilities-confident", "raised", "float16") in ran("cuda", "AMP013")
+    assert ("bce-probabilities-confident", "raised", "bfloat16") in ran("cuda", "AMP013")
+    assert ("bce-probabilities-confident", "first_loss_error", "float16") not in ran("cuda", "AMP013")
+    assert ("bce-probabilities-confident", "first_loss_error", "float16") in ran("cpu", "AMP013")
+    assert ("log-softmax-confident", "precision_nonfinite", "float16") not in ran("cuda", "AMP013")
+    assert ("log-softmax-confident", "nonfinite_losses", "float16") in ran("cuda", "AMP013")
+    assert not any(quantity == "raised" for _, quantity, _ in ran("cpu", "AMP013"))
+    assert ran("cuda", "AMP011") == set() and ran("cpu", "AMP011")
+    # where a scenario's CPU claim is skipped on CUDA, its CUDA claim says what happens there
+    for rule in ALL_RULES:
+        for prediction in rule.PREDICTIONS:
+            if prediction.devices == ("cpu",) and rule.code != "AMP011":
+                assert any(
+                    "cuda" in other.devices and other.scenario == prediction.scenario for other in rule.PREDICTIONS
+                ), f"{rule.code} {prediction.scenario}: a CPU-only claim with nothing said about CUDA"
+
+
 def test_dtype_selection(tmp_path):
     # The fake reports 1000x only under bfloat16, so the dtype it ran at is visible.
     write_pair(tmp_path, "DT", "values = {'q': 1000.0 if args.dtype == 'bfloat16' else 1.0}", "values = {'q': 1.0}")
@@ -371,11 +490,27 @@ def test_text_output(mixed_run):
     text = render_text(mixed_run)
     lines = text.splitlines()
     assert lines[0].startswith("amplint verify: torch fake, device cpu, 1 fixture process,")
-    assert lines[2].split() == ["rule", "device", "dtype", "scenario", "quantity", "buggy", "fixed", "check", "verdict"]
+    assert lines[2].split() == ["rule", "device", "dtype", "scenario", "quantity", "kind", "buggy", "fixed", "check", "verdict"]
     assert "buggy/fixed = 1000, claim >= 100" in lines[3] and lines[3].endswith("confirmed")
     assert "fixed/buggy = inf" in lines[4]
     assert lines[5].endswith("skipped: the claim is about bfloat16 only")
-    assert lines[-1] == "3 predictions: 2 confirmed, 0 not reproduced, 1 skipped, 0 errors"
+    assert lines[-1] == (
+        "3 predictions: 2 effects confirmed, 0 controls held, 0 effects not reproduced, 0 controls not held, "
+        "1 skipped, 0 errors"
+    )
+
+
+def test_controls_are_counted_apart_and_never_as_confirmations(tmp_path):
+    write_pair(tmp_path, "CTL", "values = {'q': 1000.0, 'same': 2.0}", "values = {'q': 1.0, 'same': 2.0}")
+    control = Prediction("s", "same", "Control: no difference.", compare="buggy/fixed", at_least=0.99, at_most=1.01, kind="control")
+    run = verify([fake_rule("CTL", GROWS, control)], "cpu", root=tmp_path)
+    assert summary_text(run) == (
+        "2 predictions: 1 effect confirmed, 1 control held, 0 effects not reproduced, 0 controls not held, 0 skipped, 0 errors"
+    )
+    text = render_text(run).splitlines()
+    assert text[3].split()[5] == "effect" and text[3].endswith("confirmed")
+    assert text[4].split()[5] == "control" and text[4].endswith("held")
+    assert [obj["kind"] for obj in json.loads(render_json(run))] == ["effect", "control"]
 
 
 # --------------------------------------------------------------------------- the command
@@ -431,10 +566,10 @@ def test_dtype_all_plans_every_prediction_at_every_dtype_it_is_about():
     planned = plan(predicting, "cpu", ALL_DTYPES)
     expected = [(rule.code, p, dtype) for rule in ALL_RULES for p in rule.PREDICTIONS for dtype in p.dtypes]
     assert [(entry.rule.code, entry.prediction, entry.dtype) for entry in planned] == expected
-    assert all(entry.skip is None for entry in planned)
+    assert all((entry.skip is None) == ("cpu" in entry.prediction.devices) for entry in planned)
     bfloat16 = plan(predicting, "cpu", "bfloat16")
     assert [entry.prediction for entry in bfloat16 if entry.skip is None] == [
-        p for rule in ALL_RULES for p in rule.PREDICTIONS if "bfloat16" in p.dtypes
+        p for rule in ALL_RULES for p in rule.PREDICTIONS if "bfloat16" in p.dtypes and "cpu" in p.devices
     ]
 
 
@@ -458,15 +593,29 @@ def test_without_torch_verify_says_how_to_get_it_and_linting_still_works():
 
 @pytest.mark.slow(seconds=90)
 def test_every_prediction_is_confirmed_on_cpu_at_every_dtype(verified):
-    problems = [render_json(VerifyRun([row], "cpu", None, 0, 0.0)) for row in verified.rows if row.verdict != CONFIRMED]
+    ran = [row for row in verified.rows if row.ran]
+    problems = [render_json(VerifyRun([row], "cpu", None, 0, 0.0)) for row in ran if row.verdict != CONFIRMED]
     assert not problems, "\n".join(problems)
     assert verified.ok and verified.processes == min(len([r for r in ALL_RULES if r.PREDICTIONS]), os.cpu_count() or 1)
     expected = [(rule.code, p.scenario, p.quantity, dtype) for rule in ALL_RULES for p in rule.PREDICTIONS for dtype in p.dtypes]
     assert [(row.code, row.prediction.scenario, row.prediction.quantity, row.dtype) for row in verified.rows] == expected
-    assert {row.dtype for row in verified.rows} == {"float16", "bfloat16"}
-    # every row carries both scripts' per-step curves for the report
+    assert {row.dtype for row in ran} == {"float16", "bfloat16"}
+    # what does not run on the CPU is a claim about CUDA only, skipped as such
     for row in verified.rows:
+        assert row.ran == ("cpu" in row.prediction.devices), row
+    # every row carries both scripts' per-step curves for the report
+    for row in ran:
         assert all(row.history.get(which) for which in ("buggy", "fixed")) or "raised" in row.prediction.quantity, row
+
+
+@pytest.mark.slow(seconds=90)
+def test_the_numbers_the_docs_quote_are_the_ones_verify_measures(verified):
+    """Each rule's "What goes wrong at runtime" quotes its numbers from a prediction, and each
+    agrees with this run's measurement at every dtype the claim is about."""
+    problems = [problem for rule in ALL_RULES for problem in quote_problems(rule, verified.rows)]
+    assert not problems, "\n".join(problems)
+    assert not {rule.code: unquoted(rule) for rule in ALL_RULES if unquoted(rule)}, "ratios and shares no prediction quotes"
+    assert sum(len(p.quotes) for rule in ALL_RULES for p in rule.PREDICTIONS) >= 50
 
 
 def _identical_pairs(run: VerifyRun, copy: str):
@@ -481,44 +630,29 @@ def _key(row):
     return (row.code, row.prediction.scenario, row.prediction.quantity, row.dtype)
 
 
-# The predictions that hold however alike buggy.py and fixed.py are: the controls ("makes no
-# difference", "trains like the fixed run"). Identical pairs cannot break them; BROKEN below does.
-CONTROLS = {
-    ("AMP002", "ordinary", "zero_grad_fraction", "float16"),
-    ("AMP002", "tiny-grad", "zero_grad_fraction", "bfloat16"),
-    ("AMP004", "sgd-whole-loop-no-cache", "true_loss", "float16"),
-    ("AMP004", "sgd-whole-loop-no-cache", "true_loss", "bfloat16"),
-    ("AMP004", "sgd-per-iteration", "true_loss", "float16"),
-    ("AMP004", "sgd-per-iteration", "true_loss", "bfloat16"),
-    ("AMP004", "adam-per-iteration", "true_loss", "float16"),
-    ("AMP004", "adam-per-iteration", "true_loss", "bfloat16"),
-    ("AMP004", "adafactor-per-iteration", "true_loss", "bfloat16"),
-    ("AMP005", "adam", "true_loss", "float16"),
-    ("AMP005", "adam", "true_loss", "bfloat16"),
-    ("AMP005", "adamw", "weight_norm", "float16"),
-    ("AMP005", "adamw", "weight_norm", "bfloat16"),
-    ("AMP005", "adam-overflow", "true_loss", "bfloat16"),
-    ("AMP005", "unscale-then-plain-step", "raised", "float16"),
-    ("AMP005", "unscale-then-plain-step", "raised", "bfloat16"),
-    ("AMP006", "sgd", "true_loss", "float16"),
-    ("AMP006", "sgd", "true_loss", "bfloat16"),
-    ("AMP012", "large-activations", "nonfinite_steps", "bfloat16"),
-    ("AMP013", "hand-bce-moderate", "first_loss_error", "float16"),
-    ("AMP013", "log-sigmoid-confident", "first_loss_error", "bfloat16"),
-    ("AMP013", "bce-probabilities-confident", "first_loss_error", "float16"),
-}
+def _controls(run: VerifyRun):
+    """The controls that ran: the claims that the mistake makes no difference in some regime."""
+    return {_key(row) for row in run.rows if row.ran and row.prediction.is_control}
 
 
-def test_every_claim_of_an_effect_fails_when_buggy_and_fixed_are_the_same_script(verified):
-    """Break the fixture the simplest way: no mistake at all. Every claim that the mistake
-    does something (a ratio away from 1, a loss stuck, a mechanism's predicted size, the
-    fixed run skipping a step) must then be `not reproduced`, with either script as both."""
-    survivors = set()
-    for fixed_twice, buggy_twice in zip(_identical_pairs(verified, "fixed"), _identical_pairs(verified, "buggy")):
-        assert fixed_twice.verdict in (CONFIRMED, NOT_REPRODUCED) and buggy_twice.verdict in (CONFIRMED, NOT_REPRODUCED)
-        if fixed_twice.verdict == CONFIRMED and buggy_twice.verdict == CONFIRMED:
-            survivors.add(_key(fixed_twice))
-    assert survivors == CONTROLS, "a claim of an effect that identical scripts also satisfy proves nothing"
+@pytest.mark.slow(seconds=90)
+def test_with_each_buggy_py_replaced_by_its_fixed_py_every_effect_fails(verified):
+    """Break every fixture the simplest way: no mistake at all, buggy.py replaced by fixed.py.
+    Every claim that the mistake does something (a ratio away from 1, a loss stuck, a
+    mechanism's predicted size) must then be `not reproduced`; only the declared controls,
+    which claim that nothing differs, hold. This reuses the shared CPU run: the fixtures are
+    seeded and single-threaded, so fixed.py run as buggy.py reports what it reported as itself."""
+    fixed_twice = _identical_pairs(verified, "fixed")
+    survivors = {_key(row) for row in fixed_twice if row.verdict == CONFIRMED}
+    assert all(row.verdict in (CONFIRMED, NOT_REPRODUCED) for row in fixed_twice if row.ran)
+    assert survivors == _controls(verified), "an effect that holds without the mistake proves nothing"
+    # fixed.py replaced by buggy.py: every effect that compares the two runs fails; one that
+    # bounds the buggy run against a stated reference (`buggy <= 0.001`) reads buggy.py alone
+    buggy_twice = _identical_pairs(verified, "buggy")
+    against_fixed = {_key(row) for row in buggy_twice if row.verdict == CONFIRMED and row.prediction.compare != "buggy"}
+    assert not against_fixed - _controls(verified)
+    effects = [row for row in verified.rows if row.ran and not row.prediction.is_control]
+    assert len(effects) >= 80 and len(_controls(verified)) >= 20
 
 
 def test_the_sharpened_claims_fail_on_an_identical_pair(verified):
@@ -536,13 +670,87 @@ def test_the_sharpened_claims_fail_on_an_identical_pair(verified):
     assert row.prediction.expected and row.verdict == NOT_REPRODUCED
     # a loss that trains is not stuck
     assert fixed_twice[("AMP001", "sgd", "loss_moved", "float16")].verdict == NOT_REPRODUCED
-    # a run with no overflow handling skipped nothing
-    assert buggy_twice[("AMP005", "adam-overflow", "skipped_steps", "float16")].value == 0
-    assert buggy_twice[("AMP005", "adam-overflow", "skipped_steps", "float16")].verdict == NOT_REPRODUCED
+    # AMP005's overflow claim used to read fixed.py alone (4 skipped steps, whatever buggy.py did)
+    for pair in (fixed_twice, buggy_twice):
+        row = pair[("AMP005", "adam-overflow", "applied_overflows", "float16")]
+        assert row.value == 0 and row.verdict == NOT_REPRODUCED
     # surviving gradients are no coarser than themselves; the decay is not weaker than itself
     assert fixed_twice[("AMP002", "small-grad", "grad_rel_error", "float16")].verdict == NOT_REPRODUCED
     assert fixed_twice[("AMP005", "adam-l2", "weight_norm", "float16")].verdict == NOT_REPRODUCED
     assert fixed_twice[("AMP006", "fp32-function", "grad_rel_error", "bfloat16")].verdict == NOT_REPRODUCED
+
+
+# The audit's targeted variants: the mistake removed, or its mechanism disarmed, some other way
+# than by copying fixed.py. Edits to a copy of each script: {which: [(old, new, count)]}, and
+# the claims that must then fail (with the reason given, where one is named).
+TARGETED = {
+    # the rule's other fix, gated on the device, as buggy.py: it asks for no CUDA autocast on the CPU
+    "AMP011": (
+        {"buggy": [("enabled=use_autocast):  # the mistake", 'enabled=use_autocast and device.type == "cuda"):  #', 1)]},
+        {("gated", "cuda_region_elsewhere", dtype): None for dtype in ("float16", "bfloat16")},
+    ),
+    # the loss computed from float32 logits: no low precision, so no NaN is the low precision's
+    "AMP013": (
+        {"buggy": [("                z = model(x)\n", "                z = model(x).float()\n", 1)]},
+        {
+            ("hand-bce-confident", "precision_nonfinite", "float16"): None,
+            ("hand-bce-confident", "precision_nonfinite", "bfloat16"): None,
+            ("hand-bce-epsilon-confident", "precision_nonfinite", "float16"): None,
+            ("hand-bce-moderate", "precision_nonfinite", "bfloat16"): None,
+            ("log-sigmoid-confident", "precision_nonfinite", "float16"): None,
+            ("log-softmax-confident", "precision_nonfinite", "float16"): None,
+        },
+    ),
+    # a float64 island escapes autocast: it is not low precision
+    "AMP012": (
+        {"buggy": [("            f = features.float()", "            f = features.double()", 1)]},
+        {("small-activations", "island_low_precision", "float16"): None},
+    ),
+    # the bug kept, the targets small: nothing overflows, so there is no mechanism to measure
+    "AMP007": (
+        {which: [('SCENARIOS = {"overflow": 1000.0}', 'SCENARIOS = {"overflow": 1.0}', 1)] for which in ("buggy", "fixed")},
+        {("overflow", "skipped_after_resume", "float16"): "the mechanism did not happen"},
+    ),
+    "AMP008": (
+        {which: [("TARGET_SIZE = 1000.0", "TARGET_SIZE = 1.0", 1)] for which in ("buggy", "fixed")},
+        {("per-epoch", "skipped_steps", "float16"): "the mechanism did not happen"},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def targeted(verified, tmp_path_factory):
+    """The targeted claims judged on the edited pairs (an unedited script's numbers are the shared run's)."""
+    root = tmp_path_factory.mktemp("targeted")
+    specs = []
+    for code, (edits, claims) in TARGETED.items():
+        (root / code).mkdir()
+        for which, changes in edits.items():
+            text = (fixture_root() / code / f"{which}.py").read_text()
+            for old, new, count in changes:
+                assert text.count(old) == count, f"{code}: the edit {old!r} no longer matches {which}.py"
+                text = text.replace(old, new)
+            (root / code / f"{which}.py").write_text(text)
+            for dtype in ("float16", "bfloat16"):
+                scenarios = sorted({scenario for (scenario, _, d) in claims if d == dtype})
+                if scenarios:
+                    specs.append(script_spec(code, which, root / code / f"{which}.py", "cpu", dtype, scenarios))
+    runs, _ = run_scripts(specs, timeout=120)
+    outputs = dict(verified.outputs)
+    outputs.update(runs)
+    wanted = {(code,) + claim for code, (_, claims) in TARGETED.items() for claim in claims}
+    rows = judge_all([entry for entry in verified.planned if _key_of(entry) in wanted], "cpu", outputs)
+    return {_key(row): row for row in rows}
+
+
+@pytest.mark.slow(seconds=40)
+def test_each_claim_fails_when_its_cause_is_removed_another_way(targeted):
+    expected = {(code,) + claim: reason for code, (_, claims) in TARGETED.items() for claim, reason in claims.items()}
+    assert set(targeted) == set(expected)
+    for key, row in targeted.items():
+        assert row.verdict == NOT_REPRODUCED, (key, row.verdict, row.reason, row.value)
+        if expected[key]:
+            assert row.reason and row.reason.startswith(expected[key]), (key, row.reason)
 
 
 # Break each control with a small edit to a copy of its buggy.py: (old text, new text, count).
@@ -579,6 +787,10 @@ BROKEN = {
         ("    def forward(ctx, a, b):", '    @torch.amp.custom_fwd(device_type="cpu")\n    def forward(ctx, a, b):', 1),
         ("    def backward(ctx, grad):", '    @torch.amp.custom_bwd(device_type="cpu")\n    def backward(ctx, grad):', 1),
     ],
+    "AMP011": [
+        # a region that does switch on for the device: the losses are no longer float32's
+        ('torch.autocast("cuda", dtype=amp_dtype', "torch.autocast(device.type, dtype=amp_dtype", 1),
+    ],
     "AMP012": [
         # a "bfloat16" run that is really float16: the large features overflow
         ("dtype=amp_dtype)", "dtype=torch.float16)", 1),
@@ -606,7 +818,7 @@ def broken(verified, tmp_path_factory):
     fixed.py is untouched, so its numbers are the shared run's: only the edited buggy scripts
     run, all in one process, for the scenarios and dtypes in question."""
     root = tmp_path_factory.mktemp("broken")
-    wanted = CONTROLS | MECHANISMS_BROKEN
+    wanted = _controls(verified) | MECHANISMS_BROKEN
     specs = []
     for code, edits in BROKEN.items():
         (root / code).mkdir()
@@ -630,8 +842,8 @@ def _key_of(entry):
     return (entry.rule.code, entry.prediction.scenario, entry.prediction.quantity, entry.dtype)
 
 
-def test_every_control_fails_on_a_pair_that_breaks_it(broken):
-    assert set(broken) == CONTROLS | MECHANISMS_BROKEN
+def test_every_control_fails_on_a_pair_that_breaks_it(broken, verified):
+    assert set(broken) == _controls(verified) | MECHANISMS_BROKEN
     survivors = {key: (row.verdict, row.reason or row.value) for key, row in broken.items() if row.verdict != NOT_REPRODUCED}
     assert not survivors, survivors
     # the foreach path is exactly the audit's 0.9976
@@ -660,6 +872,8 @@ def test_amplint_verify_through_the_cli_with_a_report(tmp_path):
     table = [line.split() for line in result.stdout.splitlines()]
     assert ["AMP006", "cpu", "bfloat16", "sgd", "true_loss"] in [cells[:5] for cells in table]
     assert ["AMP006", "cpu", "bfloat16", "fp32-function-small-grad", "zero_grad_fraction"] in [cells[:5] for cells in table]
-    assert result.stdout.rstrip().endswith("3 predictions: 2 confirmed, 0 not reproduced, 1 skipped, 0 errors")
+    assert result.stdout.rstrip().endswith(
+        "4 predictions: 1 effect confirmed, 1 control held, 0 effects not reproduced, 0 controls not held, 2 skipped, 0 errors"
+    )
     assert f"wrote {page}" in result.stderr
-    assert page.read_text().count('<figure class="prediction') == 3
+    assert page.read_text().count('<figure class="prediction') == 4

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from amplint.notebook import CellMap, CellSpan, parse_notebook
+from amplint.notebook import CellMap, CellSpan, parse_notebook, replace_sources
 
 PYTHON_METADATA = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
@@ -158,6 +158,9 @@ def test_cells_in_other_languages_are_left_out():
         ('{"cells": [], "nbformat": 5}', "invalid notebook: nbformat 5 is not supported"),
         ('{"cells": [{"cell_type": "code", "source": 3}], "nbformat": 4}', "invalid notebook: cell 1 has no `source`"),
         ('{"cells": ["x"], "nbformat": 4}', "invalid notebook: cell 1 is not a cell"),
+        # Past the grammar, past the int conversion limit: a ValueError that is no JSONDecodeError.
+        ('{"cells": [], "nbformat": %s}' % ("9" * 5000), "invalid notebook: not valid JSON (Exceeds the limit (4300 digits)"),
+        ('{"cells": [], "nbformat": 4, "metadata": {"n": -%s}}' % ("1" * 4301), "invalid notebook: not valid JSON (Exceeds"),
     ],
 )
 def test_invalid_notebooks_are_file_errors(text, message):
@@ -295,6 +298,7 @@ def test_broken_notebooks_are_per_file_errors(amplint, tmp_path):
     write(tmp_path, "syntax.ipynb", notebook(cell("x = 1\n"), cell("# Notes", kind="markdown"), cell("import torch\nwith torch.autocast('cuda'):\n    y = (\n")))
     write(tmp_path, "eof.ipynb", notebook(cell("import torch\n"), cell("with torch.autocast('cuda'):\n")))
     (tmp_path / "binary.ipynb").write_bytes(b"\xff\xfe\x00garbage")
+    write(tmp_path, "big.ipynb", '{"cells": [], "nbformat": %s}' % ("9" * 5000))
     result = amplint("--concise", ".", cwd=tmp_path)
     assert result.returncode == 2
     assert "train.ipynb:cell 4:7:5: AMP003" in result.stdout  # the good notebook is still linted
@@ -302,6 +306,7 @@ def test_broken_notebooks_are_per_file_errors(amplint, tmp_path):
     assert "old.ipynb: invalid notebook: nbformat 3 is not supported" in result.stderr
     assert "syntax.ipynb: syntax error at cell 3:3:9: " in result.stderr
     assert "binary.ipynb: invalid notebook: not UTF-8" in result.stderr
+    assert "big.ipynb: invalid notebook: not valid JSON (Exceeds the limit (4300 digits) for integer string conversion)" in result.stderr
     # CPython's "on line 2" would count rows of the joined cells.
     assert "eof.ipynb: syntax error at cell 2:1:" in result.stderr
     assert "expected an indented block after 'with' statement in cell 2 on line 1" in result.stderr
@@ -361,3 +366,50 @@ def test_a_cell_pasted_with_its_indentation_is_dedented_as_ipython_does(amplint,
 def test_ipython_accepts_so_amplint_parses(source):
     parsed = parse_notebook(notebook(cell("import torch\n"), {**cell(""), "source": source}), "x.ipynb")
     compile(parsed.python, "x.ipynb", "exec")
+
+
+# --------------------------------------------------------------------------- rewriting cells (--fix)
+
+REWRITE_STYLES = {
+    "compact": dict(separators=(",", ":"), ensure_ascii=False),
+    "default": dict(ensure_ascii=False),
+    "indent-1": dict(indent=1, ensure_ascii=False, sort_keys=True),
+    "indent-4-ascii": dict(indent=4, sort_keys=True),
+    "trailing-space": dict(indent=2, separators=(", ", ": "), ensure_ascii=False),
+}
+
+
+@pytest.mark.parametrize("style", REWRITE_STYLES.values(), ids=REWRITE_STYLES.keys())
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (["x = 1"], ["x = 1\n", "y = 'é'"]),  # a one-line list: the separator comes from the file
+        (["a = 1\n", "b = 2"], ["a = 1\n", "c = '≥'\n", "b = 2"]),
+        ("x = 1\n", "x = 'ü'\n"),
+        (["x = 1\n", "y = 2"], []),
+    ],
+    ids=["one-item", "items", "string", "emptied"],
+)
+def test_replace_sources_writes_the_new_value_as_the_file_would(style, old, new):
+    def document(source):
+        return notebook(cell("é\n", kind="markdown"), cell("import torch\n"), {**cell("x\n"), "source": source})
+
+    text = json.dumps(json.loads(document(old)), **style)
+    if not style.get("ensure_ascii", True):
+        assert not text.isascii()  # the markdown cell's "é": this file is written with characters
+    expected = json.dumps(json.loads(document(new)), **style)
+    assert replace_sources(text, {2: new}) == expected
+
+
+def test_replace_sources_keeps_unchanged_lines_as_they_were_written():
+    # Escapes json.dumps would not write (`\/`, upper-case hex) stay on the lines the fix kept.
+    text = '{"cells": [{"cell_type": "code", "source": ["x = \\u00E9 \\/ 2\\n", "y = 1"]}], "nbformat": 4}'
+    fixed = replace_sources(text, {0: ["x = \u00e9 / 2\n", "z = 3\n", "y = 1"]})
+    assert fixed == '{"cells": [{"cell_type": "code", "source": ["x = \\u00E9 \\/ 2\\n", "z = 3\\n", "y = 1"]}], "nbformat": 4}'
+
+
+def test_replace_sources_says_when_it_cannot_locate_the_value():
+    text = notebook(cell("x = 1\n"))
+    assert replace_sources(text, {3: ["x = 2\n"]}) is None  # no such cell
+    assert replace_sources(text, {0: "x = 2\n"}) is None  # a list replaced by a string
+    assert replace_sources(text[:-5], {0: ["x = 2\n"]}) is None  # not JSON

@@ -19,6 +19,20 @@ from conftest import REPO
 PUBLIC_REPO = "https://github.com/amplint/amplint"
 
 
+def test_required_flags_are_in_entry_so_args_cannot_drop_them():
+    """pre-commit replaces a hook's `args` with the user's (`args: [--fix]`), never its
+    `entry`: what the hook needs to be correct belongs in `entry`, as in ruff's hook."""
+    import yaml
+
+    (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    assert hook["entry"].split() == ["amplint", "--force-exclude"]
+    assert hook.get("args", []) == []
+    # The README's examples are `args` lines that keep --force-exclude out: it is not theirs to repeat.
+    examples = [line.strip() for line in readme_snippet().splitlines() if "args:" in line]
+    assert "# args: [--fix]" in examples
+    assert not any("--force-exclude" in line for line in examples)
+
+
 def readme_snippet():
     """The README's `.pre-commit-config.yaml`, as a user copies it."""
     section = (REPO / "README.md").read_text().split("\n## pre-commit\n", 1)[1]
@@ -130,6 +144,20 @@ def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
     passing = pre_commit("run", "--all-files", cwd=project, env=env)
     assert passing.returncode == 0, passing.stdout + passing.stderr
     assert "amplint" in passing.stdout and "Passed" in passing.stdout
+
+    # The ruff habit `args: [--fix]` replaces the hook's `args`; --force-exclude is in its
+    # `entry`, so the excluded file is still neither linted nor rewritten.
+    (project / "train.py").write_text(BUGGY)
+    config = project / ".pre-commit-config.yaml"
+    config.write_text(snippet.replace(PUBLIC_REPO, str(hooks)).replace("# args: [--fix]", "args: [--fix]", 1))
+    git("add", "-A", cwd=project, env=env)
+    fixing = pre_commit("run", "--all-files", cwd=project, env=env)
+    output = fixing.stdout + fixing.stderr
+    assert fixing.returncode == 1, output  # pre-commit fails a hook that modified files
+    assert "scaler.unscale_(optimizer)" in (project / "train.py").read_text()
+    assert (project / "build" / "generated.py").read_text() == BUGGY
+    assert "generated.py" not in output
+    config.write_text(snippet.replace(PUBLIC_REPO, str(hooks)))
 
     # The README's promise: `pre-commit autoupdate` replaces `rev: main` with the newest commit.
     update = pre_commit("autoupdate", cwd=project, env=env)

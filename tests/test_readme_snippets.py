@@ -107,3 +107,26 @@ def test_the_quick_start_output_is_the_real_output(amplint, tmp_path):
     (tmp_path / "train.py").write_text("\n" * 6 + source)
     result = amplint("train.py", cwd=tmp_path)
     assert result.stdout == example.split("\n", 1)[1]
+
+
+def _anchors(markdown):
+    """GitHub's heading anchors (lower case, punctuation dropped, spaces to dashes) and explicit ones."""
+    headings = re.findall(r"^#+ (.+)$", markdown, flags=re.M)
+    explicit = re.findall(r'<a id="([^"]+)"></a>', markdown)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings} | set(explicit)
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))])
+def test_relative_links_resolve(page):
+    """The README is the front door and the internals live in docs/: every relative link between
+    them (and to rules/, fixtures/, bench/) names a file that exists and a heading it has."""
+    source = REPO / page
+    text = source.read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (source.parent / path).resolve() if path else source
+        assert linked.exists(), f"{page}: {target}"
+        if anchor and linked.suffix == ".md":
+            assert anchor in _anchors(linked.read_text()), f"{page}: {target}"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from amplint.harness.html import COLOURS, render_html
+from amplint.harness.html import COLOURS, Chart, label_width, render_html
 from amplint.harness.runner import Row, VerifyRun
 from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED
 from amplint.rule import Prediction
@@ -24,7 +24,9 @@ FIGURE = re.compile(r'<figure class="prediction[ "]')
 
 def fake_run():
     stuck = Prediction("sgd", "loss_moved", "The loss is stuck <at> its first value & stays.", compare="buggy", at_most=0.001)
-    near_one = Prediction("adam", "true_loss", "No difference.", compare="buggy/fixed", at_least=0.999, at_most=1.001)
+    near_one = Prediction(
+        "adam", "true_loss", "No difference.", compare="buggy/fixed", at_least=0.999, at_most=1.001, kind="control"
+    )
     blows_up = Prediction("sgd", "diverged", "NaN after a while.", compare="buggy-fixed", at_least=1)
     history = {
         "loss": {"true": [0.12, 0.12, 0.12, 0.12], "logged": [0.12, 0.12, 0.12, 0.12]},
@@ -59,10 +61,41 @@ def test_one_figure_per_prediction_with_its_claim_check_and_curves():
     assert stuck.count("<svg") >= 2 and "log scale" in stuck  # update sizes 6.7e-7 vs 0.044
     assert "true" in stuck and "logged" in stuck  # two lines in one panel get a legend
     assert near_one.startswith(' not-reproduced"') and "buggy/fixed = 1.02500, claim in [0.999, 1.001]" in near_one
+    # a control is marked as one, and its verdict reads "not held", not "not reproduced"
+    assert 'data-kind="control"' in near_one and '<span class="kind">control</span>' in near_one
+    assert ">not held</span>" in near_one and 'data-kind="effect"' in stuck
     assert "inf from step 3" in blows_up and "×" in blows_up
     assert "skipped: the claim is about float16 only" in skipped and "<polyline" not in skipped
     assert "timed out" in error and "no per-step curves" in error
-    assert "<title>amplint verify: 2 confirmed, 1 not reproduced, 1 skipped, 1 error</title>" in page
+    assert "<title>amplint verify: 2 effects confirmed, 1 control not held, 1 skipped, 1 error</title>" in page
+    assert ">0 controls held</span>" in page and ">1 control not held</span>" in page
+
+
+TICK = re.compile(r'<text class="tick" x="([0-9.]+)"[^>]*>(.*?)</text>')
+
+
+def unclipped(page: str):
+    """Every chart's tick labels fit left of the plot, inside the chart; every chart has a step-axis title."""
+    charts = re.findall(r'<svg width="\d+" height="\d+" viewBox[^>]*role="img">.*?</svg>', page)
+    assert charts
+    for chart in charts:
+        for x, label in TICK.findall(chart):
+            assert float(x) - label_width(label) >= 0, f"the tick label {label!r} runs off the chart at x={x}"
+        assert '<text class="axis"' in chart and ">step</text>" in chart
+    return len(charts)
+
+
+def test_tick_labels_are_never_clipped_and_the_step_axis_has_a_title():
+    # values whose labels need many digits: the audit's clipped `2.66466e-7` and `0.0904949`
+    narrow = {"loss": {"error": [2.66466e-7, 2.66470e-7, 2.66474e-7]}}
+    wide = {"loss": {"error": [0.0904949, 0.0904951, -123456.7]}}
+    rows = [
+        Row("AMP012", "island", Prediction("s", "q", "Claim.", compare="buggy", at_most=1), "cpu", "float16", CONFIRMED,
+            buggy=0.0, fixed=0.0, value=0.0, history={"buggy": narrow, "fixed": wide}),
+    ]
+    page = render_html(VerifyRun(rows, "cpu", "2.13.0+cpu", 1, 1.0))
+    assert unclipped(page) == 1
+    assert Chart([("buggy", 0, [2.66466e-7, 2.66470e-7])]).left > Chart([("buggy", 0, [1.0, 2.0])]).left
 
 
 def test_the_page_is_self_contained():
@@ -116,6 +149,10 @@ def browse(chromium, tmp_path, page: Path, *action: str) -> subprocess.Completed
     )
 
 
+def test_no_chart_of_the_real_report_clips_a_label(verified):
+    assert unclipped(render_html(verified)) >= 300
+
+
 def test_the_real_report_renders_in_a_headless_browser(verified, chromium, tmp_path):
     page = tmp_path / "verify.html"
     page.write_text(render_html(verified), encoding="utf-8")
@@ -128,7 +165,8 @@ def test_the_real_report_renders_in_a_headless_browser(verified, chromium, tmp_p
     assert len(figures) == len(verified.rows) > 0
     for row, figure in zip(verified.rows, figures):
         assert f'data-code="{row.code}"' in figure and f'data-dtype="{row.dtype}"' in figure
-        assert "<svg" in figure and "<polyline" in figure, f"{row.code} {row.prediction.scenario}: no curves"
+        if row.ran:  # the CUDA-only claims are skipped on the CPU, with no curves
+            assert "<svg" in figure and "<polyline" in figure, f"{row.code} {row.prediction.scenario}: no curves"
 
     # What a person sees: not a blank page, and both scripts' curves drawn in their colours.
     shot = tmp_path / "verify.png"

@@ -207,12 +207,10 @@ def test_notebook_cells_keep_their_locations_in_syntax_errors(amplint, tmp_path)
 def test_valid_python_libcst_cannot_parse_is_not_called_a_syntax_error(monkeypatch):
     import libcst
 
-    from amplint import syntax
-
     def refuse(source):
         raise libcst.ParserSyntaxError("nope", lines=["x"], raw_line=1, raw_column=0)
 
-    monkeypatch.setattr(syntax.cst, "parse_module", refuse)
+    monkeypatch.setattr(libcst, "parse_module", refuse)
     message = verdict(textwrap.dedent(BUGGY))
     assert message.startswith("could not analyse: LibCST cannot parse this valid Python")
 

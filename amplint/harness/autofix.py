@@ -4,10 +4,18 @@ behaves exactly like its hand-fixed twin.
 For each selected rule with a fixture pair, `buggy.py` is fixed as `amplint --fix
 --unsafe-fixes` would fix it (every rule, every fix), written to a temporary directory and run
 beside `fixed.py` with the same device, dtype, seeds and scenarios. Every quantity of every
-scenario must be equal, to the last bit. A rule whose buggy fixture gets no fix is listed as
-such and fails nothing; one whose fixture keeps findings of the rule that no fix is offered
-for ("partly fixed": a shape the fix does not handle) is listed with them, and its remaining
-differences are shown, not failed.
+scenario must be equal, to the last bit. Every row gets a status, and the summary
+counts them all:
+
+- `identical`: the proof.
+- `partly fixed`: the fixture keeps findings of the rule that no fix is offered for (a shape
+  the fix does not handle), and only there does it differ. It passes only where the rule's
+  "Fix safety" section declares it "a partial fix" and names after that, in backticks,
+  every scenario that still differs; otherwise it is `differs`.
+- `no fix`: the fixture got no fix. It passes where the rule offers none, or where the rule's
+  "Fix safety" says "`amplint verify --fixes` lists it as having no fix"; a rule that
+  offers a fix and is silent about its fixture getting none is `not fixed`, a failure.
+- `differs`, `not fixed`, `error`: failures.
 """
 
 from __future__ import annotations
@@ -15,11 +23,30 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Type
+import re
+from typing import Dict, List, Optional, Sequence, Set, Type
 
 from amplint.rule import Rule
 
 AUTOFIXED = "autofixed"
+IDENTICAL, PARTLY_FIXED, NO_FIX, DIFFERS, NOT_FIXED, ERROR = "identical", "partly fixed", "no fix", "differs", "not fixed", "error"
+STATUSES = (IDENTICAL, PARTLY_FIXED, NO_FIX, DIFFERS, NOT_FIXED, ERROR)
+PASSING = (IDENTICAL, PARTLY_FIXED, NO_FIX)
+
+
+def declared_partial(rule: Type[Rule]) -> Set[str]:
+    """The scenarios the rule's "Fix safety" section says its fix leaves as they were: the
+    backticked words after "a partial fix" in that section; none where it does not say so."""
+    section = " ".join((rule.section("Fix safety") or "").split())
+    _, said, declaration = section.partition("a partial fix")
+    return set(re.findall(r"`([^`]+)`", declaration)) if said else set()
+
+
+def declares_no_fixture_fix(rule: Type[Rule]) -> bool:
+    """Whether the rule offers no fix, or says its fixture gets none (`amplint verify --fixes`
+    lists it as having no fix)."""
+    section = " ".join((rule.section("Fix safety") or "").split())
+    return rule.fix_kind() is None or "`amplint verify --fixes` lists it as having no fix" in section
 
 
 @dataclass
@@ -32,6 +59,9 @@ class FixProof:
     # The rule's findings amplint still reports in the fixed buggy.py: code it offers no fix for.
     remaining: List[str] = field(default_factory=list)
     error: Optional[str] = None
+    # what the rule's docs declare (declared_partial, declares_no_fixture_fix)
+    partial: Set[str] = field(default_factory=set)
+    no_fix_declared: bool = True
 
     @property
     def fixed(self) -> bool:
@@ -40,13 +70,32 @@ class FixProof:
     @property
     def verdict(self) -> str:
         if not self.fixed:
-            return "no fix"
+            return NO_FIX if self.no_fix_declared else NOT_FIXED
         if self.error:
-            return "error"
+            return ERROR
         if not self.differences:
-            return "identical"
-        # Where findings remain, the scripts still differ there by design.
-        return "partly fixed" if self.remaining else "differs"
+            return IDENTICAL
+        # Where findings remain, the scripts still differ there by design, if the docs say so.
+        if self.remaining and self.partial and set(self.differing_scenarios()) <= self.partial:
+            return PARTLY_FIXED
+        return DIFFERS
+
+    def as_dict(self) -> Dict[str, object]:
+        """The row as JSON reads it."""
+        return {
+            "code": self.code,
+            "dtype": self.dtype,
+            "applied": self.applied,
+            "scenarios": self.scenarios,
+            "differences": self.differences,
+            "remaining": self.remaining,
+            "error": self.error,
+            "declared_partial": sorted(self.partial),
+            "verdict": self.verdict,
+        }
+
+    def differing_scenarios(self) -> List[str]:
+        return sorted({difference.split("/", 1)[0] for difference in self.differences})
 
 
 def prove_fixes(rules: Sequence[Type[Rule]], device: str, dtype: str, timeout: float) -> List[FixProof]:
@@ -65,7 +114,9 @@ def prove_fixes(rules: Sequence[Type[Rule]], device: str, dtype: str, timeout: f
             if not buggy.is_file() or not fixed.is_file():
                 continue
             outcome = fix_source(buggy.read_text(encoding="utf-8"), f"fixtures/{rule.code}/buggy.py", ALL_RULES, wanted_by(True))
-            proof = FixProof(rule.code, dtype, dict(outcome.applied))
+            proof = FixProof(
+                rule.code, dtype, dict(outcome.applied), partial=declared_partial(rule), no_fix_declared=declares_no_fixture_fix(rule)
+            )
             proof.remaining = [
                 f"{f.row}:{f.column}" for f in lint_source(outcome.source, "buggy.py", [rule]).findings if f.code == rule.code
             ]
@@ -108,12 +159,23 @@ def render(proofs: Sequence[FixProof], device: str) -> str:
             lines.append(f"    {proof.code} still reported (no fix offered) at {', '.join(proof.remaining)}")
         if proof.error:
             lines.append(f"    {proof.error}")
-    bad = [p for p in proofs if p.verdict in ("differs", "error")]
-    proven = [p for p in proofs if p.verdict == "identical"]
+        if proof.verdict == DIFFERS and proof.remaining:
+            undeclared = sorted(set(proof.differing_scenarios()) - proof.partial)
+            lines.append(f"    the rule's docs do not declare the fix partial for {', '.join(undeclared)}")
+        if proof.verdict == NOT_FIXED:
+            lines.append("    the rule offers a fix, and its docs do not say this fixture gets none")
     lines.append("")
-    lines.append(f"{len(proven)} fixed fixtures behave exactly like fixed.py; {len(bad)} do not.")
+    lines.append(summary(proofs))
     return "\n".join(lines) + "\n"
 
 
+def summary(proofs: Sequence[FixProof]) -> str:
+    """Every row's status counted: `13 rows: 4 identical to fixed.py, 2 partly fixed (declared partial), ...`."""
+    counts = {status: sum(p.verdict == status for p in proofs) for status in STATUSES}
+    parts = [f"{counts[IDENTICAL]} identical to fixed.py", f"{counts[PARTLY_FIXED]} partly fixed (declared partial)"]
+    parts += [f"{counts[NO_FIX]} no fix", f"{counts[DIFFERS]} differ", f"{counts[NOT_FIXED]} not fixed", f"{counts[ERROR]} errors"]
+    return f"{len(proofs)} rows: " + ", ".join(parts)
+
+
 def ok(proofs: Sequence[FixProof]) -> bool:
-    return all(p.verdict in ("identical", "partly fixed", "no fix") for p in proofs) and any(p.verdict == "identical" for p in proofs)
+    return all(p.verdict in PASSING for p in proofs) and any(p.verdict == IDENTICAL for p in proofs)

@@ -177,7 +177,6 @@ if __name__ == "__main__":
 
 def _prove_fixes(rules, device: str, unavailable: Optional[str], args: argparse.Namespace) -> int:
     import json
-    from dataclasses import asdict
 
     from amplint.harness.autofix import ok, prove_fixes, render
 
@@ -187,7 +186,7 @@ def _prove_fixes(rules, device: str, unavailable: Optional[str], args: argparse.
     dtypes = ("float16", "bfloat16") if args.dtype == ALL_DTYPES else (args.dtype or "float16",)
     proofs = [proof for dtype in dtypes for proof in prove_fixes(rules, device, dtype, args.timeout)]
     if args.output_format == "json":
-        sys.stdout.write(json.dumps([dict(asdict(p), verdict=p.verdict) for p in proofs], indent=2) + "\n")
+        sys.stdout.write(json.dumps([proof.as_dict() for proof in proofs], indent=2) + "\n")
     else:
         sys.stdout.write(render(proofs, device))
     return 0 if ok(proofs) else 1

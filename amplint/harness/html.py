@@ -15,7 +15,7 @@ import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from amplint import __version__
-from amplint.harness.report import check_text, summary_counts, verdict_text
+from amplint.harness.report import check_text, count_text, summary_counts, verdict_text, verdict_word
 from amplint.harness.runner import DTYPES, Row, VerifyRun
 from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED, measured_text
 
@@ -24,10 +24,24 @@ COLOURS = {"buggy": "#e8590c", "fixed": "#1971c2"}
 # The first line of a panel is solid, the next dashed, then dotted.
 DASHES = ("", "6 3", "1.5 3")
 VERDICT_CLASSES = {CONFIRMED: "confirmed", NOT_REPRODUCED: "not-reproduced", SKIPPED: "skipped", ERROR: "error"}
+# The header's counts (report.summary_counts), coloured as the verdicts they count.
+COUNT_CLASSES = {
+    "effects confirmed": "confirmed",
+    "controls held": "confirmed control",
+    "effects not reproduced": "not-reproduced",
+    "controls not held": "not-reproduced control",
+    SKIPPED: "skipped",
+    "errors": "error",
+}
 
-# Chart geometry, in SVG user units (= CSS pixels).
-WIDTH, HEIGHT = 204, 132
-LEFT, RIGHT, TOP, BOTTOM = 48, 8, 10, 20
+# Chart geometry, in SVG user units (= CSS pixels). LEFT is the least left margin: a chart
+# whose tick labels are longer widens it to fit them (`Chart.left`); BOTTOM holds the step
+# numbers and the axis title under them.
+WIDTH, HEIGHT = 204, 142
+LEFT, RIGHT, TOP, BOTTOM = 40, 8, 10, 30
+# A generous width for one character of a 10px tick label (digits are ~5.6px wide), and the
+# gap between a label and the plot.
+CHAR_WIDTH, LABEL_GAP = 6.2, 4
 # A panel whose positive values span this factor or more is drawn on a log scale.
 LOG_SPAN = 100.0
 
@@ -49,6 +63,8 @@ h1 span { color: var(--muted); font-weight: 400; }
 .chip.skipped { background: #f1f3f5; color: var(--skip); border-color: #dee2e6; }
 .chip.error { background: #fff9db; color: var(--err); border-color: #ffec99; }
 .chip.zero { opacity: 0.45; }
+.chip.control { border-style: dashed; }
+.kind { color: var(--muted); font-size: 12px; border: 1px dashed var(--rule); border-radius: 4px; padding: 0 5px; }
 .how { margin: 0; color: var(--muted); }
 .key { display: inline-flex; align-items: center; gap: 4px; margin-right: 12px; color: var(--ink); }
 nav { margin-top: 10px; display: flex; flex-wrap: wrap; gap: 6px 14px; }
@@ -86,6 +102,7 @@ dd.buggy { color: var(--buggy); } dd.fixed { color: var(--fixed); }
 .none { color: var(--muted); font-style: italic; align-self: center; }
 svg text { font: 10px system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: #868e96; }
 svg .mark { font-weight: 700; font-size: 10px; }
+svg .axis { font-style: italic; }
 """
 
 
@@ -116,7 +133,7 @@ def _prose(text: str) -> str:
 
 def _verdict_summary(run: VerifyRun) -> str:
     counts = summary_counts(run)
-    return ", ".join(f"{count} {verdict}" for verdict, count in counts.items() if count) or "nothing ran"
+    return ", ".join(count_text(label, count) for label, count in counts.items() if count) or "nothing ran"
 
 
 def _by_rule(rows: Sequence[Row]) -> List[Tuple[str, List[Row]]]:
@@ -145,9 +162,8 @@ def _header(run: VerifyRun, title: str) -> str:
         ]
     )
     chips = "".join(
-        f'<span class="chip {VERDICT_CLASSES[verdict]}{"" if count else " zero"}">{count} '
-        f'{_e(verdict + ("s" if verdict == ERROR and count != 1 else ""))}</span>'
-        for verdict, count in summary_counts(run).items()
+        f'<span class="chip {COUNT_CLASSES[label]}{"" if count else " zero"}">{_e(count_text(label, count))}</span>'
+        for label, count in summary_counts(run).items()
     )
     keys = (
         f'<span class="key">{_line_sample("buggy", 0)} buggy.py</span>'
@@ -162,7 +178,8 @@ def _header(run: VerifyRun, title: str) -> str:
         f'<p class="meta">{_e(meta)}</p>'
         f'<div class="chips">{chips}</div>'
         f'<p class="how">{keys}Each figure is one prediction: the claim and what was measured, beside the '
-        "scenario's curves from both scripts over the training steps. Where the curves coincide, the thin blue line runs "
+        "scenario's curves from both scripts over the training steps. A control claims the mistake makes no "
+        "difference in some regime: it holds when nothing differs, so it is counted apart and is no evidence of harm. Where the curves coincide, the thin blue line runs "
         "inside the thick orange one. × marks a NaN or infinite value.</p>"
         f"<nav>{''.join(links)}</nav></header>"
     )
@@ -195,7 +212,8 @@ def _figure(row: Row) -> str:
     facts = [
         '<figcaption><div class="title">',
         f"<b>{_e(scenario)}</b><span class=\"dtype\">{_e(row.dtype)}</span>",
-        f'<span class="badge {verdict}">{_e(row.verdict)}</span></div>',
+        f'<span class="kind">control</span>' if prediction is not None and prediction.is_control else "",
+        f'<span class="badge {verdict}">{_e(verdict_word(row))}</span></div>',
     ]
     if prediction is not None:
         facts.append(f'<p class="claim">{_prose(prediction.claim)}</p><dl>')
@@ -208,7 +226,7 @@ def _figure(row: Row) -> str:
     facts.append("</figcaption>")
     return (
         f'<figure class="prediction {verdict}" data-code="{_e(row.code)}" data-scenario="{_e(scenario)}" '
-        f'data-dtype="{_e(row.dtype)}" data-verdict="{_e(row.verdict)}">'
+        f'data-dtype="{_e(row.dtype)}" data-kind="{_e(row.kind)}" data-verdict="{_e(row.verdict)}">'
         + "".join(facts)
         + _plots(row)
         + "</figure>"
@@ -284,12 +302,15 @@ class Chart:
         else:
             self.low, self.high = 0.0, 1.0
         self.empty = not finite
+        # wide enough for the longest tick label: a label never runs off the chart's edge
+        widest = max((label_width(label) for _, label in self._ticks()), default=0.0)
+        self.left = max(LEFT, math.ceil(widest + LABEL_GAP + 2))
 
     # coordinates -------------------------------------------------------------------------
 
     def x(self, step: int) -> float:
         span = max(1, self.steps - 1)
-        return LEFT + (WIDTH - LEFT - RIGHT) * step / span
+        return self.left + (WIDTH - self.left - RIGHT) * step / span
 
     def y(self, value: float) -> float:
         if self.log:
@@ -302,14 +323,14 @@ class Chart:
     def svg(self) -> str:
         parts = [
             f'<svg width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img">',
-            f'<rect x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" height="{HEIGHT - TOP - BOTTOM}" '
+            f'<rect x="{self.left}" y="{TOP}" width="{WIDTH - self.left - RIGHT}" height="{HEIGHT - TOP - BOTTOM}" '
             'fill="#fcfcfd" stroke="#e9ecef"/>',
         ]
         parts.extend(self._y_axis())
         parts.extend(self._x_axis())
         if self.empty:
             parts.append(
-                f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.1f}" y="{(TOP + HEIGHT - BOTTOM) / 2:.1f}" '
+                f'<text x="{(self.left + WIDTH - RIGHT) / 2:.1f}" y="{(TOP + HEIGHT - BOTTOM) / 2:.1f}" '
                 'text-anchor="middle">no finite values</text>'
             )
         # buggy first (thick, underneath), fixed on top (thin): identical curves stay visible
@@ -327,8 +348,8 @@ class Chart:
     def _y_axis(self) -> Iterable[str]:
         for value, label in self._ticks():
             y = self.y(value)
-            yield f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eef0f2"/>'
-            yield f'<text x="{LEFT - 4}" y="{y + 3.5:.1f}" text-anchor="end">{label}</text>'
+            yield f'<line x1="{self.left}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eef0f2"/>'
+            yield f'<text class="tick" x="{self.left - LABEL_GAP}" y="{y + 3.5:.1f}" text-anchor="end">{label}</text>'
 
     def _ticks(self) -> List[Tuple[float, str]]:
         if self.empty:
@@ -354,6 +375,7 @@ class Chart:
             x = self.x(step)
             yield f'<line x1="{x:.1f}" y1="{baseline}" x2="{x:.1f}" y2="{baseline + 3}" stroke="#adb5bd"/>'
             yield f'<text x="{x:.1f}" y="{baseline + 13}" text-anchor="middle">{step + 1}</text>'
+        yield f'<text class="axis" x="{(self.left + WIDTH - RIGHT) / 2:.1f}" y="{HEIGHT - 3}" text-anchor="middle">step</text>'
 
     def _line(self, side: str, dash_index: int, values: List[float]) -> Iterable[str]:
         colour = COLOURS[side]
@@ -394,12 +416,17 @@ class Chart:
         word = "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
         x = self.x(step)
         y = TOP + 10 + (0 if side == "buggy" else 12)
-        flip = x > (LEFT + WIDTH) / 2
+        flip = x > (self.left + WIDTH) / 2
         return (
             f'<text class="mark" x="{x:.1f}" y="{y}" text-anchor="middle" style="fill:{colour}">×</text>'
             f'<text x="{x + (-6 if flip else 6):.1f}" y="{y}" text-anchor="{"end" if flip else "start"}" '
             f'style="fill:{colour}">{word} from step {step + 1}</text>'
         )
+
+
+def label_width(label: str) -> float:
+    """A tick label's width at most, in pixels: its characters (markup and entities aside)."""
+    return len(html.unescape(re.sub(r"<[^>]+>", "", label))) * CHAR_WIDTH
 
 
 def _power_of_ten(exponent: int) -> str:

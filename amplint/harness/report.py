@@ -20,11 +20,21 @@ from amplint.harness.verdict import (
     value_text,
 )
 
-COLUMNS = ("rule", "device", "dtype", "scenario", "quantity", "buggy", "fixed", "check", "verdict")
+COLUMNS = ("rule", "device", "dtype", "scenario", "quantity", "kind", "buggy", "fixed", "check", "verdict")
+# How a control's verdict reads: it "holds" (nothing differs, as claimed); it is no confirmation of harm.
+HELD = "held"
+NOT_HELD = "not held"
+
+
+def verdict_word(row: Row) -> str:
+    """`confirmed` / `not reproduced` for an effect; `held` / `not held` for a control."""
+    if row.prediction is not None and row.prediction.is_control:
+        return {CONFIRMED: HELD, NOT_REPRODUCED: NOT_HELD}.get(row.verdict, row.verdict)
+    return row.verdict
 
 
 def verdict_text(row: Row) -> str:
-    return f"{row.verdict}: {row.reason}" if row.reason else row.verdict
+    return f"{verdict_word(row)}: {row.reason}" if row.reason else verdict_word(row)
 
 
 def check_text(row: Row) -> str:
@@ -54,14 +64,37 @@ def _combined(row: Row) -> Optional[float]:
 
 
 def summary_counts(run: VerifyRun) -> Dict[str, int]:
-    return {verdict: sum(row.verdict == verdict for row in run.rows) for verdict in (CONFIRMED, NOT_REPRODUCED, SKIPPED, ERROR)}
+    """Effects confirmed and controls held apart: a control that holds is no evidence of harm."""
+    def count(verdict: str, control: Optional[bool] = None) -> int:
+        return sum(
+            row.verdict == verdict and (control is None or (row.prediction is not None and row.prediction.is_control) == control)
+            for row in run.rows
+        )
+
+    return {
+        "effects confirmed": count(CONFIRMED, control=False),
+        "controls held": count(CONFIRMED, control=True),
+        "effects not reproduced": count(NOT_REPRODUCED, control=False),
+        "controls not held": count(NOT_REPRODUCED, control=True),
+        SKIPPED: count(SKIPPED),
+        "errors": count(ERROR),
+    }
 
 
 def summary_text(run: VerifyRun) -> str:
-    """`24 predictions: 24 confirmed, 0 not reproduced, 0 skipped, 0 errors`."""
+    """`104 predictions: 81 effects confirmed, 23 controls held, 0 effects not reproduced, 0
+    controls not held, 0 skipped, 0 errors`."""
     counts = summary_counts(run)
-    summary = ", ".join(_count(count, verdict, "s" if verdict == ERROR else "") for verdict, count in counts.items())
+    summary = ", ".join(count_text(label, count) for label, count in counts.items())
     return f"{_count(len(run.rows), 'prediction')}: {summary}"
+
+
+def count_text(label: str, count: int) -> str:
+    """`1 effect confirmed`, `2 effects confirmed`, `1 error`: a count of summary_counts."""
+    if count == 1:
+        first, _, rest = label.partition(" ")
+        label = " ".join(filter(None, (first[:-1] if first.endswith("s") else first, rest)))
+    return f"{count} {label}"
 
 
 def header_text(run: VerifyRun) -> str:
@@ -77,6 +110,7 @@ def _cells(row: Row) -> List[str]:
         row.dtype,
         prediction.scenario if prediction else "-",
         prediction.quantity if prediction else "-",
+        row.kind,
         measured_text(prediction, row.buggy),
         measured_text(prediction, row.fixed),
         check_text(row),
@@ -111,6 +145,8 @@ def row_object(row: Row) -> Dict[str, object]:
         "device": row.device,
         "dtype": row.dtype,
         "quantity": prediction.quantity if prediction else None,
+        "kind": prediction.kind if prediction else None,
+        "devices": list(prediction.devices) if prediction else None,
         "buggy": _json_number(row.buggy),
         "fixed": _json_number(row.fixed),
         "compare": prediction.compare if prediction else None,
@@ -119,6 +155,7 @@ def row_object(row: Row) -> Dict[str, object]:
         "at_most": prediction.at_most if prediction else None,
         "expected": prediction.expected if prediction else None,
         "expected_value": _json_number(row.expected),
+        "happened": prediction.happened if prediction else None,
         "claim": prediction.claim if prediction else None,
         "verdict": row.verdict,
         "reason": row.reason,

@@ -31,7 +31,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 from amplint.harness.driver import STARTING
-from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED, evaluate_expected, expected_quantities, judge
+from amplint.harness.verdict import (
+    CONFIRMED,
+    ERROR,
+    NOT_REPRODUCED,
+    SKIPPED,
+    evaluate_expected,
+    expected_quantities,
+    judge,
+    mechanism_missing,
+)
 from amplint.rule import Prediction, Rule
 
 FIXTURE_SCRIPTS = ("buggy", "fixed")
@@ -122,6 +131,10 @@ class Row:
     @property
     def ran(self) -> bool:
         return self.verdict != SKIPPED
+
+    @property
+    def kind(self) -> str:
+        return self.prediction.kind if self.prediction is not None else "-"
 
 
 @dataclass
@@ -377,7 +390,9 @@ def plan(
 
     Without `dtype`, each prediction runs at the first dtype its claim is about; with one,
     the predictions about other dtypes are skipped; with "all", each prediction runs at every
-    dtype it is about. `unavailable` skips everything (no CUDA).
+    dtype it is about. A prediction about other devices is skipped (`softmax` runs in float32
+    under CUDA autocast: a CPU claim about it says nothing there). `unavailable` skips
+    everything (no CUDA).
     """
     planned: List[Planned] = []
     for rule in rules:
@@ -387,6 +402,8 @@ def plan(
             chosen = list(prediction.dtypes) if dtype == ALL_DTYPES else [dtype or prediction.dtypes[0]]
             for each in chosen:
                 skip = unavailable
+                if skip is None and device not in prediction.devices:
+                    skip = f"the claim is about {prediction.device} only"
                 if skip is None and each not in prediction.dtypes:
                     skip = f"the claim is about {prediction.dtype} only"
                 planned.append(Planned(rule, prediction, each, skip))
@@ -463,8 +480,8 @@ def judge_row(entry: Planned, device: str, outputs: Dict[Tuple[str, str, str], S
         setattr(row, which, value)
         note(problem)
     values: Dict[str, Dict[str, float]] = {which: {} for which in FIXTURE_SCRIPTS}
-    if prediction.expected:
-        for which, quantity in expected_quantities(prediction.expected):
+    for expression in (prediction.expected, prediction.happened):
+        for which, quantity in expected_quantities(expression) if expression else ():
             value, problem = runs[which].measurement(which, prediction.scenario, quantity)
             note(problem)
             if value is not None:
@@ -476,6 +493,9 @@ def judge_row(entry: Planned, device: str, outputs: Dict[Tuple[str, str, str], S
     if prediction.expected:
         row.expected = evaluate_expected(prediction.expected, values)
     row.value, row.verdict = judge(prediction, row.buggy, row.fixed, row.expected)
+    missing = mechanism_missing(prediction, values)
+    if missing is not None:
+        row.verdict, row.reason = NOT_REPRODUCED, missing
     return row
 
 

@@ -16,16 +16,15 @@ NOT_REPRODUCED = "not reproduced"
 SKIPPED = "skipped"
 ERROR = "error"
 
-COMPARISONS = ("buggy/fixed", "fixed/buggy", "buggy-fixed", "buggy", "fixed")
+# Every comparison reads the buggy run: a claim about fixed.py alone says nothing about the mistake.
+COMPARISONS = ("buggy/fixed", "fixed/buggy", "buggy-fixed", "buggy")
 SIDES = ("buggy", "fixed")
 
 
 def combine(compare: str, buggy: float, fixed: float) -> float:
-    """The number a prediction bounds: a ratio, a difference, or one side's value alone."""
+    """The number a prediction bounds: a ratio, a difference, or the buggy run's value alone."""
     if compare == "buggy":
         return buggy
-    if compare == "fixed":
-        return fixed
     if compare == "buggy-fixed":
         return buggy - fixed
     if compare == "buggy/fixed":
@@ -37,11 +36,13 @@ def combine(compare: str, buggy: float, fixed: float) -> float:
 
 def _ratio(numerator: float, denominator: float) -> float:
     # A quantity that is exactly zero on one side is common (a frozen loss, gradients that all
-    # underflowed): x/0 is infinitely far apart, 0/0 is "the same".
+    # underflowed): x/0 is infinitely far apart. 0/0 is no ratio at all (NaN, which no bound
+    # holds): nothing against nothing, say no overflow where the mechanism needs one, is not
+    # a match.
     if math.isnan(numerator) or math.isnan(denominator):
         return math.nan
     if denominator == 0:
-        return 1.0 if numerator == 0 else math.copysign(math.inf, numerator)
+        return math.nan if numerator == 0 else math.copysign(math.inf, numerator)
     return numerator / denominator
 
 
@@ -119,11 +120,24 @@ def holds(prediction: Prediction, value: float) -> bool:
 
 def judge(prediction: Prediction, buggy: float, fixed: float, expected: Optional[float] = None) -> Tuple[float, str]:
     """(bounded value, verdict) for one pair of measurements. With `expected` (the value of
-    the prediction's mechanism expression) the bounded value is the comparison / expected."""
+    the prediction's mechanism expression) the bounded value is the comparison / expected.
+    Whether the mechanism `happened` is judged apart (`mechanism_missing`): where it did not,
+    the claim is not reproduced whatever this value."""
     value = combine(prediction.compare, buggy, fixed)
     if expected is not None:
         value = _ratio(value, expected)
     return value, CONFIRMED if holds(prediction, value) else NOT_REPRODUCED
+
+
+def mechanism_missing(prediction: Prediction, values: Mapping[str, Mapping[str, float]]) -> Optional[str]:
+    """Why the claim cannot be confirmed because its mechanism did not occur (`happened` is
+    not positive: `fixed.first_epoch_skipped = 0`), or None."""
+    if not prediction.happened:
+        return None
+    value = evaluate_expected(prediction.happened, values)
+    if value > 0:
+        return None
+    return f"the mechanism did not happen: {prediction.happened} = {number_text(value)}, must be > 0"
 
 
 # --------------------------------------------------------------------------- how numbers read

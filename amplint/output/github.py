@@ -17,6 +17,7 @@ from typing import List, Tuple
 
 from amplint.diagnostics import RunReport
 from amplint.notebook import is_notebook
+from amplint.escape import visible
 from amplint.output.locations import relative_path, workspace_root
 from amplint.output.text import location
 
@@ -36,9 +37,9 @@ def render(report: RunReport, **_: object) -> str:
         properties.append(("title", f"{finding.code} ({finding.name})" if finding.name else finding.code))
         # The message repeats the location for the log, where a notebook's reads `cell 3:12:5`.
         where = location(replace(finding, path=file))
-        message = f"{where}: {finding.code} {finding.message}"
+        message = f"{where}: {finding.code} {visible(finding.message)}"
         if finding.help:
-            message += f"\nhelp: {finding.help}"
+            message += f"\nhelp: {visible(finding.help)}"
         lines.append(_command(properties, message, finding.severity))
     for error in sorted(report.errors):
         file = _file(error.path, root)
@@ -49,7 +50,7 @@ def render(report: RunReport, **_: object) -> str:
             where: List[Tuple[str, object]] = [("line", error.row), ("col", error.column or 1)]
         else:
             where = [("line", 1)]
-        lines.append(_command([("file", file), *where, ("title", "amplint: file not linted")], f"{file}: {error.message}"))
+        lines.append(_command([("file", file), *where, ("title", "amplint: file not linted")], f"{file}: {visible(error.message)}"))
     for skipped in report.skipped_functions:
         file = _file(skipped.path, root)
         lines.append(
@@ -63,7 +64,9 @@ def render(report: RunReport, **_: object) -> str:
 
 
 def _file(path: str, root: str) -> str:
-    return relative_path(path, root) or path
+    # A name with a control character or a non-UTF-8 byte is written with escapes (the log
+    # shows properties in debug mode); any other name is exact, so the annotation lands on it.
+    return visible(relative_path(path, root) or path)
 
 
 def _command(properties: List[Tuple[str, object]], message: str, severity: str = "error") -> str:

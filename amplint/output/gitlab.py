@@ -8,9 +8,12 @@
 
 Paths are relative to `CI_PROJECT_DIR` (the checkout) where GitLab sets it, else to the
 working directory. Severity: an `error` finding is `major`, a `warning` is `minor`; a file
-that could not be linted is `critical`, at its problem's line where it has one; a function too
-complex to follow within the analysis limit is `info`, at its `def`. Each fingerprint is stable across runs (code, path,
-message and, for repeats, which repeat) so GitLab can tell new findings from old ones.
+that could not be linted is `critical`, at its problem's line where it has one; a function
+too complex to follow within the analysis limit is `info`, at its `def`. Each fingerprint is
+stable across runs (code, path, message and, for repeats, which repeat) so GitLab can tell new
+findings from old ones.
+A file name that is not UTF-8 is written with its odd bytes as `\\xff` escapes, and its
+fingerprint is taken from the name as written.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections import Counter
 from typing import Any, Dict, List
 
 from amplint.diagnostics import FileError, RunReport
+from amplint.escape import unicode_safe
 from amplint.notebook import is_notebook
 from amplint.output.locations import relative_path
 
@@ -33,12 +37,13 @@ def render(report: RunReport, **_: object) -> str:
     seen: Counter = Counter()
     issues: List[Dict[str, Any]] = []
     for finding in report.findings:
-        path = relative_path(finding.path, root) or finding.path
+        path = unicode_safe(relative_path(finding.path, root) or finding.path)
         line, column, end_line, end_column = finding.span_in_file()
-        description = finding.message
+        message = unicode_safe(finding.message)
+        description = message
         if finding.cell is not None:
             description += f" (cell {finding.cell}, line {finding.cell_row})"
-        key = (finding.code, path, finding.message)
+        key = (finding.code, path, message)
         seen[key] += 1
         issues.append(
             {
@@ -58,19 +63,20 @@ def render(report: RunReport, **_: object) -> str:
             }
         )
     for error in sorted(report.errors):
-        path = relative_path(error.path, root) or error.path
+        path = unicode_safe(relative_path(error.path, root) or error.path)
+        message = unicode_safe(error.message)
         issues.append(
             {
                 "check_name": "amplint/file-not-linted",
-                "description": f"amplint could not lint this file: {error.message}",
+                "description": f"amplint could not lint this file: {message}",
                 "categories": ["Bug Risk"],
-                "fingerprint": _fingerprint("file-not-linted", path, error.message),
+                "fingerprint": _fingerprint("file-not-linted", path, message),
                 "severity": "critical",
                 "location": {"path": path, "lines": {"begin": _line(error), "end": _line(error)}},
             }
         )
     for skipped in report.skipped_functions:
-        path = relative_path(skipped.path, root) or skipped.path
+        path = unicode_safe(relative_path(skipped.path, root) or skipped.path)
         line = skipped.line_in_file()
         issues.append(
             {

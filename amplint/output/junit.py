@@ -6,6 +6,11 @@ with a `<failure>` whose `type` is the finding's severity (`error` or `warning`)
 could not be linted is a testcase with an `<error>`, and a function too complex to follow
 within the analysis limit a testcase marked `<skipped>`. A clean run is one passing testcase,
 so that the report is never empty.
+
+File names and messages are written as `amplint.escape.visible` shows them: a control
+character, a newline or a non-UTF-8 byte in a name or in quoted code is an escape such as
+`\\x1b`, so the report is always well-formed XML (which cannot hold most control characters
+even as character references).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import xml.etree.ElementTree as ET
 from typing import Dict, List, Tuple
 
 from amplint.diagnostics import FileError, Finding, NotAnalysed, RunReport
+from amplint.escape import visible
 from amplint.output.text import location
 
 
@@ -38,7 +44,7 @@ def render(report: RunReport, **_: object) -> str:
         suite = ET.SubElement(
             root,
             "testsuite",
-            name=path,
+            name=visible(path),
             tests=str(len(findings) + len(not_linted) + len(not_analysed)),
             disabled="0",
             errors=str(len(not_linted)),
@@ -46,17 +52,17 @@ def render(report: RunReport, **_: object) -> str:
             skipped=str(len(not_analysed)),
             package="amplint",
         )
-        classname = os.path.splitext(path)[0]
+        classname = visible(os.path.splitext(path)[0])
         for finding in findings:
             line, column = (finding.cell_row, finding.column) if finding.cell is not None else (finding.row, finding.column)
             case = ET.SubElement(
                 suite, "testcase", name=f"amplint.{finding.code}", classname=classname, line=str(line), column=str(column)
             )
-            failure = ET.SubElement(case, "failure", message=finding.message, type=finding.severity)
-            failure.text = f"{location(finding)}: {finding.code} {finding.text}"
+            failure = ET.SubElement(case, "failure", message=visible(finding.message), type=finding.severity)
+            failure.text = f"{visible(location(finding))}: {finding.code} {visible(finding.text)}"
         for error in not_linted:
             case = ET.SubElement(suite, "testcase", name="amplint.file-not-linted", classname=classname)
-            ET.SubElement(case, "error", message=error.message, type="error").text = f"{path}: {error.message}"
+            ET.SubElement(case, "error", message=visible(error.message), type="error").text = f"{visible(path)}: {visible(error.message)}"
         for function in not_analysed:
             row = function.cell_row if function.cell is not None else function.row
             case = ET.SubElement(suite, "testcase", name="amplint.function-not-analysed", classname=classname, line=str(row), column=str(function.column))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import List
 
 from amplint.diagnostics import RunReport
+from amplint.escape import visible
 from amplint.notebook import is_notebook
 
 
@@ -21,10 +22,10 @@ def render(report: RunReport, **_: object) -> str:
         message = finding.message
         if finding.cell is not None:
             message += f" (cell {finding.cell}, line {finding.cell_row})"
-        lines.append(f"{finding.path}:{line}: [{finding.code}] {message}")
+        lines.append(f"{visible(finding.path)}:{line}: [{finding.code}] {visible(message)}")
     for error in sorted(report.errors):
         line = error.row if error.row is not None and not is_notebook(error.path) else 1  # a notebook's row: its joined cells
-        lines.append(f"{error.path}:{line}: [amplint] could not lint this file: {error.message}")
+        lines.append(f"{visible(error.path)}:{line}: [amplint] could not lint this file: {visible(error.message)}")
     for skipped in report.skipped_functions:
-        lines.append(f"{skipped.path}:{skipped.line_in_file()}: [amplint] {skipped.message}")
+        lines.append(f"{visible(skipped.path)}:{skipped.line_in_file()}: [amplint] {skipped.message}")
     return "".join(line + "\n" for line in lines)

@@ -19,7 +19,6 @@ from urllib.parse import quote
 from amplint import __version__
 from amplint.diagnostics import Finding, NotAnalysed, RunReport
 from amplint.output.locations import relative_path, workspace_root
-from amplint.rules import ALL_RULES
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/amplint/amplint"
@@ -27,6 +26,8 @@ ROOT = "%SRCROOT%"
 
 
 def render(report: RunReport, **_: object) -> str:
+    from amplint.rules import ALL_RULES  # the rules' documentation: only for this format
+
     root = workspace_root()
     index = {rule.code: position for position, rule in enumerate(ALL_RULES)}
     run: Dict[str, Any] = {

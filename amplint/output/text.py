@@ -30,6 +30,7 @@ from typing import List, Optional, Tuple
 
 from amplint.diagnostics import Finding, NotAnalysed, RunReport
 from amplint.notebook import CellMap
+from amplint.escape import visible
 
 # Python's own line breaks; str.splitlines() also splits on form feeds and \u2028, which
 # would put the frame on the wrong line.
@@ -73,7 +74,7 @@ def render(report: RunReport, concise: bool = False, color: bool = False, summar
     out: List[str] = []
     for finding in report.findings:
         if concise:
-            out.append(f"{style.bold(location(finding))}: {style.severity(finding, finding.code)} {_marker(finding, report, style)}{finding.message}")
+            out.append(f"{style.bold(visible(location(finding)))}: {style.severity(finding, finding.code)} {_marker(finding, report, style)}{visible(finding.message)}")
         else:
             out.extend(_full(finding, report, style))
     for skipped in report.skipped_functions:
@@ -94,15 +95,15 @@ def render_full(report: RunReport, **options: object) -> str:
 def _full(finding: Finding, report: RunReport, style: Style) -> List[str]:
     width, frame = _frame(finding, report.sources.get(finding.path), style, report.notebooks.get(finding.path))
     lines = [
-        f"{style.severity(finding, finding.code)} {_marker(finding, report, style)}{style.bold(finding.message)}",
+        f"{style.severity(finding, finding.code)} {_marker(finding, report, style)}{style.bold(visible(finding.message))}",
         # The arrow lines up with the frame's gutter, as in ruff.
-        f"{' ' * width}{style.blue('-->')} {location(finding)}",
+        f"{' ' * width}{style.blue('-->')} {visible(location(finding))}",
         *frame,
     ]
     if finding.help:
-        lines.append(f"{style.cyan('help')}: {finding.help}")
+        lines.append(f"{style.cyan('help')}: {visible(finding.help)}")
     if finding.fix is not None:
-        lines.append(f"{style.cyan('fix')}: {finding.fix.title}" + ("" if finding.fix.applicability == "safe" else " (unsafe)"))
+        lines.append(f"{style.cyan('fix')}: {visible(finding.fix.title)}" + ("" if finding.fix.applicability == "safe" else " (unsafe)"))
     lines.append("")
     return lines
 
@@ -121,6 +122,7 @@ def _not_analysed(skipped: NotAnalysed, style: Style, concise: bool) -> List[str
 
 
 def _where(path: str, row: int, column: int, cell: Optional[int], cell_row: Optional[int]) -> str:
+    path = visible(path)
     return f"{path}:cell {cell}:{cell_row}:{column}" if cell is not None else f"{path}:{row}:{column}"
 
 
@@ -198,12 +200,12 @@ def _frame(
     gutter = style.blue(" " * width + " |")
     frame = [gutter]
     for number in range(first, last + 1):
-        frame.append(f"{style.blue(str(number - offset).rjust(width) + ' |')} {lines[number - 1]}")
+        frame.append(f"{style.blue(str(number - offset).rjust(width) + ' |')} {visible(lines[number - 1])}")
         if number == finding.row:
             line = lines[number - 1]
             end = finding.end_column if finding.end_row == finding.row else len(line) + 1
-            # Keep the line's tabs, and count wide (CJK, emoji) characters twice, so the
-            # carets sit under the code.
+            # Keep the line's tabs, and count wide (CJK, emoji) characters twice and an
+            # escaped control character as its escape, so the carets sit under the code.
             pad = "".join(c if c == "\t" else " " * _width(c) for c in line[: finding.column - 1])
             carets = "^" * max(1, sum(_width(c) for c in line[finding.column - 1 : end - 1]))
             frame.append(f"{gutter} {pad}{style.severity(finding, carets)}")
@@ -212,6 +214,9 @@ def _frame(
 
 
 def _width(character: str) -> int:
+    shown = visible(character)
+    if shown != character:
+        return len(shown)
     return 2 if unicodedata.east_asian_width(character) in ("W", "F") else 1
 
 

@@ -32,7 +32,7 @@ import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.checkpoints import Checkpoints, HandOff, StateCall
-from amplint.semantic.conditions import Assumption, alternatives, assumptions
+from amplint.semantic.conditions import Assumption, StandIn, alternatives, assumptions, stand_ins, substitute
 from amplint.semantic.deprecations import DeprecatedAmpUse, find_deprecated_uses
 from amplint.semantic.devices import Devices, Placement
 from amplint.semantic.exports import ExternalModules, export_summary
@@ -123,7 +123,8 @@ class SemanticModel:
         self.flow = FlowAnalysis(self)
         self._scaling: Dict[int, Tuple[Optional[str], FrozenSet[str]]] = {}
         self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
-        self._alternatives: Dict[Tuple[int, bool], List[List[Assumption]]] = {}
+        self._alternatives: Dict[Tuple[int, bool, bool], List[List[Assumption]]] = {}
+        self._stand_ins: Dict[int, Dict[str, StandIn]] = {}
         self._checkpoints: Optional[Checkpoints] = None
         self._repetitions: Optional[Repetitions] = None
         self._expressions: Optional[RegionExpressions] = None
@@ -173,12 +174,32 @@ class SemanticModel:
             self._assumptions[key] = assumptions(test, outcome)
         return self._assumptions[key]
 
-    def alternatives(self, test: cst.BaseExpression, outcome: bool) -> List[List[Assumption]]:
-        """The ways a branch can be taken (`amplint.semantic.conditions.alternatives`), once per test."""
-        key = (id(test), outcome)
+    def alternatives(
+        self, test: cst.BaseExpression, outcome: bool, unit: Optional[CodeUnit] = None
+    ) -> List[List[Assumption]]:
+        """The ways a branch can be taken (`amplint.semantic.conditions.alternatives`), once per
+        test; read in `unit`, with its locals that stand for stable expressions written as
+        those expressions (`stand_ins`), so that conditions compare across aliases and calls."""
+        key = (id(test), outcome, unit is not None)
         if key not in self._alternatives:
-            self._alternatives[key] = alternatives(test, outcome)
+            cases = alternatives(test, outcome)
+            stand_ins = self.stand_ins(unit) if unit is not None else {}
+            if stand_ins:
+                cases = [[(substitute(cond, stand_ins), value) for cond, value in case] for case in cases]
+            self._alternatives[key] = cases
         return self._alternatives[key]
+
+    def stand_ins(self, unit: CodeUnit) -> Dict[str, StandIn]:
+        """The locals of a function bound once to a stable expression, each with that
+        expression (`amplint.semantic.conditions.substitute`): an attribute of `self`, a
+        module-level name, a parameter, or a call of one on such arguments or constants
+        (`use_scaling = self._use_grad_scaling(model)`), that the function never rebinds."""
+        if unit.is_module:
+            return {}
+        found = self._stand_ins.get(id(unit))
+        if found is None:
+            found = self._stand_ins[id(unit)] = stand_ins(unit, self.resolver)
+        return found
 
     def scaler_name(self, key: Optional[str], default: str = "scaler") -> str:
         info = self.scalers.get(key) if key is not None else None

@@ -37,7 +37,7 @@ from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
 from amplint.semantic.names import dotted_name
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key
-from amplint.semantic.walk import children
+from amplint.semantic.walk import children, iter_tree
 
 # Functions whose job is to write or read a checkpoint: `save_checkpoint`, `save_on_master`,
 # `torch.save`, `save_model`, `dump_state`, `snapshot`, `resume_from`, `load_ckpt`.
@@ -341,7 +341,11 @@ class Checkpoints:
             if binding_key(binding) in aliases or binding.source is None:
                 continue
             source = binding.source
-            if isinstance(source, (cst.Dict, cst.List, cst.Tuple, cst.Set)) and self._mentions(source, aliases, binding.value_scope):
+            if (
+                isinstance(source, (cst.Dict, cst.List, cst.Tuple, cst.Set))
+                and self._mentions(source, aliases, binding.value_scope)
+                and not self._only_arguments(binding)
+            ):
                 yield HandOff(binding.node, f"`{binding.name}` collects it")
         for record in self.index.calls:
             for arg in record.node.args:
@@ -358,6 +362,29 @@ class Checkpoints:
             if targets is None:
                 yield HandOff(node, "it is returned to code that may keep it")
 
+    def _only_arguments(self, binding) -> bool:
+        """`params = (loader, model, optimizer, scaler)` read only as `train_epoch(*params)`,
+        where every such callee is a function of the file that saves and restores nothing: the
+        tuple is the callee's arguments, not a checkpoint's collection."""
+        name = binding.name
+        if "." in name or not isinstance(binding.scope.node, (cst.Module, cst.FunctionDef)):
+            return False
+        reads = [node for node in iter_tree(binding.scope.node) if isinstance(node, cst.Name) and node.value == name]
+        unpacked = [
+            record
+            for record in self.index.calls
+            if record.unit.scope is binding.scope
+            and any(arg.star == "*" and isinstance(arg.value, cst.Name) and arg.value.value == name for arg in record.node.args)
+        ]
+        bound = sum(1 for b in binding.scope.bindings.get(name, ()) if b.kind == "assign")
+        if not unpacked or len(reads) != len(unpacked) + bound:
+            return False
+        for record in unpacked:
+            item = self.classify(record)
+            if not isinstance(item, HelperCall) or item.callee is None or _may_checkpoint(item.callee.node):
+                return False
+        return True
+
     def _mentions(self, expression: cst.BaseExpression, aliases: Set[str], scope: Scope) -> bool:
         """Whether a collection literal holds the scaler object itself (not `scaler.get_scale()`)."""
         candidates: List[cst.BaseExpression] = []
@@ -370,6 +397,16 @@ class Checkpoints:
             if name is not None and self.resolver.identity(name, scope) in aliases:
                 return True
         return False
+
+
+def _may_checkpoint(function: cst.CSTNode) -> bool:
+    """A function that saves or restores some state, or calls anything named like checkpointing."""
+    for node in iter_tree(function):
+        if isinstance(node, cst.Call):
+            callee = (dotted_name(node.func) or "").rsplit(".", 1)[-1].lower()
+            if callee in ("state_dict", "load_state_dict") or _CHECKPOINTING_CALL.search(callee):
+                return True
+    return False
 
 
 def _generic_receiver(bindings) -> bool:

@@ -10,11 +10,16 @@ Tests are compared by their normalised source text, which is enough for the flag
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import FrozenSet, List, Tuple
+import re
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Mapping, Tuple
 
 import libcst as cst
 
-from amplint.semantic.names import is_none, names_read, source_text
+from amplint.semantic.names import dotted_name, is_none, names_read, source_text
+
+if TYPE_CHECKING:
+    from amplint.semantic.index import CodeUnit
+    from amplint.semantic.resolve import Resolver
 
 
 @dataclass(frozen=True)
@@ -85,3 +90,74 @@ def alternatives(test: cst.BaseExpression, outcome: bool) -> List[List[Assumptio
             found = left + [l + r for l in alternatives(test.left, not outcome) for r in right]
         return found if len(found) <= _MAX_ALTERNATIVES else [[]]
     return [assumptions(test, outcome)]
+
+
+# A local that stands for an expression: its text and the dotted names the expression reads.
+StandIn = Tuple[str, FrozenSet[str]]
+IDENTIFIER = re.compile(r"(?<![\w.'\"])([A-Za-z_]\w*)")
+
+
+def substitute(condition: Condition, stand_ins: Mapping[str, StandIn]) -> Condition:
+    """`condition` with each local that stands for a stable expression written as that
+    expression: `grad_scaler is not None`, after `grad_scaler = self.grad_scaler`, is the
+    condition `self.grad_scaler`, the same one another method tests through its own alias."""
+    names: List[str] = []
+    touched = False
+    for name in condition.names:
+        root, dot, rest = name.partition(".")
+        if root in stand_ins:
+            text, reads = stand_ins[root]
+            touched = True
+            if rest and all(c.isalnum() or c in "._" for c in text):
+                names.append(text + dot + rest)
+            else:
+                names.extend(reads if not rest else reads | {text + dot + rest})
+        else:
+            names.append(name)
+    if not touched:
+        return condition
+    text = IDENTIFIER.sub(lambda m: stand_ins[m.group(1)][0] if m.group(1) in stand_ins else m.group(1), condition.text)
+    return Condition(text, frozenset(names))
+
+
+def stand_ins(unit: "CodeUnit", resolver: "Resolver") -> Dict[str, StandIn]:
+    """The locals of a function that stand for a stable expression (see `substitute`): bound
+    once, by a plain assignment, to an attribute of `self`/`cls`, a name the function does not
+    bind (a module global), a parameter it never rebinds, or a call of such a name on such
+    names and constants; and the function never rebinds what the expression reads."""
+    scope = unit.scope
+    rebound = {target for targets, _ in unit.assignments for target in targets}
+
+    def stable_name(name: str) -> bool:
+        root = name.split(".")[0]
+        if root in ("self", "cls"):
+            return not any(name == t or name.startswith(t + ".") for t in rebound if "." in t)
+        bindings = scope.bindings.get(root, ())
+        return all(binding.kind == "param" for binding in bindings)  # a parameter, or not bound here
+
+    def stable(value: cst.BaseExpression) -> bool:
+        name = dotted_name(value)
+        if name is not None:
+            return stable_name(name)
+        if isinstance(value, (cst.SimpleString, cst.Integer, cst.Float)):
+            return True
+        if isinstance(value, cst.Call):
+            callee = dotted_name(value.func)
+            return (
+                callee is not None
+                and stable_name(callee)
+                and all(not arg.star and stable(arg.value) for arg in value.args)
+            )
+        return False
+
+    found: Dict[str, StandIn] = {}
+    for name, bindings in scope.bindings.items():
+        if len(bindings) != 1 or name in scope.params:
+            continue
+        binding = bindings[0]
+        value = binding.value
+        if binding.kind != "assign" or value is None or binding.home not in (None, scope):
+            continue
+        if stable(value) and dotted_name(value) != name:
+            found[name] = (source_text(value), frozenset(names_read(value)))
+    return found

@@ -8,10 +8,18 @@ passed as an argument, `functools.partial`, a base class); an import alone, `isi
 an annotation, a string or a comment is none. Names are resolved through imports
 (`from torch.cuda import amp` -> `amp.GradScaler()`).
 
-A use under a compatibility shim is not one: a name also imported from the new API on
-another branch (`try: from torch.amp import autocast` / `except ImportError: from
-torch.cuda.amp import autocast`), or a call in an `if` that tests the torch version or
-`hasattr(torch, ...)`.
+A use under a compatibility shim is not one. A shim is recognised by what it tests and by
+what its other branch binds, nothing else:
+- a branch of an `if` or a conditional expression whose test reads torch's version, by any
+  spelling (`torch.__version__`, `TORCH_VERSION`, `_TORCH_GREATER_EQUAL_2_4`, `TORCH_GE_2_4`,
+  `is_torch_min_version("2.4")`, or a helper of the file whose body reads a version), or asks
+  whether the new API exists (`hasattr(torch, "autocast")`, `hasattr(torch.amp, "custom_fwd")`);
+- a name also bound to the new API on another branch (`try: from torch.amp import autocast` /
+  `except ImportError: from torch.cuda.amp import autocast`, `custom_fwd =
+  partial(torch.amp.custom_fwd, ...)`).
+Any other test (`hasattr(pl_module, "log_images")`) or other binding (fairscale's
+`ShardedGradScaler` imported as `GradScaler` on another branch) leaves the old API a use: it
+is reported, without a fix when the name is bound to something else too.
 
 Each use carries what a fix needs, so that the fix defines every name it writes:
 - the replacement's spelling in this file: a name already bound to it (`from torch.amp
@@ -27,13 +35,14 @@ Each use carries what a fix needs, so that the fix defines every name it writes:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst import MaybeSentinel
 
-from amplint.semantic.index import Binding, GuardFrame, ModuleIndex, Scope
+from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import all_bindings
@@ -63,7 +72,14 @@ _SAME_AS = {
 }
 # The old autocast's positional parameters; the new one takes (device_type, dtype, enabled, cache_enabled).
 _LEGACY_AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")
-_SHIM_WORDS = ("version", "hasattr", "is_torch_", "torch_")
+# Names that read torch's version: `TORCH_VERSION`, `is_torch_min_version`, `_TORCH_GREATER_EQUAL_2_4`,
+# `TORCH_GE_2_4`, `torch2`, `IS_TORCH_2_4_OR_NEWER`; not `use_torch_amp` or `torch_dtype`.
+_VERSION_NAME = re.compile(
+    r"version|torch_?(?:v_?)?(?:ge|gt|le|lt|eq|geq|leq|greater|less|newer|older|min|max|at_?least|before|since|\d)(?![a-z])"
+)
+# What `hasattr(X, "name")` must ask for a shim: the new API's module or one of its names.
+_NEW_API_MODULES = ("torch", "torch.amp")
+_NEW_API_NAMES = ("amp", "autocast", "GradScaler", "custom_fwd", "custom_bwd")
 _NOT_A_USE = frozenset({"isinstance", "issubclass", "hasattr", "getattr", "type", "print", "repr", "str", "id"})
 
 
@@ -78,6 +94,7 @@ class DeprecatedAmpUse:
     import_to_add: Optional[str]  # "import torch" when the spelling needs it
     new_node: Optional[cst.CSTNode]  # the rewritten call or decorator; None when not safe
     import_alias: Optional[cst.ImportAlias] = None  # the alias that bound the old name, if any
+    shared: bool = False  # the name is bound to another API on another branch: no rewrite fits both
 
     @property
     def new_text(self) -> Optional[str]:
@@ -96,10 +113,12 @@ class _Finder:
         self._version_shims: Optional[Set[int]] = None  # found on the first deprecated use
         seen = set()
 
-        def add(node: cst.CSTNode, kind: str, scope: Scope, frames=()) -> None:
+        def add(node: cst.CSTNode, kind: str, scope: Scope, assigned: Optional[Binding] = None) -> None:
             if id(node) in seen or (kind != "call" and not isinstance(node, (cst.Name, cst.Attribute))):
                 return  # a call handed on is a use of its own, found as a call
-            use = self._use(node, kind, scope, frames)
+            if assigned is not None and self._assigned_new_api_elsewhere(assigned):
+                return  # `try: f = partial(torch.amp.custom_fwd, ...)` / `except: f = torch.cuda.amp.custom_fwd`
+            use = self._use(node, kind, scope)
             if use is not None:
                 seen.add(id(node))
                 self.uses.append(use)
@@ -108,14 +127,14 @@ class _Finder:
             scope = record.unit.scope
             call = record.node
             if self._deprecated(call.func, scope) is not None:
-                add(call, "call", scope, record.frames)
+                add(call, "call", scope)
                 continue
             callee = self.resolver.qualified(call.func) or dotted_name(call.func) or ""
             if callee.rsplit(".", 1)[-1] in _NOT_A_USE:
                 continue
             for arg in call.args:  # `functools.partial(torch.cuda.amp.autocast, ...)`, `f(amp.autocast)`
                 for value in _branches(arg.value):
-                    add(value, "reference", scope, record.frames)
+                    add(value, "reference", scope)
         for unit in index.units:
             outer = unit.scope.parent or unit.scope
             for decorator in unit.decorators:
@@ -124,7 +143,7 @@ class _Finder:
         for binding in all_bindings(index):
             if binding.value is not None and binding.kind in ("assign", "walrus"):
                 for value in _branches(binding.value):
-                    add(value, "reference", binding.value_scope)
+                    add(value, "reference", binding.value_scope, binding)
         for scope in index.scopes:
             if scope.kind == "class" and isinstance(scope.node, cst.ClassDef):
                 for base in scope.node.bases:
@@ -136,7 +155,7 @@ class _Finder:
         qualified = self.resolver.qualified(node)
         return qualified if qualified in DEPRECATED else None
 
-    def _use(self, node: cst.CSTNode, kind: str, scope: Scope, frames) -> Optional[DeprecatedAmpUse]:
+    def _use(self, node: cst.CSTNode, kind: str, scope: Scope) -> Optional[DeprecatedAmpUse]:
         target = node.func if isinstance(node, cst.Call) else node
         deprecated = self._deprecated(target, scope)
         if deprecated is None:
@@ -145,32 +164,79 @@ class _Finder:
         bindings = self.resolver.bindings(head, scope)
         if any(self._modern(binding) for binding in bindings):
             return None  # a compatibility shim: the new API on another branch
-        if head != "torch" and any(not _imports_old_api(binding) for binding in bindings):
-            return None  # bound to something else on another branch (`torch.musa.amp.autocast`)
         if self._version_shims is None:
-            self._version_shims = _under_version_tests(self.index.module)
+            self._version_shims = self._under_shim_tests()
         if id(node) in self._version_shims:
-            return None  # `torch.amp.GradScaler(...) if TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()`
-        for frame in frames:
-            if isinstance(frame, GuardFrame) and any(word in source_text(frame.test).lower() for word in _SHIM_WORDS):
-                return None  # `if TORCH_VERSION >= (2, 4): ... else: torch.cuda.amp.autocast()`
+            return None  # `if TORCH_VERSION >= (2, 4): ... else: torch.cuda.amp.autocast()`
+        # Bound to something else too (`torch.musa.amp.autocast`, fairscale's ShardedGradScaler
+        # on another branch): still a use of the old API on this branch, but no rewrite of the
+        # shared name is right for both.
+        shared = head != "torch" and any(not _imports_old_api(binding) for binding in bindings)
         replacement, device, what = DEPRECATED[deprecated]
         spelling, import_to_add = self._spelling(replacement, scope)
         new_node = None
-        if kind == "call":
+        if kind == "call" and not shared:
             new_node = _rewrite_call(node, what, device, spelling)  # type: ignore[arg-type]
-        elif kind == "decorator" and what in ("custom_fwd", "custom_bwd"):
+        elif kind == "decorator" and what in ("custom_fwd", "custom_bwd") and not shared:
             new_node = cst.Call(func=cst.parse_expression(spelling), args=[_keyword("device_type", _string(device))])
         alias = next((self._alias(b) for b in bindings if _imports_old_api(b)), None)
-        return DeprecatedAmpUse(node, kind, deprecated, replacement, device, spelling, import_to_add, new_node, alias)
+        return DeprecatedAmpUse(node, kind, deprecated, replacement, device, spelling, import_to_add, new_node, alias, shared)
 
     def _modern(self, binding: Binding) -> bool:
-        """An import of the new API (`from torch.amp import autocast`, `from torch import amp`)."""
-        if binding.kind != "import":
-            return False
-        for target in _import_targets(binding):
-            if target in ("torch.amp", "torch.autocast", "torch.GradScaler") or target.startswith("torch.amp."):
+        """The new API: imported (`from torch.amp import autocast`, `from torch import amp`) or
+        assigned (`custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")`)."""
+        if binding.kind == "import":
+            return any(_is_new_api(target) for target in _import_targets(binding))
+        if binding.kind == "assign" and binding.value is not None:
+            value = binding.value
+            if isinstance(value, cst.Call) and (self.resolver.qualified(value.func) or "").endswith("partial") and value.args:
+                value = value.args[0].value
+            return _is_new_api(self.resolver.qualified(value) or "")
+        return False
+
+    def _assigned_new_api_elsewhere(self, binding: Binding) -> bool:
+        """The name this binding assigns is bound to the new API by another of its bindings."""
+        if binding.name.startswith("self.") or "." in binding.name:
+            others = self.resolver.bindings(binding.name, binding.value_scope)
+        else:
+            others = binding.scope.bindings.get(binding.name, [])
+        return any(other is not binding and self._modern(other) for other in others)
+
+    def _under_shim_tests(self) -> Set[int]:
+        """The ids of the nodes in a branch of an `if` or a conditional expression whose test
+        is a shim's (see the module's docstring)."""
+        found: Set[int] = set()
+        helpers = _version_helpers(self.index.module)
+        for node in iter_tree(self.index.module):
+            if isinstance(node, (cst.If, cst.IfExp)) and self._shim_test(node.test, helpers):
+                branches = (node.body, node.orelse) if node.orelse is not None else (node.body,)
+                for branch in branches:
+                    found.update(id(inner) for inner in iter_tree(branch))
+            elif isinstance(node, (cst.Module, cst.IndentedBlock)):
+                # `if new_api(): return torch.amp.GradScaler("cuda")` and then the old API: the
+                # statements after an `if` that always leaves are its `else`.
+                for position, statement in enumerate(node.body):
+                    if (
+                        isinstance(statement, cst.If)
+                        and statement.orelse is None
+                        and _always_leaves(statement.body)
+                        and self._shim_test(statement.test, helpers)
+                    ):
+                        for rest in node.body[position + 1 :]:
+                            found.update(id(inner) for inner in iter_tree(rest))
+        return found
+
+    def _shim_test(self, test: cst.BaseExpression, helpers: Set[str]) -> bool:
+        for node in iter_tree(test):
+            if isinstance(node, cst.Name) and (_VERSION_NAME.search(node.value.lower()) or node.value in helpers):
                 return True
+            if isinstance(node, cst.Attribute) and _VERSION_NAME.search(node.attr.value.lower()):
+                return True
+            if isinstance(node, cst.Call) and dotted_name(node.func) in ("hasattr", "getattr") and len(node.args) >= 2:
+                owner = self.resolver.qualified(node.args[0].value) or dotted_name(node.args[0].value)
+                name = node.args[1].value
+                if owner in _NEW_API_MODULES and isinstance(name, cst.SimpleString) and name.evaluated_value in _NEW_API_NAMES:
+                    return True
         return False
 
     def _alias(self, binding: Binding) -> Optional[cst.ImportAlias]:
@@ -246,14 +312,31 @@ def _local_of(binding: Binding, target: str) -> Optional[str]:
     return None
 
 
-def _under_version_tests(module: cst.Module) -> Set[int]:
-    """The ids of the nodes in a branch of a conditional expression that tests the torch
-    version (`a if TORCH_GREATER_EQUAL_2_4 else b`): a compatibility shim in one line."""
-    found: Set[int] = set()
-    for node in iter_tree(module):
-        if isinstance(node, cst.IfExp) and any(word in source_text(node.test).lower() for word in _SHIM_WORDS):
-            for branch in (node.body, node.orelse):
-                found.update(id(inner) for inner in iter_tree(branch))
+def _always_leaves(body: cst.BaseSuite) -> bool:
+    """The block ends in `return`, `raise`, `continue` or `break`."""
+    statements = body.body
+    last = statements[-1] if statements else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1] if last.body else None
+    return isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break))
+
+
+def _is_new_api(target: str) -> bool:
+    return target in ("torch.amp", "torch.autocast", "torch.GradScaler") or target.startswith("torch.amp.")
+
+
+def _version_helpers(module: cst.Module) -> Set[str]:
+    """Functions of the file whose body reads a version (`def is_torch_min_version(v): return
+    Version(torch.__version__) >= Version(v)`), by the name a test calls them with."""
+    found: Set[str] = set()
+    for statement in module.body:
+        if isinstance(statement, cst.FunctionDef):
+            if any(
+                isinstance(node, (cst.Name, cst.Attribute))
+                and "version" in (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
+                for node in iter_tree(statement.body)
+            ):
+                found.add(statement.name.value)
     return found
 
 

@@ -27,7 +27,7 @@ import libcst as cst
 
 from amplint import work
 from amplint.semantic.calls import HelperCall
-from amplint.semantic.conditions import Assumption, Condition
+from amplint.semantic.conditions import IDENTIFIER, Assumption, Condition
 from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, LoopFrame
 from amplint.semantic.model import (
     UNKNOWN_SCALER,
@@ -326,11 +326,8 @@ def rewrite(condition: Condition, arguments: Dict[str, Optional[str]]) -> Option
             names.append(name)
     if not touched:
         return condition
-    text = _IDENTIFIER.sub(lambda m: arguments.get(m.group(1)) or m.group(1), condition.text)
+    text = IDENTIFIER.sub(lambda m: arguments.get(m.group(1)) or m.group(1), condition.text)
     return Condition(text, frozenset(names))
-
-
-_IDENTIFIER = re.compile(r"(?<![\w.'\"])([A-Za-z_]\w*)")
 
 
 def call_arguments(call: HelperCall) -> Dict[str, Optional[str]]:
@@ -842,7 +839,7 @@ class _Interpreter:
     def assume(self, test: cst.BaseExpression, outcome: bool, states: Set[State]) -> Set[State]:
         cases = {
             frozenset(fact for fact in case if fact[0].text in self.relevant)
-            for case in self.model.alternatives(test, outcome)
+            for case in self.model.alternatives(test, outcome, self.unit)
         }
         if frozenset() in cases:
             cases = {frozenset()}  # one way of taking the branch tells nothing worth keeping
@@ -888,7 +885,7 @@ class _Interpreter:
                 elif isinstance(frame, GuardFrame) and id(frame.test) not in seen_tests:
                     seen_tests.add(id(frame.test))
                     conditions = {
-                        c for outcome in (True, False) for case in self.model.alternatives(frame.test, outcome) for c, _ in case
+                        c for outcome in (True, False) for case in self.model.alternatives(frame.test, outcome, self.unit) for c, _ in case
                     }
                     for cond in conditions:
                         counts[cond.text] += 2 if in_loop else 1

@@ -1,0 +1,89 @@
+"""What a run needs to know of each rule before any file needs analysing: its code, its name
+and the words a file must contain for it to find anything (`Rule.triggers`, `Rule.requires`).
+
+Importing the rules imports LibCST and the semantic layer (most of a short run's CPU), and a
+file that mentions none of a rule's words is never parsed for it. So the command line
+resolves `--select` against this catalogue, and a run whose files mention no AMP code (most
+of a pre-commit run) never imports the rules at all (`amplint.driver`). The rule classes stay
+the truth: tests/test_startup.py fails, naming what to change, when this drifts from them.
+
+The text pre-check (`might_use_amp`, `rules_matching_words`) lives here too, for rule classes
+and catalogue entries alike.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+
+
+class RuleEntry(NamedTuple):
+    code: str
+    name: str
+    triggers: Tuple[str, ...]
+    requires: Tuple[str, ...] = ()
+
+
+# amplint.semantic.AMP_VOCABULARY: the default triggers.
+VOCABULARY = ("autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=")
+_OPTIMIZERS = (
+    "optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon",
+    "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "*=",
+)
+_DEVICES = ('"mps', "'mps", '"xpu', "'xpu", '"hpu', "'hpu", '"npu', "'npu", '"xla', "'xla", '"meta', "'meta")
+
+# In amplint.rules.ALL_RULES order.
+RULES = (
+    RuleEntry("AMP001", "unscaled-backward", VOCABULARY),
+    RuleEntry("AMP002", "fp16-without-scaler", VOCABULARY),
+    RuleEntry("AMP003", "clip-before-unscale", VOCABULARY),
+    RuleEntry("AMP004", "step-inside-autocast", VOCABULARY),
+    RuleEntry("AMP005", "scaled-loss-plain-step", VOCABULARY),
+    RuleEntry("AMP006", "backward-inside-autocast", VOCABULARY),
+    RuleEntry("AMP007", "scaler-state-not-checkpointed", ("GradScaler",)),
+    RuleEntry("AMP008", "grad-scaler-in-loop", ("GradScaler",)),
+    RuleEntry("AMP009", "scaled-gradients-read", VOCABULARY),
+    RuleEntry("AMP010", "half-precision-master-weights", (".half(", "float16", "torch.half"), _OPTIMIZERS),
+    RuleEntry("AMP011", "autocast-device-mismatch", VOCABULARY, _DEVICES),
+    RuleEntry("AMP012", "float32-island-undone", ("autocast",)),
+    RuleEntry("AMP013", "unsafe-log-under-autocast", ("autocast",)),
+    RuleEntry("AMP014", "deprecated-amp-api", ("cuda.amp", "cpu.amp", "import amp")),
+    RuleEntry("AMP100", "unused-noqa", ("noqa", "NOQA")),
+)
+
+# A rule class or a catalogue entry: anything with `triggers` and `requires`.
+R = TypeVar("R")
+
+
+def might_use_amp(source: str, rules: Optional[Sequence[object]] = None) -> bool:
+    """Whether a file can match any of `rules` (default: all), by a text search far cheaper
+    than a parse: each rule names the words its findings need (`Rule.triggers`, and one of
+    `Rule.requires` when it has them); a file with none of them is not parsed at all."""
+    seen: Dict[str, bool] = {}
+    sets = _word_sets(tuple((rule.triggers, rule.requires) for rule in (RULES if rules is None else rules)))  # type: ignore[attr-defined]
+    return any(_has_words(source, triggers, requires, seen) for triggers, requires in sets)
+
+
+def rules_matching_words(source: str, rules: Sequence[R]) -> List[R]:
+    """The rules whose words (`triggers`, and `requires` if any) the source has."""
+    seen: Dict[str, bool] = {}
+    return [rule for rule in rules if _has_words(source, rule.triggers, rule.requires, seen)]  # type: ignore[attr-defined]
+
+
+def _has_words(source: str, triggers: Iterable[str], requires: Iterable[str], seen: Dict[str, bool]) -> bool:
+    """`seen`: the words already looked for in `source`, so that the rules sharing a word
+    (most share `autocast` and `GradScaler`) search the text for it once."""
+
+    def has(word: str) -> bool:
+        found = seen.get(word)
+        if found is None:
+            found = seen[word] = word in source
+        return found
+
+    return any(has(word) for word in triggers) and (not requires or any(has(word) for word in requires))
+
+
+@functools.lru_cache(maxsize=64)
+def _word_sets(words: Tuple[Tuple[Tuple[str, ...], Tuple[str, ...]], ...]) -> Tuple[Tuple[FrozenSet[str], FrozenSet[str]], ...]:
+    """The rules' (triggers, requires), rules with the same ones merged."""
+    return tuple(sorted({(frozenset(triggers), frozenset(requires)) for triggers, requires in words}, key=repr))

@@ -1,0 +1,127 @@
+"""Start-up: `amplint --version` and a run whose files mention no AMP code import neither LibCST
+nor the rules (bench/startup.py measures the CPU; these tests check what is imported, which
+does not depend on the machine's load). The catalogue the command line selects rules from
+must stay the rules' own metadata."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from amplint import catalogue, cli
+from amplint.driver import _lint_task, _needs_engine, _syntax_only, _Task
+from amplint.engine import lint_bytes
+from amplint.rules import ALL_RULES
+from amplint.semantic import AMP_VOCABULARY
+from conftest import BUGGY
+
+HEAVY = ("libcst", "amplint.rules", "amplint.semantic", "amplint.engine")
+ALL_CODES = tuple(rule.code for rule in ALL_RULES)
+
+
+def test_the_catalogue_is_the_rules_metadata():
+    entries = [(e.code, e.name, tuple(e.triggers), tuple(e.requires)) for e in catalogue.RULES]
+    classes = [(r.code, r.name, tuple(r.triggers), tuple(r.requires)) for r in ALL_RULES]
+    assert entries == classes, "amplint/catalogue.py must list every rule as rules/ defines it (code, name, triggers, requires)"
+    assert catalogue.VOCABULARY == AMP_VOCABULARY
+
+
+def test_the_command_lines_constants_are_the_modules_own():
+    from amplint import cache, driver
+    from amplint.output import FORMATS, HUMAN_FORMATS
+
+    assert set(cli.OUTPUT_FORMATS) == set(FORMATS) - {"text"}
+    assert HUMAN_FORMATS == frozenset({"full", "concise", "text"})
+    assert (cli.CACHE_DIR_NAME, cli.ENV_CACHE_DIR) == (cache.CACHE_DIR_NAME, cache.ENV_CACHE_DIR)
+    assert cli.DEFAULT_BUDGET == driver.DEFAULT_BUDGET
+
+
+def imported_by(code, cwd):
+    """The heavy modules a fresh interpreter has imported after running `code`."""
+    probe = code + f"\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"'))
+
+
+def test_version_imports_neither_libcst_nor_the_rules(tmp_path):
+    code = "from amplint.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit:\n    pass"
+    assert imported_by(code, tmp_path) == []
+
+
+def test_a_run_on_files_without_amp_code_imports_neither_libcst_nor_the_rules(tmp_path):
+    (tmp_path / "plain.py").write_text("import os\n\n\ndef f(x):\n    return x  # noqa: E501\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    # In the process and in its workers (the task is linted in process here, as a worker would).
+    code = textwrap.dedent(
+        """\
+        import sys
+        from amplint.cli import main
+        from amplint.driver import _lint_task, _Task
+        from amplint.catalogue import RULES
+        code = main(['--no-cache', '-q', '.'])
+        assert code == 2, code  # broken.py
+        main(['.'])  # with the cache
+        result, ok, _ = _lint_task(_Task(0, 'plain.py', open('plain.py', 'rb').read(), tuple(r.code for r in RULES), None, None), 2.0, in_process=True)
+        assert ok and result.error is None and result.skipped and not result.findings
+        """
+    )
+    assert imported_by(code, tmp_path) == []
+    # A file with AMP code still gets the engine (and its finding).
+    (tmp_path / "train.py").write_text(BUGGY)
+    assert "libcst" in imported_by("from amplint.cli import main\nmain(['--no-cache', '-q', '.'])", tmp_path)
+
+
+SOURCES = {
+    "plain": "import os\nx = 1\n",
+    "syntax error": "def f(:\n    pass\n",
+    "newer grammar": "type X = int\n",
+    "deep nesting": "x = " + "(" * 300 + "1" + ")" * 300 + "\n",
+    "too deep": "x = " + "[" * 2000 + "]" * 2000 + "\n",
+    "other tools' noqa": "import os  # noqa: F401\n",
+    "latin-1": "# -*- coding: latin-1 -*-\ns = 'caf\xe9'\n",
+    "undecodable": b"s = '\xff\xfe'\n",
+    "binary": b"\x00\x01",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+@pytest.mark.parametrize("target", [None, (3, 9)])
+def test_the_syntax_only_path_gives_what_the_engine_gives(name, target):
+    text = SOURCES[name]
+    data = text if isinstance(text, bytes) else text.encode("latin-1" if name == "latin-1" else "utf-8")
+    task = _Task(0, "m.py", data, ALL_CODES, None, target)
+    assert not _needs_engine(task)
+    quick = _syntax_only(task)
+    full = lint_bytes(data, "m.py", ALL_RULES, None, target)
+    assert (quick.error, quick.findings, quick.skipped) == (full.error, full.findings, full.skipped)
+    assert _lint_task(task, 2.0, in_process=True)[0].error == full.error
+
+
+@pytest.mark.parametrize(
+    "path, text",
+    [
+        ("m.py", BUGGY),
+        ("m.py", "import torch\nx = torch.ones(1)  # noqa: AMP003\n"),  # an unused directive to report
+        ("m.py", "# amplint: noqa\nimport os\n"),
+        ("m.ipynb", '{"cells": []}'),
+    ],
+)
+def test_what_needs_the_engine_gets_it(path, text):
+    assert _needs_engine(_Task(0, path, text.encode(), ALL_CODES, None, None))
+
+
+@pytest.mark.parametrize("hidden", [b"with torch.\\x61utocast('cuda'):\n    loss = model(x)\n    loss.backward()\n", b"x = 1  # \\x6eoqa: AMP003\n"])
+def test_words_an_encoding_hides_from_the_byte_search_still_get_the_engine(hidden):
+    data = b"# coding: unicode_escape\nimport torch\n" + hidden
+    task = _Task(0, "m.py", data, ALL_CODES, None, None)
+    assert not _needs_engine(task)  # the bytes do not say "autocast" or "noqa"
+    full = lint_bytes(data, "m.py", ALL_RULES)
+    assert full.findings and _syntax_only(task).findings == full.findings
+
+
+def test_a_deselected_rule_does_not_call_for_the_engine():
+    task = _Task(0, "m.py", b"import os  # noqa: AMP003\n", tuple(c for c in ALL_CODES if c != "AMP100"), None, None)
+    assert not _needs_engine(task)
