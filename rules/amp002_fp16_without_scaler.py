@@ -4,8 +4,7 @@ from typing import Iterator
 
 from amplint.evidence import AUTOCAST, BACKWARD
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import AutocastRegion, SemanticModel
-from amplint.semantic.names import source_text
+from amplint.semantic import AutocastRegion, SemanticModel, source_text
 
 
 class Fp16WithoutScaler(Rule):

@@ -4,10 +4,10 @@ from typing import Iterator, Set
 
 import libcst as cst
 
+from amplint.analyses.checkpoints import Checkpoints, StateCall
 from amplint.evidence import GRAD_SCALER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import ScalerInfo, SemanticModel, StateCall
-from amplint.semantic.names import source_text
+from amplint.semantic import ScalerInfo, SemanticModel, source_text
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -120,13 +120,13 @@ class ScalerStateNotCheckpointed(Rule):
             return
         reported: Set[str] = set()
         for scaler, record in model.grad_scalers_built():
-            restore = model.restored_before(record, scaler.key)
+            restore = model.facts(Checkpoints).restored_before(record, scaler.key)
             if restore is not None:
                 yield Report(record.node, Message.split(_built_again(scaler, record.node, restore)))
                 continue
             # Quote a save where there is one, the optimizer's own state_dict() first.
-            checkpoints = sorted(model.optimizer_checkpoints(scaler.key), key=lambda c: (c.restores, not c.direct))
-            if checkpoints and scaler.key not in reported and model.scaler_state_kept(scaler.key) is None:
+            checkpoints = sorted(model.facts(Checkpoints).optimizer_checkpoints(scaler.key), key=lambda c: (c.restores, not c.direct))
+            if checkpoints and scaler.key not in reported and model.facts(Checkpoints).scaler_state_kept(scaler.key) is None:
                 reported.add(scaler.key)
                 # Where the fix goes: the checkpoint that holds the optimizer's state.
                 yield Report(_checkpoint_at(checkpoints[0], model), Message.split(_not_checkpointed(scaler, record.node, checkpoints[0])))
@@ -374,7 +374,7 @@ scaler = torch.amp.GradScaler("cuda")
 def _checkpoint_at(optimizer: StateCall, model: SemanticModel) -> cst.CSTNode:
     """The call that makes the checkpoint: `torch.save({...})` around `optimizer.state_dict()`,
     `save_checkpoint(model, optimizer, ...)`; the state call itself when it stands alone."""
-    line = model.index.statement_of(optimizer.node)
+    line = model.statement_of(optimizer.node)
     if isinstance(line, cst.SimpleStatementLine):
         small = line.body[0]
         value = small.value if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) else None
