@@ -28,7 +28,7 @@ goes.
 
 from __future__ import annotations
 
-from amplint.semantic.index import Binding, CallRecord, CodeUnit
+from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, LoopFrame, WithFrame
 from amplint.semantic.model import Analysis, SemanticModel, analyze
 from amplint.semantic.names import dotted_name, names_bound, names_read, roots, source_text
 from amplint.semantic.resolve import KNOWN_DEVICES
@@ -58,10 +58,13 @@ __all__ = [
     "EventKind",
     "FlowState",
     "GradientState",
+    "GuardFrame",
+    "LoopFrame",
     "Occurrence",
     "Ref",
     "ScalerInfo",
     "SemanticModel",
+    "WithFrame",
     "analyze",
     "dotted_name",
     "iter_tree",
