@@ -1,0 +1,287 @@
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Sequence, Union
+
+import libcst as cst
+
+from amplint.analyses.repetition import Repetitions
+from amplint.evidence import BACKWARD, SCALE, STEP
+from amplint.rule import Flagged, Message, Report, Rule, quote
+from amplint.semantic import EventKind, LoopFrame, Occurrence, SemanticModel, source_text
+
+Loop = Union[cst.For, cst.While]
+
+# What makes a loop a training loop: it computes gradients in every iteration.
+_GRADIENTS = (EventKind.BACKWARD, EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD)
+
+
+class ScalerUpdateMissing(Rule):
+    """A training loop calls `scaler.step(optimizer)` but never `scaler.update()`.
+
+    ## What it does
+    Flags `scaler.step(optimizer)` of an enabled GradScaler in a training loop (a loop that
+    also runs a backward) when no `scaler.update()` of the same scaler runs inside that loop:
+    written there, or in a helper of the file the loop calls. An update under the same
+    condition as the step counts; one after the loop does not.
+
+    ## Why is this bad?
+    `update()` is what ends an iteration for a GradScaler: it resets the per-optimizer state
+    that `step()` (and `unscale_()`) record, and it adjusts the loss scale. Without it the
+    scale never adapts, and the scaler refuses a second step.
+
+    ## What goes wrong at runtime
+    The mistake is loud. The second `scaler.step(optimizer)` raises `RuntimeError: step() has
+    already been called since the last update().` (checked by hand on torch 2.13, CPU; not
+    measured by `amplint verify`, which has no fixture for this rule). The first iteration's
+    update has already been applied when it raises, so a run that resumes or catches the
+    error has silently trained one step with a scale that never moves.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    No fix. Where the update belongs (after the last optimizer's step of the iteration, under
+    the same condition as the steps) is for the author to say.
+    """
+
+    code = "AMP015"
+    name = "scaler-update-missing"
+    severity = "warning"
+    needs = ({STEP}, {BACKWARD, SCALE})
+
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        reported = set()
+        for unit in model.units:
+            occurrences = list(model.occurrences_in(unit))
+            for step in occurrences:
+                scaler = _plain_scaler(step, model)
+                loop = _training_loop(step, occurrences, model) if scaler is not None else None
+                if loop is None or id(step.call_site) in reported:
+                    continue
+                if not any(_updates(other, scaler, loop, model) for other in occurrences):
+                    reported.add(id(step.call_site))
+                    yield Report(step.call_site, _message(step, loop, model.scaler_name(scaler)))
+
+    VALID = (
+        # The protocol: step, then update, every iteration.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # The update in a helper the loop calls.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+def finish(scaler, optimizer):
+    scaler.step(optimizer)
+    scaler.update()
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    finish(scaler, optimizer)
+""",
+        # Step and update under the same condition (gradient accumulation).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / 4).backward()
+    if (i + 1) % 4 == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        # Two scalers, each updated.
+        """
+import torch
+scaler_g = torch.amp.GradScaler("cuda")
+scaler_d = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler_d.scale(d_loss(x)).backward()
+    scaler_d.step(opt_d)
+    scaler_d.update()
+    scaler_g.scale(g_loss(x)).backward()
+    scaler_g.step(opt_g)
+    scaler_g.update()
+""",
+        # One scaler, several optimizers stepped in an inner loop, one update after it.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for optimizer in optimizers:
+        scaler.step(optimizer)
+    scaler.update()
+""",
+        # A step helper with a loop over optimizers; the update is the caller's.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+def step_all(optimizers):
+    for optimizer in optimizers:
+        scaler.step(optimizer)
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    step_all(optimizers)
+    scaler.update()
+""",
+        # A disabled scaler steps without complaint.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+""",
+        # One step, no loop: a single update after it is not the question.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(model(x).sum()).backward()
+scaler.step(optimizer)
+""",
+        # A loop that runs its body once.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    break
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    optimizer.zero_grad()
+""",
+            at=((6, 5),),
+        ),
+        # The update once per epoch, after the batch loop.
+        Flagged(
+            """
+import torch
+def train(model, loader, optimizer, epochs):
+    scaler = torch.cuda.amp.GradScaler()
+    for epoch in range(epochs):
+        for x in loader:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+        scaler.update()
+""",
+            at=((8, 13),),
+        ),
+        # Two scalers, one of them never updated.
+        Flagged(
+            """
+import torch
+scaler_g = torch.amp.GradScaler("cuda")
+scaler_d = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler_d.scale(d_loss(x)).backward()
+    scaler_d.step(opt_d)
+    scaler_d.update()
+    scaler_g.scale(g_loss(x)).backward()
+    scaler_g.step(opt_g)
+""",
+            at=((10, 5),),
+        ),
+        # The step in a helper the loop calls: reported at the call.
+        Flagged(
+            """
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+    def optimize(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+    def fit(self, loader):
+        for x in loader:
+            self.optimize(self.model(x).sum())
+""",
+            at=((11, 13),),
+        ),
+    )
+
+
+def _plain_scaler(step: Occurrence, model: SemanticModel) -> Optional[str]:
+    """The key of the GradScaler `step` is a `scaler.step(...)` of, when it is a plain one
+    that may be enabled (a framework's scaler manages its own update)."""
+    if step.kind is not EventKind.SCALER_STEP or step.receiver is None:
+        return None
+    info = model.scalers.get(step.receiver.key)
+    if info is None or info.framework is not None or info.known_disabled:
+        return None
+    return step.receiver.key
+
+
+def _training_loop(step: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Loop]:
+    """The innermost loop of the step's unit around it that runs a backward too (not a loop
+    over optimizers) and repeats its body. None when a loop in a helper on the way holds the
+    step: that helper's unit reports it."""
+    if step.via and any(_loops(model, node) for node in step.via[1:] + (step.event.node,)):
+        return None
+    repetitions = model.facts(Repetitions)
+    for loop in reversed(_loops(model, step.call_site)):
+        inside = [o for o in occurrences if repetitions.inside(o.call_site, loop)]
+        if any(o.kind in _GRADIENTS for o in inside):
+            return loop if repetitions.repeats(loop) else None
+    return None
+
+
+def _loops(model: SemanticModel, node: cst.CSTNode) -> List[Loop]:
+    """The loops around a call in its unit, outermost first."""
+    record = model.call_record(node) if isinstance(node, cst.Call) else None
+    return [frame.node for frame in record.frames if isinstance(frame, LoopFrame)] if record is not None else []
+
+
+def _updates(other: Occurrence, scaler: str, loop: Loop, model: SemanticModel) -> bool:
+    """Whether `other` is an update of `scaler` (or of a scaler amplint cannot name) that runs
+    inside `loop`."""
+    if other.kind is not EventKind.SCALER_UPDATE or not model.facts(Repetitions).inside(other.call_site, loop):
+        return False
+    return other.receiver is None or other.receiver.key == scaler or other.receiver.key not in model.scalers
+
+
+def _message(step: Occurrence, loop: Loop, scaler: str) -> Message:
+    header = (
+        f"for {source_text(loop.target)} in {source_text(loop.iter)}:"
+        if isinstance(loop, cst.For)
+        else f"while {source_text(loop.test)}:"
+    )
+    return Message(
+        f"{quote(step)} runs every iteration of `{header}` but `{scaler}.update()` never does",
+        help=(
+            f"The second `{scaler}.step()` raises `RuntimeError: step() has already been called since the last "
+            f"update()`, and the loss scale never adapts. Call `{scaler}.update()` once per iteration, after the "
+            "last step."
+        ),
+    )
