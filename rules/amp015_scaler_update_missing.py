@@ -4,10 +4,10 @@ from typing import Iterator, List, Optional, Sequence, Union
 
 import libcst as cst
 
-from amplint.analyses.repetition import Repetitions
+from amplint.analyses.repetition import Repetition, Repetitions
 from amplint.evidence import BACKWARD, SCALE, STEP
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, LoopFrame, Occurrence, SemanticModel, source_text
+from amplint.semantic import EventKind, GuardFrame, LoopFrame, Occurrence, SemanticModel, source_text
 
 Loop = Union[cst.For, cst.While]
 
@@ -16,25 +16,31 @@ _GRADIENTS = (EventKind.BACKWARD, EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD)
 
 
 class ScalerUpdateMissing(Rule):
-    """A training loop calls `scaler.step(optimizer)` but never `scaler.update()`.
+    """A training loop calls `scaler.step(optimizer)` but never `scaler.update()`, or unscales every iteration but updates only on some.
 
     ## What it does
     Flags `scaler.step(optimizer)` of an enabled GradScaler in a training loop (a loop that
     also runs a backward) when no `scaler.update()` of the same scaler runs inside that loop:
     written there, or in a helper of the file the loop calls. An update under the same
-    condition as the step counts; one after the loop does not.
+    condition as the step counts; one after the loop does not. Also flags
+    `scaler.unscale_(optimizer)` that runs in every iteration while every update in the loop
+    sits under an `if` whose test changes from one iteration to the next and the unscale is
+    not under (gradient accumulation that clips every micro-batch and steps every few). A
+    condition that is the same in every iteration (a configuration flag) is not followed.
 
     ## Why is this bad?
     `update()` is what ends an iteration for a GradScaler: it resets the per-optimizer state
-    that `step()` (and `unscale_()`) record, and it adjusts the loss scale. Without it the
-    scale never adapts, and the scaler refuses a second step.
+    that `step()` and `unscale_()` record, and it adjusts the loss scale. Without it the
+    scale never adapts, and the scaler refuses a second step, or a second unscale.
 
     ## What goes wrong at runtime
     The mistake is loud. Measured by `amplint verify` (CPU, 20 steps, SGD and Adam, float16
     and bfloat16 alike): the second `scaler.step(optimizer)` raises `RuntimeError: step() has
     already been called since the last update().`, after the first step has been applied,
     while the fixed run completes all 20 steps. A run that catches the error, or resumes,
-    has trained with a loss scale that never moved.
+    has trained with a loss scale that never moved. An `unscale_()` on an iteration that
+    skips the update makes the next one raise `RuntimeError: unscale_() has already been
+    called on this optimizer since the last update()` (checked by hand on torch 2.13, CPU).
 
     ## Example
     ```python
@@ -98,14 +104,16 @@ class ScalerUpdateMissing(Rule):
         reported = set()
         for unit in model.units:
             occurrences = list(model.occurrences_in(unit))
-            for step in occurrences:
-                scaler = _plain_scaler(step, model)
-                loop = _training_loop(step, occurrences, model) if scaler is not None else None
-                if loop is None or id(step.call_site) in reported:
+            for call in occurrences:
+                scaler = _plain_scaler(call, model)
+                loop = _training_loop(call, occurrences, model) if scaler is not None else None
+                if loop is None or id(call.call_site) in reported:
                     continue
-                if not any(_updates(other, scaler, loop, model) for other in occurrences):
-                    reported.add(id(step.call_site))
-                    yield Report(step.call_site, _message(step, loop, model.scaler_name(scaler)))
+                updates = [other for other in occurrences if _updates(other, scaler, loop, model)]
+                message = _message(call, loop, model.scaler_name(scaler), updates, model)
+                if message is not None:
+                    reported.add(id(call.call_site))
+                    yield Report(call.call_site, message)
 
     VALID = (
         # The protocol: step, then update, every iteration.
@@ -189,6 +197,43 @@ scaler = torch.amp.GradScaler("cuda")
 scaler.scale(model(x).sum()).backward()
 scaler.step(optimizer)
 """,
+        # Accumulation that unscales under the same condition as its step and update.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / 4).backward()
+    if (i + 1) % 4 == 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        # A step skipped by design, the unscale and the update kept every iteration.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for step, x in enumerate(loader):
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if step >= warmup:
+        scaler.step(optimizer)
+    scaler.update()
+""",
+        # Conditions that are the same in every iteration (configuration flags).
+        """
+import torch
+def train(model, loader, optimizer, clip, amp):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        if clip:
+            scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        if amp:
+            scaler.update()
+""",
         # A loop that runs its body once.
         """
 import torch
@@ -240,6 +285,21 @@ for x in loader:
 """,
             at=((10, 5),),
         ),
+        # Clipping every micro-batch, stepping every fourth: the second unscale_ raises.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / 4).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if (i + 1) % 4 == 0:
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            at=((6, 5),),
+        ),
         # The step in a helper the loop calls: reported at the call.
         Flagged(
             """
@@ -260,9 +320,9 @@ class Trainer:
 
 
 def _plain_scaler(step: Occurrence, model: SemanticModel) -> Optional[str]:
-    """The key of the GradScaler `step` is a `scaler.step(...)` of, when it is a plain one
-    that may be enabled (a framework's scaler manages its own update)."""
-    if step.kind is not EventKind.SCALER_STEP or step.receiver is None:
+    """The key of the GradScaler `step` is a `scaler.step(...)` or `scaler.unscale_(...)` of,
+    when it is a plain one that may be enabled (a framework's scaler manages its own update)."""
+    if step.kind not in (EventKind.SCALER_STEP, EventKind.UNSCALE) or step.receiver is None:
         return None
     info = model.scalers.get(step.receiver.key)
     if info is None or info.framework is not None or info.known_disabled:
@@ -298,17 +358,57 @@ def _updates(other: Occurrence, scaler: str, loop: Loop, model: SemanticModel) -
     return other.receiver is None or other.receiver.key == scaler or other.receiver.key not in model.scalers
 
 
-def _message(step: Occurrence, loop: Loop, scaler: str) -> Message:
+def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence], model: SemanticModel) -> Optional[Message]:
+    """What is wrong with `call` (a step or an unscale_ in `loop`) given the loop's updates of
+    its scaler, or None: a step with no update in the loop; an unscale_ that runs in every
+    iteration while every update sits under an `if` whose test changes from one iteration to
+    the next (`if (i + 1) % 4 == 0:`), which the unscale_ is not under."""
     header = (
         f"for {source_text(loop.target)} in {source_text(loop.iter)}:"
         if isinstance(loop, cst.For)
         else f"while {source_text(loop.test)}:"
     )
+    if call.kind is EventKind.SCALER_STEP and not updates:
+        return Message(
+            f"{quote(call)} runs every iteration of `{header}` but `{scaler}.update()` never does",
+            help=(
+                f"The second `{scaler}.step()` raises `RuntimeError: step() has already been called since the last "
+                f"update()`, and the loss scale never adapts. Call `{scaler}.update()` once per iteration, after the "
+                "last step."
+            ),
+        )
+    if call.kind is not EventKind.UNSCALE or not updates or not _every_iteration(model, call, loop):
+        return None
+    if any(_every_iteration(model, update, loop) for update in updates):
+        return None
+    own = {(id(g.test), g.outcome) for g in _guards(model, call.call_site, loop)}
+    skipping = [g for g in _guards(model, updates[0].call_site, loop) if (id(g.test), g.outcome) not in own]
+    if not skipping:
+        return None
+    test = skipping[-1]
+    condition = source_text(test.test) if test.outcome else f"not ({source_text(test.test)})"
     return Message(
-        f"{quote(step)} runs every iteration of `{header}` but `{scaler}.update()` never does",
+        f"{quote(call)} runs every iteration of `{header}` but `{scaler}.update()` only when `{condition}`",
         help=(
-            f"The second `{scaler}.step()` raises `RuntimeError: step() has already been called since the last "
-            f"update()`, and the loss scale never adapts. Call `{scaler}.update()` once per iteration, after the "
-            "last step."
+            f"On an iteration that skips the update, the next `{scaler}.unscale_()` raises `RuntimeError: "
+            "unscale_() has already been called on this optimizer since the last update()`. Unscale under the "
+            "same condition as the step and the update."
         ),
     )
+
+
+def _every_iteration(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> bool:
+    """Whether what the loop's unit writes for `occurrence` runs in every iteration of `loop`:
+    no `if` between them tests what an iteration changes (`Repetitions.runs_every_iteration`)."""
+    record = model.call_record(occurrence.call_site) if isinstance(occurrence.call_site, cst.Call) else None
+    if record is None:
+        return True
+    return model.facts(Repetitions).runs_every_iteration(record, Repetition(loop, record.unit))
+
+
+def _guards(model: SemanticModel, node: cst.CSTNode, loop: Loop) -> List[GuardFrame]:
+    """The `if` branches between `loop` and the call `node` in its unit."""
+    record = model.call_record(node) if isinstance(node, cst.Call) else None
+    frames = list(record.frames) if record is not None else []
+    inner = next((i for i, f in enumerate(frames) if isinstance(f, LoopFrame) and f.node is loop), len(frames))
+    return [frame for frame in frames[inner + 1 :] if isinstance(frame, GuardFrame)]
