@@ -8,7 +8,8 @@ on first use, and kept for the file (ruff's `analyze/`, Fixit's metadata depende
 - `precision.Precision`: module casts, optimizers and what they train, in-place averages;
 - `devices.Devices`: where code places tensors, and what an autocast region is gated on;
 - `region_ops.RegionOps`: the ops evaluated under autocast and what their inputs are;
-- `deprecations.Deprecations`: uses of the deprecated per-device AMP API.
+- `deprecations.Deprecations`: uses of the deprecated per-device AMP API;
+- `training.Training`: whether gradients reach an optimizer and scaling serves a step.
 
 An analysis imports the semantic core (and other analyses), never the other way round;
 `tests/test_layers.py` checks it. `rules/README.md` says when a fact belongs here.

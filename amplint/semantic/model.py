@@ -18,23 +18,20 @@ from amplint.semantic.conditions import Assumption, alternatives, assumptions
 from amplint.semantic.exports import ExternalModules
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
-from amplint.semantic.names import dotted_name, names_bound, names_read, names_used, roots
+from amplint.semantic.names import names_bound, names_read, names_used, roots
 from amplint.semantic.regions import Regions
 from amplint.semantic.resolve import Resolver, argument, is_infinity
 from amplint.semantic.scalers import ScalerFacts, binding_key, find_scalers
 from amplint.semantic.types import (
-    UNKNOWN_SCALER,
     AmpEvent,
     AutocastRegion,
     EventKind,
     FlowState,
-    GradientState,
     Occurrence,
     ScalerInfo,
 )
 from amplint.semantic.walk import iter_tree
 
-_STEPS = frozenset({EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP})
 
 A = TypeVar("A", bound="Analysis")
 
@@ -157,53 +154,6 @@ class SemanticModel:
         if key not in self._scaling:
             self._scaling[key] = (self.classifier.scaling_of(value, unit), frozenset(roots(names_read(value))))
         return self._scaling[key]
-
-    def scalers_referenced(self, unit: CodeUnit) -> Set[str]:
-        """Scalers (and scaler-like objects) `unit` calls, scales with, or hands on."""
-        found: Set[str] = set()
-        wanted = set(self.scalers) | self.scaler_facts.scaler_like
-        for record in unit.calls:
-            call = record.node
-            names = [dotted_name(call.func)] + [dotted_name(arg.value) for arg in call.args]
-            if isinstance(call.func, cst.Attribute):
-                names.append(dotted_name(call.func.value))
-            for name in names:
-                if name is not None:
-                    key = self.resolver.identity(name, unit.scope)
-                    if key in wanted:
-                        found.add(key)
-        return found
-
-    def scaling_serves(self, unit: CodeUnit) -> bool:
-        """Whether a live GradScaler (or a scaler-like helper, or a framework in float16) may
-        serve the unit's training step: one used in the unit, in a function it is nested in,
-        in another method of its class, at the module's top level, or in a helper it calls."""
-
-        def serving(key: str) -> bool:
-            info = self.scalers.get(key)
-            return key in self.scaler_facts.scaler_like if info is None else not info.known_disabled
-
-        related = [self.units[0]]
-        scope: Optional[CodeUnit] = unit
-        while scope is not None:
-            related.append(scope)
-            scope = scope.enclosing
-        if unit.class_name is not None:
-            related += [u for u in self.units if u.class_name == unit.class_name]
-        if any(serving(key) for u in related for key in self.scalers_referenced(u)):
-            return True
-        for occurrence in self.occurrences_in(unit):
-            event = occurrence.event
-            if event.kind in (EventKind.SCALE, EventKind.SCALER_STEP, EventKind.UNSCALE):
-                receiver = occurrence.receiver.key if occurrence.receiver is not None else None
-                if receiver is not None and serving(receiver):
-                    return True
-            if event.kind is EventKind.FRAMEWORK_BACKWARD:
-                return True
-            # A loss scaled by something we cannot name (`amp["scaler"].scale(loss)`) is scaled.
-            if event.kind is EventKind.BACKWARD and event.scaled_inline_by == UNKNOWN_SCALER:
-                return True
-        return False
 
     def grad_scalers_built(self) -> Iterator[Tuple[ScalerInfo, CallRecord]]:
         """Each `GradScaler(...)` the file builds into a variable, with the scaler it fills;
@@ -409,60 +359,6 @@ class SemanticModel:
         found.sort(key=lambda pair: len(pair[0].via))
         yield from found
 
-    def reaches_optimizer(self, backward: Occurrence) -> bool:
-        """Whether the gradients of `backward` can reach an optimizer step: one in its unit
-        (or a helper) steps before anything zeroes them, or they are still pending when the
-        unit returns and a caller trains (see `trains`). A backward whose gradients are read
-        and thrown away (a saliency map, an out-of-memory probe) is not a training step."""
-        event = backward.event
-
-        def pending(gradients: GradientState) -> bool:
-            # In its own unit, or through the call of any unit that calls it, at any depth.
-            candidates = (*gradients.plain_backwards, gradients.last_backward, gradients.scaled_by)
-            return any(c is not None and c.event is event for c in candidates)
-
-        followed = True
-        for unit in self.units:
-            flow = self.flow.unit_flow(unit)
-            if flow is None:
-                followed = False
-                continue
-            for occurrence, states in flow.before.items():
-                if occurrence.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
-                    if any(pending(state.gradients) for state in states):
-                        return True
-        own = self.flow.unit_flow(backward.unit)
-        if own is None:
-            return self.trains(backward.unit)  # too complex to follow: what the unit does at all
-        if not any(pending(state.gradients) for state in own.exits):
-            return False  # zeroed (or never left) before any step
-        if self.flow.has_visible_callers(backward.unit) and followed:
-            return False  # every caller was followed, and none steps on them
-        return self.trains(backward.unit, steps_here=False)
-
-    def trains(self, unit: CodeUnit, _seen: Optional[Set[int]] = None, steps_here: bool = True) -> bool:
-        """Whether gradients computed in `unit` can reach an optimizer: it (or a helper it
-        calls) steps, a caller in the file does, or, with no caller visible, the file trains
-        somewhere and the unit does not read the gradients itself (saliency)."""
-        seen = _seen if _seen is not None else set()
-        if id(unit) in seen:
-            return False
-        seen.add(id(unit))
-        if steps_here and any(o.kind in _STEPS for o in self.occurrences_in(unit)):
-            return True
-        callers = [
-            record.unit
-            for record in self.index.calls
-            if getattr(self.classify(record), "callee", None) is unit
-        ]
-        if callers:
-            return any(self.trains(caller, seen) for caller in callers)
-        if unit.grad_reads:
-            return False
-        return bool(self.scaler_facts.optimizers) or any(
-            o.kind in _STEPS for u in self.units for o in self.occurrences_in(u)
-        )
-
     # ------------------------------------------------------------------ names
     @cached_property
     def names_used(self) -> Dict[str, int]:
@@ -470,38 +366,6 @@ class SemanticModel:
         replaces the last use of an imported name."""
         return names_used(self.module)
 
-    # ------------------------------------------------------------------ regions
-    def backwards_fed_by(self, region: AutocastRegion) -> List[Occurrence]:
-        """The backwards in the region's unit that run on something computed under it: inside
-        the region, on a value derived from what it assigned, or in a helper handed such a value."""
-        unit = region.unit
-        found: List[Occurrence] = []
-        derived: Optional[Set[str]] = None
-        for occurrence in self.occurrences_in(unit):
-            if occurrence.kind is not EventKind.BACKWARD or occurrence.under_no_grad:
-                continue
-            if occurrence.region is region:
-                found.append(occurrence)
-                continue
-            if derived is None:
-                derived = values_derived_from(unit, region.assigned)
-            reads = occurrence.event.tensor_reads
-            if occurrence.via:
-                # A helper's backward on what the call passes it.
-                call = self.classify_node(occurrence.via[0], unit)
-                if isinstance(call, HelperCall):
-                    reads = frozenset(
-                        name for arg in call.record.node.args for name in roots(names_read(arg.value))
-                    )
-            if reads & derived:
-                found.append(occurrence)
-        return found
-
-    def classify_node(self, node: cst.Call, unit: CodeUnit) -> Classified:
-        for record in unit.calls:
-            if record.node is node:
-                return self.classify(record)
-        return None
 
 
 def _calls_get_scale(call: cst.Call) -> bool:
