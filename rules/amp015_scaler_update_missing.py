@@ -105,7 +105,7 @@ class ScalerUpdateMissing(Rule):
         for unit in model.units:
             occurrences = list(model.occurrences_in(unit))
             for call in occurrences:
-                scaler = _plain_scaler(call, model)
+                scaler = _plain_scaler(call, occurrences, model)
                 loop = _training_loop(call, occurrences, model) if scaler is not None else None
                 if loop is None or id(call.call_site) in reported:
                     continue
@@ -234,6 +234,18 @@ def train(model, loader, optimizer, clip, amp):
         if amp:
             scaler.update()
 """,
+        # An object known only by its `.step(optimizer)`: maybe a wrapper that updates inside.
+        """
+import torch
+from .utils import Stepper
+def train(model, loader, optimizer):
+    stepper = Stepper()
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        loss.backward()
+        stepper.step(optimizer)
+""",
         # A loop that runs its body once.
         """
 import torch
@@ -319,15 +331,19 @@ class Trainer:
     )
 
 
-def _plain_scaler(step: Occurrence, model: SemanticModel) -> Optional[str]:
-    """The key of the GradScaler `step` is a `scaler.step(...)` or `scaler.unscale_(...)` of,
-    when it is a plain one that may be enabled (a framework's scaler manages its own update)."""
-    if step.kind not in (EventKind.SCALER_STEP, EventKind.UNSCALE) or step.receiver is None:
+def _plain_scaler(call: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[str]:
+    """The key of the GradScaler `call` is a `scaler.step(...)` or `scaler.unscale_(...)` of,
+    when it is a plain one that may be enabled (a framework's scaler manages its own update)
+    and surely a GradScaler: the file builds it, or the unit scales a loss with it too (an
+    object known only by its `.step(optimizer)` may be a wrapper that updates inside)."""
+    if call.kind not in (EventKind.SCALER_STEP, EventKind.UNSCALE) or call.receiver is None:
         return None
-    info = model.scalers.get(step.receiver.key)
+    key = call.receiver.key
+    info = model.scalers.get(key)
     if info is None or info.framework is not None or info.known_disabled:
         return None
-    return step.receiver.key
+    scales = any(o.kind is EventKind.SCALE and o.receiver is not None and o.receiver.key == key for o in occurrences)
+    return key if info.constructions or scales else None
 
 
 def _training_loop(step: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Loop]:
