@@ -48,6 +48,7 @@ RULES = (
     RuleEntry("AMP012", "float32-island-undone", ("autocast",)),
     RuleEntry("AMP013", "unsafe-log-under-autocast", ("autocast",)),
     RuleEntry("AMP014", "deprecated-amp-api", ("cuda.amp", "cpu.amp", "import amp")),
+    RuleEntry("AMP015", "scaler-update-missing", VOCABULARY),
     RuleEntry("AMP100", "unused-noqa", ("noqa", "NOQA")),
 )
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import ast
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
-from amplint.semantic import vocabulary
-from amplint.semantic.expressions import LOG_OPS, LOWER_PRECISION_OPS, names_of
-from amplint.semantic.precision import DECAY_METHODS, PARAMETER_METHODS, STATE_METHODS
+from amplint.semantic.pytorch import vocabulary
+from amplint.semantic.pytorch.api import DECAY_METHODS, PARAMETER_METHODS, STATE_METHODS
+from amplint.semantic.pytorch.autocast_ops import LOG_OPS, LOWER_PRECISION_OPS, names_of
 
 # The marks. Each names what the semantic layer could build from such code.
 AUTOCAST = "autocast"  # an autocast region may be entered: the name `autocast` is used
@@ -67,7 +67,7 @@ _CALLED = {
 }
 # Calls whose marks depend on what they are called on.
 _BY_RECEIVER = frozenset({"backward", "step", "update", "clip_grad_norm_", "clip_grad_value_"})
-# The names the ops of `amplint.semantic.expressions` go by.
+# The names the ops of `amplint.analyses.region_ops` go by.
 _NAMED = {
     **{name: PRODUCT for name in names_of(LOWER_PRECISION_OPS)},
     **{name: LOG for name in names_of(LOG_OPS)},

@@ -108,7 +108,7 @@ def unscale_before(model: "SemanticModel", occurrence: "Occurrence", scaler_key:
     that optimizer in the same block is moved up instead (a second one would raise). None
     unless the function writes the use and one `scaler.step(...)` of one optimizer after it,
     with a plain GradScaler."""
-    from amplint.semantic.model import EventKind
+    from amplint.semantic import EventKind
 
     info = model.scalers.get(scaler_key) if scaler_key is not None else None
     if occurrence.via or info is None or info.framework is not None:
@@ -252,18 +252,6 @@ def without_import(module: cst.Module, alias: cst.ImportAlias, fix: Fix) -> Fix:
     if len(block) < 2:
         return replace(fix, replace=fix.replace + ((line, line.with_changes(body=[cst.Pass()])),), touches=fix.touches + (line,))
     return replace(fix, remove=fix.remove + (line,), touches=fix.touches + (line,))
-
-
-def names_used(module: cst.Module) -> Dict[str, int]:
-    """How many times each name is read or written outside import statements (attribute
-    names after a dot are not names: `x.autocast` uses `x`)."""
-    counts: Dict[str, int] = {}
-    nodes = list(iter_tree(module, descend=lambda node: not isinstance(node, (cst.Import, cst.ImportFrom))))
-    attributes = {id(node.attr) for node in nodes if isinstance(node, cst.Attribute)}
-    for node in nodes:
-        if isinstance(node, cst.Name) and id(node) not in attributes:
-            counts[node.value] = counts.get(node.value, 0) + 1
-    return counts
 
 
 def _is_docstring(item: cst.BaseStatement) -> bool:

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from amplint.wildmatch import Malformed, translate
+
 _MAX_INCLUDE_DEPTH = 10  # git's own limit
 _SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)\s*(?:"((?:[^"\\]|\\.)*)"\s*)?\]')
 _NAME = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]*)\s*(=?)")
@@ -205,8 +207,6 @@ def _strip(out: List[str], trailing: int) -> str:
 
 
 def _condition_holds(condition: str, directory: str, git_dir: Optional[str], environ: Dict[str, str]) -> bool:
-    from amplint.gitignore import _Malformed, translate
-
     for prefix, casefold in (("gitdir:", False), ("gitdir/i:", True)):
         if condition.startswith(prefix):
             break
@@ -225,7 +225,7 @@ def _condition_holds(condition: str, directory: str, git_dir: Optional[str], env
         pattern += "**"
     try:
         source, _ = translate(os.fsencode(pattern), pathname=True, casefold=casefold)
-    except _Malformed:
+    except Malformed:
         return False
     regex = re.compile(source, re.DOTALL)
     candidates = {os.path.abspath(git_dir), os.path.realpath(git_dir)}

@@ -5,11 +5,16 @@ syntax verdict does not import LibCST."""
 from __future__ import annotations
 
 import ast
+import sys
+import warnings
 from typing import List, Tuple
 
 import libcst as cst
 
-from amplint.syntax import RUNNING, PythonVersion, _quiet_parse
+# As amplint.syntax has them; imported from there, this module would close an import cycle
+# (amplint.syntax imports this one only when it needs LibCST).
+PythonVersion = Tuple[int, int]
+RUNNING: PythonVersion = sys.version_info[:2]
 
 
 class NewerSyntax(cst.CSTVisitor):
@@ -31,7 +36,8 @@ class NewerSyntax(cst.CSTVisitor):
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         try:
-            with _quiet_parse():
+            with warnings.catch_warnings():  # no SyntaxWarning for the user's invalid escapes
+                warnings.simplefilter("ignore")
                 ast.literal_eval(node.value)
         except (SyntaxError, ValueError):
             self.literals_valid = False

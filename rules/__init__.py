@@ -14,6 +14,7 @@ from amplint.rules.amp011_autocast_device_mismatch import AutocastDeviceMismatch
 from amplint.rules.amp012_float32_island_undone import Float32IslandUndone
 from amplint.rules.amp013_unsafe_log_under_autocast import UnsafeLogUnderAutocast
 from amplint.rules.amp014_deprecated_amp_api import DeprecatedAmpApi
+from amplint.rules.amp015_scaler_update_missing import ScalerUpdateMissing
 from amplint.rules.amp100_unused_noqa import UnusedNoqa
 
 ALL_RULES = (
@@ -31,6 +32,7 @@ ALL_RULES = (
     Float32IslandUndone,
     UnsafeLogUnderAutocast,
     DeprecatedAmpApi,
+    ScalerUpdateMissing,
     UnusedNoqa,  # runs after the others: it reads which `# noqa` they used
 )
 

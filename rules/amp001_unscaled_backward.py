@@ -7,8 +7,7 @@ import libcst as cst
 from amplint.evidence import BACKWARD, STEP
 from amplint.fix import Fix, expression
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, Occurrence, SemanticModel
-from amplint.semantic.names import source_text
+from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
 
 
 class UnscaledBackward(Rule):

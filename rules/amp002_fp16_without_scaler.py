@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint.analyses.training import Training
 from amplint.evidence import AUTOCAST, BACKWARD
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import AutocastRegion, SemanticModel
-from amplint.semantic.names import source_text
+from amplint.semantic import AutocastRegion, SemanticModel, source_text
 
 
 class Fp16WithoutScaler(Rule):
@@ -124,12 +124,13 @@ class Fp16WithoutScaler(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
+        training = model.facts(Training)
         for region in model.autocast_regions:
             if not region.active or not region.may_be_float16 or region.under_no_grad:
                 continue
-            if model.scaling_serves(region.unit):
+            if training.scaling_serves(region.unit):
                 continue
-            if any(model.reaches_optimizer(backward) for backward in model.backwards_fed_by(region)):
+            if any(training.reaches_optimizer(backward) for backward in training.backwards_fed_by(region)):
                 yield Report(region.anchor, _message(region))
 
     VALID = (

@@ -5,8 +5,7 @@ from typing import Iterator
 from amplint.evidence import AUTOCAST, STEP
 from amplint.fix import out_of_region
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, Occurrence, SemanticModel
-from amplint.semantic.names import source_text
+from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
 
 
 class StepInsideAutocast(Rule):

@@ -359,7 +359,7 @@ def _fix(step: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> O
         o for o in model.occurrences_in(step.unit)
         if o.kind is EventKind.SCALER_UPDATE and not o.via and o.receiver is not None and o.receiver.key == scaler_key
     ]
-    line = model.index.statement_of(call)
+    line = model.statement_of(call)
     if not isinstance(line, cst.SimpleStatementLine):
         return None
     if not updates:
@@ -374,7 +374,7 @@ def _fix(step: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> O
     following = model.following(step, EventKind.SCALER_UPDATE)
     if block is None or following is None or following.receiver is None or following.receiver.key != scaler_key:
         return None
-    later = model.index.statement_of(following.node) if isinstance(following.node, cst.Call) else None
+    later = model.statement_of(following.node) if isinstance(following.node, cst.Call) else None
     position = next((i for i, item in enumerate(block) if item is line), None)
     if later is None or position is None or not any(item is later for item in block[position + 1 :]):
         return None

@@ -4,10 +4,10 @@ from typing import Iterator, Set
 
 import libcst as cst
 
+from amplint.analyses.checkpoints import Checkpoints, StateCall
 from amplint.evidence import GRAD_SCALER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import ScalerInfo, SemanticModel, StateCall
-from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic import ScalerInfo, SemanticModel, dotted_name, source_text
 
 _SAVING = ("save", "checkpoint", "ckpt", "dump", "snapshot")
 
@@ -130,13 +130,13 @@ class ScalerStateNotCheckpointed(Rule):
             return
         reported: Set[str] = set()
         for scaler, record in model.grad_scalers_built():
-            restore = model.restored_before(record, scaler.key)
+            restore = model.facts(Checkpoints).restored_before(record, scaler.key)
             if restore is not None:
                 yield Report(record.node, Message.split(_built_again(scaler, record.node, restore)))
                 continue
             # Quote a save where there is one, the optimizer's own state_dict() first.
-            checkpoints = sorted(model.optimizer_checkpoints(scaler.key), key=lambda c: (c.restores, not c.direct))
-            if checkpoints and scaler.key not in reported and model.scaler_state_kept(scaler.key) is None:
+            checkpoints = sorted(model.facts(Checkpoints).optimizer_checkpoints(scaler.key), key=lambda c: (c.restores, not c.direct))
+            if checkpoints and scaler.key not in reported and model.facts(Checkpoints).scaler_state_kept(scaler.key) is None:
                 reported.add(scaler.key)
                 # Where the fix goes: the checkpoint that holds the optimizer's state.
                 yield Report(_checkpoint_at(checkpoints[0], model), Message.split(_not_checkpointed(scaler, record.node, checkpoints[0])))
@@ -416,7 +416,7 @@ def _checkpoint_at(optimizer: StateCall, model: SemanticModel) -> cst.CSTNode:
     `save_checkpoint(model, optimizer, ...)`, or the save of the variable the state was put in
     (`ckpt = {...}` ... `torch.save(ckpt, path)`); the state call itself when no such call is
     in the same function."""
-    line = model.index.statement_of(optimizer.node)
+    line = model.statement_of(optimizer.node)
     if isinstance(line, cst.SimpleStatementLine):
         small = line.body[0]
         value = small.value if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) else None
@@ -424,8 +424,8 @@ def _checkpoint_at(optimizer: StateCall, model: SemanticModel) -> cst.CSTNode:
             return value
         target = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
         if isinstance(target, cst.Name):
-            for record in model.index.calls:
-                if record.unit is optimizer.record.unit and _saves(record.node, target.value):
+            for record in optimizer.record.unit.calls:
+                if _saves(record.node, target.value):
                     return record.node
     return optimizer.node
 

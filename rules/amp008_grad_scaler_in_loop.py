@@ -4,13 +4,20 @@ from typing import Iterator, Optional, Set
 
 import libcst as cst
 
+from amplint.analyses.repetition import Repetition, Repetitions
 from amplint.evidence import GRAD_SCALER
 from amplint.fix import UNSAFE, Fix
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import Occurrence, Repetition, SemanticModel
-from amplint.semantic.index import CallRecord
-from amplint.semantic.names import names_bound, names_read, roots, source_text
-from amplint.semantic.walk import iter_tree
+from amplint.semantic import (
+    CallRecord,
+    Occurrence,
+    SemanticModel,
+    iter_tree,
+    names_bound,
+    names_read,
+    roots,
+    source_text,
+)
 
 
 class GradScalerInLoop(Rule):
@@ -143,9 +150,9 @@ class GradScalerInLoop(Rule):
         if not model.float16_possible:
             return
         for scaler, record in model.grad_scalers_built():
-            for loop in model.iterations_of(record):
-                steps = model.scaler_steps_within(scaler.key, record, loop)
-                lasting = [step for step in steps if model.outlives(step.argument, record.unit, loop)]
+            for loop in model.facts(Repetitions).iterations_of(record):
+                steps = model.facts(Repetitions).scaler_steps_within(scaler.key, record, loop)
+                lasting = [step for step in steps if model.facts(Repetitions).outlives(step.argument, record.unit, loop)]
                 if lasting:
                     yield Report(record.node, Message.split(_message(scaler.name, record, loop, lasting[0])), fix=_hoist(record, loop, model))
                     break
@@ -392,7 +399,7 @@ def _hoist(record: CallRecord, loop: Repetition, model: SemanticModel) -> Option
     before the loop, when its arguments read nothing the loop binds."""
     if loop.via or not isinstance(record.node, cst.Call) or not isinstance(loop.loop.body, cst.IndentedBlock):
         return None
-    line = model.index.statement_of(record.node)
+    line = model.statement_of(record.node)
     if not isinstance(line, cst.SimpleStatementLine) or not any(item is line for item in loop.loop.body.body):
         return None
     if set(roots(names_read(record.node))) & _bound_in(loop.loop):

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint.analyses.precision import InPlaceAverage, ModuleCast, OptimizerBuild, Precision
 from amplint.evidence import AVERAGE, HALF, OPTIMIZER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import InPlaceAverage, ModuleCast, OptimizerBuild, SemanticModel
-from amplint.semantic.names import source_text
+from amplint.semantic import SemanticModel, source_text
 
 
 class HalfPrecisionMasterWeights(Rule):
@@ -179,9 +179,9 @@ class HalfPrecisionMasterWeights(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        for cast, optimizer in model.trained_in_low_precision("float16"):
+        for cast, optimizer in model.facts(Precision).trained_in_low_precision("float16"):
             yield Report(cast.node, Message.split(_trained_message(cast, optimizer)))
-        for cast, average in model.averaged_in_low_precision("float16"):
+        for cast, average in model.facts(Precision).averaged_in_low_precision("float16"):
             yield Report(cast.node, Message.split(_averaged_message(cast, average)))
 
     VALID = (

@@ -4,11 +4,10 @@ from typing import Iterator, List
 
 import libcst as cst
 
+from amplint.analyses.devices import Devices, Placement
 from amplint.evidence import AUTOCAST
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import AutocastRegion, Placement, SemanticModel
-from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.resolve import KNOWN_DEVICES
+from amplint.semantic import KNOWN_DEVICES, AutocastRegion, SemanticModel, dotted_name, source_text
 
 
 class AutocastDeviceMismatch(Rule):
@@ -144,7 +143,7 @@ class AutocastDeviceMismatch(Rule):
             if not region.active or region.possible_devices != frozenset({"cuda"}):
                 continue
             # A CPU fallback alone is not what the region is for; another accelerator is.
-            choices = [c for c in model.runtime_device_choices(region) if c.devices - region.possible_devices - {"cpu"}]
+            choices = [c for c in model.facts(Devices).runtime_device_choices(region) if c.devices - region.possible_devices - {"cpu"}]
             if choices:
                 yield Report(region.anchor, Message.split(_message(region, choices, model)))
 
@@ -275,7 +274,7 @@ def _message(region: AutocastRegion, choices: List[Placement], model: SemanticMo
     name = dotted_name(choice.device) if choice.device is not None else None
     suggestion = "device.type"
     if name is not None:
-        values = model.resolver.values(name, choice.unit.scope)
+        values = model.values(choice.unit, name)
         is_device = values and all(
             isinstance(value, cst.Call) and model.qualified(value.func) == "torch.device" for value, _ in values
         )

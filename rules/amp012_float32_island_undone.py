@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint.analyses.region_ops import RegionOp, RegionOps
 from amplint.evidence import AUTOCAST, FLOAT32_CAST, PRODUCT
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import RegionOp, SemanticModel
-from amplint.semantic.expressions import LOWER_PRECISION
-from amplint.semantic.names import source_text
+from amplint.semantic import SemanticModel, source_text
+from amplint.semantic.pytorch.autocast_ops import LOWER_PRECISION
 
 
 class Float32IslandUndone(Rule):
@@ -127,11 +127,11 @@ class Float32IslandUndone(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         reported = set()
-        for found in model.ops_in_regions():
+        for found in model.facts(RegionOps).ops_in_regions():
             operands = found.op.operands
             if found.policies() != {LOWER_PRECISION} or len(operands) < 2 or id(found.node) in reported:
                 continue
-            casts = [model.expressions.float32_cast(operand, found.unit) for operand in operands]
+            casts = [model.facts(RegionOps).float32_cast(operand, found.unit) for operand in operands]
             if all(cast is not None for cast in casts):
                 reported.add(id(found.node))
                 yield Report(found.node, Message.split(_message(found, [source_text(c) for c in casts])))  # type: ignore[misc]

@@ -4,11 +4,11 @@ from typing import Iterator, List
 
 import libcst as cst
 
+from amplint.analyses.region_ops import Probability, RegionOp, RegionOps, region_devices
 from amplint.evidence import AUTOCAST, BCE, LOG, PROBABILITY
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import RegionOp, SemanticModel
-from amplint.semantic.expressions import BANNED, LOG_OPS, Probability, autocast_policy, region_devices
-from amplint.semantic.names import source_text
+from amplint.semantic import SemanticModel, source_text
+from amplint.semantic.pytorch.autocast_ops import BANNED, LOG_OPS, autocast_policy
 
 _LOW = ("float16", "bfloat16")
 
@@ -204,15 +204,15 @@ class UnsafeLogUnderAutocast(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         reported = set()  # a helper called under two regions is reported once
-        for found in model.ops_in_regions():
+        for found in model.facts(RegionOps).ops_in_regions():
             if id(found.node) in reported:
                 continue
             if found.op.name in LOG_OPS and found.op.inputs:
-                probability = model.expressions.probability(found.op.inputs[0], found.unit, found.op.name)
+                probability = model.facts(RegionOps).probability(found.op.inputs[0], found.unit, found.op.name)
                 dtypes = []
                 # The sigmoid or softmax must run under autocast too: before the region, the
                 # dtype of its input is anyone's guess.
-                if probability is not None and model.expressions.runs_in_region(probability.source):
+                if probability is not None and model.facts(RegionOps).runs_in_region(probability.source):
                     dtypes = _dtypes_reaching_zero(probability, found)
                 if dtypes:
                     reported.add(id(found.node))

@@ -4,10 +4,10 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
+from amplint.analyses.deprecations import DeprecatedAmpUse, Deprecations
 from amplint.fix import Fix, with_import, without_import
 from amplint.rule import Flagged, Message, Report, Rule
-from amplint.semantic import DeprecatedAmpUse, SemanticModel
-from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic import SemanticModel, dotted_name, source_text
 
 
 class DeprecatedAmpApi(Rule):
@@ -92,7 +92,7 @@ class DeprecatedAmpApi(Rule):
     triggers = ("cuda.amp", "cpu.amp", "import amp")
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        uses = model.deprecated_amp_uses
+        uses = model.facts(Deprecations).uses
         for use in uses:
             yield Report(use.node, Message.split(_message(use)), fix=_fix(use, uses, model))
 

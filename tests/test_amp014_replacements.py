@@ -13,6 +13,7 @@ import warnings
 import libcst as cst
 import pytest
 
+from amplint.analyses.deprecations import Deprecations
 from amplint.semantic import analyze
 
 torch = pytest.importorskip("torch")
@@ -37,7 +38,7 @@ SETTINGS = ("device", "fast_dtype", "_enabled", "_cache_enabled", "_device", "_i
 
 
 def rewrite(call: str) -> str:
-    uses = analyze(cst.parse_module(f"import torch\nx = {call}\n")).deprecated_amp_uses
+    uses = analyze(cst.parse_module(f"import torch\nx = {call}\n")).facts(Deprecations).uses
     assert len(uses) == 1 and uses[0].import_to_add is None
     return uses[0].new_text
 
@@ -87,7 +88,7 @@ def test_custom_fwd_and_custom_bwd_rewrites_apply_and_warn_no_more(decorators, e
         """
     )
     module = cst.parse_module(source)
-    uses = analyze(module).deprecated_amp_uses
+    uses = analyze(module).facts(Deprecations).uses
     assert sorted(use.new_text for use in uses) == sorted([expected[1:], 'torch.amp.custom_bwd(device_type="cuda")'])
     fixed = source
     for use in uses:

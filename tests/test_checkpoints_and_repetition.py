@@ -1,13 +1,14 @@
-"""The semantic layer's facts about checkpoints (`amplint.semantic.checkpoints`) and about
-how often code runs (`amplint.semantic.repetition`)."""
+"""The semantic layer's facts about checkpoints (`amplint.analyses.checkpoints`) and about
+how often code runs (`amplint.analyses.repetition`)."""
 
 import textwrap
 
 import libcst as cst
 import pytest
 
-from amplint.semantic import analyze
-from amplint.semantic.names import source_text
+from amplint.analyses.checkpoints import Checkpoints
+from amplint.analyses.repetition import Repetitions
+from amplint.semantic import analyze, source_text
 
 
 def model(source):
@@ -38,11 +39,11 @@ def test_optimizer_state_saved_and_restored_is_found_by_the_receiver():
         scheduler.load_state_dict(ckpt["scheduler"])
         """
     )
-    assert [source_text(call.node) for call in found.optimizer_checkpoints()] == [
+    assert [source_text(call.node) for call in found.facts(Checkpoints).optimizer_checkpoints()] == [
         "optimizer.state_dict()",
         'opt_d.load_state_dict(ckpt["opt_d"])',
     ]
-    assert [call.restores for call in found.optimizer_checkpoints()] == [False, True]
+    assert [call.restores for call in found.facts(Checkpoints).optimizer_checkpoints()] == [False, True]
 
 
 def test_copies_kept_in_memory_are_not_checkpoints():
@@ -56,7 +57,7 @@ def test_copies_kept_in_memory_are_not_checkpoints():
         optimizer.load_state_dict(initial)
         """
     )
-    assert found.optimizer_checkpoints() == []
+    assert found.facts(Checkpoints).optimizer_checkpoints() == []
 
 
 def test_an_optimizer_handed_to_another_modules_checkpointing_is_checkpointed():
@@ -71,7 +72,7 @@ def test_an_optimizer_handed_to_another_modules_checkpointing_is_checkpointed():
         train(net_g, optim_g)
         """
     )
-    assert [(call.receiver, call.restores) for call in found.optimizer_checkpoints()] == [("optim_g", True), ("optim_g", False)]
+    assert [(call.receiver, call.restores) for call in found.facts(Checkpoints).optimizer_checkpoints()] == [("optim_g", True), ("optim_g", False)]
 
 
 def test_torch_distributed_checkpoint_state_functions_count():
@@ -82,7 +83,7 @@ def test_torch_distributed_checkpoint_state_functions_count():
         set_state_dict(model, optimizer, model_state_dict=a, optim_state_dict=b)
         """
     )
-    assert [(call.receiver, call.restores) for call in found.optimizer_checkpoints()] == [
+    assert [(call.receiver, call.restores) for call in found.facts(Checkpoints).optimizer_checkpoints()] == [
         ("self.optimizer", False),
         ("optimizer", True),
     ]
@@ -107,7 +108,7 @@ def test_the_checkpoints_a_local_scaler_can_reach():
                 torch.save({"optimizer": self.optimizer.state_dict()}, path)
         """
     )
-    by_unit = {record.unit.name: len(found.optimizer_checkpoints(info.key)) for info, record in scalers(found)}
+    by_unit = {record.unit.name: len(found.facts(Checkpoints).optimizer_checkpoints(info.key)) for info, record in scalers(found)}
     assert by_unit == {"Algorithm.__init__": 1, "Algorithm.warmup": 0, "Algorithm.train": 1}
 
 
@@ -165,7 +166,7 @@ def test_the_checkpoints_a_local_scaler_can_reach():
 def test_scaler_state_saved_through_copies_and_helpers(source):
     found = model("import torch\n" + textwrap.dedent(source))
     info, _ = only_scaler(found)
-    kept = found.scaler_state_kept(info.key)
+    kept = found.facts(Checkpoints).scaler_state_kept(info.key)
     assert kept is not None and kept.why == "its state is saved or restored"
 
 
@@ -192,7 +193,7 @@ def test_scaler_state_saved_through_copies_and_helpers(source):
 def test_scaler_handed_to_code_that_may_checkpoint_it(statement, why):
     found = model(f"import torch\nscaler = torch.amp.GradScaler('cuda')\n{statement}\n")
     info, _ = only_scaler(found)
-    kept = found.scaler_state_kept(info.key)
+    kept = found.facts(Checkpoints).scaler_state_kept(info.key)
     assert kept is not None and kept.why == why
 
 
@@ -210,7 +211,7 @@ def test_a_whole_object_saved_may_hold_the_scaler():
         """
     )
     for info, _ in scalers(found):
-        kept = found.scaler_state_kept(info.key)
+        kept = found.facts(Checkpoints).scaler_state_kept(info.key)
         assert kept is not None and "may hold it" in kept.why
 
 
@@ -228,7 +229,7 @@ def test_a_class_whose_own_state_dict_leaves_the_scaler_out_does_not_keep_it():
         """
     )
     info, _ = only_scaler(found)
-    assert found.scaler_state_kept(info.key) is None
+    assert found.facts(Checkpoints).scaler_state_kept(info.key) is None
 
 
 @pytest.mark.parametrize(
@@ -242,7 +243,7 @@ def test_a_class_whose_own_state_dict_leaves_the_scaler_out_does_not_keep_it():
 def test_code_that_only_uses_the_scaler_does_not_keep_its_state(statement):
     found = model(f"import torch\nscaler = torch.amp.GradScaler('cuda')\n{statement}\n")
     info, _ = only_scaler(found)
-    assert found.scaler_state_kept(info.key) is None
+    assert found.facts(Checkpoints).scaler_state_kept(info.key) is None
 
 
 def test_state_saved_by_attribute_name_may_be_anything():
@@ -254,7 +255,7 @@ def test_state_saved_by_attribute_name_may_be_anything():
         """
     )
     info, _ = only_scaler(found)
-    assert found.scaler_state_kept(info.key).why == "the file saves objects' state generically"
+    assert found.facts(Checkpoints).scaler_state_kept(info.key).why == "the file saves objects' state generically"
 
 
 def test_returns_are_found_in_nested_blocks():
@@ -277,9 +278,9 @@ def test_returns_are_found_in_nested_blocks():
         """
     )
     (returned, local) = scalers(found)
-    assert found.scaler_state_kept(returned[0].key).why == "it is returned to code that may keep it"
+    assert found.facts(Checkpoints).scaler_state_kept(returned[0].key).why == "it is returned to code that may keep it"
     # `inner`'s return is its own parameter's, not `other`'s scaler
-    assert found.scaler_state_kept(local[0].key) is None
+    assert found.facts(Checkpoints).scaler_state_kept(local[0].key) is None
 
 
 def test_returned_to_no_caller_in_the_file_may_be_kept():
@@ -292,7 +293,7 @@ def test_returned_to_no_caller_in_the_file_may_be_kept():
         """
     )
     info, _ = only_scaler(found)
-    assert found.scaler_state_kept(info.key).why == "it is returned to code that may keep it"
+    assert found.facts(Checkpoints).scaler_state_kept(info.key).why == "it is returned to code that may keep it"
 
 
 # --------------------------------------------------------------------------- built again after a restore
@@ -314,7 +315,7 @@ def test_restored_before_a_construction():
         """
     )
     built = scalers(found)
-    restored = [found.restored_before(record, info.key) for info, record in built]
+    restored = [found.facts(Checkpoints).restored_before(record, info.key) for info, record in built]
     assert restored[0] is None  # the first construction
     # the `else` of the `if` that restores it and the `if not` of the same flag are exclusive
     # with the restore under it, not with the unconditional one before
@@ -336,8 +337,8 @@ def test_restored_by_a_helper_called_first():
         """
     )
     (setup, other) = scalers(found)
-    assert found.restored_before(setup[1], setup[0].key) is not None
-    assert found.restored_before(other[1], other[0].key) is None
+    assert found.facts(Checkpoints).restored_before(setup[1], setup[0].key) is not None
+    assert found.facts(Checkpoints).restored_before(other[1], other[0].key) is None
 
 
 # --------------------------------------------------------------------------- repetition
@@ -353,7 +354,7 @@ def test_a_call_in_a_loop_repeats_with_the_innermost_loop():
         """
     )
     _, record = only_scaler(found)
-    (repetition,) = found.iterations_of(record)
+    (repetition,) = found.facts(Repetitions).iterations_of(record)
     assert repetition.header == "for x in loader:" and repetition.via == ()
 
 
@@ -376,7 +377,7 @@ def test_a_function_repeats_with_the_loops_of_its_callers():
     built = scalers(found)
     assert len(built) == 1  # `return GradScaler()` fills no variable
     _, record = built[0]
-    (repetition,) = found.iterations_of(record)
+    (repetition,) = found.facts(Repetitions).iterations_of(record)
     assert repetition.header == "for e in range(3):"
     assert [source_text(call.node) for call in repetition.via] == ["epoch()", "step()"]
 
@@ -391,7 +392,7 @@ def test_a_function_called_once_does_not_repeat():
         """
     )
     _, record = only_scaler(found)
-    assert found.iterations_of(record) == []
+    assert found.facts(Repetitions).iterations_of(record) == []
 
 
 def test_a_loop_that_breaks_at_the_end_of_its_body_runs_once():
@@ -412,8 +413,8 @@ def test_a_loop_that_breaks_at_the_end_of_its_body_runs_once():
         """
     )
     (retry, loop) = scalers(found)
-    assert found.iterations_of(retry[1]) == []
-    assert len(found.iterations_of(loop[1])) == 1  # a conditional break ends the loop, not each iteration
+    assert found.facts(Repetitions).iterations_of(retry[1]) == []
+    assert len(found.facts(Repetitions).iterations_of(loop[1])) == 1  # a conditional break ends the loop, not each iteration
 
 
 @pytest.mark.parametrize(
@@ -438,7 +439,7 @@ def test_an_if_that_tests_what_the_iteration_changes_does_not_run_every_time(gua
         """
     )
     _, record = only_scaler(found)
-    assert bool(found.iterations_of(record)) is every
+    assert bool(found.facts(Repetitions).iterations_of(record)) is every
 
 
 def test_a_parameter_is_as_varying_as_what_the_caller_passes():
@@ -455,8 +456,8 @@ def test_a_parameter_is_as_varying_as_what_the_caller_passes():
         """
     )
     (flagged, first_epoch) = scalers(found)
-    assert len(found.iterations_of(flagged[1])) == 1
-    assert found.iterations_of(first_epoch[1]) == []
+    assert len(found.facts(Repetitions).iterations_of(flagged[1])) == 1
+    assert found.facts(Repetitions).iterations_of(first_epoch[1]) == []
 
 
 def test_what_outlives_an_iteration():
@@ -476,9 +477,9 @@ def test_what_outlives_an_iteration():
         """
     )
     info, record = only_scaler(found)
-    (repetition,) = found.iterations_of(record)
-    steps = found.scaler_steps_within(info.key, record, repetition)
-    assert [found.outlives(s.argument, record.unit, repetition) for s in steps] == [True, False, True]
+    (repetition,) = found.facts(Repetitions).iterations_of(record)
+    steps = found.facts(Repetitions).scaler_steps_within(info.key, record, repetition)
+    assert [found.facts(Repetitions).outlives(s.argument, record.unit, repetition) for s in steps] == [True, False, True]
 
 
 def test_steps_within_an_iteration_of_a_loop_in_the_same_unit():
@@ -495,8 +496,8 @@ def test_steps_within_an_iteration_of_a_loop_in_the_same_unit():
         """
     )
     info, record = only_scaler(found)
-    (repetition,) = found.iterations_of(record)
-    assert [source_text(s.node) for s in found.scaler_steps_within(info.key, record, repetition)] == ["scaler.step(optimizer)"]
+    (repetition,) = found.facts(Repetitions).iterations_of(record)
+    assert [source_text(s.node) for s in found.facts(Repetitions).scaler_steps_within(info.key, record, repetition)] == ["scaler.step(optimizer)"]
 
 
 # --------------------------------------------------------------------------- scalers and dtypes

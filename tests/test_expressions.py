@@ -6,16 +6,9 @@ import textwrap
 import libcst as cst
 import pytest
 
-from amplint.semantic import analyze
-from amplint.semantic.expressions import (
-    BANNED,
-    FLOAT32,
-    LOWER_PRECISION,
-    autocast_policy,
-    rounds_to_one,
-    rounds_to_zero,
-)
-from amplint.semantic.names import source_text
+from amplint.analyses.region_ops import RegionOps, rounds_to_one, rounds_to_zero
+from amplint.semantic import analyze, source_text
+from amplint.semantic.pytorch.autocast_ops import BANNED, FLOAT32, LOWER_PRECISION, autocast_policy
 
 
 def model(source):
@@ -24,12 +17,12 @@ def model(source):
 
 def ops(source):
     found = model(source)
-    return [(op.op.name, source_text(op.node)) for op in found.ops_in_regions()]
+    return [(op.op.name, source_text(op.node)) for op in found.facts(RegionOps).ops_in_regions()]
 
 
 def first_op(source, name):
     found = model(source)
-    for op in found.ops_in_regions():
+    for op in found.facts(RegionOps).ops_in_regions():
         if op.op.name == name:
             return found, op
     raise AssertionError(f"no {name} in a region")
@@ -139,7 +132,7 @@ def test_helpers_called_in_a_region_run_under_it_unless_they_switch_it_off():
             return a, b
         """
     )
-    found_ops = {(op.op.name, source_text(op.node)): [source_text(v) for v in op.via] for op in found.ops_in_regions()}
+    found_ops = {(op.op.name, source_text(op.node)): [source_text(v) for v in op.via] for op in found.facts(RegionOps).ops_in_regions()}
     assert found_ops == {
         ("matmul", "q @ k.transpose(-1, -2)"): ["attend(q, k)", "scores(q, k)"],
         ("softmax", "scores(q, k).softmax(-1)"): ["attend(q, k)"],
@@ -194,7 +187,7 @@ def test_float32_cast(operand, cast):
         """,
         "matmul",
     )
-    got = found.expressions.float32_cast(op.op.inputs[0], op.unit)
+    got = found.facts(RegionOps).float32_cast(op.op.inputs[0], op.unit)
     assert (source_text(got) if got is not None else None) == cast
 
 
@@ -222,7 +215,7 @@ def test_straight_line_values(before, cast):
         """,
         "matmul",
     )
-    got = found.expressions.float32_cast(op.op.inputs[0], op.unit)
+    got = found.facts(RegionOps).float32_cast(op.op.inputs[0], op.unit)
     assert (source_text(got) if got is not None else None) == cast
 
 
@@ -239,8 +232,8 @@ def test_a_value_assigned_before_the_region_reaches_into_it_but_not_around_a_loo
             q = x.half()
     """
     found = model(source)
-    products = found.ops_in_regions()
-    assert [found.expressions.float32_cast(op.op.inputs[0], op.unit) is not None for op in products] == [True, False]
+    products = found.facts(RegionOps).ops_in_regions()
+    assert [found.facts(RegionOps).float32_cast(op.op.inputs[0], op.unit) is not None for op in products] == [True, False]
 
 
 # --- saturating probabilities ---------------------------------------------------------------------
@@ -258,7 +251,7 @@ def probability(expression, region='torch.autocast("cuda")', before=""):
         """,
         "log" if "log1p" not in expression else "log1p",
     )
-    return found.expressions.probability(op.op.inputs[0], op.unit, op.op.name)
+    return found.facts(RegionOps).probability(op.op.inputs[0], op.unit, op.op.name)
 
 
 @pytest.mark.parametrize(
@@ -329,7 +322,7 @@ def test_the_forward_of_a_module_class_of_the_file_runs_under_the_region_that_ca
                     return self.head(h)
         """
     )
-    found_ops = [(op.op.name, source_text(op.node), [source_text(v) for v in op.via]) for op in found.ops_in_regions()]
+    found_ops = [(op.op.name, source_text(op.node), [source_text(v) for v in op.via]) for op in found.facts(RegionOps).ops_in_regions()]
     # `self.head` may be a Linear or a Block: neither is assumed.
     assert found_ops == [("matmul", "q.float() @ k.float().transpose(-1, -2)", ["self.block(x, x)"])]
 
@@ -353,9 +346,9 @@ def test_logits_autocast_makes_float32_are_not_low_precision(region, flagged):
         """,
         "log",
     )
-    probability = found.expressions.probability(op.op.inputs[0], op.unit)
+    probability = found.facts(RegionOps).probability(op.op.inputs[0], op.unit)
     assert probability is not None and probability.float32_on == {"cuda"}
-    from amplint.semantic.expressions import region_devices
+    from amplint.analyses.region_ops import region_devices
 
     assert (not (region_devices(op.region) & probability.float32_on)) is flagged
 
@@ -390,6 +383,6 @@ def test_a_helper_under_two_regions_runs_in_both_and_module_functions_are_no_ten
             return a + b
         """
     )
-    logs = [op.region.dtype for op in found.ops_in_regions() if op.op.name == "log"]
+    logs = [op.region.dtype for op in found.facts(RegionOps).ops_in_regions() if op.op.name == "log"]
     assert logs == ["bfloat16", "float16"]
-    assert not [op for op in found.ops_in_regions() if op.op.name == "softmax"]
+    assert not [op for op in found.facts(RegionOps).ops_in_regions() if op.op.name == "softmax"]

@@ -33,6 +33,7 @@ SHOWS = {
     "AMP011": {"AMP011"},
     "AMP012": {"AMP012"},
     "AMP013": {"AMP013"},
+    "AMP015": {"AMP015"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())

@@ -7,8 +7,10 @@ import textwrap
 import libcst as cst
 import pytest
 
+from amplint.analyses.deprecations import Deprecations
+from amplint.analyses.devices import Devices
+from amplint.analyses.precision import Precision, calls_within
 from amplint.semantic import analyze
-from amplint.semantic.precision import calls_within
 
 
 def model(source):
@@ -16,11 +18,11 @@ def model(source):
 
 
 def trained(source, dtype="float16"):
-    return [(cast.name, optimizer.name) for cast, optimizer in model(source).trained_in_low_precision(dtype)]
+    return [(cast.name, optimizer.name) for cast, optimizer in model(source).facts(Precision).trained_in_low_precision(dtype)]
 
 
 def averaged(source, dtype="float16"):
-    return [cast.name for cast, _ in model(source).averaged_in_low_precision(dtype)]
+    return [cast.name for cast, _ in model(source).facts(Precision).averaged_in_low_precision(dtype)]
 
 
 # --- casts ----------------------------------------------------------------------------------
@@ -41,17 +43,17 @@ def averaged(source, dtype="float16"):
     ],
 )
 def test_casts_and_their_dtypes(line, name, dtypes):
-    found = model(f"import copy, torch\ndt = torch.float16 if fp16 else torch.bfloat16\n{line}\n").precision.casts
+    found = model(f"import copy, torch\ndt = torch.float16 if fp16 else torch.bfloat16\n{line}\n").facts(Precision).casts
     assert [(c.name, set(c.dtypes)) for c in found] == [(name, dtypes)]
 
 
 @pytest.mark.parametrize("line", ["x.to(device)", "model.cuda()", "x.to(other.dtype)", "model(x).float()", "torch.save({'m': deepcopy(m).half()}, p)"])
 def test_what_is_no_cast_of_a_variable(line):
-    assert model(f"import torch\n{line}\n").precision.casts == []
+    assert model(f"import torch\n{line}\n").facts(Precision).casts == []
 
 
 def test_a_copy_cast_casts_what_it_is_assigned_to_not_the_original():
-    found = model("import copy\nema = copy.deepcopy(model).half() if use_ema else None\n").precision.casts
+    found = model("import copy\nema = copy.deepcopy(model).half() if use_ema else None\n").facts(Precision).casts
     assert [(c.name, c.copy_of) for c in found] == [("ema", "model")]
 
 
@@ -59,7 +61,7 @@ def test_a_copy_cast_casts_what_it_is_assigned_to_not_the_original():
 
 
 def trains(source):
-    built = model(source).precision.optimizers
+    built = model(source).facts(Precision).optimizers
     return {(o.name, tuple(sorted(key.split(":")[-1] + "".join("." + p for p in rest) for key, rest in o.trains))) for o in built}
 
 
@@ -96,7 +98,7 @@ def test_optimizers_and_the_modules_they_train():
     ],
 )
 def test_what_is_no_optimizer(line):
-    assert model(f"import torch\n{line}\n").precision.optimizers == []
+    assert model(f"import torch\n{line}\n").facts(Precision).optimizers == []
 
 
 @pytest.mark.parametrize(
@@ -109,7 +111,7 @@ def test_what_is_no_optimizer(line):
     ],
 )
 def test_wrappers_that_may_keep_master_weights(wrap):
-    found = model(f"import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{wrap}\n").precision.optimizers
+    found = model(f"import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{wrap}\n").facts(Precision).optimizers
     assert found[0].wrapped_by is not None
 
 
@@ -124,7 +126,7 @@ def test_wrappers_that_may_keep_master_weights(wrap):
 )
 def test_what_keeps_no_master_weights(other):
     source = f"import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n{other}\n"
-    assert model(source).precision.optimizers[0].wrapped_by is None
+    assert model(source).facts(Precision).optimizers[0].wrapped_by is None
 
 
 def test_modules_are_followed_through_aliases_and_parameters():
@@ -213,7 +215,7 @@ def test_an_average_decayed_in_place():
         e.mul_(0.999).add_(p, alpha=0.001)
     """
     found = model(source)
-    assert [a.module[0] for a in found.precision.averages] == ["mod:<module>:ema"]
+    assert [a.module[0] for a in found.facts(Precision).averages] == ["mod:<module>:ema"]
     assert averaged(source) == ["ema"]
 
 
@@ -245,7 +247,7 @@ def test_a_checkpoint_copy_is_no_average():
 def after(source, marker):
     found = model(source)
     record = next(r for r in found.index.calls if (getattr(r.node.func, "attr", None) or r.node.func).value == marker)
-    statements = found.successors.statements_after(record)
+    statements = found.facts(Precision).successors.statements_after(record)
     return sorted(
         r.node.func.value for r in found.index.calls
         if id(r.node) in calls_within(statements) and isinstance(r.node.func, cst.Name)
@@ -284,7 +286,7 @@ def test_successors_run_a_loop_body_again_and_what_follows_it():
 
 def choices(source):
     found = model(source)
-    return [sorted(sorted(p.devices) for p in found.runtime_device_choices(r)) for r in found.autocast_regions]
+    return [sorted(sorted(p.devices) for p in found.facts(Devices).runtime_device_choices(r)) for r in found.autocast_regions]
 
 
 def test_device_chosen_at_run_time_through_a_helper_and_a_parameter():
@@ -326,7 +328,7 @@ def test_literal_placements_and_single_device_variables_are_no_choice():
 
 
 def uses(source):
-    return [(u.kind, u.deprecated, u.new_text, u.import_to_add) for u in model(source).deprecated_amp_uses]
+    return [(u.kind, u.deprecated, u.new_text, u.import_to_add) for u in model(source).facts(Deprecations).uses]
 
 
 def test_replacements_name_the_device_and_move_positional_arguments_to_keywords():
@@ -356,6 +358,6 @@ def test_star_arguments_have_no_safe_rewrite_for_autocast():
 
 
 def test_the_old_import_alias_is_recorded_for_the_fix():
-    found = model("from torch.cuda.amp import autocast\nwith autocast():\n    pass\n").deprecated_amp_uses
+    found = model("from torch.cuda.amp import autocast\nwith autocast():\n    pass\n").facts(Deprecations).uses
     assert found[0].import_alias is not None and found[0].import_alias.name.value == "autocast"
-    assert model("import torch\ntorch.cuda.amp.autocast()\n").deprecated_amp_uses[0].import_alias is None
+    assert model("import torch\ntorch.cuda.amp.autocast()\n").facts(Deprecations).uses[0].import_alias is None

@@ -2,7 +2,7 @@
 
 import pytest
 
-from amplint.semantic.vocabulary import clip_unscales_itself, is_framework_receiver, looks_like_optimizer
+from amplint.semantic.pytorch.vocabulary import clip_unscales_itself, is_framework_receiver, looks_like_optimizer
 
 
 @pytest.mark.parametrize("name", ["opt", "optimizer", "self.optimizer", "optD", "opt_g", "d_optim", "model_opt", "optimizerG"])

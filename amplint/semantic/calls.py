@@ -5,7 +5,7 @@ A method called on a variable that holds a GradScaler is the scaler's; a call th
 to a function of the file (`train_step(...)`, `self._run_step(...)`, `trainer.fit(...)` with
 `trainer = Trainer()` a class of the file) is a helper call, followed by the flow analysis;
 everything else is classified from the PyTorch API and, where the code does not say, from
-naming conventions (`amplint.semantic.vocabulary`).
+naming conventions (`amplint.semantic.pytorch.vocabulary`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Dict, List, Optional, Union
 
 import libcst as cst
 
-from amplint.semantic import torch_api, vocabulary
+from amplint.semantic.pytorch import api as torch_api, vocabulary
 from amplint.semantic.exports import ExternalModules, ForeignFunction, imported_module
 from amplint.semantic.gradient_use import gradient_use
 from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
-from amplint.semantic.model import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
+from amplint.semantic.types import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
 from amplint.semantic.names import dotted_name, names_read, roots, source_text
 from amplint.semantic.resolve import Resolver, argument
 from amplint.semantic.scalers import ScalerFacts

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping,
 import libcst as cst
 
 from amplint.semantic.conditions import Assumption, Condition
-from amplint.semantic.model import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
+from amplint.semantic.types import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 
 if TYPE_CHECKING:
-    from amplint.semantic import SemanticModel
+    from amplint.semantic.model import SemanticModel
 
 SUMMARY_VERSION = 2
 

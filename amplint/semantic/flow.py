@@ -29,7 +29,7 @@ from amplint import work
 from amplint.semantic.calls import HelperCall
 from amplint.semantic.conditions import IDENTIFIER, Assumption, Condition
 from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, LoopFrame
-from amplint.semantic.model import (
+from amplint.semantic.types import (
     UNKNOWN_SCALER,
     AmpEvent,
     AutocastRegion,
@@ -43,7 +43,7 @@ from amplint.semantic.names import dotted_name, names_bound, names_read, roots
 from amplint.semantic.regions import CallContext
 
 if TYPE_CHECKING:
-    from amplint.semantic import SemanticModel
+    from amplint.semantic.model import SemanticModel
 
 # Statement evaluations (times the states they run with) per unit or summary; past this the
 # unit is skipped and counted, never guessed.
@@ -381,7 +381,7 @@ def _nested(
 ) -> SummaryEvent:
     """`inner`, an event of the helper `call` calls, as seen from the calling function (whose
     variables holding scaled tensors are `scaled_names`)."""
-    mapper = _ArgumentMapper(call, model)
+    mapper = ArgumentMapper(call, model)
     tensor_param = None
     scaled = inner.scaled
     if inner.tensor_param is not None:
@@ -418,7 +418,7 @@ def _nested(
     )
 
 
-class _ArgumentMapper:
+class ArgumentMapper:
     """Puts a call's arguments in place of the callee's parameters."""
 
     def __init__(self, call: HelperCall, model: "SemanticModel") -> None:
@@ -708,7 +708,7 @@ class _Interpreter:
         found = self._expansions.get(key)
         if found is not None:
             return found
-        mapper = _ArgumentMapper(call, self.model)
+        mapper = ArgumentMapper(call, self.model)
         found = []
         for sequence in summary.sequences or ():
             steps = []

@@ -17,7 +17,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from amplint.semantic.names import dotted_name, names_bound, names_read, roots
-from amplint.semantic.torch_api import ImportAliases
+from amplint.semantic.pytorch.api import ImportAliases
 from amplint.semantic.walk import children, post_order
 
 ScopeNode = Union[cst.Module, cst.ClassDef, cst.FunctionDef]

@@ -1,212 +1,414 @@
-"""The AMP model of one file: the types rules query.
+"""`SemanticModel`: the questions rules ask about one file, answered from the core's parts.
 
-An `AutocastRegion` is code that runs under `torch.autocast`; a `ScalerInfo` is one variable
-that holds a `GradScaler` (or a framework's loss scaler: accelerate or Lightning in float16);
-an `AmpEvent` is one call that matters to mixed precision (a backward, an unscale, a clip, a
-step); an `Occurrence` is an event as it executes in one code unit, directly or through the
-helper functions it calls; a `GradientState` is what the gradients hold just before an
-occurrence, as the flow analysis (`amplint.semantic.flow`) finds it on some way through the
-unit.
+The core answers what two or more rules need: bindings and identity, scalers, autocast
+regions, the AMP events a unit runs (`occurrences_in`) and the state before each
+(`states_before`), calls. A fact family only one rule (or one family of rules) needs is an
+`Analysis` in `amplint.analyses`, built on first use by `model.facts(Family)`.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-from typing import FrozenSet, Optional, Set, Tuple
+from functools import cached_property
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Type, TypeVar
 
 import libcst as cst
 
-from amplint.semantic.conditions import Assumption
-from amplint.semantic.index import CodeUnit, Scope
-from amplint.semantic.names import source_text
-
-# Stands for "scaled by a helper we cannot see" (`loss = self.scale_loss(loss)`): enough to
-# not call the loss unscaled, never enough to call its gradients scaled.
-UNKNOWN_SCALER = "<unknown scaler>"
-
-
-class EventKind(enum.Enum):
-    BACKWARD = "backward"  # loss.backward(), torch.autograd.backward(loss)
-    FRAMEWORK_BACKWARD = "framework backward"  # accelerator.backward(loss): scales (or manages) the loss itself
-    SCALE = "scaler.scale"
-    UNSCALE = "scaler.unscale_"
-    CLIP = "clip"
-    SCALER_STEP = "scaler.step"
-    SCALER_UPDATE = "scaler.update"
-    OPTIMIZER_STEP = "optimizer.step"
-    ZERO_GRAD = "zero_grad"  # optimizer.zero_grad(), model.zero_grad(): gradients so far are gone
-    GRADIENT_READ = "gradient read"  # `p.grad` read (not written, not compared with None)
-    AUTOGRAD_GRAD = "autograd.grad"  # torch.autograd.grad(outputs, inputs): gradients as values
+from amplint.semantic.calls import Classified, Classifier, HelperCall
+from amplint.semantic.conditions import Assumption, StandIn, alternatives, assumptions, stand_ins, substitute
+from amplint.semantic.exports import ExternalModules
+from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
+from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
+from amplint.semantic.names import names_bound, names_read, names_used, roots
+from amplint.semantic.regions import Regions
+from amplint.semantic.resolve import Resolver, argument, is_infinity
+from amplint.semantic.scalers import ScalerFacts, binding_key, find_scalers
+from amplint.semantic.types import (
+    AmpEvent,
+    AutocastRegion,
+    EventKind,
+    FlowState,
+    Occurrence,
+    ScalerInfo,
+)
+from amplint.semantic.walk import iter_tree
 
 
-@dataclass(frozen=True)
-class Ref:
-    """An object as written at a call (`self.scaler`) and the variable it is (`key`)."""
-
-    text: str
-    key: str
+A = TypeVar("A", bound="Analysis")
 
 
-@dataclass(frozen=True, eq=False)
-class AmpEvent:
-    kind: EventKind
-    node: cst.CSTNode  # the call (for a gradient read, the `x.grad` attribute)
-    unit: CodeUnit  # the unit whose code contains the call
-    receiver: Optional[Ref] = None  # the scaler or optimizer the method is called on
-    argument: Optional[Ref] = None  # the optimizer of `scaler.step(opt)` / `scaler.unscale_(opt)`
-    # Backward only: the tensor expression, who scales it inline (`scaler` in
-    # `scaler.scale(loss).backward()`: that scaler's key, or UNKNOWN_SCALER), and the
-    # variables it reads.
-    tensor: Optional[cst.BaseExpression] = None
-    scaled_inline_by: Optional[str] = None
-    tensor_reads: FrozenSet[str] = frozenset()
-    # A framework's own scaler (accelerate, Lightning, Fabric in float16): the key of the
-    # object whose backward/clip/step this is. Framework backwards with no evident float16
-    # have none: they manage their own precision and nothing is assumed.
-    framework_scaler: Optional[str] = None
-    # An event of another linted module, run through a call in this one (`node` is that
-    # call): how to name it, "`s.step(opt)` in optim_utils.py".
-    foreign: Optional[str] = None
-    # Gradient reads: the statement (or compound-statement header) the read is part of, and
-    # how it uses the gradients (`amplint.semantic.gradient_use`: "norm", "noise", or None).
-    statement: Optional[cst.CSTNode] = None
-    gradient_use: Optional[str] = None
-    # An event of another module that its own module already reports (a clip its function
-    # makes on the gradients it was called with, then steps the scaler on): callers leave it.
-    reported_where_written: bool = False
-
-    def describe(self) -> str:
-        """The call as a message quotes it."""
-        return self.foreign or f"`{source_text(self.node)}`"
+def analyze(module: cst.Module, external: Optional[ExternalModules] = None) -> "SemanticModel":
+    """The model of one module; `external` gives the summaries of other linted modules it
+    may import (the second phase of a lint run)."""
+    return SemanticModel(module, external)
 
 
-@dataclass(frozen=True)
-class ScalerInfo:
-    """A variable that holds a GradScaler: a local, a module global, a `self.` attribute, a
-    parameter; or a framework object whose float16 mixed precision scales the loss."""
+class Analysis:
+    """A fact family of one file (`amplint.analyses`), built from its model on first use:
+    subclasses take the model and compute what they need from its public queries."""
 
-    key: str
-    name: str  # as written where it is bound: `scaler`, `self.scaler`, `accelerator`
-    # False only when every construction passes the literal `enabled=False`; a scaler whose
-    # state is unknown (`enabled=args.amp`, a parameter) is treated as enabled.
-    enabled: Optional[bool]
-    # What must hold on a path for the scaler to be live there: it is not None, it reports
-    # is_enabled(), and its `enabled=` expression is true.
-    live_requirements: Tuple[Assumption, ...] = ()
-    framework: Optional[str] = None  # "accelerate", "lightning", "fabric"
-    constructions: Tuple[cst.Call, ...] = ()  # where it is built, when this file builds it
+    def __init__(self, model: "SemanticModel") -> None:
+        self.model = model
+
+
+class SemanticModel:
+    def __init__(self, module: cst.Module, external: Optional[ExternalModules] = None) -> None:
+        self.module = module
+        self.external = external
+        self.index: ModuleIndex = build_index(module)
+        self.resolver = Resolver(self.index)
+        self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver)
+        self.scalers: Dict[str, ScalerInfo] = self.scaler_facts.scalers
+        self.classifier = Classifier(self.index, self.resolver, self.scaler_facts, external)
+        self.regions = Regions(self.index, self.resolver)
+        self.flow = FlowAnalysis(self)
+        self._scaling: Dict[int, Tuple[Optional[str], FrozenSet[str]]] = {}
+        self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
+        self._alternatives: Dict[Tuple[int, bool, bool], List[List[Assumption]]] = {}
+        self._stand_ins: Dict[int, Dict[str, StandIn]] = {}
+        self._records: Optional[Dict[int, CallRecord]] = None
+        self._facts: Dict[type, "Analysis"] = {}
+
+    # ------------------------------------------------------------------ fact families
+    def facts(self, family: Type[A]) -> A:
+        """The fact family `family` (an `Analysis` of `amplint.analyses`) of this file, built
+        on first use and kept: `model.facts(Checkpoints).restored_before(record, key)`."""
+        found = self._facts.get(family)
+        if found is None:
+            found = self._facts[family] = family(self)
+        return found  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ the file
+    @property
+    def units(self) -> List[CodeUnit]:
+        return self.index.units
 
     @property
-    def known_disabled(self) -> bool:
-        return self.enabled is False
-
-    def live_under(self, facts: FrozenSet[Assumption]) -> bool:
-        if self.known_disabled:
-            return False
-        return not any((cond, not value) in facts for cond, value in self.live_requirements)
-
-
-@dataclass(eq=False)
-class AutocastRegion:
-    """Code that runs under one `torch.autocast` context: a `with` body or a decorated function."""
-
-    anchor: cst.Call  # the autocast(...) call: where findings about the region are reported
-    unit: CodeUnit
-    scope: Scope  # where the autocast call is written: its arguments' names are read there
-    device: Optional[str]  # the device type when it is one; None when unknown or one of several
-    possible_devices: FrozenSet[str]
-    dtype: Optional[str]  # "float16", "bfloat16", ...; None when unknown or one of several
-    # Every dtype it can run in: {"float16", "bfloat16"} for `torch.float16 if cuda else
-    # torch.bfloat16`; empty when unknown at lint time.
-    possible_dtypes: FrozenSet[str]
-    enabled: Optional[bool]  # False only for a literal enabled=False
-    cache_enabled: Optional[bool]
-    under_no_grad: bool  # nested in torch.no_grad()/inference_mode(): inference only
-    dtype_is_default: bool = False  # the device's default dtype
-    legacy: Optional[str] = None  # "torch.cuda.amp.autocast" for the deprecated per-device classes
-    # What holds whenever the region is on: `enabled=scaler is not None` -> scaler is not None.
-    enabled_requires: Tuple[Assumption, ...] = ()
-    enabled_expression: Optional[cst.BaseExpression] = None  # its `enabled=` argument, if any
-    body: Optional[cst.BaseSuite] = None  # the `with` body (None for a decorated function)
-    assigned: Set[str] = field(default_factory=set)  # variables bound inside the region
+    def autocast_regions(self) -> List[AutocastRegion]:
+        return self.regions.all
 
     @property
-    def active(self) -> bool:
-        # autocast(dtype=torch.float32) is how models switch low precision off locally.
-        return self.enabled is not False and self.dtype != "float32"
+    def skipped_units(self) -> List[CodeUnit]:
+        """Units whose flow the rules or the summary needed but was too complex to follow
+        within the budget: counted, never guessed."""
+        return list(self.flow.skipped)
+
+    def classify(self, record: CallRecord) -> Classified:
+        return self.classifier.classify(record)
+
+    def qualified(self, node: cst.BaseExpression) -> Optional[str]:
+        """The imported dotted path a name stands for: `amp.autocast` -> `torch.cuda.amp.autocast`."""
+        return self.resolver.qualified(node)
+
+    def binding(self, unit: CodeUnit, name: str) -> List[Binding]:
+        """Every binding `name` may refer to when read in `unit`."""
+        return self.resolver.bindings(name, unit.scope)
+
+    def identity(self, unit: CodeUnit, name: str) -> str:
+        """The variable `name` is when read in `unit` (a key shared by every read of it)."""
+        return self.resolver.identity(name, unit.scope)
+
+    def values(self, unit: CodeUnit, name: str) -> List[Tuple[cst.BaseExpression, Scope]]:
+        """The values `name` may hold when read in `unit`, each with the scope it is read in."""
+        return self.resolver.values(name, unit.scope)
+
+    def statement_of(self, call: cst.Call) -> Optional[cst.BaseStatement]:
+        """The statement that contains the call `call`."""
+        return self.index.statement_of(call)
+
+    def call_record(self, call: cst.Call) -> Optional[CallRecord]:
+        """The index's record of a call node (its unit, its frames)."""
+        if self._records is None:
+            self._records = {id(record.node): record for record in self.index.calls}
+        return self._records.get(id(call))
+
+    # ------------------------------------------------------------------ scalers
+    def is_live(self, scaler: Optional[str], facts: FrozenSet[Assumption] = frozenset()) -> bool:
+        """Whether the scaler `scaler` (a key) is on, given what a path assumed."""
+        info = self.scalers.get(scaler) if scaler is not None else None
+        if info is None and scaler is not None and scaler.startswith("ext:") and self.external is not None:
+            info = self.external.scaler(scaler)
+        return info is not None and info.live_under(facts)
+
+    def assumptions(self, test: cst.BaseExpression, outcome: bool) -> List[Assumption]:
+        """What taking a branch tells (`amplint.semantic.conditions`), computed once per test."""
+        key = (id(test), outcome)
+        if key not in self._assumptions:
+            self._assumptions[key] = assumptions(test, outcome)
+        return self._assumptions[key]
+
+    def alternatives(
+        self, test: cst.BaseExpression, outcome: bool, unit: Optional[CodeUnit] = None
+    ) -> List[List[Assumption]]:
+        """The ways a branch can be taken (`amplint.semantic.conditions.alternatives`), once per
+        test; read in `unit`, with its locals that stand for stable expressions written as
+        those expressions (`stand_ins`), so that conditions compare across aliases and calls."""
+        key = (id(test), outcome, unit is not None)
+        if key not in self._alternatives:
+            cases = alternatives(test, outcome)
+            stand_ins = self.stand_ins(unit) if unit is not None else {}
+            if stand_ins:
+                cases = [[(substitute(cond, stand_ins), value) for cond, value in case] for case in cases]
+            self._alternatives[key] = cases
+        return self._alternatives[key]
+
+    def stand_ins(self, unit: CodeUnit) -> Dict[str, StandIn]:
+        """The locals of a function bound once to a stable expression, each with that
+        expression (`amplint.semantic.conditions.substitute`): an attribute of `self`, a
+        module-level name, a parameter, or a call of one on such arguments or constants
+        (`use_scaling = self._use_grad_scaling(model)`), that the function never rebinds."""
+        if unit.is_module:
+            return {}
+        found = self._stand_ins.get(id(unit))
+        if found is None:
+            found = self._stand_ins[id(unit)] = stand_ins(unit, self.resolver)
+        return found
+
+    def scaler_name(self, key: Optional[str], default: str = "scaler") -> str:
+        info = self.scalers.get(key) if key is not None else None
+        return info.name if info is not None else default
+
+    def scaling_and_reads(self, value: Optional[cst.CSTNode], unit: CodeUnit) -> Tuple[Optional[str], FrozenSet[str]]:
+        """Who scales `value` inline (see `Classifier.scaling_of`) and the variables it reads."""
+        if value is None:
+            return None, frozenset()
+        key = id(value)
+        if key not in self._scaling:
+            self._scaling[key] = (self.classifier.scaling_of(value, unit), frozenset(roots(names_read(value))))
+        return self._scaling[key]
+
+    def grad_scalers_built(self) -> Iterator[Tuple[ScalerInfo, CallRecord]]:
+        """Each `GradScaler(...)` the file builds into a variable, with the scaler it fills;
+        not one built with a literal `enabled=False` (whatever else the variable holds)."""
+        for binding, call in self.scaler_facts.constructions:
+            info = self.scalers.get(binding_key(binding))
+            record = self.call_record(call)
+            if info is None or info.framework is not None or record is None:
+                continue
+            enabled = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "enabled"), None)
+            if enabled is not None and self.resolver.boolean(enabled, binding.value_scope) is False:
+                continue
+            yield info, record
 
     @property
-    def may_be_float16(self) -> bool:
-        return "float16" in self.possible_dtypes
+    def float16_possible(self) -> bool:
+        """Whether the file's autocast may run in float16: False only when it has autocast
+        regions and every active one is known to be bfloat16 (or float32). A GradScaler that
+        only serves bfloat16 never overflows at its default scale (bfloat16 has float32's range)."""
+        active = [region for region in self.autocast_regions if region.active]
+        if not active:
+            return True
+        return any(not region.possible_dtypes or region.may_be_float16 for region in active)
+
+    # ------------------------------------------------------------------ events
+    def clip_only_measures(self, clip: Occurrence) -> bool:
+        """A clip at an infinite norm (`clip_grad_norm_(params, float("inf"))`): it clips
+        nothing and is there for the norm it returns."""
+        return self.clip_only_measures_event(clip.event)
+
+    def clip_only_measures_event(self, event: AmpEvent) -> bool:
+        node = event.node
+        if not isinstance(node, cst.Call) or event.foreign is not None:
+            return event.gradient_use == "norm"  # another module's: as its summary says
+        # FSDP's `model.clip_grad_norm_(max_norm)` takes the norm first.
+        method = isinstance(node.func, cst.Attribute) and self.qualified(node.func) is None
+        return is_infinity(argument(node, 0 if method else 1, "max_norm"))
+
+    def scale_corrupts(self, event: AmpEvent) -> Optional[str]:
+        """How a gradient read's use is corrupted by the loss scale, if it is: "norm" or
+        "noise" (`amplint.semantic.gradient_use`), unless the result is divided by the
+        scaler's `get_scale()`. A clip at an infinite norm is a norm read."""
+        if event.kind is EventKind.CLIP:
+            measures = self.clip_only_measures_event(event)
+            return "norm" if measures and not self.divided_by_loss_scale(event) else None
+        if event.kind is not EventKind.GRADIENT_READ or event.gradient_use is None:
+            return None
+        if event.foreign is None and event.gradient_use == "norm" and self.divided_by_loss_scale(event):
+            return None  # `norm / scaler.get_scale()`
+        return event.gradient_use
+
+    def confirmed_entry_uses(self) -> Set[int]:
+        """Events (ids) of clips and gradient reads on the gradients a function was called
+        with that a later live scaler.step()/unscale_() in that function shows were scaled:
+        what the function's own module reports (AMP003, AMP009)."""
+        found: Set[int] = set()
+        for occurrence, state in self.states_before(EventKind.SCALER_STEP, EventKind.UNSCALE):
+            if occurrence.receiver is not None and self.is_live(occurrence.receiver.key, state.facts):
+                found.update(id(use.event) for use in state.gradients.entry_uses)
+        return found
+
+    def divided_by_loss_scale(self, event: AmpEvent) -> bool:
+        """Whether what `occurrence` computes (gradients from `autograd.grad` of a scaled
+        loss, a norm of scaled gradients) is divided by, or multiplied with the inverse of, a
+        scaler's `get_scale()` in its unit: the AMP docs' `[g * inv_scale for g in
+        scaled_grads]`, or `norm / scaler.get_scale()`."""
+        unit = event.unit
+        node = event.node
+        bound: Set[str] = set()
+        scale: Set[str] = set()
+        records = self.index.statement_records(unit)
+        for statement, record in records:
+            if any(_calls_get_scale(r.node) for r in record.calls):
+                scale |= _assigned(statement)
+            if statement is event.statement or any(r.node is node for r in record.calls):
+                bound |= _assigned(statement)
+        grads = values_derived_from(unit, bound)
+        scales = values_derived_from(unit, scale)
+
+        def is_gradient(side: cst.CSTNode, names: Set[str]) -> bool:
+            return any(n is node for n in iter_tree(side)) or bool(set(roots(names_read(side))) & names)
+
+        def is_scale(side: cst.CSTNode) -> bool:
+            return any(isinstance(n, cst.Call) and _calls_get_scale(n) for n in iter_tree(side)) or bool(
+                set(roots(names_read(side))) & scales
+            )
+
+        def not_nested(part: cst.CSTNode) -> bool:
+            return not isinstance(part, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+        statements = [
+            part
+            for top in unit.body
+            for part in iter_tree(top, not_nested)
+            if isinstance(part, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+        ]
+        for statement in statements:
+            local = set(grads)
+            for part in iter_tree(statement):
+                # `[g * inv_scale for g in scaled_grads]`: g is one of the gradients.
+                if isinstance(part, cst.CompFor) and set(roots(names_read(part.iter))) & local:
+                    local.update(roots(names_bound(part.target)))
+            for part in iter_tree(statement):
+                if isinstance(part, cst.BinaryOperation) and isinstance(part.operator, (cst.Divide, cst.Multiply)):
+                    if (is_gradient(part.left, local) and is_scale(part.right)) or (
+                        is_scale(part.left) and is_gradient(part.right, local)
+                    ):
+                        return True
+                if isinstance(part, cst.AugAssign) and isinstance(part.operator, (cst.DivideAssign, cst.MultiplyAssign)):
+                    if is_gradient(part.target, local) and is_scale(part.value):
+                        return True
+        return False
+
+    def gradient_reads(self, unit: CodeUnit) -> List[AmpEvent]:
+        """`p.grad` reads in `unit` (as events), not those only compared with None."""
+        found = []
+        for statement, record in self.index.statement_records(unit):
+            for read in record.grad_reads:
+                event = self.classifier.gradient_read(read, statement, unit)
+                if event is not None:
+                    found.append(event)
+        return found
+
+    def occurrences_in(self, unit: CodeUnit) -> Iterator[Occurrence]:
+        """Every event `unit` runs, directly or in the helpers it calls (in source order,
+        without regard to paths)."""
+        for record in unit.calls:
+            if not record.immediate:
+                continue
+            item = self.classify(record)
+            context = self.regions.context(record)
+            if isinstance(item, AmpEvent):
+                yield self.flow.occurrence(
+                    event=item,
+                    unit=unit,
+                    via=(),
+                    region=context.region,
+                    loop_inside_region=context.loop_inside_region,
+                    under_no_grad=context.under_no_grad,
+                    receiver=item.receiver,
+                    argument=item.argument,
+                )
+            elif isinstance(item, HelperCall):
+                mapper = ArgumentMapper(item, self)
+                for inner in self.flow.summary_for(item).events:
+                    inherited = inner.inherits_region
+                    yield self.flow.occurrence(
+                        event=inner.event,
+                        unit=unit,
+                        via=(record.node,) + inner.via,
+                        region=context.region if inherited else inner.region,
+                        loop_inside_region=context.loop_inside_region if inherited else inner.loop_inside_region,
+                        under_no_grad=inner.under_no_grad or context.under_no_grad,
+                        receiver=mapper.ref(inner.receiver),
+                        argument=mapper.ref(inner.argument),
+                    )
+
+    def spelling_in(self, unit: CodeUnit, key: Optional[str]) -> Optional[str]:
+        """How `unit`'s own code writes the scaler or optimizer `key` (`self.scaler`), read off
+        the AMP calls it makes on it; None when it makes none."""
+        for occurrence in self.occurrences_in(unit):
+            if occurrence.via:
+                continue
+            for ref in (occurrence.receiver, occurrence.argument):
+                if ref is not None and key is not None and ref.key == key:
+                    return ref.text
+        return None
+
+    def following(self, occurrence: Occurrence, *kinds: EventKind) -> Optional[Occurrence]:
+        """The first event of these kinds after `occurrence` in its unit's source order."""
+        found = False
+        for other in self.occurrences_in(occurrence.unit):
+            if other is occurrence:
+                found = True
+            elif found and other.kind in kinds:
+                return other
+        return None
+
+    def events_in_regions(self, *kinds: EventKind) -> Iterator[Occurrence]:
+        """Events of these kinds that run inside an enabled autocast region: written inside
+        it, or inside a helper called from inside it (reported at that call)."""
+        for unit in self.units:
+            for occurrence in self.occurrences_in(unit):
+                if occurrence.kind not in kinds or occurrence.region is None:
+                    continue
+                if occurrence.via and occurrence.region.unit is not unit:
+                    continue  # the helper's own region: reported where the helper is analysed
+                yield occurrence
+
+    def states_before(self, *kinds: EventKind) -> Iterator[Tuple[Occurrence, FlowState]]:
+        """Each occurrence of these kinds, on every way through its unit, with the state just
+        before it (the flow analysis; units too complex to follow are skipped and counted)."""
+        found = []
+        for unit in self.units:
+            flow: Optional[UnitFlow] = self.flow.unit_flow(unit)
+            if flow is None:
+                continue
+            for occurrence, states in flow.before.items():
+                if occurrence.kind in kinds:
+                    found.extend((occurrence, state) for state in states)
+        # Events where they are written first, then through ever deeper helper calls: a
+        # finding reached both ways is worded as the unit that contains it sees it.
+        found.sort(key=lambda pair: len(pair[0].via))
+        yield from found
+
+    # ------------------------------------------------------------------ names
+    @cached_property
+    def names_used(self) -> Dict[str, int]:
+        """How often each name is used outside imports (`names.names_used`): whether a fix
+        replaces the last use of an imported name."""
+        return names_used(self.module)
 
 
-@dataclass(frozen=True, eq=False)
-class Occurrence:
-    """An event as it executes in `unit`: directly, or inside the helpers called along `via`."""
 
-    event: AmpEvent
-    unit: CodeUnit
-    via: Tuple[cst.Call, ...] = ()  # the helper calls from `unit` down to the event
-    region: Optional[AutocastRegion] = None  # the enabled autocast region it runs in, if any
-    loop_inside_region: bool = False  # a for/while between the region's start and the call
-    under_no_grad: bool = False
-    # The scaler/optimizer as the caller knows them (a helper's parameter mapped to the argument).
-    receiver: Optional[Ref] = None
-    argument: Optional[Ref] = None
-
-    @property
-    def kind(self) -> EventKind:
-        return self.event.kind
-
-    @property
-    def node(self) -> cst.CSTNode:
-        """The call to point at: the event itself (in this file)."""
-        return self.event.node
-
-    @property
-    def call_site(self) -> cst.CSTNode:
-        """Where `unit` runs it: the event, or the first helper call on the way to it."""
-        return self.via[0] if self.via else self.event.node
+def _calls_get_scale(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "get_scale"
 
 
-@dataclass(frozen=True)
-class GradientState:
-    """What the gradients hold at one point of one way through a unit."""
-
-    # The latest backward through a live scaler, and that scaler's key.
-    scaled_by: Optional[Occurrence] = None
-    scaler: Optional[str] = None
-    # The gradients are the ones the function was called with: scaled or not, nobody here
-    # knows, until a live scaler.step() or unscale_() on them shows they carried a scale.
-    entry: bool = False
-    # Optimizers whose gradients scaler.unscale_() has divided since ("*": unknown which).
-    unscaled: FrozenSet[str] = frozenset()
-    unscale: Optional[Occurrence] = None  # the latest such unscale_()
-    # Optimizers the scaler has stepped since the scaled backward.
-    stepped: FrozenSet[str] = frozenset()
-    # Backwards that no scaler touched, since the last step or zero_grad().
-    plain_backwards: FrozenSet[Occurrence] = frozenset()
-    mixed: bool = False  # a plain backward since the last optimizer step or zero_grad()
-    # A backward through a live scaler since the scaler last stepped: with one, plain
-    # backwards beside it may well be an fp32 model's own (an actor-critic's critic).
-    scaled_since_step: bool = False
-    last_backward: Optional[Occurrence] = None
-    # Clips and reads of the gradients the function was called with, before anything showed
-    # whether they were scaled.
-    entry_uses: FrozenSet[Occurrence] = frozenset()
-
-    @property
-    def carry_scale(self) -> bool:
-        """The gradients carry a live scaler's factor: scaled, not unscaled, not yet stepped."""
-        return self.scaled_by is not None and not self.unscaled and not self.stepped
+def _assigned(statement: cst.CSTNode) -> Set[str]:
+    if isinstance(statement, cst.Assign):
+        return {name for target in statement.targets for name in roots(names_bound(target.target))}
+    if isinstance(statement, (cst.AnnAssign, cst.AugAssign)):
+        return set(roots(names_bound(statement.target)))
+    return set()
 
 
-@dataclass(frozen=True)
-class FlowState:
-    """One abstract state of the flow analysis: what the way so far assumed, which variables
-    hold a `scaler.scale(...)`-ed tensor, and the gradients."""
-
-    facts: FrozenSet[Assumption] = frozenset()
-    scaled: FrozenSet[Tuple[str, str]] = frozenset()  # (variable, scaler key)
-    gradients: GradientState = GradientState()
+def values_derived_from(unit: CodeUnit, names: Set[str]) -> Set[str]:
+    """`names` plus every variable assigned, directly or transitively, from one of them."""
+    derived = set(names)
+    changed = True
+    while changed:
+        changed = False
+        for targets, reads in unit.assignments:
+            if reads & derived and not targets <= derived:
+                derived |= targets
+                changed = True
+    return derived

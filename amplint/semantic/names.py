@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import libcst as cst
 
@@ -109,3 +109,15 @@ def source_text(node: cst.CSTNode) -> str:
 def is_none(node: Optional[cst.BaseExpression]) -> bool:
     """The literal `None`."""
     return isinstance(node, cst.Name) and node.value == "None"
+
+
+def names_used(module: cst.Module) -> Dict[str, int]:
+    """How many times each name is read or written outside import statements (attribute
+    names after a dot are not names: `x.autocast` uses `x`)."""
+    counts: Dict[str, int] = {}
+    nodes = list(iter_tree(module, descend=lambda node: not isinstance(node, (cst.Import, cst.ImportFrom))))
+    attributes = {id(node.attr) for node in nodes if isinstance(node, cst.Attribute)}
+    for node in nodes:
+        if isinstance(node, cst.Name) and id(node) not in attributes:
+            counts[node.value] = counts.get(node.value, 0) + 1
+    return counts

@@ -15,10 +15,10 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint.semantic import torch_api
+from amplint.semantic.pytorch import api as torch_api
 from amplint.semantic.conditions import assumptions
 from amplint.semantic.index import CallRecord, CodeUnit, Frames, GuardFrame, LoopFrame, ModuleIndex, Scope, WithFrame
-from amplint.semantic.model import AutocastRegion
+from amplint.semantic.types import AutocastRegion
 from amplint.semantic.names import dotted_name, is_none, names_bound, roots
 from amplint.semantic.resolve import DEFAULT_DTYPE, Resolver, split_args
 from amplint.semantic.walk import iter_tree

@@ -14,7 +14,7 @@ from typing import FrozenSet, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint.semantic import torch_api
+from amplint.semantic.pytorch import api as torch_api
 from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.names import dotted_name
 from amplint.semantic.walk import iter_tree

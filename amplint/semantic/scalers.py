@@ -20,10 +20,10 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint.semantic import torch_api, vocabulary
+from amplint.semantic.pytorch import api as torch_api, vocabulary
 from amplint.semantic.conditions import Assumption, Condition, assumptions
 from amplint.semantic.index import Binding, ModuleIndex, Scope
-from amplint.semantic.model import ScalerInfo
+from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import Resolver, split_args
 

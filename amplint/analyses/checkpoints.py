@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint.semantic import vocabulary
-from amplint.semantic.calls import Classified, HelperCall
-from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
+from amplint.analyses.repetition import Repetitions
+from amplint.semantic.calls import HelperCall
+from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, Scope
+from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name
+from amplint.semantic.pytorch import vocabulary
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key
 from amplint.semantic.walk import children, iter_tree
@@ -89,14 +91,17 @@ class HandOff:
     why: str
 
 
-class Checkpoints:
-    def __init__(
-        self, index: ModuleIndex, resolver: Resolver, scalers: ScalerFacts, classify: Callable[[CallRecord], Classified]
-    ) -> None:
+class Checkpoints(Analysis):
+    """Where optimizers' and scalers' state is saved and restored: `model.facts(Checkpoints)`."""
+
+    def __init__(self, model: SemanticModel) -> None:
+        super().__init__(model)
+        index = model.index
+        resolver = model.resolver
         self.index = index
         self.resolver = resolver
-        self.scalers = scalers
-        self.classify = classify
+        self.scalers: ScalerFacts = model.scaler_facts
+        self.classify = model.classify
         self.state_calls: List[StateCall] = []
         # state_dict() of attributes looked up by name (`getattr(self, name).state_dict()`):
         # the file checkpoints generically, and names in strings are not followed. A loop
@@ -397,6 +402,62 @@ class Checkpoints:
             if name is not None and self.resolver.identity(name, scope) in aliases:
                 return True
         return False
+
+    # ------------------------------------------------------------------ queries
+    def optimizer_checkpoints(self, scaler: Optional[str] = None) -> List[StateCall]:
+        """Where the file saves an optimizer's state (`optimizer.state_dict()`) or restores it
+        (`optimizer.load_state_dict(...)`), copies kept in memory aside. With `scaler` (a
+        key), only those a run of that scaler can reach: for a scaler local to a function,
+        the checkpoints in the functions connected to it by calls in this file (what it
+        calls, what calls it, where it is passed or returned); for one also kept in an
+        attribute or a module global, the whole file's."""
+        found = self.optimizer_state()
+        aliases = self.aliases(scaler) if scaler is not None else set()
+        if not aliases or not all(key.startswith("fn:") for key in aliases):
+            return found  # kept on an object or in a module global: it lives as long as they do
+        homes = [unit for unit in self.model.units if any(key.rsplit(":", 1)[0] == unit.scope.key for key in aliases)]
+        connected = self.model.facts(Repetitions).connected(homes)
+        return [call for call in found if any(call.record.unit is unit for unit in connected)]
+
+    def restored_before(self, record: CallRecord, scaler: str) -> Optional[StateCall]:
+        """A `load_state_dict` of the scaler `scaler` that runs before the call `record` in its
+        unit (directly, or in a helper it calls first), not on an exclusive branch."""
+        order = {id(r.node): i for i, r in enumerate(record.unit.calls)}
+        here = order.get(id(record.node), -1)
+        for restore in self.state_calls:
+            if not restore.restores or restore.key != scaler:
+                continue
+            if restore.record.unit is record.unit:
+                before = restore.record
+            else:
+                # A helper of the unit that restores it: `self.load_checkpoint(path)`.
+                before = next(
+                    (
+                        caller
+                        for caller in self.model.facts(Repetitions).callers(restore.record.unit)
+                        if caller.unit is record.unit
+                    ),
+                    None,
+                )
+                if before is None:
+                    continue
+            if order.get(id(before.node), here) < here and not self._exclusive(before.frames, record.frames):
+                return restore
+        return None
+
+    def _exclusive(self, first, second) -> bool:
+        """Whether two stacks of frames lie on branches that cannot both be taken: the two
+        sides of one `if`, or `if args.resume:` and a later `if not args.resume:`."""
+        guards = {id(f.test): f.outcome for f in first if isinstance(f, GuardFrame)}
+        if any(isinstance(f, GuardFrame) and guards.get(id(f.test), f.outcome) != f.outcome for f in second):
+            return True
+        facts = {fact for f in first if isinstance(f, GuardFrame) for fact in self.model.assumptions(f.test, f.outcome)}
+        return any(
+            (condition, not value) in facts
+            for f in second
+            if isinstance(f, GuardFrame)
+            for condition, value in self.model.assumptions(f.test, f.outcome)
+        )
 
 
 def _may_checkpoint(function: cst.CSTNode) -> bool:

@@ -43,35 +43,13 @@ import libcst as cst
 from libcst import MaybeSentinel
 
 from amplint.semantic.index import Binding, ModuleIndex, Scope
+from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.pytorch.deprecated_api import DEPRECATED, LEGACY_AUTOCAST_PARAMETERS, SAME_AS
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import all_bindings
 from amplint.semantic.walk import iter_tree
 
-# deprecated name -> (its replacement in torch.amp, the device type it implied, the kind)
-DEPRECATED = {
-    "torch.cuda.amp.autocast": ("torch.amp.autocast", "cuda", "autocast"),
-    "torch.cuda.amp.autocast_mode.autocast": ("torch.amp.autocast", "cuda", "autocast"),
-    "torch.cpu.amp.autocast": ("torch.amp.autocast", "cpu", "autocast"),
-    "torch.cpu.amp.autocast_mode.autocast": ("torch.amp.autocast", "cpu", "autocast"),
-    "torch.cuda.amp.GradScaler": ("torch.amp.GradScaler", "cuda", "scaler"),
-    "torch.cuda.amp.grad_scaler.GradScaler": ("torch.amp.GradScaler", "cuda", "scaler"),
-    "torch.cpu.amp.GradScaler": ("torch.amp.GradScaler", "cpu", "scaler"),
-    "torch.cpu.amp.grad_scaler.GradScaler": ("torch.amp.GradScaler", "cpu", "scaler"),
-    "torch.cuda.amp.custom_fwd": ("torch.amp.custom_fwd", "cuda", "custom_fwd"),
-    "torch.cuda.amp.autocast_mode.custom_fwd": ("torch.amp.custom_fwd", "cuda", "custom_fwd"),
-    "torch.cuda.amp.custom_bwd": ("torch.amp.custom_bwd", "cuda", "custom_bwd"),
-    "torch.cuda.amp.autocast_mode.custom_bwd": ("torch.amp.custom_bwd", "cuda", "custom_bwd"),
-}
-# Names that are the replacement (or the same class under another path).
-_SAME_AS = {
-    "torch.amp.autocast": ("torch.amp.autocast", "torch.autocast", "torch.amp.autocast_mode.autocast"),
-    "torch.amp.GradScaler": ("torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler"),
-    "torch.amp.custom_fwd": ("torch.amp.custom_fwd", "torch.amp.autocast_mode.custom_fwd"),
-    "torch.amp.custom_bwd": ("torch.amp.custom_bwd", "torch.amp.autocast_mode.custom_bwd"),
-}
-# The old autocast's positional parameters; the new one takes (device_type, dtype, enabled, cache_enabled).
-_LEGACY_AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")
 # Names that read torch's version: `TORCH_VERSION`, `is_torch_min_version`, `_TORCH_GREATER_EQUAL_2_4`,
 # `TORCH_GE_2_4`, `torch2`, `IS_TORCH_2_4_OR_NEWER`; not `use_torch_amp` or `torch_dtype`.
 _VERSION_NAME = re.compile(
@@ -99,6 +77,17 @@ class DeprecatedAmpUse:
     @property
     def new_text(self) -> Optional[str]:
         return source_text(self.new_node) if self.new_node is not None else None
+
+
+class Deprecations(Analysis):
+    """The file's uses of the deprecated AMP API: `model.facts(Deprecations).uses`."""
+
+    def __init__(self, model: SemanticModel) -> None:
+        super().__init__(model)
+        # Calls, decorators and hand-ons of `torch.cuda.amp.*` / `torch.cpu.amp.*` (not under a
+        # compatibility shim), each with its `torch.amp` replacement, the device type, how this
+        # file spells the replacement, the import that spelling needs, and the rewritten node.
+        self.uses: List[DeprecatedAmpUse] = find_deprecated_uses(model.index, model.resolver)
 
 
 def find_deprecated_uses(index: ModuleIndex, resolver: Resolver) -> List[DeprecatedAmpUse]:
@@ -264,7 +253,7 @@ class _Finder:
                 if len(targets) != 1:
                     continue
                 target = targets.pop()
-                if target in _SAME_AS[replacement]:
+                if target in SAME_AS[replacement]:
                     candidates.append((0, name))
                 elif target == "torch.amp":
                     candidates.append((1, f"{name}.{member}"))
@@ -383,11 +372,11 @@ def _rewrite_call(call: cst.Call, what: str, device: str, spelling: str) -> Opti
         if any(arg.star == "*" for arg in args):
             return None  # positions cannot be mapped to the new signature
         positional = [arg for arg in args if arg.keyword is None and not arg.star]
-        if len(positional) > len(_LEGACY_AUTOCAST_PARAMETERS):
+        if len(positional) > len(LEGACY_AUTOCAST_PARAMETERS):
             return None
         named = [
             arg.with_changes(keyword=cst.Name(name), equal=_keyword(name, arg.value).equal)
-            for name, arg in zip(_LEGACY_AUTOCAST_PARAMETERS, positional)
+            for name, arg in zip(LEGACY_AUTOCAST_PARAMETERS, positional)
         ]
         rest = [arg for arg in args if arg.keyword is not None or arg.star]
         new_args = [cst.Arg(_string(device))] + named + rest

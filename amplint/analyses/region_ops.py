@@ -1,10 +1,7 @@
-"""What autocast does to the expressions evaluated under it.
+"""What autocast does to the expressions evaluated under it (a fact family: `RegionOps`).
 
 Autocast does not change what a tensor is; it changes the dtype each eligible op runs in. The
-policy of each op is PyTorch's "Autocast Op Reference" (docs/source/amp.rst) and its source,
-`aten/src/ATen/autocast_mode.h` (`AT_FORALL_LOWER_PRECISION_FP`, `AT_FORALL_FP32`,
-`AT_FORALL_FP32_SET_OPT_DTYPE`, `AT_FORALL_PROMOTE`, shared by CUDA and the backends that reuse
-its lists) and `autocast_mode.cpp` (the CPU lists, the banned `binary_cross_entropy`):
+policy of each op is data, in `amplint.semantic.pytorch.autocast_ops`:
 
 - lower precision: matrix products and convolutions run in the region's dtype, *whatever the
   dtype of their inputs*; a float32 input is cast down (`.float()` before them is undone);
@@ -16,7 +13,7 @@ its lists) and `autocast_mode.cpp` (the CPU lists, the banned `binary_cross_entr
 - everything unlisted (`sigmoid`, `1 - p`, `+`, `clamp`) runs in its input's dtype, so
   downstream of a low-precision op it runs in low precision too.
 
-`RegionExpressions` finds the ops evaluated inside each enabled autocast region (written in
+`RegionOps` finds the ops evaluated inside each enabled autocast region (written in
 it, or in a function of the file called from inside it, transitively, unless that function
 switches autocast off itself), names them (`torch.matmul`, `x.mm(y)`, `a @ b`, `self.fc(x)`
 for `self.fc = nn.Linear(...)`), and answers two questions about their inputs: is this an
@@ -28,196 +25,29 @@ epsilon guards around it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
 from amplint.semantic.index import CallRecord, CodeUnit, ProductRecord, Scope
-from amplint.semantic.model import AutocastRegion
+from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, names_bound
+from amplint.semantic.pytorch.autocast_ops import (
+    ALL_OPERANDS,
+    FLOAT32,
+    FUNCTIONS,
+    METHODS,
+    MODULES,
+    OPERANDS,
+    autocast_policy,
+)
+from amplint.semantic.types import AutocastRegion
 from amplint.semantic.walk import children, iter_tree
-
-LOWER_PRECISION = "lower precision"
-FLOAT32 = "float32"
-PROMOTE = "promote"
-BANNED = "banned"
-
-# Ops that run in the region's low-precision dtype on CUDA and on CPU (torch 2.13: the CPU
-# list was measured, the CUDA list is AT_FORALL_LOWER_PRECISION_FP).
-_LOWER_EVERYWHERE = frozenset(
-    {
-        "matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "einsum", "linear",
-        "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-        "chain_matmul", "linalg_multi_dot", "linalg_vecdot", "prelu", "scaled_dot_product_attention",
-    }
-)
-# Lower precision on CUDA; not on CPU's list (measured: float32 inputs stay float32).
-_LOWER_CUDA_ONLY = frozenset({"mv", "addmv", "addr"})
-_FLOAT32_CUDA = frozenset(
-    {
-        "log", "log1p", "log2", "log10", "exp", "expm1", "softmax", "log_softmax", "sum", "pow",
-        "prod", "cumsum", "cumprod", "norm", "normalize", "cosine_similarity", "softplus",
-        "layer_norm", "group_norm", "logsumexp", "binary_cross_entropy_with_logits",
-        "nll_loss", "cross_entropy", "mse_loss", "l1_loss", "kl_div",
-    }
-)
-_FLOAT32_CPU = frozenset(
-    {"binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss", "cross_entropy", "mse_loss", "kl_div"}
-)
-_PROMOTE_CUDA = frozenset({"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "tensordot", "scatter_add"})
-_BANNED_CUDA = frozenset({"binary_cross_entropy"})
-
-
-def autocast_policy(op: str, device: str) -> Optional[str]:
-    """What autocast on `device` does to `op`: LOWER_PRECISION, FLOAT32, PROMOTE, BANNED, or
-    None when it leaves the op alone (it runs in its inputs' dtype) or the device is not one
-    whose lists amplint knows (CUDA, CPU)."""
-    if device == "cuda":
-        if op in _LOWER_EVERYWHERE or op in _LOWER_CUDA_ONLY:
-            return LOWER_PRECISION
-        if op in _BANNED_CUDA:
-            return BANNED
-        if op in _FLOAT32_CUDA:
-            return FLOAT32
-        return PROMOTE if op in _PROMOTE_CUDA else None
-    if device == "cpu":
-        if op in _LOWER_EVERYWHERE:
-            return LOWER_PRECISION
-        return FLOAT32 if op in _FLOAT32_CPU else None
-    return None
 
 
 def region_devices(region: AutocastRegion) -> FrozenSet[str]:
     """The devices a region may run on; CUDA or CPU when the code does not say."""
     return region.possible_devices or frozenset({"cuda", "cpu"})
-
-
-# --------------------------------------------------------------------------- naming ops
-
-_FUNCTIONS: Dict[str, str] = {
-    "torch.matmul": "matmul",
-    "torch.linalg.matmul": "matmul",
-    "torch.mm": "mm",
-    "torch.bmm": "bmm",
-    "torch.baddbmm": "baddbmm",
-    "torch.addmm": "addmm",
-    "torch.addbmm": "addbmm",
-    "torch.mv": "mv",
-    "torch.addmv": "addmv",
-    "torch.addr": "addr",
-    "torch.einsum": "einsum",
-    "torch.functional.einsum": "einsum",
-    "torch.chain_matmul": "chain_matmul",
-    "torch.linalg.multi_dot": "linalg_multi_dot",
-    "torch.linalg.vecdot": "linalg_vecdot",
-    "torch.nn.functional.linear": "linear",
-    "torch.nn.functional.prelu": "prelu",
-    "torch.nn.functional.scaled_dot_product_attention": "scaled_dot_product_attention",
-    "torch.log": "log",
-    "torch.log2": "log2",
-    "torch.log10": "log10",
-    "torch.log1p": "log1p",
-    "torch.special.log1p": "log1p",
-    "torch.sigmoid": "sigmoid",
-    "torch.nn.functional.sigmoid": "sigmoid",
-    "torch.special.expit": "sigmoid",
-    "torch.softmax": "softmax",
-    "torch.nn.functional.softmax": "softmax",
-    "torch.special.softmax": "softmax",
-    "torch.log_softmax": "log_softmax",
-    "torch.nn.functional.log_softmax": "log_softmax",
-    "torch.special.log_softmax": "log_softmax",
-    "torch.nn.functional.logsigmoid": "logsigmoid",
-    "torch.nn.functional.binary_cross_entropy": "binary_cross_entropy",
-    "torch.nn.functional.binary_cross_entropy_with_logits": "binary_cross_entropy_with_logits",
-    "torch.sum": "sum",
-    "torch.exp": "exp",
-    "torch.pow": "pow",
-    "torch.cumsum": "cumsum",
-    "torch.prod": "prod",
-    "torch.logsumexp": "logsumexp",
-    "torch.norm": "norm",
-    "torch.nn.functional.layer_norm": "layer_norm",
-    "torch.nn.functional.group_norm": "group_norm",
-    "torch.nn.functional.normalize": "normalize",
-    "torch.nn.functional.cosine_similarity": "cosine_similarity",
-    "torch.cosine_similarity": "cosine_similarity",
-    "torch.nn.functional.softplus": "softplus",
-    "torch.clamp": "clamp",
-    "torch.clip": "clamp",
-    "torch.clamp_min": "clamp_min",
-}
-for _n in ("1d", "2d", "3d"):
-    for _prefix in ("torch.nn.functional.", "torch."):
-        _FUNCTIONS[f"{_prefix}conv{_n}"] = f"conv{_n}"
-        _FUNCTIONS[f"{_prefix}conv_transpose{_n}"] = f"conv_transpose{_n}"
-
-# Tensor methods, with the number of positional arguments the tensor method takes: a method
-# of the same name with another arity (`self.log("loss", loss)` in Lightning) is not it.
-_METHODS: Dict[str, Tuple[str, FrozenSet[int]]] = {
-    "matmul": ("matmul", frozenset({1})),
-    "mm": ("mm", frozenset({1})),
-    "bmm": ("bmm", frozenset({1})),
-    "mv": ("mv", frozenset({1})),
-    "baddbmm": ("baddbmm", frozenset({2})),
-    "addmm": ("addmm", frozenset({2})),
-    "addbmm": ("addbmm", frozenset({2})),
-    "addmv": ("addmv", frozenset({2})),
-    "addr": ("addr", frozenset({2})),
-    "log": ("log", frozenset({0})),
-    "log2": ("log2", frozenset({0})),
-    "log10": ("log10", frozenset({0})),
-    "log1p": ("log1p", frozenset({0})),
-    "sigmoid": ("sigmoid", frozenset({0})),
-    "softmax": ("softmax", frozenset({0, 1})),
-    "log_softmax": ("log_softmax", frozenset({0, 1})),
-    "clamp": ("clamp", frozenset({0, 1, 2})),
-    "clip": ("clamp", frozenset({0, 1, 2})),
-    "clamp_min": ("clamp_min", frozenset({1})),
-    "sum": ("sum", frozenset({0, 1})),
-    "exp": ("exp", frozenset({0})),
-    "pow": ("pow", frozenset({1})),
-    "cumsum": ("cumsum", frozenset({1})),
-    "prod": ("prod", frozenset({0, 1})),
-    "logsumexp": ("logsumexp", frozenset({1})),
-    "norm": ("norm", frozenset({0, 1})),
-}
-
-# `self.fc = nn.Linear(...)`, then `self.fc(x)`.
-_MODULES: Dict[str, str] = {
-    "torch.nn.Linear": "linear",
-    "torch.nn.Sigmoid": "sigmoid",
-    "torch.nn.Softmax": "softmax",
-    "torch.nn.LogSoftmax": "log_softmax",
-    "torch.nn.LogSigmoid": "logsigmoid",
-    "torch.nn.BCELoss": "binary_cross_entropy",
-    "torch.nn.BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
-}
-for _n in ("1d", "2d", "3d"):
-    _MODULES[f"torch.nn.Conv{_n}"] = f"conv{_n}"
-    _MODULES[f"torch.nn.ConvTranspose{_n}"] = f"conv_transpose{_n}"
-
-# Which inputs of a product carry its operands (bias terms and the like are not).
-_OPERANDS: Dict[str, Tuple[int, ...]] = {
-    "matmul": (0, 1), "mm": (0, 1), "bmm": (0, 1), "mv": (0, 1), "linalg_vecdot": (0, 1),
-    "baddbmm": (1, 2), "addmm": (1, 2), "addbmm": (1, 2), "addmv": (1, 2), "addr": (1, 2),
-    "linear": (0, 1), "prelu": (0, 1), "scaled_dot_product_attention": (0, 1),
-    "conv1d": (0, 1), "conv2d": (0, 1), "conv3d": (0, 1),
-    "conv_transpose1d": (0, 1), "conv_transpose2d": (0, 1), "conv_transpose3d": (0, 1),
-}
-_ALL_OPERANDS = frozenset({"einsum", "chain_matmul", "linalg_multi_dot"})
-
-LOG_OPS = frozenset({"log", "log2", "log10", "log1p"})
-LOWER_PRECISION_OPS = _LOWER_EVERYWHERE | _LOWER_CUDA_ONLY
-
-
-def names_of(ops: Iterable[str]) -> FrozenSet[str]:
-    """Every name a file may write one of `ops` with: a function's or a module class's last
-    name (`linear`, `Linear`, `expit`), a tensor method, the op itself. For the pre-check
-    (`amplint.evidence`): a file with none of them has none of the ops."""
-    ops = frozenset(ops)
-    tables = (_FUNCTIONS.items(), _MODULES.items(), ((name, op) for name, (op, _) in _METHODS.items()))
-    return ops | frozenset(name.rsplit(".", 1)[-1] for table in tables for name, op in table if op in ops)
 
 
 @dataclass(frozen=True, eq=False)
@@ -233,9 +63,9 @@ class TorchOp:
     def operands(self) -> Tuple[cst.BaseExpression, ...]:
         """A product's operands (`a`, `b` of `torch.baddbmm(bias, a, b)`); for a module
         call only what is passed (its weight is the module's)."""
-        if self.name in _ALL_OPERANDS or self.form == "module":
+        if self.name in ALL_OPERANDS or self.form == "module":
             return self.inputs
-        positions = _OPERANDS.get(self.name, ())
+        positions = OPERANDS.get(self.name, ())
         return tuple(self.inputs[i] for i in positions if i < len(self.inputs))
 
     def keyword(self, name: str) -> Optional[cst.BaseExpression]:
@@ -374,9 +204,11 @@ _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
 
 
-class RegionExpressions:
-    def __init__(self, model) -> None:  # model: SemanticModel (not imported: it imports this module)
-        self.model = model
+class RegionOps(Analysis):
+    """The ops under autocast and what their inputs are: `model.facts(RegionOps)`."""
+
+    def __init__(self, model: SemanticModel) -> None:
+        super().__init__(model)
         self._ops: Optional[List[RegionOp]] = None
         self._named: Dict[int, Optional[TorchOp]] = {}
         self._parents: Dict[int, Dict[int, cst.CSTNode]] = {}
@@ -518,7 +350,7 @@ class RegionExpressions:
             return None
         qualified = self.model.qualified(func)
         if qualified is not None:
-            name = _FUNCTIONS.get(qualified)
+            name = FUNCTIONS.get(qualified)
             if name is None:
                 return None
             if name in ("einsum", "chain_matmul", "linalg_multi_dot"):
@@ -528,12 +360,12 @@ class RegionExpressions:
                 return TorchOp(node, name, "function", tuple(operands))
             return TorchOp(node, name, "function", tuple(positional) + _input_keywords(node))
         if isinstance(func, cst.Attribute) and not self._names_a_module(func.value, unit):
-            method = _METHODS.get(func.attr.value)
+            method = METHODS.get(func.attr.value)
             if method is not None and len(positional) in method[1]:
                 return TorchOp(node, method[0], "method", (func.value, *positional))
         if isinstance(func, cst.Call):
             # `nn.BCELoss()(p, y)`
-            built = _MODULES.get(self.model.qualified(func.func) or "")
+            built = MODULES.get(self.model.qualified(func.func) or "")
             return TorchOp(node, built, "module", tuple(positional)) if built is not None else None
         name = dotted_name(func)
         if name is not None:
@@ -562,7 +394,7 @@ class RegionExpressions:
         for value, _ in values:
             if not isinstance(value, cst.Call):
                 return None
-            kinds.add(_MODULES.get(self.model.qualified(value.func) or ""))
+            kinds.add(MODULES.get(self.model.qualified(value.func) or ""))
         return kinds.pop() if len(kinds) == 1 else None
 
     # ---------------------------------------------------------------- float32 casts
@@ -967,17 +799,11 @@ def _numeric_like(node: cst.BaseExpression) -> bool:
 
 
 __all__ = [
-    "BANNED",
-    "FLOAT32",
-    "LOG_OPS",
-    "LOWER_PRECISION",
-    "PROMOTE",
     "Guard",
     "Probability",
-    "RegionExpressions",
+    "RegionOps",
     "RegionOp",
     "TorchOp",
-    "autocast_policy",
     "region_devices",
     "rounds_to_one",
     "rounds_to_zero",

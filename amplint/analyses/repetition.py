@@ -15,13 +15,16 @@ loop, or in the functions an iteration calls, is what changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from amplint.semantic.calls import Classified, HelperCall
-from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, LoopFrame, ModuleIndex
-from amplint.semantic.names import dotted_name, names_read, roots
+from amplint.semantic.calls import HelperCall
+from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, LoopFrame
+from amplint.semantic.model import Analysis, SemanticModel
+from amplint.semantic.names import dotted_name, names_read, roots, source_text
+from amplint.semantic.scalers import all_bindings, binding_key
+from amplint.semantic.types import EventKind, Occurrence, Ref
 from amplint.semantic.walk import iter_tree
 
 Loop = Union[cst.For, cst.While]
@@ -45,28 +48,26 @@ class Repetition:
     @property
     def header(self) -> str:
         """The loop's first line, as a message quotes it: `for epoch in range(epochs):`."""
-        from amplint.semantic.names import source_text
-
         if isinstance(self.loop, cst.For):
             return f"for {source_text(self.loop.target)} in {source_text(self.loop.iter)}:"
         return f"while {source_text(self.loop.test)}:"
 
 
-class Repetitions:
-    def __init__(self, index: ModuleIndex, classify: Callable[[CallRecord], Classified]) -> None:
-        self.index = index
-        self.classify = classify
+class Repetitions(Analysis):
+    """Which loops run a call again each iteration: `model.facts(Repetitions)`."""
+
+    def __init__(self, model: SemanticModel) -> None:
+        super().__init__(model)
+        self.index = model.index
+        self.classify = model.classify
         self._callers: Optional[Dict[int, List[CallRecord]]] = None
         self._bodies: Dict[int, FrozenSet[int]] = {}
-        self._records: Optional[Dict[int, CallRecord]] = None
         self._bindings: Optional[List[Binding]] = None
 
     # ------------------------------------------------------------------ lookups
     def record(self, call: cst.Call) -> Optional[CallRecord]:
         """The index's record of a call node."""
-        if self._records is None:
-            self._records = {id(record.node): record for record in self.index.calls}
-        return self._records.get(id(call))
+        return self.model.call_record(call)
 
     def callers(self, unit: CodeUnit) -> List[CallRecord]:
         """The calls in this file that run `unit` (a function of the file)."""
@@ -174,8 +175,6 @@ class Repetitions:
 
     def all_bindings(self) -> List[Binding]:
         if self._bindings is None:
-            from amplint.semantic.scalers import all_bindings
-
             self._bindings = list(all_bindings(self.index))
         return self._bindings
 
@@ -237,6 +236,66 @@ class Repetitions:
                 return True
         return bool(set(roots(names_read(test))) & _roots(varying))
 
+    # ------------------------------------------------------------------ queries
+    def iterations_of(self, record: CallRecord) -> List[Repetition]:
+        """The loops that run the call `record` in every iteration: the innermost loop around
+        it, or a loop of a caller around a call of its function; not when an `if` between them
+        tests something the iteration changes (`if scaler is None:`)."""
+        return [r for r in self.around(record) if self.runs_every_iteration(record, r)]
+
+    def scaler_steps_within(self, scaler: str, record: CallRecord, repetition: Repetition) -> List[Occurrence]:
+        """The `scaler.step(optimizer)` calls of the scaler `scaler` (a key) that run in the same
+        iteration of `repetition` as the call `record`: in the loop's body, or anywhere in
+        the function the iteration calls to reach `record`."""
+        if repetition.via:
+            candidates = list(self.model.occurrences_in(record.unit))
+        else:
+            candidates = [
+                o for o in self.model.occurrences_in(repetition.unit) if self.inside(o.call_site, repetition.loop)
+            ]
+        return [
+            o
+            for o in candidates
+            if o.kind is EventKind.SCALER_STEP and o.receiver is not None and o.receiver.key == scaler
+        ]
+
+    def outlives(self, ref: Optional[Ref], unit: CodeUnit, repetition: Repetition) -> bool:
+        """Whether the object `ref` (as `unit` names it) lives across iterations of
+        `repetition`: nothing in an iteration binds it anew, followed through the parameters
+        of the functions along `via`. Unknown objects are not said to."""
+        if ref is None or ref.key.startswith(("unknown:", "param:")):
+            return False
+        name = ref.text if not ref.key.startswith("expr:") else _leading_name(ref.text)
+        if name is None:
+            return False
+        scope = unit.scope
+        calls = list(repetition.via)
+        while True:
+            # `self.optimizer.optimizer` is new when `self.optimizer` is.
+            parts = name.split(".")
+            keys = {self.model.resolver.identity(".".join(parts[:n]), scope) for n in range(1, len(parts) + 1) if parts[:n] != ["self"]}
+            bindings = [b for b in all_bindings(self.index) if binding_key(b) in keys]
+            if any(self.binds_each_iteration(b, repetition) for b in bindings):
+                return False
+            parameter = "." not in name and name in scope.params
+            if not parameter or not calls:
+                return True
+            call = calls.pop()
+            item = self.classify(call)
+            argument = item.argument_for(name) if isinstance(item, HelperCall) else None
+            name = dotted_name(argument) if argument is not None else None
+            if name is None:
+                return argument is None  # a default value lives as long as the function
+            scope = call.unit.scope
+
 
 def _roots(names: Set[str]) -> Set[str]:
     return set(roots(names)) | set(names)
+
+
+def _leading_name(text: str) -> Optional[str]:
+    """`optimizers` in `optimizers[0]`, `self.opts` in `self.opts["g"]`."""
+    import re
+
+    found = re.match(r"[A-Za-z_][\w.]*", text)
+    return found.group(0).rstrip(".") if found else None

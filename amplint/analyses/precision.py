@@ -36,31 +36,29 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint.semantic import vocabulary
 from amplint.semantic.conditions import Assumption, assumptions
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, ModuleIndex, Scope
+from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, names_read, roots
+from amplint.semantic.pytorch import vocabulary
+from amplint.semantic.pytorch.api import (
+    CAST_METHODS,
+    DECAY_METHODS,
+    MODULE_CHAIN,
+    OPTIMIZER_MODULE_PREFIXES,
+    PARAMETER_METHODS,
+    STATE_METHODS,
+)
 from amplint.semantic.resolve import Resolver, split_args
 from amplint.semantic.scalers import all_bindings
-from amplint.semantic.torch_api import OPTIMIZER_MODULE_PREFIXES
 from amplint.semantic.walk import children, iter_tree
 
 _MAX_DEPTH = 6
-# Methods of nn.Module that return the module itself: a chain of them starts from the module.
-_MODULE_CHAIN = frozenset(
-    {"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "train", "eval", "requires_grad_", "type", "xpu", "mps"}
-)
-_CAST_METHODS = {"half": "float16", "bfloat16": "bfloat16", "float": "float32", "double": "float64"}
-# What hands an optimizer a module's parameters.
-PARAMETER_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children"})
-STATE_METHODS = frozenset({"parameters", "named_parameters", "state_dict", "buffers"})
-_COPIES = frozenset({"copy.deepcopy", "deepcopy"})
 # `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
 _FRAMEWORK_PREPARE = frozenset({"prepare", "setup", "setup_optimizers"})
 # What fills a list of parameters, or an optimizer: `params.append(p)`, `opt.add_param_group(g)`.
 _FILLING = frozenset({"append", "extend", "insert", "add", "add_param_group"})
-# In-place updates that decay a parameter toward another: what an EMA's update loop does.
-DECAY_METHODS = frozenset({"mul_", "lerp_", "_foreach_mul_", "_foreach_lerp_"})
+_COPIES = frozenset({"copy.deepcopy", "deepcopy"})
 
 # A module's path: the identity of the variable it starts from, and the attributes after it.
 ModulePath = Tuple[str, Tuple[str, ...]]
@@ -135,8 +133,8 @@ def cast_dtypes(call: cst.Call, resolver: Resolver, scope: Scope) -> Optional[Fr
     if not isinstance(func, cst.Attribute):
         return None
     method = func.attr.value
-    if method in _CAST_METHODS and not call.args:
-        return frozenset({_CAST_METHODS[method]})
+    if method in CAST_METHODS and not call.args:
+        return frozenset({CAST_METHODS[method]})
     if method != "to":
         return None
     positional, keywords = split_args(call.args)
@@ -155,7 +153,7 @@ def module_chain(expression: cst.BaseExpression) -> Tuple[List[cst.Call], cst.Ba
     while (
         isinstance(expression, cst.Call)
         and isinstance(expression.func, cst.Attribute)
-        and expression.func.attr.value in _MODULE_CHAIN
+        and expression.func.attr.value in MODULE_CHAIN
     ):
         calls.append(expression)
         expression = expression.func.value
@@ -241,7 +239,7 @@ class PrecisionFinder:
     def _cast(self, record: CallRecord) -> None:
         node = record.node
         func = node.func
-        if not isinstance(func, cst.Attribute) or (func.attr.value not in _CAST_METHODS and func.attr.value != "to"):
+        if not isinstance(func, cst.Attribute) or (func.attr.value not in CAST_METHODS and func.attr.value != "to"):
             return
         scope = record.unit.scope
         dtypes = cast_dtypes(node, self.resolver, scope)
@@ -682,6 +680,47 @@ def calls_within(statements: List[cst.CSTNode]) -> Set[int]:
     return found
 
 
+class Precision(Analysis):
+    """Casts of modules, optimizer constructions and what they train, in-place averages, and
+    the low-precision training they add up to: `model.facts(Precision)`."""
+
+    def __init__(self, model: SemanticModel) -> None:
+        super().__init__(model)
+        self.finder: PrecisionFinder = find_precision(model.index, model.resolver)
+        self.successors = Successors(model.index)
+
+    @property
+    def found(self) -> PrecisionFacts:
+        return self.finder.facts
+
+    @property
+    def casts(self) -> List[ModuleCast]:
+        return self.found.casts
+
+    @property
+    def optimizers(self) -> List[OptimizerBuild]:
+        return self.found.optimizers
+
+    @property
+    def averages(self) -> List[InPlaceAverage]:
+        return self.found.averages
+
+    def trained_in_low_precision(self, dtype: str = "float16") -> Iterator[Tuple[ModuleCast, OptimizerBuild]]:
+        """Casts that may cast a module to `dtype` (`model.half()`, `unet.to(dtype=weight_dtype)`),
+        each with an optimizer that then trains the module's parameters in that dtype: it holds
+        them on a way the cast can take (their branch conditions do not contradict), nothing
+        that may keep float32 master weights takes it (apex, DeepSpeed, accelerate), it is
+        built or some optimizer steps after the cast, and nothing after the cast casts the
+        module back to float32 or hands it to code that may (adapters, `cast_training_params`)."""
+        return trained_in(self, dtype)
+
+    def averaged_in_low_precision(self, dtype: str = "float16") -> Iterator[Tuple[ModuleCast, InPlaceAverage]]:
+        """Casts that may cast a module to `dtype` whose parameters a loop that runs after the
+        cast decays in place: an EMA kept in that dtype (`ema = deepcopy(model).half()`,
+        then `e.mul_(d).add_(p, alpha=1 - d)`)."""
+        return averaged_in(self, dtype)
+
+
 # --------------------------------------------------------------------------- queries
 
 
@@ -706,10 +745,10 @@ def calls_after(model, record: CallRecord, successors: "Successors") -> List[Cal
     return found
 
 
-def trained_in(model, dtype: str) -> Iterator[Tuple[ModuleCast, OptimizerBuild]]:
+def trained_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast, OptimizerBuild]]:
     """Casts that may cast a module to `dtype`, each with an optimizer that then trains its
-    parameters in that dtype (see `SemanticModel.trained_in_low_precision`)."""
-    facts: PrecisionFacts = model.precision
+    parameters in that dtype (see `Precision.trained_in_low_precision`)."""
+    facts: PrecisionFacts = precision.found
     optimizers = [o for o in facts.optimizers if o.wrapped_by is None and o.trains]
     for cast in facts.casts:
         if dtype not in cast.dtypes:
@@ -725,29 +764,29 @@ def trained_in(model, dtype: str) -> Iterator[Tuple[ModuleCast, OptimizerBuild]]
         ]
         if not candidates:
             continue
-        after = calls_after(model, cast.record, model.successors)
-        if _undone(model, cast, after):
+        after = calls_after(precision.model, cast.record, precision.successors)
+        if _undone(precision, cast, after):
             continue
         ids = {id(r.node) for r in after}
-        steps = any(_is_step(model.classify(r)) for r in after)
+        steps = any(_is_step(precision.model.classify(r)) for r in after)
         for optimizer in candidates:
-            if (id(optimizer.node) in ids or steps) and not _fresh_object(model, cast, optimizer):
+            if (id(optimizer.node) in ids or steps) and not _fresh_object(precision, cast, optimizer):
                 yield cast, optimizer
                 break
 
 
-def averaged_in(model, dtype: str) -> Iterator[Tuple[ModuleCast, InPlaceAverage]]:
+def averaged_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast, InPlaceAverage]]:
     """Casts that may cast a module to `dtype` whose parameters a loop then decays in place
     (an EMA kept in that dtype)."""
-    facts: PrecisionFacts = model.precision
+    facts: PrecisionFacts = precision.found
     for cast in facts.casts:
         if dtype not in cast.dtypes:
             continue
         averages = [a for a in facts.averages if cast.covers(a.module)]
         if not averages:
             continue
-        after = calls_after(model, cast.record, model.successors)
-        if _undone(model, cast, after):
+        after = calls_after(precision.model, cast.record, precision.successors)
+        if _undone(precision, cast, after):
             continue
         ids = {id(r.node) for r in after}
         for average in averages:
@@ -757,21 +796,21 @@ def averaged_in(model, dtype: str) -> Iterator[Tuple[ModuleCast, InPlaceAverage]
                 break
 
 
-def _trains_after(model, record: CallRecord) -> bool:
+def _trains_after(precision: "Precision", record: CallRecord) -> bool:
     """Whether an optimizer is built or steps after `record`."""
-    after = calls_after(model, record, model.successors)
-    built = {id(o.node) for o in model.precision.optimizers}
-    return any(id(r.node) in built or _is_step(model.classify(r)) for r in after)
+    after = calls_after(precision.model, record, precision.successors)
+    built = {id(o.node) for o in precision.found.optimizers}
+    return any(id(r.node) in built or _is_step(precision.model.classify(r)) for r in after)
 
 
-def _fresh_object(model, cast: ModuleCast, optimizer: OptimizerBuild) -> bool:
+def _fresh_object(precision: "Precision", cast: ModuleCast, optimizer: OptimizerBuild) -> bool:
     """Whether, after the optimizer took the module's parameters, the cast variable was
     rebound to a new object before the cast: `text_encoder = load_text_encoder(...)`, then
     `text_encoder.to(weight_dtype)` for validation casts that copy, not the trained one."""
     if optimizer.unit is not cast.unit:
         return False
-    finder: PrecisionFinder = model.precision_finder
-    successors: Successors = model.successors
+    finder: PrecisionFinder = precision.finder
+    successors: Successors = precision.successors
     after_optimizer = calls_within(successors.statements_after(optimizer.record))
     records = {id(r.node): r for r in cast.unit.calls}
     root = dotted_name(module_chain(cast.node.func.value)[1])  # type: ignore[attr-defined]
@@ -794,22 +833,22 @@ def _is_step(item) -> bool:
     return kind is not None and kind.name in ("OPTIMIZER_STEP", "SCALER_STEP")
 
 
-def _undone(model, cast: ModuleCast, after: List[CallRecord]) -> bool:
+def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord]) -> bool:
     """Whether, after the cast, the module may be cast back to float32 (`model.float()`), or
     handed to code that may change its trainable parameters' precision (adapters, upcasting
     helpers: `vocabulary.may_change_parameter_precision`)."""
-    facts: PrecisionFacts = model.precision
+    facts: PrecisionFacts = precision.found
     ids = {id(r.node) for r in after}
     for other in facts.casts:
         if other is not cast and id(other.node) in ids and ("float32" in other.dtypes or not other.dtypes):
             # not `model.bn.float()`, nor `model.float()` for saving once training is over
-            if any(other.covers(path) for path in cast.paths) and _trains_after(model, other.record):
+            if any(other.covers(path) for path in cast.paths) and _trains_after(precision, other.record):
                 return True
-    finder: PrecisionFinder = model.precision_finder
+    finder: PrecisionFinder = precision.finder
     for record in after:
         call = record.node
         callee = dotted_name(call.func) or ""
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _MODULE_CHAIN:
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_CHAIN:
             continue  # `model.bn.float()` is a cast, weighed above
         if not vocabulary.may_change_parameter_precision(callee):
             continue
@@ -818,6 +857,6 @@ def _undone(model, cast: ModuleCast, after: List[CallRecord]) -> bool:
             handed.append(dotted_name(call.func.value))
         for name in handed:
             if name is not None and any(cast.covers(path) for path in finder.paths(name, record.unit.scope)):
-                if _trains_after(model, record):
+                if _trains_after(precision, record):
                     return True
     return False

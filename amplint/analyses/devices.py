@@ -25,10 +25,11 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set
 
 import libcst as cst
 
-from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, ModuleIndex
-from amplint.semantic.model import AutocastRegion
-from amplint.semantic.names import dotted_name, names_read, source_text
-from amplint.semantic.resolve import Resolver, split_args
+from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame
+from amplint.semantic.model import Analysis, SemanticModel
+from amplint.semantic.names import names_read, source_text
+from amplint.semantic.resolve import split_args
+from amplint.semantic.types import AutocastRegion
 
 # Words in a test or an `enabled=` expression that make it about where the code runs.
 _DEVICE_WORDS = ("cuda", "gpu", "device")
@@ -58,12 +59,16 @@ class Placement:
         return self.record.unit
 
 
-class Devices:
-    def __init__(self, index: ModuleIndex, resolver: Resolver, regions, classify) -> None:
+class Devices(Analysis):
+    """Placements and what regions are gated on: `model.facts(Devices)`."""
+
+    def __init__(self, model: SemanticModel) -> None:
+        super().__init__(model)
+        index = model.index
         self.index = index
-        self.resolver = resolver
-        self.regions = regions
-        self.classify = classify
+        self.resolver = model.resolver
+        self.regions = model.regions
+        self.classify = model.classify
         self.placements: List[Placement] = []
         for record in index.calls:
             placement = self._placement(record)
@@ -174,12 +179,27 @@ class Devices:
                     self._frames.setdefault(id(found), frames)
         return self._frames.get(id(region), ())
 
+    def runtime_device_choices(self, region: AutocastRegion) -> List[Placement]:
+        """Placements in the code around `region` (its unit, what encloses it, its class, the
+        module's top level, its callers in the file) on a device chosen at run time among
+        device types that include one the region does not switch autocast on for
+        (`.to(device)` with `device = torch.device("cuda" if ... else "cpu")` around an
+        `autocast("cuda")`). Empty when the region is gated on the device (its `enabled=`,
+        an `if` around it or a decorator test for CUDA), when its own function puts things on
+        the region's device literally (`net.to("cuda")`, `x.cuda()`: that code runs there), or
+        when the device is unknown."""
+        if not region.possible_devices or self.gated_on_device(region):
+            return []
+        own = self.placements_in([region.unit])
+        if any(p.literal and p.devices and p.devices <= region.possible_devices for p in own):
+            return []
+        return [
+            placement
+            for placement in self.placements_in(self.related_units(region.unit))
+            if placement.chosen_at_run_time and placement.devices - region.possible_devices
+        ]
+
 
 def _mentions_device(text: str, words=_DEVICE_WORDS) -> bool:
     lowered = text.lower()
     return any(word in lowered for word in words)
-
-
-def device_variable(placement: Placement) -> Optional[str]:
-    """The device argument as written, when it is a name: `device`, `self.device`, `args.device`."""
-    return dotted_name(placement.device) if placement.device is not None else None

@@ -82,6 +82,17 @@ DTYPES = {
 
 OPTIMIZER_MODULE_PREFIXES = ("torch.optim.", "torch.distributed.optim.")
 
+# Methods of nn.Module that return the module itself: a chain of them starts from the module.
+MODULE_CHAIN = frozenset(
+    {"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "train", "eval", "requires_grad_", "type", "xpu", "mps"}
+)
+CAST_METHODS = {"half": "float16", "bfloat16": "bfloat16", "float": "float32", "double": "float64"}
+# What hands an optimizer a module's parameters.
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children"})
+STATE_METHODS = frozenset({"parameters", "named_parameters", "state_dict", "buffers"})
+# In-place updates that decay a parameter toward another: what an EMA's update loop does.
+DECAY_METHODS = frozenset({"mul_", "lerp_", "_foreach_mul_", "_foreach_lerp_"})
+
 
 class ImportAliases:
     """Local name -> the dotted path an import bound it to."""

@@ -90,7 +90,7 @@ def named_like_a_loss(name: str) -> bool:
     return "loss" in _last(name)
 
 
-# Precision outside autocast (`amplint.semantic.precision`).
+# Precision outside autocast (`amplint.analyses.precision`).
 # A call that takes an optimizer and returns a schedule for it keeps no weights.
 _SCHEDULE_FRAGMENTS = ("sched", "lr", "warmup", "swa", "plateau")
 # Wrappers that keep float32 master weights of a low-precision model: apex's FP16_Optimizer

@@ -1,0 +1,16 @@
+"""Fact families beside the semantic core: each a class built from a file's `SemanticModel`
+on first use, and kept for the file (ruff's `analyze/`, Fixit's metadata dependencies).
+
+    restore = model.facts(Checkpoints).restored_before(record, scaler)
+
+- `checkpoints.Checkpoints`: where optimizers' and scalers' state is saved and restored;
+- `repetition.Repetitions`: which loops run a call again each iteration;
+- `precision.Precision`: module casts, optimizers and what they train, in-place averages;
+- `devices.Devices`: where code places tensors, and what an autocast region is gated on;
+- `region_ops.RegionOps`: the ops evaluated under autocast and what their inputs are;
+- `deprecations.Deprecations`: uses of the deprecated per-device AMP API;
+- `training.Training`: whether gradients reach an optimizer and scaling serves a step.
+
+An analysis imports the semantic core (and other analyses), never the other way round;
+`tests/test_layers.py` checks it. `rules/README.md` says when a fact belongs here.
+"""

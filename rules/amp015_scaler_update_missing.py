@@ -1,0 +1,430 @@
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Sequence, Union
+
+import libcst as cst
+
+from amplint.analyses.repetition import Repetition, Repetitions
+from amplint.evidence import BACKWARD, SCALE, STEP
+from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.semantic import EventKind, GuardFrame, LoopFrame, Occurrence, SemanticModel, source_text
+
+Loop = Union[cst.For, cst.While]
+
+# What makes a loop a training loop: it computes gradients in every iteration.
+_GRADIENTS = (EventKind.BACKWARD, EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD)
+
+
+class ScalerUpdateMissing(Rule):
+    """A training loop calls `scaler.step(optimizer)` but never `scaler.update()`, or unscales every iteration but updates only on some.
+
+    ## What it does
+    Flags `scaler.step(optimizer)` of an enabled GradScaler in a training loop (a loop that
+    also runs a backward) when no `scaler.update()` of the same scaler runs inside that loop:
+    written there, or in a helper of the file the loop calls. An update under the same
+    condition as the step counts; one after the loop does not. Also flags
+    `scaler.unscale_(optimizer)` that runs in every iteration while every update in the loop
+    sits under an `if` whose test changes from one iteration to the next and the unscale is
+    not under (gradient accumulation that clips every micro-batch and steps every few). A
+    condition that is the same in every iteration (a configuration flag) is not followed.
+
+    ## Why is this bad?
+    `update()` is what ends an iteration for a GradScaler: it resets the per-optimizer state
+    that `step()` and `unscale_()` record, and it adjusts the loss scale. Without it the
+    scale never adapts, and the scaler refuses a second step, or a second unscale.
+
+    ## What goes wrong at runtime
+    The mistake is loud. Measured by `amplint verify` (CPU, 20 steps, SGD and Adam, float16
+    and bfloat16 alike): the second `scaler.step(optimizer)` raises `RuntimeError: step() has
+    already been called since the last update().`, after the first step has been applied,
+    while the fixed run completes all 20 steps. A run that catches the error, or resumes,
+    has trained with a loss scale that never moved. An `unscale_()` on an iteration that
+    skips the update makes the next one raise `RuntimeError: unscale_() has already been
+    called on this optimizer since the last update()` (checked by hand on torch 2.13, CPU).
+
+    ## Example
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    No fix. Where the update belongs (after the last optimizer's step of the iteration, under
+    the same condition as the steps) is for the author to say.
+    """
+
+    code = "AMP015"
+    name = "scaler-update-missing"
+    severity = "warning"
+    needs = ({STEP}, {BACKWARD, SCALE})
+
+    PREDICTIONS = (
+        Prediction(
+            "sgd",
+            "raised",
+            "The second `scaler.step(optimizer)` raises a RuntimeError; the fixed run does not.",
+            compare="buggy-fixed",
+            at_least=1,
+            at_most=1,
+        ),
+        Prediction(
+            "sgd",
+            "steps_completed",
+            "The buggy run applies one step before it raises; the fixed run completes all 20 (20x as many).",
+            compare="fixed/buggy",
+            at_least=20,
+            at_most=20,
+        ),
+        Prediction(
+            "adam",
+            "steps_completed",
+            "With Adam the same: one step applied, then the raise (the fixed run completes 20x as many).",
+            compare="fixed/buggy",
+            at_least=20,
+            at_most=20,
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        reported = set()
+        for unit in model.units:
+            occurrences = list(model.occurrences_in(unit))
+            for call in occurrences:
+                scaler = _plain_scaler(call, occurrences, model)
+                loop = _training_loop(call, occurrences, model) if scaler is not None else None
+                if loop is None or id(call.call_site) in reported:
+                    continue
+                updates = [other for other in occurrences if _updates(other, scaler, loop, model)]
+                message = _message(call, loop, model.scaler_name(scaler), updates, model)
+                if message is not None:
+                    reported.add(id(call.call_site))
+                    yield Report(call.call_site, message)
+
+    VALID = (
+        # The protocol: step, then update, every iteration.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # The update in a helper the loop calls.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+def finish(scaler, optimizer):
+    scaler.step(optimizer)
+    scaler.update()
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    finish(scaler, optimizer)
+""",
+        # Step and update under the same condition (gradient accumulation).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / 4).backward()
+    if (i + 1) % 4 == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        # Two scalers, each updated.
+        """
+import torch
+scaler_g = torch.amp.GradScaler("cuda")
+scaler_d = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler_d.scale(d_loss(x)).backward()
+    scaler_d.step(opt_d)
+    scaler_d.update()
+    scaler_g.scale(g_loss(x)).backward()
+    scaler_g.step(opt_g)
+    scaler_g.update()
+""",
+        # One scaler, several optimizers stepped in an inner loop, one update after it.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for optimizer in optimizers:
+        scaler.step(optimizer)
+    scaler.update()
+""",
+        # A step helper with a loop over optimizers; the update is the caller's.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+def step_all(optimizers):
+    for optimizer in optimizers:
+        scaler.step(optimizer)
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    step_all(optimizers)
+    scaler.update()
+""",
+        # A disabled scaler steps without complaint.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+""",
+        # One step, no loop: a single update after it is not the question.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(model(x).sum()).backward()
+scaler.step(optimizer)
+""",
+        # Accumulation that unscales under the same condition as its step and update.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / 4).backward()
+    if (i + 1) % 4 == 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        # A step skipped by design, the unscale and the update kept every iteration.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for step, x in enumerate(loader):
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if step >= warmup:
+        scaler.step(optimizer)
+    scaler.update()
+""",
+        # Conditions that are the same in every iteration (configuration flags).
+        """
+import torch
+def train(model, loader, optimizer, clip, amp):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        if clip:
+            scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        if amp:
+            scaler.update()
+""",
+        # An object known only by its `.step(optimizer)`: maybe a wrapper that updates inside.
+        """
+import torch
+from .utils import Stepper
+def train(model, loader, optimizer):
+    stepper = Stepper()
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        loss.backward()
+        stepper.step(optimizer)
+""",
+        # A loop that runs its body once.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    break
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    optimizer.zero_grad()
+""",
+            at=((6, 5),),
+        ),
+        # The update once per epoch, after the batch loop.
+        Flagged(
+            """
+import torch
+def train(model, loader, optimizer, epochs):
+    scaler = torch.cuda.amp.GradScaler()
+    for epoch in range(epochs):
+        for x in loader:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+        scaler.update()
+""",
+            at=((8, 13),),
+        ),
+        # Two scalers, one of them never updated.
+        Flagged(
+            """
+import torch
+scaler_g = torch.amp.GradScaler("cuda")
+scaler_d = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler_d.scale(d_loss(x)).backward()
+    scaler_d.step(opt_d)
+    scaler_d.update()
+    scaler_g.scale(g_loss(x)).backward()
+    scaler_g.step(opt_g)
+""",
+            at=((10, 5),),
+        ),
+        # Clipping every micro-batch, stepping every fourth: the second unscale_ raises.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / 4).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if (i + 1) % 4 == 0:
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            at=((6, 5),),
+        ),
+        # The step in a helper the loop calls: reported at the call.
+        Flagged(
+            """
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+    def optimize(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+    def fit(self, loader):
+        for x in loader:
+            self.optimize(self.model(x).sum())
+""",
+            at=((11, 13),),
+        ),
+    )
+
+
+def _plain_scaler(call: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[str]:
+    """The key of the GradScaler `call` is a `scaler.step(...)` or `scaler.unscale_(...)` of,
+    when it is a plain one that may be enabled (a framework's scaler manages its own update)
+    and surely a GradScaler: the file builds it, or the unit scales a loss with it too (an
+    object known only by its `.step(optimizer)` may be a wrapper that updates inside)."""
+    if call.kind not in (EventKind.SCALER_STEP, EventKind.UNSCALE) or call.receiver is None:
+        return None
+    key = call.receiver.key
+    info = model.scalers.get(key)
+    if info is None or info.framework is not None or info.known_disabled:
+        return None
+    scales = any(o.kind is EventKind.SCALE and o.receiver is not None and o.receiver.key == key for o in occurrences)
+    return key if info.constructions or scales else None
+
+
+def _training_loop(step: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Loop]:
+    """The innermost loop of the step's unit around it that runs a backward too (not a loop
+    over optimizers) and repeats its body. None when a loop in a helper on the way holds the
+    step: that helper's unit reports it."""
+    if step.via and any(_loops(model, node) for node in step.via[1:] + (step.event.node,)):
+        return None
+    repetitions = model.facts(Repetitions)
+    for loop in reversed(_loops(model, step.call_site)):
+        inside = [o for o in occurrences if repetitions.inside(o.call_site, loop)]
+        if any(o.kind in _GRADIENTS for o in inside):
+            return loop if repetitions.repeats(loop) else None
+    return None
+
+
+def _loops(model: SemanticModel, node: cst.CSTNode) -> List[Loop]:
+    """The loops around a call in its unit, outermost first."""
+    record = model.call_record(node) if isinstance(node, cst.Call) else None
+    return [frame.node for frame in record.frames if isinstance(frame, LoopFrame)] if record is not None else []
+
+
+def _updates(other: Occurrence, scaler: str, loop: Loop, model: SemanticModel) -> bool:
+    """Whether `other` is an update of `scaler` (or of a scaler amplint cannot name) that runs
+    inside `loop`."""
+    if other.kind is not EventKind.SCALER_UPDATE or not model.facts(Repetitions).inside(other.call_site, loop):
+        return False
+    return other.receiver is None or other.receiver.key == scaler or other.receiver.key not in model.scalers
+
+
+def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence], model: SemanticModel) -> Optional[Message]:
+    """What is wrong with `call` (a step or an unscale_ in `loop`) given the loop's updates of
+    its scaler, or None: a step with no update in the loop; an unscale_ that runs in every
+    iteration while every update sits under an `if` whose test changes from one iteration to
+    the next (`if (i + 1) % 4 == 0:`), which the unscale_ is not under."""
+    header = (
+        f"for {source_text(loop.target)} in {source_text(loop.iter)}:"
+        if isinstance(loop, cst.For)
+        else f"while {source_text(loop.test)}:"
+    )
+    if call.kind is EventKind.SCALER_STEP and not updates:
+        return Message(
+            f"{quote(call)} runs every iteration of `{header}` but `{scaler}.update()` never does",
+            help=(
+                f"The second `{scaler}.step()` raises `RuntimeError: step() has already been called since the last "
+                f"update()`, and the loss scale never adapts. Call `{scaler}.update()` once per iteration, after the "
+                "last step."
+            ),
+        )
+    if call.kind is not EventKind.UNSCALE or not updates or not _every_iteration(model, call, loop):
+        return None
+    if any(_every_iteration(model, update, loop) for update in updates):
+        return None
+    own = {(id(g.test), g.outcome) for g in _guards(model, call.call_site, loop)}
+    skipping = [g for g in _guards(model, updates[0].call_site, loop) if (id(g.test), g.outcome) not in own]
+    if not skipping:
+        return None
+    test = skipping[-1]
+    condition = source_text(test.test) if test.outcome else f"not ({source_text(test.test)})"
+    return Message(
+        f"{quote(call)} runs every iteration of `{header}` but `{scaler}.update()` only when `{condition}`",
+        help=(
+            f"On an iteration that skips the update, the next `{scaler}.unscale_()` raises `RuntimeError: "
+            "unscale_() has already been called on this optimizer since the last update()`. Unscale under the "
+            "same condition as the step and the update."
+        ),
+    )
+
+
+def _every_iteration(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> bool:
+    """Whether what the loop's unit writes for `occurrence` runs in every iteration of `loop`:
+    no `if` between them tests what an iteration changes (`Repetitions.runs_every_iteration`)."""
+    record = model.call_record(occurrence.call_site) if isinstance(occurrence.call_site, cst.Call) else None
+    if record is None:
+        return True
+    return model.facts(Repetitions).runs_every_iteration(record, Repetition(loop, record.unit))
+
+
+def _guards(model: SemanticModel, node: cst.CSTNode, loop: Loop) -> List[GuardFrame]:
+    """The `if` branches between `loop` and the call `node` in its unit."""
+    record = model.call_record(node) if isinstance(node, cst.Call) else None
+    frames = list(record.frames) if record is not None else []
+    inner = next((i for i, f in enumerate(frames) if isinstance(f, LoopFrame) and f.node is loop), len(frames))
+    return [frame for frame in frames[inner + 1 :] if isinstance(frame, GuardFrame)]

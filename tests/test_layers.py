@@ -1,0 +1,211 @@
+"""The layers of the package, checked on its import graph (every import, also those inside
+functions; only imports under `if TYPE_CHECKING:` are left out, since they never run).
+
+- A rule imports only the rule surface that rules/README.md lists: `amplint.rule`, the
+  names in `amplint.semantic.__all__`, `amplint.analyses.*`, `amplint.semantic.pytorch.*`,
+  `amplint.evidence`, `amplint.fix`, `amplint.noqa`; never a private module of the core.
+- The semantic core imports nothing of amplint outside itself (not the fixes, the CLI,
+  the output, the LSP server, the driver, nor the analyses built on it) but the leaves:
+  modules that import nothing of amplint themselves (the work meter, text escaping).
+- An analysis imports the core and other analyses only.
+- No import cycle anywhere in the package.
+"""
+
+import ast
+import os
+from typing import Dict, List, Set
+
+import pytest
+
+import amplint.semantic
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where each top-level package's files are: rules/ ships as `amplint.rules` (pyproject.toml).
+PACKAGES = {"amplint": os.path.join(ROOT, "amplint"), "amplint.rules": os.path.join(ROOT, "rules")}
+
+# What a rule may import, as rules/README.md lists it: modules, and packages whose every
+# module is open to rules.
+RULE_MODULES = ("amplint.rule", "amplint.semantic", "amplint.evidence", "amplint.fix", "amplint.noqa")
+RULE_PACKAGES = ("amplint.analyses", "amplint.semantic.pytorch")
+# Leaves: they import nothing of amplint, so any layer may use them.
+LEAVES = ("amplint.work", "amplint.escape")
+
+# Cycles known and being removed elsewhere, each with the branch that removes it. Delete an
+# entry once that branch is merged: the test then holds the package to no cycle at all.
+TEMPORARY_CYCLE_ALLOWANCES = {
+    # `lsp/settings.py` calls private functions of `cli`, and `cli` starts the server:
+    # branch `lsp` moves the shared settings into their own module.
+    "cli-lsp": frozenset({"amplint.cli", "amplint.lsp", "amplint.lsp.server", "amplint.lsp.settings"}),
+}
+
+
+def _modules() -> Dict[str, str]:
+    """Every module of the package: dotted name -> file."""
+    found: Dict[str, str] = {}
+    for package, directory in PACKAGES.items():
+        for folder, subfolders, files in os.walk(directory):
+            subfolders[:] = sorted(d for d in subfolders if os.path.exists(os.path.join(folder, d, "__init__.py")))
+            relative = os.path.relpath(folder, directory)
+            prefix = package if relative == "." else package + "." + relative.replace(os.sep, ".")
+            if package == "amplint" and prefix.startswith("amplint.rules"):
+                continue
+            for name in files:
+                if name.endswith(".py"):
+                    module = prefix if name == "__init__.py" else f"{prefix}.{name[:-3]}"
+                    found[module] = os.path.join(folder, name)
+    return found
+
+
+MODULES = _modules()
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(module: str) -> List[ast.stmt]:
+    """The import statements of `module` that can run: at any depth, not under TYPE_CHECKING."""
+    with open(MODULES[module], encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    found: List[ast.stmt] = []
+    pending: List[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and _type_checking(node.test):
+            pending.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _targets(module: str, statement: ast.stmt) -> List[tuple]:
+    """(module imported, name taken from it or None) for each amplint module `statement` imports."""
+    if isinstance(statement, ast.Import):
+        return [(alias.name, None) for alias in statement.names if alias.name in MODULES]
+    assert isinstance(statement, ast.ImportFrom)
+    base = statement.module or ""
+    if statement.level:
+        package = module if MODULES[module].endswith("__init__.py") else module.rsplit(".", 1)[0]
+        for _ in range(statement.level - 1):
+            package = package.rsplit(".", 1)[0]
+        base = f"{package}.{base}" if base else package
+    found = []
+    for alias in statement.names:
+        submodule = f"{base}.{alias.name}"
+        if submodule in MODULES:
+            found.append((submodule, None))  # `from amplint.semantic.pytorch import api`
+        elif base in MODULES:
+            found.append((base, alias.name))
+    return found
+
+
+def _graph() -> Dict[str, Set[str]]:
+    return {m: {target for s in _imports(m) for target, _ in _targets(m, s)} for m in MODULES}
+
+
+GRAPH = _graph()
+
+
+def test_the_walk_sees_the_package():
+    assert {"amplint.semantic.model", "amplint.analyses.checkpoints", "amplint.rules.amp001_unscaled_backward"} <= set(MODULES)
+    assert "amplint.semantic.flow" in GRAPH["amplint.semantic.model"]
+    assert "amplint.semantic.pytorch.api" in GRAPH["amplint.semantic.calls"]  # `from ... import api as torch_api`
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("amplint.rules.")))
+def test_a_rule_imports_only_the_rule_surface(module):
+    for statement in _imports(module):
+        for target, name in _targets(module, statement):
+            if target.startswith("amplint.rules."):
+                continue  # a rule's own helpers module, if it has one
+            allowed = target in RULE_MODULES or any(target.startswith(p + ".") or target == p for p in RULE_PACKAGES)
+            assert allowed, f"{module} imports {target}: not on the rule surface (rules/README.md)"
+            if target == "amplint.semantic" and name is not None:
+                assert name in amplint.semantic.__all__, f"{module} imports {name}, not in amplint.semantic.__all__"
+
+
+def test_rules_readme_lists_the_rule_surface():
+    with open(os.path.join(ROOT, "rules", "README.md"), encoding="utf-8") as handle:
+        text = handle.read()
+    for name in RULE_MODULES + RULE_PACKAGES:
+        assert f"`{name}" in text, f"rules/README.md does not list {name}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m == "amplint.semantic" or m.startswith("amplint.semantic.")))
+def test_the_semantic_core_imports_only_itself(module):
+    outside = sorted(
+        t for t in GRAPH[module] if t != "amplint.semantic" and not t.startswith("amplint.semantic.") and t not in LEAVES
+    )
+    assert outside == [], f"{module} imports {outside}"
+
+
+@pytest.mark.parametrize("module", LEAVES)
+def test_a_leaf_imports_nothing_of_amplint(module):
+    assert GRAPH[module] == set(), f"{module} imports {sorted(GRAPH[module])}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("amplint.analyses")))
+def test_an_analysis_imports_only_the_core_and_other_analyses(module):
+    outside = sorted(t for t in GRAPH[module] if not t.startswith(("amplint.semantic", "amplint.analyses")))
+    assert outside == [], f"{module} imports {outside}"
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[Set[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[Set[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_package():
+    cycles = [
+        sorted(c) for c in _cycles(GRAPH) if not any(c <= allowed for allowed in TEMPORARY_CYCLE_ALLOWANCES.values())
+    ]
+    assert cycles == []
