@@ -18,7 +18,7 @@ from amplint.semantic.conditions import Assumption, StandIn, alternatives, assum
 from amplint.semantic.exports import ExternalModules
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
-from amplint.semantic.names import names_bound, names_read, names_used, roots
+from amplint.semantic.names import names_bound, names_read, names_used, roots, source_text
 from amplint.semantic.regions import Regions
 from amplint.semantic.resolve import Resolver, argument, is_infinity
 from amplint.semantic.scalers import ScalerFacts, binding_key, find_scalers
@@ -65,6 +65,7 @@ class SemanticModel:
         self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
         self._alternatives: Dict[Tuple[int, bool, bool], List[List[Assumption]]] = {}
         self._stand_ins: Dict[int, Dict[str, StandIn]] = {}
+        self._call_order: Optional[Dict[int, int]] = None
         self._records: Optional[Dict[int, CallRecord]] = None
         self._facts: Dict[type, "Analysis"] = {}
 
@@ -374,11 +375,53 @@ class SemanticModel:
                 continue
             for occurrence, states in flow.before.items():
                 if occurrence.kind in kinds:
-                    found.extend((occurrence, state) for state in states)
+                    ordered = sorted(states, key=self._state_key) if len(states) > 1 else states
+                    found.append((occurrence, ordered))
         # Events where they are written first, then through ever deeper helper calls: a
-        # finding reached both ways is worded as the unit that contains it sees it.
-        found.sort(key=lambda pair: len(pair[0].via))
-        yield from found
+        # finding reached both ways is worded as the unit that contains it sees it. Within
+        # that, in an order that does not depend on how sets happened to iterate (hash seeds,
+        # memory addresses): the first report of a node is the one kept, so the same file
+        # always gets the same message.
+        found.sort(key=lambda pair: (len(pair[0].via), self._occurrence_key(pair[0])))
+        for occurrence, states in found:
+            for state in states:
+                yield occurrence, state
+
+    def _node_key(self, node: cst.CSTNode) -> Tuple[int, str]:
+        """A node's place among the file's calls, else its code: the same in every run."""
+        if self._call_order is None:
+            self._call_order = {id(record.node): position for position, record in enumerate(self.index.calls)}
+        position = self._call_order.get(id(node))
+        return (position, "") if position is not None else (-1, source_text(node))
+
+    def _occurrence_key(self, occurrence: Optional[Occurrence]) -> tuple:
+        if occurrence is None:
+            return ()
+        return (
+            occurrence.kind.name,
+            self._node_key(occurrence.event.node),
+            len(occurrence.via),
+            tuple(self._node_key(call) for call in occurrence.via),
+        )
+
+    def _state_key(self, state: FlowState) -> tuple:
+        gradients = state.gradients
+        occurrence = self._occurrence_key
+        return (
+            sorted((condition.text, value) for condition, value in state.facts),
+            sorted(state.scaled),
+            gradients.scaler or "",
+            gradients.entry,
+            sorted(gradients.unscaled),
+            sorted(gradients.stepped),
+            gradients.mixed,
+            gradients.scaled_since_step,
+            occurrence(gradients.scaled_by),
+            occurrence(gradients.unscale),
+            occurrence(gradients.last_backward),
+            sorted(occurrence(o) for o in gradients.plain_backwards),
+            sorted(occurrence(o) for o in gradients.entry_uses),
+        )
 
     # ------------------------------------------------------------------ names
     @cached_property
