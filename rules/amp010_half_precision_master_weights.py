@@ -5,7 +5,7 @@ from typing import Iterator
 from amplint.analyses.precision import InPlaceAverage, ModuleCast, OptimizerBuild, Precision
 from amplint.evidence import AVERAGE, HALF, OPTIMIZER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
-from amplint.semantic import SemanticModel, source_text
+from amplint.semantic import SemanticModel, dotted_name, source_text
 
 
 class HalfPrecisionMasterWeights(Rule):
@@ -397,10 +397,22 @@ def _trained_message(cast: ModuleCast, optimizer: OptimizerBuild) -> str:
     return (
         f"`{source_text(cast.node)}` casts `{cast.name}` to {_dtype_words(cast)}, and {holder} "
         f"(`{source_text(optimizer.node)}`) then updates those float16 parameters with no float32 master "
-        "copy: updates smaller than ~1/4000 of a weight round away, and Adam's default eps=1e-8 is 0 in "
-        "float16 (inf/NaN). Keep the parameters float32 and run the forward pass under "
-        "`torch.autocast(..., dtype=torch.float16)` with a GradScaler."
+        f"copy: updates smaller than ~1/4000 of a weight round away{_eps_words(optimizer)}. Keep the "
+        "parameters float32 and run the forward pass under `torch.autocast(..., dtype=torch.float16)` with a "
+        "GradScaler."
     )
+
+
+# Optimizers whose default eps (1e-8, Adagrad's 1e-10) is 0 in float16: the update divides by it.
+_TINY_EPS = ("adam", "rmsprop", "adagrad")
+
+
+def _eps_words(optimizer: OptimizerBuild) -> str:
+    """The eps sentence, for the optimizer the user has: Adam's, not SGD's."""
+    last = (dotted_name(optimizer.node.func) or "").rsplit(".", 1)[-1]
+    if not any(word in last.lower() for word in _TINY_EPS):
+        return ""
+    return f", and `{last}`'s default eps is 0 in float16 (the update divides by it: inf/NaN)"
 
 
 def _averaged_message(cast: ModuleCast, average: InPlaceAverage) -> str:

@@ -65,3 +65,27 @@ def test_a_long_optimizer_is_elided_in_the_amp010_title():
     assert titles, "AMP010 should fire on this example"
     assert all(len(title) < 200 and "\n" not in title for title in titles)
     assert any("`optimizer_class(...)`" in title for title in titles)
+
+
+@pytest.mark.parametrize(
+    "optimizer, eps",
+    [("torch.optim.SGD(model.parameters(), lr=0.1)", None), ("torch.optim.AdamW(model.parameters())", "AdamW"),
+     ("torch.optim.RMSprop(model.parameters())", "RMSprop"), ("Lion(model.parameters())", None)],
+)
+def test_help_names_the_optimizer_the_user_has(optimizer, eps):
+    """AMP010's help speaks of eps only for an optimizer that divides by one (not SGD's)."""
+    source = textwrap.dedent(
+        f"""\
+        import torch
+        model = Net().cuda().half()
+        optimizer = {optimizer}
+        for x, y in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    )
+    (finding,) = [f for f in lint_text(source) if f.code == "AMP010"]
+    if eps is None:
+        assert "eps" not in finding.help
+    else:
+        assert f"`{eps}`'s default eps is 0 in float16" in finding.help
