@@ -13,17 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import List, Optional, Sequence, TextIO, Tuple, Type
+from typing import List, Optional, Sequence, TextIO, Tuple
 
 from amplint import __version__, progress, show, subcommands
 from amplint.cache import CACHE_DIR_NAME, ENV_CACHE_DIR, Cache, default_cache_dir
 from amplint.config import (
     TARGET_VERSIONS,
-    Config,
     ConfigError,
     PythonVersion,
-    find_pyproject,
-    load,
     parse_target_version,
     split_codes,
 )
@@ -32,14 +29,16 @@ from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_p
 from amplint.driver import DEFAULT_BUDGET, Job, Runner
 from amplint.fix import diff
 from amplint.fixer import FileFix, applied_fixes, fix_results, wanted_by, write_fixed
-from amplint.gitignore import PatternList
 from amplint.output import FORMATS, HUMAN_FORMATS, statistics
 from amplint.escape import visible
 from amplint.output.terminal import use_color
 from amplint.project import link
-from amplint.rule import Rule
 from amplint.rules import ALL_RULES
-from amplint.selection import SelectionError, require_some, resolve, validate
+from amplint.selection import SelectionError, validate
+from amplint.settings import codes_for as _codes_for
+from amplint.settings import load_config as _load_config
+from amplint.settings import per_file_ignores as _per_file_ignores
+from amplint.settings import selected_rules as _selected_rules
 from amplint.source import size_error
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -316,54 +315,6 @@ def _usage_error(message: str) -> int:
     # Messages quote the configuration and paths, which the linted repository controls.
     print(f"amplint: error: {visible(message)}", file=sys.stderr)
     return EXIT_ERROR
-
-
-def _load_config(options: argparse.Namespace, paths: Sequence[str]) -> Config:
-    if options.isolated:
-        return Config(root=os.getcwd())
-    if options.config:
-        return load(options.config, os.getcwd())
-    start = os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else os.getcwd()
-    return load(find_pyproject(start), os.getcwd(), start)
-
-
-def _selected_rules(options: argparse.Namespace, config: Config) -> Tuple[Type[Rule], ...]:
-    cli_select = split_codes(options.select)
-    if cli_select is not None:
-        # The command line wins: its --select replaces the config's whole selection.
-        require_some(cli_select, "--select")
-        select, ignore = cli_select, []
-    else:
-        if config.select is not None:
-            require_some(config.select, f"{config.path}: `select`")
-        select, ignore = (config.select if config.select is not None else ["ALL"]), list(config.ignore)
-    extend = [*config.extend_select, *(split_codes(options.extend_select) or [])]
-    ignore += split_codes(options.ignore) or []
-    return resolve(
-        ALL_RULES,
-        validate(select, ALL_RULES),
-        validate(extend, ALL_RULES),
-        validate(ignore, ALL_RULES),
-    )
-
-
-def _per_file_ignores(config: Config) -> List[Tuple[PatternList, List[str]]]:
-    return [
-        (PatternList.from_patterns(config.root, [pattern]), validate(codes, ALL_RULES))
-        for pattern, codes in config.per_file_ignores.items()
-    ]
-
-
-def _codes_for(
-    path: str, rules: Sequence[Type[Rule]], config: Config, per_file: Sequence[Tuple[PatternList, List[str]]]
-) -> Tuple[str, ...]:
-    ignored: List[str] = []
-    if per_file:
-        relative = os.path.relpath(os.path.abspath(path), config.root)
-        for patterns, codes in per_file:
-            if patterns.ignored(relative, is_dir=False):
-                ignored.extend(codes)
-    return tuple(r.code for r in rules if not any(c == "ALL" or r.code.startswith(c) for c in ignored))
 
 
 def lint_stdin(

@@ -339,3 +339,10 @@ def test_without_pygls_the_server_says_how_to_install_it(tmp_path):
     (tmp_path / "train.py").write_text(BUGGY)
     lint = subprocess.run([sys.executable, "-m", "amplint", "--concise", "train.py"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert lint.returncode == 1 and "AMP003" in lint.stdout
+
+
+def test_the_server_settings_do_not_import_the_command():
+    # One settings module (amplint.settings) serves both: no cli <-> lsp import cycle.
+    code = "import sys, amplint.lsp.settings; print('amplint.cli' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr

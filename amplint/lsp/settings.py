@@ -1,5 +1,6 @@
 """Which rules apply to a file the editor holds: exactly what `amplint PATH --force-exclude`
-would apply, from the `[tool.amplint]` found upwards from the file (amplint.cli's own code).
+would apply, from the `[tool.amplint]` found upwards from the file (amplint.settings, which
+the command uses too).
 
 An open file that the configuration excludes (`exclude`, `extend-exclude`, the defaults such
 as `site-packages`, `.gitignore`) gets no rules, as pre-commit's `--force-exclude` run would:
@@ -11,11 +12,10 @@ from __future__ import annotations
 import os
 from typing import Optional, Tuple, Type
 
-from amplint.syntax import PythonVersion
-
-from amplint import cli
 from amplint.discovery import DEFAULT_EXCLUDES, Discovery
 from amplint.rule import Rule
+from amplint.settings import DEFAULTS, codes_for, load_config, per_file_ignores, selected_rules
+from amplint.syntax import PythonVersion
 
 
 def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[PythonVersion]]:
@@ -23,11 +23,10 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
     and the Python version its syntax is judged against (`target-version`).
 
     Raises ConfigError or SelectionError for a broken configuration, as the command does."""
-    options = cli._check_parser().parse_args([])
     anchor = path if path is not None else os.path.join(os.getcwd(), "untitled.py")
-    config = cli._load_config(options, [anchor])
-    rules = cli._selected_rules(options, config)
-    per_file = cli._per_file_ignores(config)
+    config = load_config(DEFAULTS, [anchor])
+    rules = selected_rules(DEFAULTS, config)
+    per_file = per_file_ignores(config)
     if path is not None:
         discovery = Discovery(
             root=config.root,
@@ -38,5 +37,5 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
         )
         if discovery.is_excluded(path, is_dir=False):
             return (), config.target_version
-    codes = cli._codes_for(anchor, rules, config, per_file)
+    codes = codes_for(anchor, rules, config, per_file)
     return tuple(rule for rule in rules if rule.code in codes), config.target_version
