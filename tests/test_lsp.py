@@ -33,7 +33,7 @@ async def client(lsp_client: LanguageClient, tmp_path_factory):
     capabilities.notebook_document = types.NotebookDocumentClientCapabilities(
         synchronization=types.NotebookDocumentSyncClientCapabilities()
     )
-    lsp_client.published = []  # every publishDiagnostics, in order, to count debounced lints
+    lsp_client.published = []  # every publishDiagnostics, in order, to count what is published
     original = lsp_client.protocol.fm.features[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS]
 
     def record(params):
@@ -122,7 +122,7 @@ async def test_diagnostics_on_open_with_severity_code_and_help(client: LanguageC
 
 
 @in_module_loop
-async def test_edits_are_debounced_and_only_the_last_version_is_published(client: LanguageClient, tmp_path):
+async def test_a_burst_of_edits_publishes_only_the_last_version(client: LanguageClient, tmp_path):
     uri = open_file(client, tmp_path / "train.py", BUGGY)
     await diagnostics_for(client, uri, 1)
     before = len(client.published)
@@ -132,7 +132,7 @@ async def test_edits_are_debounced_and_only_the_last_version_is_published(client
     replace_all(client, uri, FIXED, 4)
     assert await diagnostics_for(client, uri, 0, settle=1.0) == []
     after = [p for p in client.published[before:] if p.uri == uri]
-    assert [p.version for p in after] == [4], "one lint for the burst of edits, of the final version"
+    assert [p.version for p in after] == [4], "the burst's earlier versions are never published"
 
 
 @in_module_loop

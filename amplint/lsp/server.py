@@ -1,11 +1,12 @@
 """The language server: pygls features around amplint's own engine.
 
-Diagnostics are published on open and save at once, and after `DEBOUNCE_SECONDS` of quiet
-while typing. Each lint runs in a worker process with the command's per-file budget, a few at
-a time (`amplint.lsp.linting`), so the server keeps answering and one slow document never
-stalls the others. A document is linted one version at a time: a newer version waits for
-the lint in flight and only the newest waiting one is linted next; a result for a version
-the editor has since changed is dropped, never published. A document that cannot be linted
+Diagnostics are published on open, change and save. Each lint runs in a worker process with
+the command's per-file budget, a few at a time (`amplint.lsp.linting`), so the server keeps
+answering and one slow document never stalls the others. A document is linted one version
+at a time: a change starts a lint at once when none is in flight for the document, else it
+waits for the one in flight, and only the newest waiting version is linted next (a burst of
+typing costs two lints: its first version and its last). A result for a version the editor
+has since changed is dropped, never published. A document that cannot be linted
 (over the budget, a crash, not text) gets no diagnostics and a message saying why.
 Severities are the rules' (`error` -> Error, `warning` -> Warning); AMP100's stale `# noqa`
 is also tagged Unnecessary, which editors grey out.
@@ -46,9 +47,6 @@ from amplint.lsp.linting import Linter, Outcome
 from amplint.noqa import UNUSED_NOQA, edit_adding_code
 from amplint.notebook import is_notebook
 
-# Events this close together are one change: a burst (format on type, a multi-cursor edit)
-# is linted once. Typing needs no longer wait: a document is linted one version at a time.
-DEBOUNCE_SECONDS = 0.05
 SOURCE = "amplint"
 FIX_ALL = "source.fixAll.amplint"
 logger = logging.getLogger(__name__)
@@ -91,16 +89,14 @@ class AmplintLanguageServer(LanguageServer):
 
     # ------------------------------------------------------------------ scheduling
 
-    def schedule(self, uri: str, delay: float = 0.0) -> None:
+    def schedule(self, uri: str) -> None:
         task = self.pending.pop(uri, None)
         if task is not None:
             task.cancel()
-        self.pending[uri] = asyncio.get_running_loop().create_task(self._lint_after(uri, delay))
+        self.pending[uri] = asyncio.get_running_loop().create_task(self._lint_when_free(uri))
 
-    async def _lint_after(self, uri: str, delay: float) -> None:
+    async def _lint_when_free(self, uri: str) -> None:
         try:
-            if delay:
-                await asyncio.sleep(delay)
             # One version of a document at a time: wait for the one in flight.
             while uri in self.running:
                 await asyncio.wait([self.running[uri]])
@@ -406,7 +402,7 @@ def build() -> AmplintLanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     async def did_change(ls: AmplintLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, DEBOUNCE_SECONDS)
+        ls.schedule(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     async def did_save(ls: AmplintLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
@@ -428,7 +424,7 @@ def build() -> AmplintLanguageServer:
         removed = params.change.cells.structure.did_close if params.change.cells and params.change.cells.structure else None
         if removed:
             ls.clear([cell.uri for cell in removed])
-        ls.schedule(params.notebook_document.uri, DEBOUNCE_SECONDS)
+        ls.schedule(params.notebook_document.uri)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
     async def notebook_save(ls: AmplintLanguageServer, params: types.DidSaveNotebookDocumentParams) -> None:
