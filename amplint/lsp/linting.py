@@ -22,9 +22,14 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, NamedTuple, Optional, Tuple
 
+# What a worker runs is imported before any lane forks one: a module that another thread is
+# importing at the moment of a fork would stay locked in the child for good.
+import amplint.engine  # noqa: F401
+import amplint.rules  # noqa: F401
 from amplint.config import ConfigError
 from amplint.diagnostics import FileResult, Finding
 from amplint.driver import DEFAULT_BUDGET, Job, Runner, internal_error
+from amplint.fixer import fix_source, wanted_by
 from amplint.lsp.settings import rules_for
 from amplint.selection import SelectionError
 from amplint.source import size_error
@@ -95,8 +100,6 @@ def lint_isolated(name: str, codes: Tuple[str, ...], data: bytes, target: Option
 def fix_all(name: str, path: Optional[str], text: str) -> Optional[str]:
     """`text` with every safe fix applied, as `amplint --fix` leaves it; None when there is
     nothing to fix or it cannot be fixed."""
-    from amplint.fixer import fix_source, wanted_by
-
     rules, target = rules_for(path)
     if not rules:
         return None
