@@ -157,11 +157,13 @@ def tree_cpu(pid: int) -> Optional[float]:
             continue
         # utime, stime, cutime, cstime: fields 14-17 of stat, 12-15 after the name.
         total += sum(int(value) for value in fields[11:15]) / ticks
-        try:
-            with open(f"/proc/{current}/task/{current}/children") as handle:
-                pids.extend(int(child) for child in handle.read().split())
-        except OSError:
-            pass
+        # Children are listed by the thread that started them (the server's lanes).
+        for children in glob.glob(f"/proc/{current}/task/*/children"):
+            try:
+                with open(children) as handle:
+                    pids.extend(int(child) for child in handle.read().split())
+            except OSError:
+                pass
     return total
 
 
