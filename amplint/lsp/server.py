@@ -479,6 +479,11 @@ def serve() -> None:
     server's reader thread is blocked on."""
     protocol_in = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    if hasattr(os, "register_at_fork"):
+        # A worker does not hold the protocol's pipes open (the editor sees the server end
+        # when it ends). The descriptors, not the files: the reader thread holds their lock.
+        descriptors = (protocol_in.fileno(), protocol_out.fileno())
+        os.register_at_fork(after_in_child=lambda: [os.close(fd) for fd in descriptors])
     sys.stdout.flush()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, sys.stdin.fileno())
