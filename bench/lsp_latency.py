@@ -64,7 +64,8 @@ class Client:
     every publishDiagnostics with the time it arrived."""
 
     def __init__(self, command: List[str], cwd: str) -> None:
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd)
+        self.stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, cwd=cwd)
         self.ids = 0
         self.responses: Dict[int, Any] = {}
         self.published: List[tuple] = []  # (arrival, uri, version, number of diagnostics)
@@ -122,10 +123,15 @@ class Client:
 
         with self.condition:
             if not self.condition.wait_for(lambda: found() is not None, timeout):
-                raise TimeoutError(f"no diagnostics for version {version} within {timeout} s")
+                raise TimeoutError(f"no diagnostics for version {version} within {timeout} s; the server said:\n{self.said()}")
             result = found()
             assert result is not None
             return result
+
+    def said(self) -> str:
+        """The last of what the server wrote on standard error."""
+        self.stderr.seek(0)
+        return self.stderr.read().decode("utf-8", "replace")[-4000:]
 
     def close(self) -> None:
         try:
