@@ -407,6 +407,15 @@ async def test_fix_all_applies_every_safe_fix(client: LanguageClient, tmp_path):
     assert await fix_all(client, uri) is None  # nothing left to fix
 
 
+@in_module_loop
+async def test_fix_all_leaves_what_the_configuration_makes_unfixable(client: LanguageClient, tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nunfixable = ["AMP003"]\n')
+    uri = open_file(client, tmp_path / "train.py", BUGGY)
+    (diagnostic,) = await diagnostics_for(client, uri, 1)
+    assert diagnostic.data["fix"]["applicability"] == "safe"
+    assert await fix_all(client, uri) is None
+
+
 # --------------------------------------------------------------------------- notebooks
 
 SETUP = "import torch\nscaler = torch.amp.GradScaler()\n"

@@ -33,8 +33,8 @@ import amplint.rules  # noqa: F401
 from amplint.config import ConfigError
 from amplint.diagnostics import FileResult, Finding
 from amplint.driver import DEFAULT_BUDGET, Job, Runner, internal_error
-from amplint.fixer import fix_source, wanted_by
-from amplint.lsp.settings import rules_for
+from amplint.fixer import fix_source
+from amplint.lsp.settings import rules_for, safe_fixes_for
 from amplint.selection import SelectionError
 from amplint.source import size_error
 from amplint.syntax import PythonVersion
@@ -54,7 +54,7 @@ class Outcome(NamedTuple):
 
 
 class Linter:
-    """Runs `lint_document` (and `fix_all`) in `LANES` threads, each lint in its own worker."""
+    """Runs `lint_document` (and `fix_all`) in `LANES` threads, each with its worker."""
 
     def __init__(self, lanes: int = LANES) -> None:
         self.executor = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="amplint-lint")
@@ -89,7 +89,7 @@ def lint_document(name: str, path: Optional[str], data: bytes) -> Outcome:
 
 
 def lint_isolated(name: str, codes: Tuple[str, ...], data: bytes, target: Optional[PythonVersion]) -> FileResult:
-    """`data` linted as the file `name` in a worker process of its own, with the command's
+    """`data` linted as the file `name` in this lane's worker process, with the command's
     per-file budget: the server's one way into the driver."""
     too_large = size_error(name, len(data))
     if too_large:
@@ -122,7 +122,7 @@ def fix_all(name: str, path: Optional[str], text: str) -> Optional[str]:
     rules, target = rules_for(path)
     if not rules:
         return None
-    outcome = fix_source(text, name, rules, wanted_by(unsafe=False), target=target)
+    outcome = fix_source(text, name, rules, safe_fixes_for(path), target=target)
     if outcome.error is not None and outcome.count == 0:
         logger.info("amplint: %s: %s", name, outcome.error)
     return outcome.source if outcome.count and outcome.source != text else None

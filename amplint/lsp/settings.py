@@ -13,9 +13,16 @@ import os
 from typing import Optional, Tuple, Type
 
 from amplint.discovery import DEFAULT_EXCLUDES, Discovery
+from amplint.fixer import Wanted, wanted_by
 from amplint.rule import Rule
+from amplint.rules import ALL_RULES
+from amplint.selection import validate
 from amplint.settings import DEFAULTS, codes_for, load_config, per_file_ignores, selected_rules
 from amplint.syntax import PythonVersion
+
+
+def _anchor(path: Optional[str]) -> str:
+    return path if path is not None else os.path.join(os.getcwd(), "untitled.py")
 
 
 def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[PythonVersion]]:
@@ -23,7 +30,7 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
     and the Python version its syntax is judged against (`target-version`).
 
     Raises ConfigError or SelectionError for a broken configuration, as the command does."""
-    anchor = path if path is not None else os.path.join(os.getcwd(), "untitled.py")
+    anchor = _anchor(path)
     config = load_config(DEFAULTS, [anchor])
     rules = selected_rules(DEFAULTS, config)
     per_file = per_file_ignores(config)
@@ -39,3 +46,10 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
             return (), config.target_version
     codes = codes_for(anchor, rules, config, per_file)
     return tuple(rule for rule in rules if rule.code in codes), config.target_version
+
+
+def safe_fixes_for(path: Optional[str]) -> Wanted:
+    """The fixes `source.fixAll` applies to `path`: the safe ones of the rules the
+    configuration's `fixable` and `unfixable` leave fixable, as `amplint --fix` would."""
+    config = load_config(DEFAULTS, [_anchor(path)])
+    return wanted_by(False, validate(config.fixable, ALL_RULES), validate(config.unfixable, ALL_RULES))
