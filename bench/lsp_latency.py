@@ -15,7 +15,9 @@ on its last line (`LEARNING_RATE = ...`, an incremental change as editors send t
 the wall time from sending the change to receiving `textDocument/publishDiagnostics` for
 that version. Edits are `--pause` seconds apart, longer than a lint, so each one is a
 keystroke after a pause, not a burst. It also reports the server's CPU (with its workers)
-per edit, read from /proc where there is one.
+per edit, read from /proc where there is one. Then `--bursts` bursts of typing (five
+keystrokes 80 ms apart): the time from each burst's last keystroke to its diagnostics, and
+how many of a burst's earlier versions were published (the server drops them: 0).
 
 A script people run, never a test: nothing asserts on time. The issue's target is a median
 of 300 ms or less on the development machine.
@@ -38,6 +40,7 @@ from typing import Any, Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EDITED = "LEARNING_RATE = "
+TYPING_KEYS, TYPING_GAP = 5, 0.08  # a burst: five keystrokes 80 ms apart
 
 
 def training_script(lines: int) -> str:
@@ -173,7 +176,7 @@ def tree_cpu(pid: int) -> Optional[float]:
     return total
 
 
-def measure(command: List[str], text: str, edits: int, pause: float) -> Dict[str, Any]:
+def measure(command: List[str], text: str, edits: int, pause: float, bursts: int = 0) -> Dict[str, Any]:
     text = with_edited_line(text)
     edited = text.count("\n") - 1
     with tempfile.TemporaryDirectory(prefix="amplint-lsp-bench-") as workdir:
@@ -197,10 +200,12 @@ def measure(command: List[str], text: str, edits: int, pause: float) -> Dict[str
             open_latency = first[0] - started
             time.sleep(pause)
             latencies, cpus = [], []
-            for edit in range(edits):
-                version = edit + 2
-                value = f"0.00{edit % 9 + 1}"
-                before = tree_cpu(client.process.pid)
+            version = 1
+
+            def edit() -> float:
+                """Change the edited line's value; when the change was sent."""
+                nonlocal version
+                version += 1
                 sent = time.perf_counter()
                 client.notify(
                     "textDocument/didChange",
@@ -212,16 +217,33 @@ def measure(command: List[str], text: str, edits: int, pause: float) -> Dict[str
                                     "start": {"line": edited, "character": len(EDITED)},
                                     "end": {"line": edited, "character": len(EDITED) + 5},
                                 },
-                                "text": value,
+                                "text": f"0.00{version % 9 + 1}",
                             }
                         ],
                     },
                 )
+                return sent
+
+            for _ in range(edits):
+                before = tree_cpu(client.process.pid)
+                sent = edit()
                 arrived = client.wait_published(uri, version)
                 latencies.append(arrived[0] - sent)
                 after = tree_cpu(client.process.pid)
                 if before is not None and after is not None:
                     cpus.append(after - before)
+                time.sleep(pause)
+            # Typing: bursts of keystrokes `TYPING_GAP` apart; from the last one of each to
+            # its diagnostics, and how many versions of a burst were published before its last.
+            typing, stale = [], 0
+            for _ in range(bursts):
+                first_version = version + 1
+                for _ in range(TYPING_KEYS - 1):
+                    edit()
+                    time.sleep(TYPING_GAP)
+                sent = edit()
+                typing.append(client.wait_published(uri, version)[0] - sent)
+                stale += sum(1 for p in client.published if p[1] == uri and first_version <= p[2] < version)
                 time.sleep(pause)
         finally:
             client.close()
@@ -236,6 +258,9 @@ def measure(command: List[str], text: str, edits: int, pause: float) -> Dict[str
         "min_ms": min(latencies) * 1000,
         "max_ms": max(latencies) * 1000,
         "cpu_ms_per_edit": statistics.median(cpus) * 1000 if cpus else None,
+        "typing_bursts": bursts,
+        "typing_median_ms": statistics.median(typing) * 1000 if typing else None,
+        "typing_stale_published": stale,
     }
 
 
@@ -246,6 +271,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--file", help="lint this file's text instead (it is copied, never changed)")
     parser.add_argument("--edits", type=int, default=20, help="edits measured (default: 20)")
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between edits (default: 1.0)")
+    parser.add_argument("--bursts", type=int, default=5, help=f"typing bursts of {TYPING_KEYS} keystrokes {TYPING_GAP * 1000:.0f} ms apart measured after the edits (default: 5)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     if args.file:
@@ -253,7 +279,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             text = handle.read()
     else:
         text = training_script(args.lines)
-    result = measure(shlex.split(args.server), text, args.edits, args.pause)
+    result = measure(shlex.split(args.server), text, args.edits, args.pause, args.bursts)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -265,6 +291,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"                       p90       {result['p90_ms']:7.0f} ms")
     print(f"                       min..max  {result['min_ms']:.0f}..{result['max_ms']:.0f} ms")
     print(f"  server CPU per edit, median    {cpu:>10}   (the server and its workers)")
+    if result["typing_median_ms"] is not None:
+        print(
+            f"  typing: last key -> diagnostics {result['typing_median_ms']:6.0f} ms   (median of {result['typing_bursts']} bursts; "
+            f"{result['typing_stale_published']} earlier versions published)"
+        )
     return 0
 
 
