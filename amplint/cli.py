@@ -18,9 +18,13 @@ import sys
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TextIO, Tuple, Type
 
 from amplint import __version__, subcommands
-from amplint.config import FAIL_LEVELS, TARGET_VERSIONS, Config, ConfigError, PythonVersion, split_codes
+from amplint.config import FAIL_LEVELS, TARGET_VERSIONS, ConfigError, PythonVersion, split_codes
 from amplint.escape import visible
 from amplint.noqa import directives_ignored, ignoring_directives
+from amplint.settings import codes_for as _codes_for
+from amplint.settings import load_config as _load_config
+from amplint.settings import per_file_ignores as _per_file_ignores
+from amplint.settings import selected_rules as _selected_rules
 from amplint.work import metered, parse_factor
 
 # Everything else is imported where it is used: `amplint --version` and a run on files that
@@ -29,7 +33,6 @@ from amplint.work import metered, parse_factor
 if TYPE_CHECKING:
     from amplint.diagnostics import FileError, FileResult, RunReport
     from amplint.fixer import FileFix
-    from amplint.gitignore import PatternList
     from amplint.rule import Rule
 
 # The names of amplint.output.FORMATS (a test keeps them equal), known without importing the
@@ -484,113 +487,6 @@ def _usage_error(message: str) -> int:
     # Messages quote the configuration and paths, which the linted repository controls.
     print(f"amplint: error: {visible(message)}", file=sys.stderr)
     return EXIT_ERROR
-
-
-def _load_config(options: argparse.Namespace, paths: Sequence[str]) -> Config:
-    """The configuration file (`--config PATH`, else the nearest one), with the command
-    line's `--config KEY=VALUE` and `--per-file-ignores` on top."""
-    from amplint.config import defaults, find_config, load, parse_override
-
-    files = [value for value in options.config or [] if os.path.exists(value) or "=" not in value]
-    overrides = {}
-    for value in options.config or []:
-        if value not in files:
-            overrides.update(parse_override(value))
-    if len(files) > 1:
-        raise ConfigError("--config names one configuration file, not " + ", ".join(files))
-    if options.isolated and files:
-        raise ConfigError(f"--config {files[0]} and --isolated contradict each other (--isolated ignores every configuration file)")
-    if options.isolated:
-        config = defaults(os.getcwd(), overrides)
-    elif files:
-        config = load(files[0], os.getcwd(), overrides=overrides, explicit=True)
-    else:
-        start = os.path.commonpath([os.path.abspath(p) for p in paths]) if paths else os.getcwd()
-        config = load(find_config(start), os.getcwd(), start, overrides=overrides)
-    replace = _pattern_codes(options.per_file_ignores, "--per-file-ignores")
-    if replace is not None:
-        config.per_file_ignores = replace
-    config.per_file_ignores.update(_pattern_codes(options.extend_per_file_ignores, "--extend-per-file-ignores") or {})
-    return config
-
-
-def _pattern_codes(values: Optional[Sequence[str]], flag: str) -> Optional[Dict[str, List[str]]]:
-    """`--per-file-ignores 'tests/*:AMP002,AMP006'` (repeatable; `a.py:AMP001,b.py:AMP002` too,
-    as ruff writes it) -> {"tests/*": ["AMP002", "AMP006"], ...}."""
-    if values is None:
-        return None
-    from amplint.discovery import PatternError, check_patterns
-
-    mapping: Dict[str, List[str]] = {}
-    for value in values:
-        pattern = None
-        for part in (p.strip() for p in value.split(",")):
-            if ":" in part:
-                pattern, code = (side.strip() for side in part.rsplit(":", 1))
-                if not pattern:
-                    raise ConfigError(f"{flag} {value!r}: a pattern is missing before `:`")
-                mapping.setdefault(pattern, [])
-                part = code
-            elif pattern is None:
-                raise ConfigError(f"{flag} {value!r}: expected GLOB:CODES, e.g. 'tests/*:AMP002'")
-            if part:
-                mapping[pattern].append(part)
-        if pattern is not None and not mapping[pattern]:
-            raise ConfigError(f"{flag} {value!r}: no rule codes after `:`")
-    try:
-        check_patterns(list(mapping), flag)
-    except PatternError as error:
-        raise ConfigError(str(error)) from None
-    return mapping
-
-
-def _selected_rules(options: argparse.Namespace, config: Config, rules: Optional[Sequence[Type[Rule]]] = None) -> Tuple[Type[Rule], ...]:
-    """The selected ones of `rules` (default: the rule classes; a run passes the catalogue's
-    entries, which have the same codes and names without importing LibCST)."""
-    from amplint.selection import require_some, resolve, validate
-
-    if rules is None:
-        from amplint.rules import ALL_RULES as rules
-    cli_select = split_codes(options.select)
-    if cli_select is not None:
-        # The command line wins: its --select replaces the config's whole selection.
-        require_some(cli_select, "--select")
-        select, ignore = cli_select, []
-    else:
-        if config.select is not None:
-            require_some(config.select, f"{config.path}: `select`")
-        select, ignore = (config.select if config.select is not None else ["ALL"]), list(config.ignore)
-    extend = [*config.extend_select, *(split_codes(options.extend_select) or [])]
-    ignore += split_codes(options.ignore) or []
-    return resolve(
-        rules,
-        validate(select, rules),
-        validate(extend, rules),
-        validate(ignore, rules),
-    )
-
-
-def _per_file_ignores(config: Config) -> List[Tuple[PatternList, List[str]]]:
-    from amplint.catalogue import RULES
-    from amplint.gitignore import PatternList
-    from amplint.selection import validate
-
-    return [
-        (PatternList.from_patterns(config.root, [pattern]), validate(codes, RULES))
-        for pattern, codes in config.per_file_ignores.items()
-    ]
-
-
-def _codes_for(
-    path: str, rules: Sequence[Type[Rule]], config: Config, per_file: Sequence[Tuple[PatternList, List[str]]]
-) -> Tuple[str, ...]:
-    ignored: List[str] = []
-    if per_file:
-        relative = os.path.relpath(os.path.abspath(path), config.root)
-        for patterns, codes in per_file:
-            if patterns.ignored(relative, is_dir=False):
-                ignored.extend(codes)
-    return tuple(r.code for r in rules if not any(c == "ALL" or r.code.startswith(c) for c in ignored))
 
 
 def lint_stdin(

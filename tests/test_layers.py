@@ -30,13 +30,6 @@ RULE_PACKAGES = ("amplint.analyses", "amplint.semantic.pytorch")
 # Leaves: they import nothing of amplint, so any layer may use them.
 LEAVES = ("amplint.work", "amplint.escape")
 
-# Cycles known and being removed elsewhere, each with the branch that removes it. Delete an
-# entry once that branch is merged: the test then holds the package to no cycle at all.
-TEMPORARY_CYCLE_ALLOWANCES = {
-    # `lsp/settings.py` calls private functions of `cli`, and `cli` starts the server:
-    # branch `lsp` moves the shared settings into their own module.
-    "cli-lsp": frozenset({"amplint.cli", "amplint.lsp", "amplint.lsp.server", "amplint.lsp.settings"}),
-}
 
 
 def _modules() -> Dict[str, str]:
@@ -205,7 +198,5 @@ def test_the_cycle_finder_finds_cycles():
 
 
 def test_no_import_cycle_in_the_package():
-    cycles = [
-        sorted(c) for c in _cycles(GRAPH) if not any(c <= allowed for allowed in TEMPORARY_CYCLE_ALLOWANCES.values())
-    ]
+    cycles = [sorted(c) for c in _cycles(GRAPH)]
     assert cycles == []

@@ -33,7 +33,7 @@ async def client(lsp_client: LanguageClient, tmp_path_factory):
     capabilities.notebook_document = types.NotebookDocumentClientCapabilities(
         synchronization=types.NotebookDocumentSyncClientCapabilities()
     )
-    lsp_client.published = []  # every publishDiagnostics, in order, to count debounced lints
+    lsp_client.published = []  # every publishDiagnostics, in order, to count what is published
     original = lsp_client.protocol.fm.features[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS]
 
     def record(params):
@@ -98,7 +98,11 @@ def replace_all(client, uri, text, version):
 @in_module_loop
 async def test_capabilities(client: LanguageClient):
     capabilities = client.server_capabilities
-    assert list(capabilities.code_action_provider.code_action_kinds) == [types.CodeActionKind.QuickFix]
+    assert list(capabilities.code_action_provider.code_action_kinds) == [
+        types.CodeActionKind.QuickFix,
+        types.CodeActionKind.SourceFixAll,
+        "source.fixAll.amplint",
+    ]
     (selector,) = capabilities.notebook_document_sync.notebook_selector
     assert selector.notebook == "jupyter-notebook"
 
@@ -118,7 +122,7 @@ async def test_diagnostics_on_open_with_severity_code_and_help(client: LanguageC
 
 
 @in_module_loop
-async def test_edits_are_debounced_and_only_the_last_version_is_published(client: LanguageClient, tmp_path):
+async def test_a_burst_of_edits_publishes_only_the_last_version(client: LanguageClient, tmp_path):
     uri = open_file(client, tmp_path / "train.py", BUGGY)
     await diagnostics_for(client, uri, 1)
     before = len(client.published)
@@ -128,7 +132,7 @@ async def test_edits_are_debounced_and_only_the_last_version_is_published(client
     replace_all(client, uri, FIXED, 4)
     assert await diagnostics_for(client, uri, 0, settle=1.0) == []
     after = [p for p in client.published[before:] if p.uri == uri]
-    assert [p.version for p in after] == [4], "one lint for the burst of edits, of the final version"
+    assert [p.version for p in after] == [4], "the burst's earlier versions are never published"
 
 
 @in_module_loop
@@ -196,7 +200,7 @@ async def test_noqa_code_action(client: LanguageClient, tmp_path):
         types.CodeActionParams(
             text_document=types.TextDocumentIdentifier(uri),
             range=diagnostic.range,
-            context=types.CodeActionContext(diagnostics=[diagnostic], only=[types.CodeActionKind.SourceFixAll]),
+            context=types.CodeActionContext(diagnostics=[diagnostic], only=[types.CodeActionKind.Refactor]),
         )
     )
     assert not none
@@ -240,6 +244,181 @@ async def test_a_syntax_error_while_typing_clears_stale_findings(client: Languag
     await diagnostics_for(client, uri, 1)
     replace_all(client, uri, BUGGY + "def broken(:\n", 2)
     assert await diagnostics_for(client, uri, 0) == []
+
+
+# --------------------------------------------------------------------------- isolation and budget
+
+# The reliability report's D12: 3,000 chained helpers, minutes of CPU in-process, stopped by
+# the command's per-file budget.
+CHAINED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n" + "".join(
+    f"def f{i}(opt, loss):\n    with torch.autocast('cuda'):\n        loss.backward()\n    scaler.step(opt)\n    f{i + 1}(opt, loss)\n"
+    for i in range(3000)
+)
+SLOW_WAIT = 180  # seconds: the budget is CPU time, and a loaded machine stretches wall time
+
+
+async def published_for(client, uri, version=None, wait=WAIT):
+    """The first publishDiagnostics for `uri` (and `version`) from now on... or so far."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while loop.time() < deadline:
+        for params in client.published:
+            if params.uri == uri and (version is None or params.version == version):
+                return params
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing published for {uri} (version {version})")
+
+
+async def message_about(client, text, wait=WAIT):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while loop.time() < deadline:
+        for message in client.messages:
+            if text in message.message:
+                return message.message
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no message with {text!r}: {[m.message for m in client.messages]}")
+
+
+@in_module_loop
+async def test_a_document_over_the_budget_stalls_no_other(client: LanguageClient, tmp_path):
+    slow = open_file(client, tmp_path / "chained.py", CHAINED)
+    quick = open_file(client, tmp_path / "train.py", BUGGY)
+    assert len(await diagnostics_for(client, quick, 1)) == 1
+    # The small document's diagnostics came while the slow one was still being linted.
+    assert not [p for p in client.published if p.uri == slow]
+    # The slow one is stopped at the command's budget: no diagnostics, and a message saying why.
+    assert list((await published_for(client, slow, wait=SLOW_WAIT)).diagnostics) == []
+    message = await message_about(client, "chained.py")
+    assert "work limit" in message and "not linted" in message
+
+
+@in_module_loop
+async def test_a_superseded_version_is_never_published(client: LanguageClient, tmp_path):
+    uri = open_file(client, tmp_path / "train.py", CHAINED)
+    replace_all(client, uri, BUGGY, 2)
+    (params,) = [await published_for(client, uri, version=2, wait=SLOW_WAIT)]
+    assert len(params.diagnostics) == 1
+    await asyncio.sleep(0.5)
+    assert [p.version for p in client.published if p.uri == uri] == [2]
+
+
+@in_module_loop
+async def test_a_lone_surrogate_clears_the_diagnostics_and_says_why(client: LanguageClient, tmp_path):
+    # D13: JSON "\ud800" is a str no UTF-8 encoder takes.
+    uri = open_file(client, tmp_path / "train.py", BUGGY)
+    await diagnostics_for(client, uri, 1)
+    before = len(client.published)
+    replace_all(client, uri, 'x = "\ud800"\n' + BUGGY, 2)
+    assert await diagnostics_for(client, uri, 0) == []
+    assert [p.version for p in client.published[before:] if p.uri == uri] == [2]
+    message = await message_about(client, "lone surrogate")
+    assert "train.py: not text" in message and "line 1" in message
+    # Typing on, the text is text again and linted as usual.
+    replace_all(client, uri, BUGGY, 3)
+    assert len(await diagnostics_for(client, uri, 1)) == 1
+
+
+# A server whose worker dies as LibCST's parser can (a segfault) on any text with "CRASH".
+CRASHING = ClientServerConfig(
+    server_command=[
+        sys.executable,
+        "-c",
+        textwrap.dedent(
+            """\
+            import os, signal
+            import amplint.engine
+            real = amplint.engine.lint_bytes
+            def lint_bytes(data, *args, **kwargs):
+                if b"CRASH" in data:
+                    os.kill(os.getpid(), signal.SIGSEGV)
+                return real(data, *args, **kwargs)
+            amplint.engine.lint_bytes = lint_bytes
+            from amplint.lsp.server import serve
+            serve()
+            """
+        ),
+    ]
+)
+
+
+@pytest_lsp.fixture(config=CRASHING, scope="module")
+async def crashing(lsp_client: LanguageClient, tmp_path_factory):
+    await lsp_client.initialize_session(
+        types.InitializeParams(capabilities=client_capabilities("visual-studio-code"), root_uri=tmp_path_factory.mktemp("crash").as_uri())
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+@in_module_loop
+async def test_a_crashing_worker_costs_one_document_not_the_server(crashing: LanguageClient, tmp_path):
+    uri = open_file(crashing, tmp_path / "train.py", BUGGY)
+    await diagnostics_for(crashing, uri, 1)
+    replace_all(crashing, uri, BUGGY + "# CRASH\n", 2)
+    assert await diagnostics_for(crashing, uri, 0) == []
+    message = await message_about(crashing, "train.py")
+    assert "crashed" in message and "SIGSEGV" in message and "not linted" in message
+    # The server lives on: other documents, and this one once it no longer crashes.
+    other = open_file(crashing, tmp_path / "other.py", BUGGY)
+    assert len(await diagnostics_for(crashing, other, 1)) == 1
+    replace_all(crashing, uri, BUGGY, 3)
+    assert len(await diagnostics_for(crashing, uri, 1)) == 1
+
+
+# --------------------------------------------------------------------------- fix all
+
+
+def applied(text, edits):
+    """`text` with whole-line edits (as the server makes them) applied at once."""
+    lines = text.splitlines(keepends=True)
+    for edit in sorted(edits, key=lambda e: (e.range.start.line, e.range.end.line), reverse=True):
+        lines[edit.range.start.line : edit.range.end.line] = [edit.new_text]
+    return "".join(lines)
+
+
+async def fix_all(client, uri, kind=types.CodeActionKind.SourceFixAll):
+    return await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri),
+            range=types.Range(start=types.Position(0, 0), end=types.Position(0, 0)),
+            context=types.CodeActionContext(diagnostics=[], only=[kind]),
+        )
+    )
+
+
+@in_module_loop
+async def test_fix_all_applies_every_safe_fix(client: LanguageClient, tmp_path):
+    second = BUGGY.replace(
+        "import torch\n",
+        "import torch\n\ndef again():\n    for x in loader:\n        scaler.scale(loss).backward()\n        "
+        + CLIP
+        + "\n        scaler.step(optimizer)\n        scaler.update()\n\n",
+    )
+    uri = open_file(client, tmp_path / "train.py", second)
+    assert len(await diagnostics_for(client, uri, 2)) == 2
+    for kind in (types.CodeActionKind.SourceFixAll, types.CodeActionKind.Source, "source.fixAll.amplint"):
+        (action,) = await fix_all(client, uri, kind)
+        assert action.kind == "source.fixAll.amplint"
+        (change,) = action.edit.document_changes
+        assert change.text_document.uri == uri and change.text_document.version == 1
+        fixed = applied(second, change.edits)
+        # What `amplint --fix` writes.
+        assert fixed == second.replace("        " + CLIP, "        scaler.unscale_(optimizer)\n        " + CLIP).replace(
+            "\n    " + CLIP, "\n    scaler.unscale_(optimizer)\n    " + CLIP
+        )
+    replace_all(client, uri, fixed, 2)
+    assert await diagnostics_for(client, uri, 0) == []
+    assert await fix_all(client, uri) is None  # nothing left to fix
+
+
+@in_module_loop
+async def test_fix_all_leaves_what_the_configuration_makes_unfixable(client: LanguageClient, tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nunfixable = ["AMP003"]\n')
+    uri = open_file(client, tmp_path / "train.py", BUGGY)
+    (diagnostic,) = await diagnostics_for(client, uri, 1)
+    assert diagnostic.data["fix"]["applicability"] == "safe"
+    assert await fix_all(client, uri) is None
 
 
 # --------------------------------------------------------------------------- notebooks
@@ -339,3 +518,10 @@ def test_without_pygls_the_server_says_how_to_install_it(tmp_path):
     (tmp_path / "train.py").write_text(BUGGY)
     lint = subprocess.run([sys.executable, "-m", "amplint", "--concise", "train.py"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert lint.returncode == 1 and "AMP003" in lint.stdout
+
+
+def test_the_server_settings_do_not_import_the_command():
+    # One settings module (amplint.settings) serves both: no cli <-> lsp import cycle.
+    code = "import sys, amplint.lsp.settings; print('amplint.cli' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr

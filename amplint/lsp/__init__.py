@@ -1,6 +1,6 @@
 """`amplint server`: the language server (LSP over stdio), for any editor with an LSP client.
 
-It lints what the editor holds, on open, on change (debounced) and on save, with the same
+It lints what the editor holds, on open, on change and on save, with the same
 rules, configuration (`[tool.amplint]` found from the file), per-file ignores, excludes and
 `# noqa` as the command line, and offers a code action to add `# noqa: CODE`. Notebooks are
 linted through the LSP's notebook document sync where the client supports it.

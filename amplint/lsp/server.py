@@ -1,14 +1,21 @@
 """The language server: pygls features around amplint's own engine.
 
-Diagnostics are published on open and save at once, and after `DEBOUNCE_SECONDS` of quiet
-while typing; a lint runs in a worker thread so the server keeps answering, and a result
-for a version of the document the editor has since changed is dropped (the newer version's
-lint is already scheduled). Severities are the rules' (`error` -> Error, `warning` ->
-Warning); AMP100's stale `# noqa` is also tagged Unnecessary, which editors grey out.
+Diagnostics are published on open, change and save. Each lint runs in a worker process with
+the command's per-file budget, a few at a time (`amplint.lsp.linting`), so the server keeps
+answering and one slow document never stalls the others. A document is linted one version
+at a time: a change starts a lint at once when none is in flight for the document, else it
+waits for the one in flight, and only the newest waiting version is linted next (a burst of
+typing costs two lints: its first version and its last). A result for a version the editor
+has since changed is dropped, never published. A document that cannot be linted
+(over the budget, a crash, not text) gets no diagnostics and a message saying why.
+Severities are the rules' (`error` -> Error, `warning` -> Warning); AMP100's stale `# noqa`
+is also tagged Unnecessary, which editors grey out.
 
 Code actions: "Disable AMPxxx for this line" (adds `# noqa: AMPxxx`, or the code to the
 line's `# noqa: ...`), and the rule's fix where it has one (`amplint.fix`): the same edits
 `amplint --fix` makes for that finding alone, preferred when safe, "(unsafe)" otherwise.
+`source.fixAll` (asked for by kind, as on save): every safe fix at once, what `amplint --fix`
+writes, for a Python document whose current version has a safe fix.
 
 Notebooks: with the notebook document sync (VS Code, and other clients that implement LSP
 3.17), the cells are joined as `amplint file.ipynb` joins them, so a scaler made in one cell
@@ -22,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urlparse
@@ -33,16 +41,14 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
 from amplint import __version__
-from amplint.config import ConfigError
-from amplint.diagnostics import FileError, Finding
-from amplint.engine import lint_bytes
-from amplint.lsp.settings import rules_for
+from amplint.diagnostics import Finding
+from amplint.fix import edits as line_edits
+from amplint.lsp.linting import Linter, Outcome
 from amplint.noqa import UNUSED_NOQA, edit_adding_code
 from amplint.notebook import is_notebook
-from amplint.selection import SelectionError
 
-DEBOUNCE_SECONDS = 0.3
 SOURCE = "amplint"
+FIX_ALL = "source.fixAll.amplint"
 logger = logging.getLogger(__name__)
 
 SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning}
@@ -71,34 +77,46 @@ class AmplintLanguageServer(LanguageServer):
                 save=True,
             ),
         )
+        # Per document: the lint waiting to start (cancelled when a newer version comes),
+        # and the one in flight (never cancelled: its worker finishes within the budget, and
+        # its result is dropped if the document changed meanwhile).
         self.pending: Dict[str, "asyncio.Task[None]"] = {}
-        # One lint at a time, off the event loop: LibCST is CPU-bound.
-        self.linter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-lint")
+        self.running: Dict[str, "asyncio.Future[None]"] = {}
+        self.linter = Linter()
         self.reported_errors: Dict[str, str] = {}
+        # Python documents: (version, whether its lint found a safe fix), for source.fixAll.
+        self.fixable: Dict[str, Tuple[int, bool]] = {}
 
     # ------------------------------------------------------------------ scheduling
 
-    def schedule(self, uri: str, delay: float = 0.0) -> None:
+    def schedule(self, uri: str) -> None:
         task = self.pending.pop(uri, None)
         if task is not None:
             task.cancel()
-        self.pending[uri] = asyncio.get_running_loop().create_task(self._lint_after(uri, delay))
+        self.pending[uri] = asyncio.get_running_loop().create_task(self._lint_when_free(uri))
 
-    async def _lint_after(self, uri: str, delay: float) -> None:
+    async def _lint_when_free(self, uri: str) -> None:
         try:
-            if delay:
-                await asyncio.sleep(delay)
+            # One version of a document at a time: wait for the one in flight.
+            while uri in self.running:
+                await asyncio.wait([self.running[uri]])
+        except asyncio.CancelledError:
+            return  # superseded by a newer version, or closed, before it started
+        if self.pending.get(uri) is asyncio.current_task():
+            del self.pending[uri]
+        job = asyncio.ensure_future(self._lint(uri))
+        self.running[uri] = job
+        job.add_done_callback(lambda done: self.running.pop(uri) if self.running.get(uri) is done else None)
+
+    async def _lint(self, uri: str) -> None:
+        try:
             if self.workspace.get_notebook_document(notebook_uri=uri) is not None:
                 await self.lint_notebook(uri)
             else:
                 await self.lint_text_document(uri)
-        except asyncio.CancelledError:
-            pass
-        except Exception:  # a bug must not take the editor's server down with it
+        except Exception as error:  # a bug must not take the editor's server down with it
             logger.exception("amplint: linting %s failed", uri)
-        finally:
-            if self.pending.get(uri) is asyncio.current_task():
-                del self.pending[uri]
+            self._give_up(uri, f"{_path(uri) or uri}: internal error: {type(error).__name__}: {error}")
 
     def relint_all(self) -> None:
         for uri in list(self.workspace.notebook_documents):
@@ -120,11 +138,18 @@ class AmplintLanguageServer(LanguageServer):
         version, text = document.version, document.source
         path = _path(uri)
         name = path or "untitled.py"
-        outcome = await self._run(_lint, name, path, text.encode("utf-8"))
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate, as some clients send (JSON "\ud800")
+            line = text.count("\n", 0, error.start) + 1
+            outcome = Outcome([], f"{name}: not text: a lone surrogate ({text[error.start]!a}) on line {line}; not linted")
+        else:
+            outcome = await self.linter.lint(name, path, data)
         current = self._open_document(uri)
         if current is None or current.version != version:
             return
         findings = self._accept(uri, outcome)
+        self.fixable[uri] = (version, any(f.fix is not None and f.fix.applicability == "safe" for f in findings))
         # An .ipynb opened as text is JSON: its findings sit on the file's lines.
         on_file = is_notebook(name)
         diagnostics = [_diagnostic(finding, current, on_file) for finding in findings]
@@ -151,7 +176,7 @@ class AmplintLanguageServer(LanguageServer):
             cells.append(CellText(cell.document, cell.kind, language, text))
         path = _path(uri)
         name = path if path and is_notebook(path) else "notebook.ipynb"
-        outcome = await self._run(_lint, name, path, _ipynb(cells, notebook.metadata))
+        outcome = await self.linter.lint(name, path, _ipynb(cells, notebook.metadata))
         current = self.workspace.get_notebook_document(notebook_uri=uri)
         if current is None or current.version != version:
             return
@@ -169,42 +194,74 @@ class AmplintLanguageServer(LanguageServer):
 
     # ------------------------------------------------------------------ shared
 
-    async def _run(self, *call: Any) -> Any:
-        function, *args = call
-        return await asyncio.get_running_loop().run_in_executor(self.linter, function, *args)
-
-    def _accept(self, uri: str, outcome: "Tuple[List[Finding], Optional[str]]") -> List[Finding]:
-        """The findings to publish; a configuration error is shown once, not on every keystroke."""
+    def _accept(self, uri: str, outcome: Outcome) -> List[Finding]:
+        """The findings to publish. A problem goes to the log each time, and is shown once,
+        not on every keystroke."""
         findings, problem = outcome
-        if problem is not None and self.reported_errors.get(uri) != problem:
-            self.reported_errors[uri] = problem
-            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"amplint: {problem}"))
-        elif problem is None:
+        if problem is not None:
+            self.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=f"amplint: {problem}"))
+            if self.reported_errors.get(uri) != problem:
+                self.reported_errors[uri] = problem
+                self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=f"amplint: {problem}"))
+        else:
             self.reported_errors.pop(uri, None)
         return findings
+
+    def _give_up(self, uri: str, problem: str) -> None:
+        """No diagnostics for `uri` (a notebook's cells, a text document), and why."""
+        self._accept(uri, Outcome([], problem))
+        notebook = self.workspace.get_notebook_document(notebook_uri=uri)
+        uris = [cell.document for cell in notebook.cells] if notebook is not None else [uri]
+        for each in uris:
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=each, diagnostics=[]))
 
     def clear(self, uris: Sequence[str]) -> None:
         for uri in uris:
             task = self.pending.pop(uri, None)
             if task is not None:
                 task.cancel()
+            self.fixable.pop(uri, None)
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
+    # ------------------------------------------------------------------ fix all
 
-def _lint(name: str, path: Optional[str], data: bytes) -> "Tuple[List[Finding], Optional[str]]":
-    """(findings, a problem to show the user): what `amplint NAME` would report for `data`."""
-    try:
-        rules, target = rules_for(path)
-    except (ConfigError, SelectionError) as error:
-        return [], str(error)
-    if not rules:
-        return [], None
-    result = lint_bytes(data, name, rules, target=target)
-    if isinstance(result.error, FileError):
-        # A syntax error while typing: the editor's Python support says where. The findings
-        # of the last version would sit on the wrong lines, so none are kept.
-        return [], None
-    return result.findings, None
+    async def fix_all(self, uri: str) -> Optional[types.CodeAction]:
+        """Every safe fix of a Python document, as `amplint --fix` applies them; None when the
+        current version's lint found none (or has not finished)."""
+        document = self._open_document(uri)
+        if document is None or _scheme(uri) == "vscode-notebook-cell" or is_notebook(_path(uri) or ""):
+            return None
+        version, text = document.version, document.source
+        if self.fixable.get(uri) != (version, True):
+            return None
+        path = _path(uri)
+        try:
+            fixed = await self.linter.fix_all(path or "untitled.py", path, text)
+        except Exception:  # a broken configuration since the lint, a bug: no action, the server goes on
+            logger.exception("amplint: fixing %s failed", uri)
+            return None
+        current = self._open_document(uri)
+        if fixed is None or current is None or current.version != version:
+            return None
+        edits = [
+            types.TextEdit(
+                range=types.Range(start=types.Position(line=e.row - 1, character=0), end=types.Position(line=e.end_row - 1, character=0)),
+                new_text=e.content,
+            )
+            for e in line_edits(text, fixed)
+        ]
+        return types.CodeAction(
+            title="amplint: fix all safely fixable findings",
+            kind=FIX_ALL,
+            edit=types.WorkspaceEdit(
+                document_changes=[
+                    types.TextDocumentEdit(
+                        text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
+                        edits=edits,
+                    )
+                ]
+            ),
+        )
 
 
 def _ipynb(cells: Sequence[CellText], metadata: Optional[Any]) -> bytes:
@@ -345,7 +402,7 @@ def build() -> AmplintLanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     async def did_change(ls: AmplintLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, DEBOUNCE_SECONDS)
+        ls.schedule(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     async def did_save(ls: AmplintLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
@@ -367,7 +424,7 @@ def build() -> AmplintLanguageServer:
         removed = params.change.cells.structure.did_close if params.change.cells and params.change.cells.structure else None
         if removed:
             ls.clear([cell.uri for cell in removed])
-        ls.schedule(params.notebook_document.uri, DEBOUNCE_SECONDS)
+        ls.schedule(params.notebook_document.uri)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
     async def notebook_save(ls: AmplintLanguageServer, params: types.DidSaveNotebookDocumentParams) -> None:
@@ -387,20 +444,51 @@ def build() -> AmplintLanguageServer:
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]),
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.SourceFixAll, FIX_ALL]),
     )
-    def actions(ls: AmplintLanguageServer, params: types.CodeActionParams) -> Optional[List[types.CodeAction]]:
+    async def actions(ls: AmplintLanguageServer, params: types.CodeActionParams) -> Optional[List[types.CodeAction]]:
         only = [str(getattr(kind, "value", kind)) for kind in params.context.only or []]
-        quickfix = types.CodeActionKind.QuickFix.value
-        if only and not any(kind == quickfix or quickfix.startswith(kind + ".") for kind in only):
-            return None
+        found: List[types.CodeAction] = []
         document = ls._open_document(params.text_document.uri)
         if document is None:
             return None
-        return code_actions(document, params.context.diagnostics) or None
+        if not only or _asked_for(types.CodeActionKind.QuickFix.value, only):
+            found.extend(code_actions(document, params.context.diagnostics))
+        # Fixing everything costs a fix run: done when asked for by kind (on save, the
+        # "Source Action" menu), not for every light bulb.
+        if only and _asked_for(FIX_ALL, only):
+            fix_all = await ls.fix_all(params.text_document.uri)
+            if fix_all is not None:
+                found.append(fix_all)
+        return found or None
 
     return server
 
 
+def _asked_for(kind: str, only: Sequence[str]) -> bool:
+    """Whether `kind` is one of the kinds asked for, or under one (`source` covers
+    `source.fixAll.amplint`)."""
+    return any(kind == asked or kind.startswith(asked + ".") for asked in only)
+
+
 def serve() -> None:
-    build().start_io()
+    """Talk LSP on standard input and output, through descriptors of the protocol's own.
+    Standard input becomes /dev/null and standard output standard error: nothing else, a
+    worker process included, can write into the protocol's stream, and a worker, which
+    closes its standard input as it starts, never waits for the lock of the stream the
+    server's reader thread is blocked on."""
+    protocol_in = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    if hasattr(os, "register_at_fork"):
+        # A worker does not hold the protocol's pipes open (the editor sees the server end
+        # when it ends). The descriptors, not the files: the reader thread holds their lock.
+        descriptors = (protocol_in.fileno(), protocol_out.fileno())
+        os.register_at_fork(after_in_child=lambda: [os.close(fd) for fd in descriptors])
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, sys.stdin.fileno())
+    os.close(devnull)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdin = open(os.devnull, encoding="utf-8")
+    sys.stdout = sys.stderr
+    build().start_io(stdin=protocol_in, stdout=protocol_out)

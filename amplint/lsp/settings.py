@@ -1,5 +1,6 @@
 """Which rules apply to a file the editor holds: exactly what `amplint PATH --force-exclude`
-would apply, from the `[tool.amplint]` found upwards from the file (amplint.cli's own code).
+would apply, from the `[tool.amplint]` found upwards from the file (amplint.settings, which
+the command uses too).
 
 An open file that the configuration excludes (`exclude`, `extend-exclude`, the defaults such
 as `site-packages`, `.gitignore`) gets no rules, as pre-commit's `--force-exclude` run would:
@@ -11,11 +12,17 @@ from __future__ import annotations
 import os
 from typing import Optional, Tuple, Type
 
+from amplint.discovery import DEFAULT_EXCLUDES, Discovery
+from amplint.fixer import Wanted, wanted_by
+from amplint.rule import Rule
+from amplint.rules import ALL_RULES
+from amplint.selection import validate
+from amplint.settings import DEFAULTS, codes_for, load_config, per_file_ignores, selected_rules
 from amplint.syntax import PythonVersion
 
-from amplint import cli
-from amplint.discovery import DEFAULT_EXCLUDES, Discovery
-from amplint.rule import Rule
+
+def _anchor(path: Optional[str]) -> str:
+    return path if path is not None else os.path.join(os.getcwd(), "untitled.py")
 
 
 def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[PythonVersion]]:
@@ -23,11 +30,10 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
     and the Python version its syntax is judged against (`target-version`).
 
     Raises ConfigError or SelectionError for a broken configuration, as the command does."""
-    options = cli._check_parser().parse_args([])
-    anchor = path if path is not None else os.path.join(os.getcwd(), "untitled.py")
-    config = cli._load_config(options, [anchor])
-    rules = cli._selected_rules(options, config)
-    per_file = cli._per_file_ignores(config)
+    anchor = _anchor(path)
+    config = load_config(DEFAULTS, [anchor])
+    rules = selected_rules(DEFAULTS, config)
+    per_file = per_file_ignores(config)
     if path is not None:
         discovery = Discovery(
             root=config.root,
@@ -38,5 +44,12 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
         )
         if discovery.is_excluded(path, is_dir=False):
             return (), config.target_version
-    codes = cli._codes_for(anchor, rules, config, per_file)
+    codes = codes_for(anchor, rules, config, per_file)
     return tuple(rule for rule in rules if rule.code in codes), config.target_version
+
+
+def safe_fixes_for(path: Optional[str]) -> Wanted:
+    """The fixes `source.fixAll` applies to `path`: the safe ones of the rules the
+    configuration's `fixable` and `unfixable` leave fixable, as `amplint --fix` would."""
+    config = load_config(DEFAULTS, [_anchor(path)])
+    return wanted_by(False, validate(config.fixable, ALL_RULES), validate(config.unfixable, ALL_RULES))

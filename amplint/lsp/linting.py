@@ -1,0 +1,128 @@
+"""How the server lints a document: in a worker process, under the command's per-file budget,
+a few documents at a time, off the event loop.
+
+- **Isolation and budget.** Every lint runs in a worker process, with exactly the budget and
+  crash handling of `amplint PATH` (`amplint.driver`, reached only through `lint_isolated`):
+  a document over the budget, a LibCST crash or a worker that dies costs that document's
+  diagnostics, never the server. The document then gets a clear result: no diagnostics
+  (none of an older version left on screen) and a message saying why.
+- **Lanes.** `LANES` threads each keep a worker (forked once, not per lint: a fork copies
+  the server's page tables and faults its pages in, ~30 ms of CPU per edit), replaced by the
+  driver when it dies or overruns natively, and after `RECYCLE_AFTER` lints, which bounds
+  what a long session leaves in it. A document that takes its whole budget holds one lane
+  while the others go on; the server lints each document one version at a time
+  (`amplint.lsp.server`), so one document never holds more than one lane.
+- **Fix all.** `fix_all` runs the `--fix` loop on a document's text, in a lane, as
+  `amplint --fix` does after its lint pass: only for a version whose lint, in a worker
+  within the budget, found a safe fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+# What a worker runs is imported before any lane forks one: a module that another thread is
+# importing at the moment of a fork would stay locked in the child for good.
+import amplint.engine  # noqa: F401
+import amplint.rules  # noqa: F401
+from amplint.config import ConfigError
+from amplint.diagnostics import FileResult, Finding
+from amplint.driver import DEFAULT_BUDGET, Job, Runner, internal_error
+from amplint.fixer import fix_source
+from amplint.lsp.settings import rules_for, safe_fixes_for
+from amplint.selection import SelectionError
+from amplint.source import size_error
+from amplint.syntax import PythonVersion
+
+# Lints at once. Two: one document over its budget never stalls another's diagnostics.
+LANES = 2
+# Lints a lane's worker serves before a fresh one replaces it.
+RECYCLE_AFTER = 200
+logger = logging.getLogger(__name__)
+
+
+class Outcome(NamedTuple):
+    findings: List[Finding]
+    # What to tell the user: why the document has no diagnostics (a configuration error,
+    # the budget, a crash, text that is not text); None when there is nothing to say.
+    problem: Optional[str] = None
+
+
+class Linter:
+    """Runs `lint_document` (and `fix_all`) in `LANES` threads, each with its worker."""
+
+    def __init__(self, lanes: int = LANES) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="amplint-lint")
+
+    async def lint(self, name: str, path: Optional[str], data: bytes) -> Outcome:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, lint_document, name, path, data)
+
+    async def fix_all(self, name: str, path: Optional[str], text: str) -> Optional[str]:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fix_all, name, path, text)
+
+
+def lint_document(name: str, path: Optional[str], data: bytes) -> Outcome:
+    """What `amplint NAME` would report for `data`, linted in a worker process."""
+    try:
+        rules, target = rules_for(path)
+    except (ConfigError, SelectionError) as error:
+        return Outcome([], str(error))
+    if not rules:
+        return Outcome([])
+    try:
+        result = lint_isolated(name, tuple(rule.code for rule in rules), data, target)
+    except Exception as error:  # a bug in starting the worker: the server goes on
+        logger.exception("amplint: linting %s failed", name)
+        return Outcome([], f"{name}: {internal_error(error)}")
+    if result.error is not None:
+        if result.error.message.startswith("syntax error"):
+            # Typing: the editor's Python support says where. The findings of the last
+            # version would sit on the wrong lines, so none are kept.
+            return Outcome([])
+        return Outcome([], f"{name}: {result.error.message}")
+    return Outcome(result.findings)
+
+
+def lint_isolated(name: str, codes: Tuple[str, ...], data: bytes, target: Optional[PythonVersion]) -> FileResult:
+    """`data` linted as the file `name` in this lane's worker process, with the command's
+    per-file budget: the server's one way into the driver."""
+    too_large = size_error(name, len(data))
+    if too_large:
+        return FileResult(name, error=too_large)
+    runners: Dict[Optional[PythonVersion], Runner] = _lane.__dict__.setdefault("runners", {})
+    runner = runners.get(target)
+    if runner is None or runner.linted >= RECYCLE_AFTER:
+        if runner is not None:
+            runner.close()
+        # The command's budget; the Python the code runs on is the runner's (`target-version`).
+        runner = runners[target] = Runner(1, DEFAULT_BUDGET, target=target)
+    try:
+        return runner.lint([Job(name, codes, data=data)])[0]
+    except BaseException:
+        del runners[target]
+        runner.close()
+        raise
+    finally:
+        # The driver freezes the collector's view of the process before forking workers (a
+        # run's whole life); a server lives on, and its later garbage must stay collectable.
+        gc.unfreeze()
+
+
+_lane = threading.local()  # each lane's runners, by target version
+
+
+def fix_all(name: str, path: Optional[str], text: str) -> Optional[str]:
+    """`text` with every safe fix applied, as `amplint --fix` leaves it; None when there is
+    nothing to fix or it cannot be fixed."""
+    rules, target = rules_for(path)
+    if not rules:
+        return None
+    outcome = fix_source(text, name, rules, safe_fixes_for(path), target=target)
+    if outcome.error is not None and outcome.count == 0:
+        logger.info("amplint: %s: %s", name, outcome.error)
+    return outcome.source if outcome.count and outcome.source != text else None
