@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from amplint.analyses.deprecations import DeprecatedAmpUse, Deprecations
-from amplint.fix import Fix, with_import, without_import
+from amplint.fix import SAFE, UNSAFE, Fix, with_import, without_import
 from amplint.rule import Flagged, Message, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text
 
@@ -263,6 +263,11 @@ def _message(use: DeprecatedAmpUse) -> str:
     return f"{old} is deprecated (calling it raises a FutureWarning) in favour of `{use.replacement}` with a device type: {fix}."
 
 
+def _release(version: Tuple[int, int]) -> str:
+    """(1, 13) -> "1.13"; a major's unknown last minor (`torch<2`) -> "1.x"."""
+    return f"{version[0]}.{version[1]}" if version[1] < 999 else f"{version[0]}.x"
+
+
 def _fix(use: DeprecatedAmpUse, uses: List[DeprecatedAmpUse], model: SemanticModel) -> Optional[Fix]:
     """The rewritten call or decorator, and the import its spelling needs; none where the
     rewrite is not certain (`*args`, a hand-on, a base class). Where every use of the name an
@@ -279,8 +284,17 @@ def _fix(use: DeprecatedAmpUse, uses: List[DeprecatedAmpUse], model: SemanticMod
             together = same
         else:
             alias = None
+    title = f"Use `{use.replacement}` with `\"{use.device_type}\"`"
+    # Safe only where every torch the project supports has the name the rewrite writes.
+    needs = max((other.needs_torch for other in together if other.needs_torch is not None), default=None)
+    target = model.torch_target
+    applicability = SAFE
+    if needs is not None and target is not None and target < needs:
+        applicability = UNSAFE
+        title += f" (needs torch {needs[0]}.{needs[1]}; the project supports torch {_release(target)})"
     fix = Fix(
-        f"Use `{use.replacement}` with `\"{use.device_type}\"`",
+        title,
+        applicability=applicability,
         replace=tuple((other.node, other.new_node) for other in together),  # type: ignore[misc]
     )
     if use.import_to_add:

@@ -194,12 +194,12 @@ class AmplintLanguageServer(LanguageServer):
 def _lint(name: str, path: Optional[str], data: bytes) -> "Tuple[List[Finding], Optional[str]]":
     """(findings, a problem to show the user): what `amplint NAME` would report for `data`."""
     try:
-        rules, target = rules_for(path)
+        rules, target, torch_target = rules_for(path)
     except (ConfigError, SelectionError) as error:
         return [], str(error)
     if not rules:
         return [], None
-    result = lint_bytes(data, name, rules, target=target)
+    result = lint_bytes(data, name, rules, target=target, torch_target=torch_target)
     if isinstance(result.error, FileError):
         # A syntax error while typing: the editor's Python support says where. The findings
         # of the last version would sit on the wrong lines, so none are kept.

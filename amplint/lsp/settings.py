@@ -18,9 +18,10 @@ from amplint.discovery import DEFAULT_EXCLUDES, Discovery
 from amplint.rule import Rule
 
 
-def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[PythonVersion]]:
+def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[PythonVersion], Tuple[int, int]]:
     """The rules for `path` (None: an unsaved buffer, configured from the working directory),
-    and the Python version its syntax is judged against (`target-version`).
+    the Python version its syntax is judged against (`target-version`), and the oldest torch
+    its fixes must work on (`target-torch-version`, else the project's requirement).
 
     Raises ConfigError or SelectionError for a broken configuration, as the command does."""
     options = cli._check_parser().parse_args([])
@@ -37,6 +38,6 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
             force_exclude=True,
         )
         if discovery.is_excluded(path, is_dir=False):
-            return (), config.target_version
+            return (), config.target_version, config.torch()[0]
     codes = cli._codes_for(anchor, rules, config, per_file)
-    return tuple(rule for rule in rules if rule.code in codes), config.target_version
+    return tuple(rule for rule in rules if rule.code in codes), config.target_version, config.torch()[0]
