@@ -30,7 +30,9 @@ Each use carries what a fix needs, so that the fix defines every name it writes:
   positional arguments (`enabled, dtype, cache_enabled`) as keywords, since the new
   signature puts `dtype` second. `torch.cuda.amp.autocast(*args)` has no safe rewrite.
 - the import alias that bound the old name (`from torch.cuda.amp import autocast`), which a
-  fix may drop once no use of it is left.
+  fix may drop once no use of it is left;
+- the torch release the rewrite needs (`SINCE` of the name it writes: `torch.amp.GradScaler`
+  2.3), so that the rule offers it as safe only to a project whose oldest torch has it.
 """
 
 from __future__ import annotations
