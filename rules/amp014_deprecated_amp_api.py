@@ -75,9 +75,10 @@ class DeprecatedAmpApi(Rule):
     ```
 
     ## Fix safety
-    Safe where every torch the project supports has the name the rewrite writes, unsafe (applied
-    only with `--unsafe-fixes`) where it does not, since the rewrite would break the project on
-    the oldest torch it supports: `torch.amp.GradScaler` came in PyTorch 2.3,
+    Safe (unsafe where the project supports a torch older than the name the rewrite writes). A
+    rewrite is safe only where every torch the project supports has that name, and otherwise
+    unsafe, applied only with `--unsafe-fixes`, since it would break the project on its oldest
+    torch: `torch.amp.GradScaler` came in PyTorch 2.3,
     `torch.amp.custom_fwd` and `custom_bwd` (with `device_type`) in 2.4, `torch.amp.autocast` in
     1.12 (`torch.autocast`, which a rewrite writes where the file already imports it, in 1.10).
     That torch is `target-torch-version`, else the oldest release the project's requirement
