@@ -252,3 +252,25 @@ def test_the_language_server_uses_the_projects_target(tmp_path):
     write(tmp_path, {"requirements.txt": "torch>=1.13\n", "train.py": SCALER})
     rules, _, torch_target = rules_for(str(tmp_path / "train.py"))
     assert torch_target == (1, 13) and any(rule.code == "AMP014" for rule in rules)
+
+
+def test_standard_input_is_configured_with_its_projects_target(amplint, tmp_path):
+    write(tmp_path, {"requirements.txt": "torch>=1.13\n"})
+    result = amplint("--output-format", "json", "--stdin-filename", "train.py", "-", cwd=tmp_path, input=SCALER)
+    assert amp014_fixes(result) == ["unsafe"], result.stderr
+    assert amplint("--fix", "--stdin-filename", "train.py", "-", cwd=tmp_path, input=SCALER).stdout == SCALER
+    fixed = amplint("--fix", "--unsafe-fixes", "--stdin-filename", "train.py", "-", cwd=tmp_path, input=SCALER)
+    assert fixed.stdout == FIXED_SCALER
+
+
+def test_fix_keeps_the_target_in_a_file_with_other_safe_fixes(amplint, tmp_path):
+    # The fixer lints the file again to fix it: it must do so for the same torch.
+    from conftest import BUGGY
+
+    source = BUGGY.replace('torch.amp.GradScaler("cuda")', "torch.cuda.amp.GradScaler()")
+    write(tmp_path, {"requirements.txt": "torch>=1.13\n", "train.py": source})
+    amplint("--no-cache", "--fix", ".", cwd=tmp_path)
+    fixed = (tmp_path / "train.py").read_text()
+    assert "scaler.unscale_(optimizer)" in fixed and "torch.cuda.amp.GradScaler()" in fixed
+    result = amplint("--fix", "--stdin-filename", "train.py", "-", cwd=tmp_path, input=source)
+    assert "scaler.unscale_(optimizer)" in result.stdout and "torch.cuda.amp.GradScaler()" in result.stdout
