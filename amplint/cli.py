@@ -112,6 +112,7 @@ def _check_parser() -> argparse.ArgumentParser:
     files.add_argument("--force-exclude", action="store_true", help="apply excludes to files named on the command line too (pre-commit)")
     files.add_argument("--no-respect-gitignore", action="store_true", help="lint files that .gitignore ignores")
     files.add_argument("--target-version", choices=TARGET_VERSIONS, metavar="VERSION", help="the Python the code runs on, py37 to py314: its grammar decides what is a syntax error (default: the config's target-version, else requires-python, else the newest)")
+    files.add_argument("--target-torch-version", metavar="VERSION", help="the oldest torch the project supports, e.g. 1.13: a fix that needs a newer torch is unsafe (default: the config's target-torch-version, else the project's torch requirement, else 2.4)")
     files.add_argument("--stdin-filename", metavar="NAME", help="the name standard input is linted and reported as (a .ipynb name reads a notebook); implies -")
     output = parser.add_argument_group("output")
     output.add_argument(
@@ -221,6 +222,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
     except (ConfigError, SelectionError, PatternError) as error:
         return _usage_error(str(error))
     target = parse_target_version(options.target_version) if options.target_version else config.target_version
+    torch_target = config.torch()[0]
     analysis_limit = options.analysis_limit if options.analysis_limit is not None else config.analysis_limit
     fail_level = options.fail_level or config.fail_level
     if options.concise and options.output_format in (None, "full"):
@@ -255,7 +257,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         stdin_data = sys.stdin.buffer.read()
 
         def lint_all() -> List[FileResult]:
-            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data, analysis_limit)] if files else []
+            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data, analysis_limit, torch_target)] if files else []
 
     else:
         files, errors = discovery.files(paths)
@@ -285,7 +287,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
             try:
                 # --ignore-noqa changes what a file's result is: part of its cache key.
                 settings = {"ignore-noqa": True} if ignoring_directives() else None
-                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit) as runner:
+                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit, torch_target=torch_target) as runner:
                     linted = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
                     runner.progress = None
                     # Files that import linted modules, again with what those modules' functions do.
@@ -302,7 +304,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
 
         # Functions are followed as far as the lint followed them, so every fix it showed is found.
         with metered(analysis_limit, limited=False):
-            fixes = fix_results(results, codes_by_path, wanted_by(unsafe, fixable, unfixable), target, stdin_data)
+            fixes = fix_results(results, codes_by_path, wanted_by(unsafe, fixable, unfixable), target, stdin_data, torch_target)
         for fix in fixes:
             if fix.outcome.error and fix.outcome.count == 0:
                 print(f"amplint: note: {visible(fix.path)}: {visible(fix.outcome.error)}", file=sys.stderr)
@@ -496,6 +498,7 @@ def lint_stdin(
     target: Optional[PythonVersion] = None,
     data: Optional[bytes] = None,
     analysis_limit: float = 1.0,
+    torch_target: Optional[Tuple[int, int]] = None,
 ) -> FileResult:
     """Lint standard input (or `data` read from it) as the file `name`, isolated like any other file."""
     from amplint.diagnostics import FileResult
@@ -506,7 +509,7 @@ def lint_stdin(
     too_large = size_error(name, len(data))
     if too_large:
         return FileResult(name, error=too_large)
-    with Runner(1, budget, target=target, analysis_limit=analysis_limit) as runner:
+    with Runner(1, budget, target=target, analysis_limit=analysis_limit, torch_target=torch_target) as runner:
         return runner.lint([Job(name, codes, data=data)])[0]
 
 

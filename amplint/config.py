@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from amplint.discovery import PatternError, check_patterns
+from amplint.torch_target import ASSUMED, TorchVersion, declared_torch, parse_torch_version
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,6 +34,7 @@ KNOWN_KEYS = (
     "unsafe-fixes",
     "respect-gitignore",
     "target-version",
+    "target-torch-version",
     "output-format",
     "cache-dir",
     "jobs",
@@ -68,6 +70,11 @@ class Config:
     # The Python the project runs on: its grammar decides what is a syntax error. None: the
     # newest grammar amplint knows.
     target_version: Optional[PythonVersion] = None
+    # The oldest torch the project supports: a fix that needs a newer one is unsafe
+    # (amplint.torch_target). None: not configured or declared, `ASSUMED`. `torch_target_from`
+    # says where it came from.
+    torch_target: Optional[TorchVersion] = None
+    torch_target_from: Optional[str] = None
     # `--fix`: the rules whose fixes may be applied (ruff's `fixable`/`unfixable`), and
     # whether unsafe fixes are applied without `--unsafe-fixes`.
     fixable: List[str] = field(default_factory=lambda: ["ALL"])
@@ -82,6 +89,12 @@ class Config:
     # analysis' work limits (amplint.work).
     fail_level: str = "error"
     analysis_limit: float = 1.0
+
+    def torch(self) -> Tuple[TorchVersion, str]:
+        """The torch fixes must work on, and where that comes from."""
+        if self.torch_target is not None:
+            return self.torch_target, self.torch_target_from or "target-torch-version"
+        return ASSUMED, "assumed: the project declares no lower bound on torch"
 
 
 def find_config(start: str) -> Optional[str]:
@@ -138,6 +151,7 @@ def load(
         config = defaults(fallback_root, overrides)
         if config.target_version is None:
             config.target_version = project_python(start or fallback_root)
+        _declared_torch(config, start or fallback_root)
         return config
     document = _read_toml(path)
     table = _amplint_table(document, path, explicit)
@@ -146,7 +160,16 @@ def load(
     if config.target_version is None:
         # A pyproject.toml's own requires-python; beside an amplint.toml, the nearest one's.
         config.target_version = requires_python(document) if _is_pyproject_style(document, path) else project_python(config.root)
+    _declared_torch(config, config.root)
     return config
+
+
+def _declared_torch(config: Config, start: str) -> None:
+    """Without `target-torch-version`: the oldest torch the project's requirement admits."""
+    if config.torch_target is None:
+        declared = declared_torch(start)
+        if declared is not None:
+            config.torch_target, config.torch_target_from = declared.version, declared.where
 
 
 OVERRIDE = "--config KEY=VALUE"
@@ -228,6 +251,11 @@ def _from_table(table: Dict[str, Any], path: str, root: str, source: Optional[st
         raise ConfigError(f"{path}: analysis-limit must be a positive number (a factor on the default limits)")
     config.analysis_limit = float(limit)
     config.target_version = _target_version(table, path)
+    if "target-torch-version" in table:
+        config.torch_target = parse_torch_version(table["target-torch-version"])
+        if config.torch_target is None:
+            raise ConfigError(torch_version_error(table["target-torch-version"], path))
+        config.torch_target_from = "target-torch-version"
     config.output_format = _output_format(table, path)
     if "cache-dir" in table:
         if not isinstance(table["cache-dir"], str) or not table["cache-dir"]:
@@ -289,6 +317,10 @@ def parse_target_version(value: Any) -> Optional[PythonVersion]:
 
 def target_version_error(value: Any, where: str) -> str:
     return f"{where}: target-version must be one of {', '.join(TARGET_VERSIONS)}, not {value!r}"
+
+
+def torch_version_error(value: Any, where: str) -> str:
+    return f"{where}: target-torch-version must be a torch release as a string, \"MAJOR.MINOR\" (\"2.2\", \"1.13\"), not {value!r}"
 
 
 def _target_version(table: Dict[str, Any], path: str) -> Optional[PythonVersion]:

@@ -87,6 +87,7 @@ class _Task(NamedTuple):
     target: Optional[PythonVersion]
     whole: bool = False
     analysis_limit: float = 1.0
+    torch_target: Optional[Tuple[int, int]] = None
 
 
 class Runner:
@@ -106,15 +107,23 @@ class Runner:
         target: Optional[PythonVersion] = None,
         progress: Optional[Progress] = None,
         analysis_limit: float = 1.0,
+        torch_target: Optional[Tuple[int, int]] = None,
     ) -> None:
         self.workers = max(1, workers)
         self.budget = budget
         self.cache = cache
-        # The Python the code runs on decides what is a syntax error, and the factor on the
-        # work limits what is analysed: part of every key.
+        # The Python the code runs on decides what is a syntax error, the factor on the work
+        # limits what is analysed, and the torch the project supports which fixes are safe:
+        # part of every key.
         self.target = target
         self.analysis_limit = analysis_limit
-        self.settings = dict(settings or {}, target=str(target) if target is not None else None, analysis_limit=analysis_limit)
+        self.torch_target = torch_target
+        self.settings = dict(
+            settings or {},
+            target=str(target) if target is not None else None,
+            analysis_limit=analysis_limit,
+            torch_target=list(torch_target) if torch_target is not None else None,
+        )
         self.progress = progress  # advanced once per file whose result is in
         # Tests and benchmarks only: lint in this process, unprotected.
         self.isolate = isolate
@@ -206,7 +215,7 @@ class Runner:
         return self._task(index, job, data)
 
     def _task(self, index: int, job: Job, data: bytes) -> _Task:
-        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit)
+        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target)
 
     # ------------------------------------------------------------------ execution
 
@@ -383,7 +392,7 @@ def _syntax_only(task: _Task) -> FileResult:
         from amplint.semantic.exports import ExternalModules
 
         external = ExternalModules(task.path, task.imported) if task.imported else None
-        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit)
+        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target)
     with recursion_room(), quiet_collector():
         return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target))
 
@@ -566,7 +575,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[Fi
             _armed = True
             signal.setitimer(signal.ITIMER_PROF, budget)
         try:
-            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit) if engine else _syntax_only(task)
+            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target) if engine else _syntax_only(task)
         finally:
             _armed = False
             if timer:

@@ -27,6 +27,7 @@ from amplint.semantic import CodeUnit, SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
 from amplint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, recursion_room, syntax_error, where
+from amplint.torch_target import TorchVersion
 
 
 def lint_bytes(
@@ -37,19 +38,22 @@ def lint_bytes(
     target: Optional[PythonVersion] = None,
     whole: bool = False,
     analysis_limit: Optional[float] = 1.0,
+    torch_target: Optional[TorchVersion] = None,
 ) -> FileResult:
     """Lint a file's contents, read from disk or standard input: a notebook, or Python source.
     `external`: summaries of the other linted modules it may import (see `amplint.project`).
     `target`: the Python the project runs on, whose grammar decides what is a syntax error
     (None: the newest grammar amplint knows). `whole`: analysed even where the code alone
     gives no rule what it needs (the second phase of a run: another module decides).
-    `analysis_limit`: the factor on the work limits of `amplint.work` (None: no file limit)."""
+    `analysis_limit`: the factor on the work limits of `amplint.work` (None: no file limit).
+    `torch_target`: the oldest torch the project supports (None: `torch_target.ASSUMED`); a
+    fix that needs a newer one is unsafe."""
     if is_notebook(path):
-        return _lint_notebook(data, path, rules, external, target, whole, analysis_limit)
+        return _lint_notebook(data, path, rules, external, target, whole, analysis_limit, torch_target)
     source = decode_python(data, path)
     if isinstance(source, FileError):
         return FileResult(path, error=source)
-    return lint_source(source, path, rules, external=external, target=target, whole=whole, analysis_limit=analysis_limit)
+    return lint_source(source, path, rules, external=external, target=target, whole=whole, analysis_limit=analysis_limit, torch_target=torch_target)
 
 
 def _lint_notebook(
@@ -60,6 +64,7 @@ def _lint_notebook(
     target: Optional[PythonVersion],
     whole: bool,
     analysis_limit: Optional[float] = 1.0,
+    torch_target: Optional[TorchVersion] = None,
 ) -> FileResult:
     text = decode_notebook(data, path)
     notebook = parse_notebook(text, path) if isinstance(text, str) else text
@@ -70,7 +75,7 @@ def _lint_notebook(
     too_large = size_error(path, len(notebook.python.encode("utf-8")), what="code in notebook")
     if too_large:
         return FileResult(path, error=too_large)
-    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole, analysis_limit)
+    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole, analysis_limit, torch_target)
     result.skipped_functions = [
         replace(s, file_row=notebook.file_span(s.row, s.column, s.row, s.column)[0]) for s in result.skipped_functions
     ]
@@ -104,6 +109,7 @@ def lint_source(
     target: Optional[PythonVersion] = None,
     whole: bool = False,
     analysis_limit: Optional[float] = 1.0,
+    torch_target: Optional[TorchVersion] = None,
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells.
 
@@ -117,7 +123,7 @@ def lint_source(
     with recursion_room(), quiet_collector():
         try:
             with work.metered(analysis_limit):
-                return _lint_source(source, path, rules, cells, external, target, whole)
+                return _lint_source(source, path, rules, cells, external, target, whole, torch_target)
         except work.WorkLimitExceeded:
             return FileResult(path, error=FileError(path, work.limit_message(analysis_limit or 1.0)))
 
@@ -130,6 +136,7 @@ def _lint_source(
     external: Optional[ExternalModules] = None,
     target: Optional[PythonVersion] = None,
     whole: bool = False,
+    torch_target: Optional[TorchVersion] = None,
 ) -> FileResult:
     result = FileResult(path)
     # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
@@ -177,7 +184,7 @@ def _lint_source(
         )
         return result
     try:
-        model = analyze(module, external)
+        model = analyze(module, external, torch_target)
         reports = run_rules(model, parsing_rules)
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
         result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact)

@@ -31,6 +31,7 @@ from amplint.rule import Rule
 from amplint.semantic import analyze
 from amplint.semantic.exports import ExternalModules
 from amplint.syntax import PythonVersion, parse_module_exactly
+from amplint.torch_target import TorchVersion
 
 if TYPE_CHECKING:
     from amplint.diagnostics import FileResult
@@ -74,13 +75,14 @@ def fix_source(
     wanted: Wanted,
     external: Optional[ExternalModules] = None,
     target: Optional[PythonVersion] = None,
+    torch_target: Optional[TorchVersion] = None,
 ) -> FixOutcome:
     """`source` with every wanted fix applied that keeps it valid Python."""
     from amplint.engine import recursion_room
 
     try:
         with recursion_room():
-            return _fix_source(source, path, rules, wanted, external, target)
+            return _fix_source(source, path, rules, wanted, external, target, torch_target)
     except RecursionError:
         return FixOutcome(source, error="not fixed: nesting too deep")
 
@@ -92,6 +94,7 @@ def _fix_source(
     wanted: Wanted,
     external: Optional[ExternalModules],
     target: Optional[PythonVersion],
+    torch_target: Optional[TorchVersion] = None,
 ) -> FixOutcome:
     outcome = FixOutcome(source)
     # Counted per finding, not per fix applied: one fix can settle several findings (a
@@ -110,7 +113,7 @@ def _fix_source(
             # change the file beyond the fix.
             outcome.error = "not fixed: LibCST parses this file only after normalising it"
             break
-        found = _wanted_fixes(module, outcome.source, rules, wanted, external)
+        found = _wanted_fixes(module, outcome.source, rules, wanted, external, torch_target)
         left = Counter(code for code, _ in found)
         first = left if first is None else first
         fixes = non_overlapping(found)
@@ -130,7 +133,7 @@ def _fix_source(
     if applied and left is None:  # the last round applied fixes: what is left to fix?
         module, exact = parse_module_exactly(outcome.source)
         if isinstance(module, cst.Module) and exact:
-            left = Counter(code for code, _ in _wanted_fixes(module, outcome.source, rules, wanted, external))
+            left = Counter(code for code, _ in _wanted_fixes(module, outcome.source, rules, wanted, external, torch_target))
     if applied:
         settled = first - left if first is not None and left is not None else Counter()
         outcome.applied = settled or applied
@@ -150,10 +153,11 @@ def _wanted_fixes(
     rules: Sequence[Type[Rule]],
     wanted: Wanted,
     external: Optional[ExternalModules],
+    torch_target: Optional[TorchVersion] = None,
 ) -> List[Tuple[str, Fix]]:
     from amplint.engine import run_rules
 
-    reports = [(rule, report) for rule, _, report in run_rules(analyze(module, external), rules)]
+    reports = [(rule, report) for rule, _, report in run_rules(analyze(module, external, torch_target), rules)]
     reports = [(rule, report) for rule, report in reports if report.fix is not None and wanted(rule.code, report.fix.applicability)]
     if not reports:
         return []
@@ -192,6 +196,7 @@ def fix_file(
     wanted: Wanted,
     external: Optional[ExternalModules] = None,
     target: Optional[PythonVersion] = None,
+    torch_target: Optional[TorchVersion] = None,
 ) -> FileFix:
     """Fix one file's contents: a notebook cell by cell, Python source in its own encoding."""
     from amplint.notebook import is_notebook
@@ -201,14 +206,14 @@ def fix_file(
         text = decode_notebook(data, path)
         if not isinstance(text, str):
             return FileFix(path, data, data, FixOutcome("", error=text.message))
-        fixed_text, outcome = fix_notebook(text, path, rules, wanted, external, target)
+        fixed_text, outcome = fix_notebook(text, path, rules, wanted, external, target, torch_target)
         bom = b"\xef\xbb\xbf" if data.startswith(b"\xef\xbb\xbf") else b""
         fixed = bom + fixed_text.encode("utf-8") if fixed_text != text else data
         return FileFix(path, data, fixed, outcome, text, fixed_text)
     source = decode_python(data, path)
     if not isinstance(source, str):
         return FileFix(path, data, data, FixOutcome("", error=source.message))
-    outcome = fix_source(source, path, rules, wanted, external, target)
+    outcome = fix_source(source, path, rules, wanted, external, target, torch_target)
     if outcome.source == source:
         return FileFix(path, data, data, outcome, source, source)
     try:
@@ -224,6 +229,7 @@ def fix_results(
     wanted: Wanted,
     target: Optional[PythonVersion] = None,
     stdin_data: Optional[bytes] = None,
+    torch_target: Optional[TorchVersion] = None,
 ) -> List[FileFix]:
     """The fixes of a lint run's files that have a wanted fix, each file fixed with the rules
     selected for it and the summaries of the linted modules it imports (as it was linted)."""
@@ -246,7 +252,7 @@ def fix_results(
         external = ExternalModules(result.path, used) if used else None
         codes = codes_by_path.get(result.path, ())
         rules = [rule for rule in ALL_RULES if rule.code in codes]
-        fixes.append(fix_file(result.path, data, rules, wanted, external, target))
+        fixes.append(fix_file(result.path, data, rules, wanted, external, target, torch_target))
     return fixes
 
 
@@ -299,6 +305,7 @@ def fix_notebook(
     wanted: Wanted,
     external: Optional[ExternalModules] = None,
     target: Optional[PythonVersion] = None,
+    torch_target: Optional[TorchVersion] = None,
 ) -> Tuple[str, FixOutcome]:
     """The notebook's JSON text with its code cells fixed, and the outcome for its joined code.
 
@@ -308,7 +315,7 @@ def fix_notebook(
     notebook = parse_notebook(text, path)
     if not isinstance(notebook, Notebook):
         return text, FixOutcome(text)
-    outcome = fix_source(notebook.python, path, rules, wanted, external, target)
+    outcome = fix_source(notebook.python, path, rules, wanted, external, target, torch_target)
     if not outcome.count:
         return text, outcome
     cells = _split_cells(notebook, outcome.source)

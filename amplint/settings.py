@@ -3,8 +3,8 @@ the rules selected, and the codes that run on it after `per-file-ignores`.
 
 The command (amplint.cli) and the language server (amplint.lsp) both decide this here, so an
 editor shows what `amplint PATH` reports. `options` is the command line's parsed options (any
-object with `isolated`, `config`, `select`, `extend_select`, `ignore`, `per_file_ignores` and
-`extend_per_file_ignores`); `DEFAULTS` stands for a command line that names none of them.
+object with `isolated`, `config`, `select`, `extend_select`, `ignore`, `per_file_ignores`,
+`extend_per_file_ignores` and `target_torch_version`); `DEFAULTS` stands for a command line that names none of them.
 Imports are made where they are used: the command's start-up must not load LibCST or the
 rules for a run that needs neither (bench/startup.py).
 """
@@ -23,7 +23,14 @@ if TYPE_CHECKING:
 
 # `amplint PATH` with no option that changes the configuration or the selection.
 DEFAULTS = argparse.Namespace(
-    isolated=False, config=None, select=None, extend_select=None, ignore=None, per_file_ignores=None, extend_per_file_ignores=None
+    isolated=False,
+    config=None,
+    select=None,
+    extend_select=None,
+    ignore=None,
+    per_file_ignores=None,
+    extend_per_file_ignores=None,
+    target_torch_version=None,
 )
 
 
@@ -52,6 +59,14 @@ def load_config(options: Any, paths: Sequence[str]) -> Config:
     if replace is not None:
         config.per_file_ignores = replace
     config.per_file_ignores.update(_pattern_codes(options.extend_per_file_ignores, "--extend-per-file-ignores") or {})
+    if options.target_torch_version is not None:
+        from amplint.config import torch_version_error
+        from amplint.torch_target import parse_torch_version
+
+        config.torch_target = parse_torch_version(options.target_torch_version)
+        if config.torch_target is None:
+            raise ConfigError(torch_version_error(options.target_torch_version, "--target-torch-version"))
+        config.torch_target_from = "--target-torch-version"
     return config
 
 

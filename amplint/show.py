@@ -33,6 +33,7 @@ def settings(
         ("paths", list(paths)),
         ("rules", [f"{rule.code} ({rule.name})" for rule in rules]),
         ("target-version", f"py{target[0]}{target[1]}" if target else None),
+        ("target-torch-version", _torch(config)[0]),
         ("per-file-ignores", config.per_file_ignores),
         ("exclude", list(discovery.exclude)),
         ("extend-exclude", list(discovery.extend_exclude)),
@@ -41,7 +42,7 @@ def settings(
         ("output-format", output_format),
         ("jobs", jobs),
     ]
-    lines = [f"{key} = {_value(value)}" for key, value in values]
+    lines = [f"{key} = {_value(value)}" + (f"  # {_torch(config)[1]}" if key == "target-torch-version" else "") for key, value in values]
     if config.path is None:
         lines[0] += "  # no [tool.amplint] found: defaults"
     return "\n".join(lines) + "\n"
@@ -59,3 +60,11 @@ def _value(value: object) -> str:
 
 def files(found: Iterable[str]) -> str:
     return "".join(f"{visible(path)}\n" for path in sorted(found))
+
+
+def _torch(config: Config) -> Tuple[str, str]:
+    """("1.13", "pyproject.toml: torch>=1.13"): the torch fixes must work on, and why."""
+    from amplint.torch_target import describe
+
+    version, source = config.torch()
+    return describe(version), visible(source)

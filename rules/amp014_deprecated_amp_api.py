@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from amplint.analyses.deprecations import DeprecatedAmpUse, Deprecations
-from amplint.fix import Fix, with_import, without_import
+from amplint.fix import SAFE, UNSAFE, Fix, with_import, without_import
 from amplint.rule import Flagged, Message, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text
 
@@ -44,9 +44,10 @@ class DeprecatedAmpApi(Rule):
     ...)`, `@torch.amp.custom_fwd(device_type="cuda")`. Beware the positions: the old
     `autocast(enabled, dtype, cache_enabled)` becomes `autocast(device_type, dtype, enabled,
     cache_enabled)`, so `torch.cuda.amp.autocast(True)` must become `torch.amp.autocast("cuda",
-    enabled=True)`, not `torch.amp.autocast("cuda", True)`. `torch.amp.GradScaler` needs
-    PyTorch 2.3 and `torch.amp.custom_fwd` 2.4: a project that supports older versions keeps
-    the old names (ignore the rule, or use a shim, which it recognises).
+    enabled=True)`, not `torch.amp.autocast("cuda", True)`. The replacements are
+    newer than the old names (`torch.amp.GradScaler` needs PyTorch 2.3, `torch.amp.custom_fwd`
+    2.4): a project that supports an older torch keeps the old names, or uses a shim, which the
+    rule recognises; its fixes are then unsafe (see "Fix safety").
 
     ## What goes wrong at runtime
     Nothing silent: the mistake is loud by construction, a FutureWarning on every call naming
@@ -74,16 +75,26 @@ class DeprecatedAmpApi(Rule):
     ```
 
     ## Fix safety
-    Safe. The call or decorator is rewritten to the `torch.amp` name with its device type, the
+    Safe (unsafe where the project supports a torch older than the name the rewrite writes). A
+    rewrite is safe only where every torch the project supports has that name, and otherwise
+    unsafe, applied only with `--unsafe-fixes`, since it would break the project on its oldest
+    torch: `torch.amp.GradScaler` came in PyTorch 2.3,
+    `torch.amp.custom_fwd` and `custom_bwd` (with `device_type`) in 2.4, `torch.amp.autocast` in
+    1.12 (`torch.autocast`, which a rewrite writes where the file already imports it, in 1.10).
+    That torch is `target-torch-version`, else the oldest release the project's requirement
+    admits (`torch>=1.13` in pyproject.toml's dependencies or a requirements file: 1.13), else
+    2.4, where these names started to warn (docs/configuration.md). An unsafe fix's title
+    says what it needs (`needs torch 2.3; the project supports torch 1.13`). The rewrite of
+    `torch.cpu.amp.GradScaler` is always safe: it came in 2.3 together with its replacement.
+
+    The call or decorator is rewritten to the `torch.amp` name with its device type, the
     old autocast's positional arguments moved to keywords, and `import torch` is added when the
     file has no name for the replacement. Where every use of a name an old import binds gets
     rewritten, one fix rewrites them all and removes that name from the import (the whole
     import when it was the only name; `pass` when it was a block's only statement), so no unused
     import is left behind and no round leaves a use without its import. No fix for `*args`
     calls, hand-ons (`amp_autocast = torch.cuda.amp.autocast`) and base classes. The tests
-    check that each rewrite builds an object with the same settings. Note that
-    `torch.amp.GradScaler` needs PyTorch 2.3: a project that supports older versions should
-    keep the rule off (or use a shim, which it recognises).
+    check that each rewrite builds an object with the same settings.
     """
 
     code = "AMP014"
@@ -263,6 +274,11 @@ def _message(use: DeprecatedAmpUse) -> str:
     return f"{old} is deprecated (calling it raises a FutureWarning) in favour of `{use.replacement}` with a device type: {fix}."
 
 
+def _release(version: Tuple[int, int]) -> str:
+    """(1, 13) -> "1.13"; a major's unknown last minor (`torch<2`) -> "1.x"."""
+    return f"{version[0]}.{version[1]}" if version[1] < 999 else f"{version[0]}.x"
+
+
 def _fix(use: DeprecatedAmpUse, uses: List[DeprecatedAmpUse], model: SemanticModel) -> Optional[Fix]:
     """The rewritten call or decorator, and the import its spelling needs; none where the
     rewrite is not certain (`*args`, a hand-on, a base class). Where every use of the name an
@@ -279,8 +295,17 @@ def _fix(use: DeprecatedAmpUse, uses: List[DeprecatedAmpUse], model: SemanticMod
             together = same
         else:
             alias = None
+    title = f"Use `{use.replacement}` with `\"{use.device_type}\"`"
+    # Safe only where every torch the project supports has the name the rewrite writes.
+    needs = max((other.needs_torch for other in together if other.needs_torch is not None), default=None)
+    target = model.torch_target
+    applicability = SAFE
+    if needs is not None and target is not None and target < needs:
+        applicability = UNSAFE
+        title += f" (needs torch {needs[0]}.{needs[1]}; the project supports torch {_release(target)})"
     fix = Fix(
-        f"Use `{use.replacement}` with `\"{use.device_type}\"`",
+        title,
+        applicability=applicability,
         replace=tuple((other.node, other.new_node) for other in together),  # type: ignore[misc]
     )
     if use.import_to_add:

@@ -30,7 +30,9 @@ Each use carries what a fix needs, so that the fix defines every name it writes:
   positional arguments (`enabled, dtype, cache_enabled`) as keywords, since the new
   signature puts `dtype` second. `torch.cuda.amp.autocast(*args)` has no safe rewrite.
 - the import alias that bound the old name (`from torch.cuda.amp import autocast`), which a
-  fix may drop once no use of it is left.
+  fix may drop once no use of it is left;
+- the torch release the rewrite needs (`SINCE` of the name it writes: `torch.amp.GradScaler`
+  2.3), so that the rule offers it as safe only to a project whose oldest torch has it.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from libcst import MaybeSentinel
 from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.pytorch.deprecated_api import DEPRECATED, LEGACY_AUTOCAST_PARAMETERS, SAME_AS
+from amplint.semantic.pytorch.deprecated_api import DEPRECATED, DEPRECATED_SINCE, LEGACY_AUTOCAST_PARAMETERS, SAME_AS, SINCE
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import all_bindings
 from amplint.semantic.walk import iter_tree
@@ -73,6 +75,9 @@ class DeprecatedAmpUse:
     new_node: Optional[cst.CSTNode]  # the rewritten call or decorator; None when not safe
     import_alias: Optional[cst.ImportAlias] = None  # the alias that bound the old name, if any
     shared: bool = False  # the name is bound to another API on another branch: no rewrite fits both
+    # The torch release the rewrite needs that the old code does not: the first with the name it
+    # writes (`torch.amp.GradScaler`: (2, 3)); None when the old name is no older than it.
+    needs_torch: Optional[Tuple[int, int]] = None
 
     @property
     def new_text(self) -> Optional[str]:
@@ -162,14 +167,17 @@ class _Finder:
         # shared name is right for both.
         shared = head != "torch" and any(not _imports_old_api(binding) for binding in bindings)
         replacement, device, what = DEPRECATED[deprecated]
-        spelling, import_to_add = self._spelling(replacement, scope)
+        spelling, import_to_add, written = self._spelling(replacement, scope)
+        needs = SINCE.get(written)
+        if needs is not None and DEPRECATED_SINCE.get(deprecated, (0, 0)) >= needs:
+            needs = None
         new_node = None
         if kind == "call" and not shared:
             new_node = _rewrite_call(node, what, device, spelling)  # type: ignore[arg-type]
         elif kind == "decorator" and what in ("custom_fwd", "custom_bwd") and not shared:
             new_node = cst.Call(func=cst.parse_expression(spelling), args=[_keyword("device_type", _string(device))])
         alias = next((self._alias(b) for b in bindings if _imports_old_api(b)), None)
-        return DeprecatedAmpUse(node, kind, deprecated, replacement, device, spelling, import_to_add, new_node, alias, shared)
+        return DeprecatedAmpUse(node, kind, deprecated, replacement, device, spelling, import_to_add, new_node, alias, shared, needs)
 
     def _modern(self, binding: Binding) -> bool:
         """The new API: imported (`from torch.amp import autocast`, `from torch import amp`) or
@@ -237,11 +245,11 @@ class _Finder:
                     return alias
         return None
 
-    def _spelling(self, replacement: str, scope: Scope) -> Tuple[str, Optional[str]]:
+    def _spelling(self, replacement: str, scope: Scope) -> Tuple[str, Optional[str], str]:
         """How `scope` can write `replacement` with a name it already binds, else with
-        `import torch` to add."""
+        `import torch` to add; and which of its names that writes (`torch.autocast`)."""
         member = replacement.rsplit(".", 1)[-1]
-        candidates: List[Tuple[int, str]] = []
+        candidates: List[Tuple[int, str, str]] = []
         current: Optional[Scope] = scope
         while current is not None:
             for name, bindings in current.bindings.items():
@@ -254,15 +262,16 @@ class _Finder:
                     continue
                 target = targets.pop()
                 if target in SAME_AS[replacement]:
-                    candidates.append((0, name))
+                    candidates.append((0, name, target))
                 elif target == "torch.amp":
-                    candidates.append((1, f"{name}.{member}"))
+                    candidates.append((1, f"{name}.{member}", replacement))
                 elif target == "torch" and name == "torch":
-                    candidates.append((2, replacement))
+                    candidates.append((2, replacement, replacement))
             current = current.parent
         if candidates:
-            return min(candidates)[1], None
-        return replacement, "import torch"
+            _, spelling, written = min(candidates)
+            return spelling, None, written
+        return replacement, "import torch", replacement
 
 
 def _import_targets(binding: Binding) -> List[str]:

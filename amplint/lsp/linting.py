@@ -69,13 +69,13 @@ class Linter:
 def lint_document(name: str, path: Optional[str], data: bytes) -> Outcome:
     """What `amplint NAME` would report for `data`, linted in a worker process."""
     try:
-        rules, target = rules_for(path)
+        rules, target, torch_target = rules_for(path)
     except (ConfigError, SelectionError) as error:
         return Outcome([], str(error))
     if not rules:
         return Outcome([])
     try:
-        result = lint_isolated(name, tuple(rule.code for rule in rules), data, target)
+        result = lint_isolated(name, tuple(rule.code for rule in rules), data, target, torch_target)
     except Exception as error:  # a bug in starting the worker: the server goes on
         logger.exception("amplint: linting %s failed", name)
         return Outcome([], f"{name}: {internal_error(error)}")
@@ -88,23 +88,31 @@ def lint_document(name: str, path: Optional[str], data: bytes) -> Outcome:
     return Outcome(result.findings)
 
 
-def lint_isolated(name: str, codes: Tuple[str, ...], data: bytes, target: Optional[PythonVersion]) -> FileResult:
+def lint_isolated(
+    name: str,
+    codes: Tuple[str, ...],
+    data: bytes,
+    target: Optional[PythonVersion],
+    torch_target: Optional[Tuple[int, int]] = None,
+) -> FileResult:
     """`data` linted as the file `name` in this lane's worker process, with the command's
-    per-file budget: the server's one way into the driver."""
+    per-file budget: the server's one way into the driver. `target`: the Python the code runs
+    on; `torch_target`: the oldest torch its fixes must work on."""
     too_large = size_error(name, len(data))
     if too_large:
         return FileResult(name, error=too_large)
-    runners: Dict[Optional[PythonVersion], Runner] = _lane.__dict__.setdefault("runners", {})
-    runner = runners.get(target)
+    runners: Dict[Tuple[Optional[PythonVersion], Optional[Tuple[int, int]]], Runner] = _lane.__dict__.setdefault("runners", {})
+    key = (target, torch_target)
+    runner = runners.get(key)
     if runner is None or runner.linted >= RECYCLE_AFTER:
         if runner is not None:
             runner.close()
-        # The command's budget; the Python the code runs on is the runner's (`target-version`).
-        runner = runners[target] = Runner(1, DEFAULT_BUDGET, target=target)
+        # The command's budget; the Python and torch the code runs on are the runner's.
+        runner = runners[key] = Runner(1, DEFAULT_BUDGET, target=target, torch_target=torch_target)
     try:
         return runner.lint([Job(name, codes, data=data)])[0]
     except BaseException:
-        del runners[target]
+        del runners[key]
         runner.close()
         raise
     finally:
@@ -113,16 +121,16 @@ def lint_isolated(name: str, codes: Tuple[str, ...], data: bytes, target: Option
         gc.unfreeze()
 
 
-_lane = threading.local()  # each lane's runners, by target version
+_lane = threading.local()  # each lane's runners, by Python and torch target
 
 
 def fix_all(name: str, path: Optional[str], text: str) -> Optional[str]:
     """`text` with every safe fix applied, as `amplint --fix` leaves it; None when there is
     nothing to fix or it cannot be fixed."""
-    rules, target = rules_for(path)
+    rules, target, torch_target = rules_for(path)
     if not rules:
         return None
-    outcome = fix_source(text, name, rules, safe_fixes_for(path), target=target)
+    outcome = fix_source(text, name, rules, safe_fixes_for(path), target=target, torch_target=torch_target)
     if outcome.error is not None and outcome.count == 0:
         logger.info("amplint: %s: %s", name, outcome.error)
     return outcome.source if outcome.count and outcome.source != text else None

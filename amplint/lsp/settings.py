@@ -25,9 +25,10 @@ def _anchor(path: Optional[str]) -> str:
     return path if path is not None else os.path.join(os.getcwd(), "untitled.py")
 
 
-def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[PythonVersion]]:
+def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[PythonVersion], Tuple[int, int]]:
     """The rules for `path` (None: an unsaved buffer, configured from the working directory),
-    and the Python version its syntax is judged against (`target-version`).
+    the Python version its syntax is judged against (`target-version`), and the oldest torch
+    its fixes must work on (`target-torch-version`, else the project's requirement).
 
     Raises ConfigError or SelectionError for a broken configuration, as the command does."""
     anchor = _anchor(path)
@@ -43,9 +44,9 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
             force_exclude=True,
         )
         if discovery.is_excluded(path, is_dir=False):
-            return (), config.target_version
+            return (), config.target_version, config.torch()[0]
     codes = codes_for(anchor, rules, config, per_file)
-    return tuple(rule for rule in rules if rule.code in codes), config.target_version
+    return tuple(rule for rule in rules if rule.code in codes), config.target_version, config.torch()[0]
 
 
 def safe_fixes_for(path: Optional[str]) -> Wanted:

@@ -30,3 +30,25 @@ SAME_AS = {
 }
 # The old autocast's positional parameters; the new one takes (device_type, dtype, enabled, cache_enabled).
 LEGACY_AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")
+# The first torch release with each replacement, by every name a fix may write: a rewrite is
+# safe only for a project whose oldest supported torch has it. `torch.autocast` came in 1.10,
+# its `torch.amp` spelling in 1.12; `torch.amp.GradScaler` in 2.3; `torch.amp.custom_fwd` and
+# `custom_bwd` (with `device_type`) in 2.4, the release that deprecated the old names.
+SINCE = {
+    "torch.autocast": (1, 10),
+    "torch.amp.autocast": (1, 12),
+    "torch.amp.autocast_mode.autocast": (1, 12),
+    "torch.amp.GradScaler": (2, 3),
+    "torch.amp.grad_scaler.GradScaler": (2, 3),
+    "torch.amp.custom_fwd": (2, 4),
+    "torch.amp.autocast_mode.custom_fwd": (2, 4),
+    "torch.amp.custom_bwd": (2, 4),
+    "torch.amp.autocast_mode.custom_bwd": (2, 4),
+}
+# Deprecated names no older than their replacement: code that calls them already needs that
+# torch, so rewriting them never raises what it needs (`torch.cpu.amp.GradScaler` came in 2.3,
+# together with `torch.amp.GradScaler`).
+DEPRECATED_SINCE = {
+    "torch.cpu.amp.GradScaler": (2, 3),
+    "torch.cpu.amp.grad_scaler.GradScaler": (2, 3),
+}
