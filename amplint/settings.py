@@ -4,7 +4,8 @@ the rules selected, and the codes that run on it after `per-file-ignores`.
 The command (amplint.cli) and the language server (amplint.lsp) both decide this here, so an
 editor shows what `amplint PATH` reports. `options` is the command line's parsed options (any
 object with `isolated`, `config`, `select`, `extend_select`, `ignore`, `per_file_ignores`,
-`extend_per_file_ignores` and `target_torch_version`); `DEFAULTS` stands for a command line that names none of them.
+`extend_per_file_ignores` and `target_torch_version`); `DEFAULTS` stands for a command line
+that names none of them.
 Imports are made where they are used: the command's start-up must not load LibCST or the
 rules for a run that needs neither (bench/startup.py).
 """
