@@ -22,14 +22,16 @@ class AutocastNeverEntered(Rule):
     - an object stored in a function's local variable that the function never reads again
       (not in a `with`, not entered with `__enter__()`, not passed on, returned or kept), or in
       a module variable of a script that the file never reads;
-    - an object stored in an attribute (`self.amp_ctx = torch.autocast(...)`) whose name the
-      file reads nowhere else, under no spelling (`x.amp_ctx`, `getattr(x, "amp_ctx")`).
+    - an object stored in an attribute (`self._amp_ctx = torch.autocast(...)`, or a class
+      attribute) whose name the file reads nowhere else, under no spelling (`x._amp_ctx`,
+      `getattr(x, "_amp_ctx")`), when the attribute is private or the file is a script.
 
     Anything that lets the object out is taken as a use: `with ctx:`, `ctx.__enter__()`,
     `stack.enter_context(ctx)`, passing it to any function, returning or yielding it, putting
     it in a list or a dict, a decorator (`@torch.autocast("cuda")`), calling it on a function
     (`torch.autocast("cuda")(model.forward)`), a `global` or `nonlocal` name, a module
-    variable of a library module (another module may import it), and a function that calls
+    variable or public attribute of a library module (another module may read it), and a
+    function that calls
     `locals()`, `vars()`, `eval()` or `exec()`. `functools.partial(torch.autocast, ...)` builds
     no autocast, and an `autocast` that is not torch's is not followed.
 
@@ -89,6 +91,12 @@ class AutocastNeverEntered(Rule):
     needs = ({AUTOCAST_OBJECT},)
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
+        class_bodies = {
+            id(statement)
+            for node in iter_tree(model.module)
+            if isinstance(node, cst.ClassDef) and isinstance(node.body, cst.IndentedBlock)
+            for statement in node.body.body
+        }
         for record in model.index.calls:
             if not record.immediate or not _is_autocast(model, record.node):
                 continue
@@ -96,7 +104,7 @@ class AutocastNeverEntered(Rule):
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue  # a `with` item, a decorator, a lambda's body, a line of several
             small = statement.body[0]
-            lost = _discarded(small, record.node, record.unit, model)
+            lost = _discarded(small, record.node, record.unit, model, in_class=id(statement) in class_bodies)
             if lost is not None:
                 yield Report(record.node, _message(record.node, lost, model))
 
@@ -196,6 +204,25 @@ def train(cfg, model, x):
     with getattr(cfg, "other_ctx"):
         loss = model(x)
 """,
+        # A public attribute, or a class attribute, of a library module: other modules may read it.
+        """
+import torch
+class Precision:
+    autocast_context = torch.autocast("cuda", dtype=torch.bfloat16)
+    def __init__(self):
+        self.amp_context = torch.autocast("cuda", dtype=torch.bfloat16)
+""",
+        # A class attribute read through the instance.
+        """
+import torch
+class Trainer:
+    _amp = torch.autocast("cuda")
+    def step(self, x):
+        with self._amp:
+            return self.model(x)
+if __name__ == "__main__":
+    Trainer().step(x)
+""",
         # A global set in a function, read in another.
         """
 import torch
@@ -257,11 +284,11 @@ import torch
 class Trainer:
     def __init__(self, model):
         self.model = model
-        self.amp_context = torch.autocast("cuda", dtype=torch.bfloat16)
+        self._amp_context = torch.autocast("cuda", dtype=torch.bfloat16)
     def step(self, x):
         return self.model(x).sum()
 """,
-            at=((6, 28),),
+            at=((6, 29),),
         ),
         # A script's module variable the file never reads.
         Flagged(
@@ -295,7 +322,7 @@ def _holds(value: cst.BaseExpression, call: cst.Call) -> bool:
     return False
 
 
-def _discarded(small: cst.BaseSmallStatement, call: cst.Call, unit: CodeUnit, model: SemanticModel) -> Optional[str]:
+def _discarded(small: cst.BaseSmallStatement, call: cst.Call, unit: CodeUnit, model: SemanticModel, in_class: bool) -> Optional[str]:
     """How the object `call` builds is lost in `small`, its statement: "statement" (never
     stored), "local" or "attribute" (stored and never read); None when it may be used."""
     if isinstance(small, cst.Expr):
@@ -306,15 +333,17 @@ def _discarded(small: cst.BaseSmallStatement, call: cst.Call, unit: CodeUnit, mo
         targets = [small.target]
     else:
         return None
-    kinds = {_target_unused(target, unit, model) for target in targets}
+    kinds = {_target_unused(target, unit, model, in_class) for target in targets}
     return kinds.pop() if len(kinds) == 1 else None
 
 
-def _target_unused(target: cst.BaseExpression, unit: CodeUnit, model: SemanticModel) -> Optional[str]:
-    if isinstance(target, cst.Name):
+def _target_unused(target: cst.BaseExpression, unit: CodeUnit, model: SemanticModel, in_class: bool) -> Optional[str]:
+    if isinstance(target, cst.Name) and not in_class:
         return "local" if _variable_unused(target.value, unit, model) else None
-    if isinstance(target, cst.Attribute):
-        return "attribute" if _attribute_unused(target, model) else None
+    # A class attribute (`amp = torch.autocast(...)` in a class body) or an instance's.
+    if isinstance(target, cst.Name) or (isinstance(target, cst.Attribute) and dotted_name(target) is not None):
+        name = target.value if isinstance(target, cst.Name) else target.attr.value  # type: ignore[union-attr]
+        return "attribute" if _attribute_unused(name, target, model) else None
     return None  # unpacking, a subscript: kept somewhere
 
 
@@ -370,28 +399,23 @@ def _is_script(module: cst.Module) -> bool:
     return False
 
 
-def _attribute_unused(target: cst.Attribute, model: SemanticModel) -> bool:
-    """Whether the attribute name of `target` (`self.amp_ctx` -> amp_ctx) appears nowhere
-    else in the file: not as another attribute (`cfg.amp_ctx`), not in a string (`getattr`)."""
-    attribute = target.attr.value
-    if dotted_name(target) is None:
-        return False  # `models[0].ctx = ...`: kept in something the rule does not follow
+def _attribute_unused(attribute: str, target: cst.BaseExpression, model: SemanticModel) -> bool:
+    """Whether the attribute `attribute` (bound by `target`: `self.amp_ctx`, or `amp_ctx` in
+    a class body) is surely never read: the file is a script or the name is private, and it
+    appears nowhere else in the file, not as another attribute (`cfg.amp_ctx`), a name, or in
+    a string (`getattr(cfg, "amp_ctx")`). A public attribute of a library module may be read
+    by other modules."""
+    if not attribute.startswith("_") and not _is_script(model.module):
+        return False
+    bound = target.attr if isinstance(target, cst.Attribute) else target
     for node in iter_tree(model.module):
         if isinstance(node, cst.Attribute) and node is not target and node.attr.value == attribute:
             return False
-        if isinstance(node, cst.Name) and node.value == attribute and node is not target.attr:
+        if isinstance(node, cst.Name) and node.value == attribute and node is not bound:
             return False  # a keyword, a parameter, a local of that name: maybe the same object
-        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedStringText)) and attribute in _text(node):
+        if isinstance(node, (cst.SimpleString, cst.FormattedStringText)) and attribute in node.value:
             return False
     return True
-
-
-def _text(node: cst.CSTNode) -> str:
-    if isinstance(node, cst.SimpleString):
-        return node.value
-    if isinstance(node, cst.FormattedStringText):
-        return node.value
-    return ""
 
 
 def _message(call: cst.Call, lost: str, model: SemanticModel) -> Message:

@@ -69,8 +69,9 @@ class FsdpPlainGradScaler(Rule):
     across the ranks"), so `step()` and `update()` see the same flag on every rank. Under
     FSDP2 (`fully_shard`) the gradients are DTensors, and DTensor's dispatcher runs that op
     through `found_inf_reduce_handler`, which reduces the flag across the mesh: there a plain
-    GradScaler is correct, as torchtitan and accelerate use it. The damage is silent (wrong
-    gradients after the first disagreement), but unmeasured here, so the rule is a warning.
+    GradScaler is correct, as torchtitan and accelerate use it. `tests/test_amp016_amp017_claims.py`
+    holds the installed torch to each of these facts. The damage is silent (wrong gradients
+    after the first disagreement), but unmeasured here, so the rule is a warning.
 
     ## Example
     ```python
@@ -119,7 +120,7 @@ class FsdpPlainGradScaler(Rule):
             return
         callees = _callees(model)
         for scaler, record in model.grad_scalers_built():
-            if _qualified_name(record.node, model) in _SHARDED_SCALER:
+            if _is_sharded_scaler(record.node, model):
                 continue
             related = _related_units(scaler.key, record, model)
             if len(related) == 1 and not _uses_scaler(record.unit, scaler.key, model):
@@ -344,16 +345,14 @@ if __name__ == "__main__":
     )
 
 
-def _qualified_name(call: cst.Call, model: SemanticModel) -> Optional[str]:
-    qualified = model.qualified(call.func)
-    if qualified is None:
-        name = dotted_name(call.func)
-        return "torch.distributed.fsdp.ShardedGradScaler" if name == "ShardedGradScaler" else name
-    return qualified
+def _is_sharded_scaler(call: cst.Call, model: SemanticModel) -> bool:
+    """torch's `ShardedGradScaler`, or any class of that name (fairscale's, a project's own)."""
+    name = model.qualified(call.func) or dotted_name(call.func) or ""
+    return name in _SHARDED_SCALER or name.rsplit(".", 1)[-1] == "ShardedGradScaler"
 
 
 def _builds_sharded_scaler(model: SemanticModel) -> bool:
-    return any(_qualified_name(record.node, model) in _SHARDED_SCALER for record in model.index.calls)
+    return any(_is_sharded_scaler(record.node, model) for record in model.index.calls)
 
 
 def _wraps_fsdp(record: CallRecord, model: SemanticModel) -> bool:

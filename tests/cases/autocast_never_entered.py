@@ -37,7 +37,7 @@ class Trainer:
         self.model = model
         self.optimizer = optimizer
         self.scaler = torch.amp.GradScaler("cuda")
-        self.mixed_precision = torch.autocast("cuda", dtype=torch.bfloat16)
+        self._mixed_precision = torch.autocast("cuda", dtype=torch.bfloat16)
 
     def step(self, batch):
         loss = self.model(batch).mean()
