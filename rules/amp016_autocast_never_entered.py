@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -32,8 +32,10 @@ class AutocastNeverEntered(Rule):
     (`torch.autocast("cuda")(model.forward)`), a `global` or `nonlocal` name, a module
     variable or public attribute of a library module (another module may read it), and a
     function that calls
-    `locals()`, `vars()`, `eval()` or `exec()`. `functools.partial(torch.autocast, ...)` builds
-    no autocast, and an `autocast` that is not torch's is not followed.
+    `locals()`, `vars()`, `eval()` or `exec()`. A call written directly in a `try` block
+    with an `except` is a probe of what the machine supports (`try: torch.autocast("cuda")`,
+    `except RuntimeError: amp = False`), not flagged. `functools.partial(torch.autocast, ...)`
+    builds no autocast, and an `autocast` that is not torch's is not followed.
 
     ## Why is this bad?
     An autocast object does nothing until it is entered. Building one and not entering it is
@@ -91,18 +93,15 @@ class AutocastNeverEntered(Rule):
     needs = ({AUTOCAST_OBJECT},)
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        class_bodies = {
-            id(statement)
-            for node in iter_tree(model.module)
-            if isinstance(node, cst.ClassDef) and isinstance(node.body, cst.IndentedBlock)
-            for statement in node.body.body
-        }
+        class_bodies, probes = _blocks(model.module)
         for record in model.index.calls:
             if not record.immediate or not _is_autocast(model, record.node):
                 continue
             statement = model.statement_of(record.node)
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue  # a `with` item, a decorator, a lambda's body, a line of several
+            if id(statement) in probes:
+                continue  # `try: torch.autocast("cuda")` / `except: amp = False`: a probe of what is supported
             small = statement.body[0]
             lost = _discarded(small, record.node, record.unit, model, in_class=id(statement) in class_bodies)
             if lost is not None:
@@ -223,6 +222,16 @@ class Trainer:
 if __name__ == "__main__":
     Trainer().step(x)
 """,
+        # A probe: can this machine build an autocast at all?
+        """
+import torch
+def check_amp_available():
+    try:
+        torch.cuda.amp.autocast(enabled=True)
+        return True
+    except Exception:
+        return False
+""",
         # A global set in a function, read in another.
         """
 import torch
@@ -303,6 +312,19 @@ for x in loader:
             at=((3, 7),),
         ),
     )
+
+
+def _blocks(module: cst.Module) -> Tuple[Set[int], Set[int]]:
+    """The statements (ids) written directly in a class body, and those directly in the
+    body of a `try` that has an `except`."""
+    class_bodies: Set[int] = set()
+    probes: Set[int] = set()
+    for node in iter_tree(module):
+        if isinstance(node, cst.ClassDef) and isinstance(node.body, cst.IndentedBlock):
+            class_bodies.update(id(statement) for statement in node.body.body)
+        elif isinstance(node, (cst.Try, cst.TryStar)) and node.handlers and isinstance(node.body, cst.IndentedBlock):
+            probes.update(id(statement) for statement in node.body.body)
+    return class_bodies, probes
 
 
 def _is_autocast(model: SemanticModel, call: cst.Call) -> bool:
