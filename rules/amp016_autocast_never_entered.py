@@ -105,7 +105,7 @@ class AutocastNeverEntered(Rule):
             small = statement.body[0]
             lost = _discarded(small, record.node, record.unit, model, in_class=id(statement) in class_bodies)
             if lost is not None:
-                yield Report(record.node, _message(record.node, lost, model))
+                yield Report(record.node, _message(record.node, lost))
 
     VALID = (
         # Entered directly.
@@ -370,8 +370,9 @@ def _target_unused(target: cst.BaseExpression, unit: CodeUnit, model: SemanticMo
 
 
 def _variable_unused(name: str, unit: CodeUnit, model: SemanticModel) -> bool:
-    """Whether nothing the variable `name`, bound in `unit`, is visible to reads it again:
-    the unit's body, with its nested functions, lambdas and comprehensions (closures see it)."""
+    """Whether no code that can see the variable `name`, bound in `unit`, reads it: the
+    unit's body with its nested functions, lambdas and comprehensions (closures see it), and
+    for a module variable the whole file, when the file is a script."""
     node = unit.node
     if isinstance(node, cst.Module):
         # A module variable: another module may import it, unless the file is a script.
@@ -440,7 +441,7 @@ def _attribute_unused(attribute: str, target: cst.BaseExpression, model: Semanti
     return True
 
 
-def _message(call: cst.Call, lost: str, model: SemanticModel) -> Message:
+def _message(call: cst.Call, lost: str) -> Message:
     built = f"`{source_text(call)}`"
     enabled = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "enabled"), None)
     off = isinstance(enabled, cst.Name) and enabled.value == "False"

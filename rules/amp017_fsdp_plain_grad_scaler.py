@@ -375,15 +375,7 @@ def _keyword(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
 
 def _related_units(key: str, record: CallRecord, model: SemanticModel) -> List[CodeUnit]:
     """The unit that builds the scaler and the others that scale, unscale, step or update with it."""
-    related = [record.unit]
-    for unit in model.units:
-        if any(unit is seen for seen in related):
-            continue
-        for occurrence in model.occurrences_in(unit):
-            if occurrence.kind in _SCALER_EVENTS and occurrence.receiver is not None and occurrence.receiver.key == key:
-                related.append(unit)
-                break
-    return related
+    return [record.unit] + [unit for unit in model.units if unit is not record.unit and _uses_scaler(unit, key, model)]
 
 
 def _uses_scaler(unit: CodeUnit, key: str, model: SemanticModel) -> bool:
