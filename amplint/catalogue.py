@@ -49,6 +49,8 @@ RULES = (
     RuleEntry("AMP013", "unsafe-log-under-autocast", ("autocast",)),
     RuleEntry("AMP014", "deprecated-amp-api", ("cuda.amp", "cpu.amp", "import amp")),
     RuleEntry("AMP015", "scaler-update-missing", VOCABULARY),
+    RuleEntry("AMP016", "autocast-never-entered", ("autocast",)),
+    RuleEntry("AMP017", "fsdp-plain-grad-scaler", ("FullyShardedDataParallel",), ("GradScaler",)),
     RuleEntry("AMP100", "unused-noqa", ("noqa", "NOQA")),
 )
 

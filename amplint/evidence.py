@@ -50,6 +50,7 @@ SCALER_UPDATE = "scaler update"  # `scaler.update()`
 HALF = "half"  # `.half()`, `torch.float16`, `torch.half`
 OPTIMIZER = "optimizer"  # an optimizer may be built: `torch.optim.*`, `AdamW(...)`, `opt = OPTS[n](m.parameters())`
 AVERAGE = "average"  # a loop over parameters or a state dict decays them in place: `e.mul_(d)`, `v *= d`
+AUTOCAST_OBJECT = "autocast object"  # an `autocast(...)` call that is no `with` item or decorator of its own
 
 _GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
 # Parts of OPTIMIZER, not marks of their own: a name like an optimizer's, and a module's parameters.
@@ -94,6 +95,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     names: Set[str] = set()  # every name, attribute and imported name, once
     methods: Set[str] = set()  # every name called, once
     receivers: List[Tuple[str, Optional[str], ast.Call]] = []  # calls whose receiver decides
+    autocasts: List[ast.Call] = []  # `autocast(...)` calls
+    entered: Set[int] = set()  # `with` items and decorators: entered where they are written
     for node in _walk(tree):
         kind = type(node)
         if kind is ast.Name:
@@ -101,9 +104,16 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         elif kind is ast.Attribute:
             names.add(node.attr)  # type: ignore[attr-defined]
         elif kind is ast.Call:
-            _called(node, methods, receivers)  # type: ignore[arg-type]
+            if _called(node, methods, receivers) == "autocast":  # type: ignore[arg-type]
+                autocasts.append(node)  # type: ignore[arg-type]
+        elif kind is ast.With or kind is ast.AsyncWith:
+            entered.update(id(item.context_expr) for item in node.items)  # type: ignore[attr-defined]
+        elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.ClassDef:
+            entered.update(id(decorator) for decorator in node.decorator_list)  # type: ignore[attr-defined]
         elif kind is ast.alias:
             names.update(node.name.split("."))  # type: ignore[attr-defined]
+            if node.asname is not None and node.name.endswith("autocast"):  # type: ignore[attr-defined]
+                found.add(AUTOCAST_OBJECT)  # `from torch.cuda.amp import autocast as ac`: its calls go by another name
         elif kind is ast.ImportFrom and node.module:  # type: ignore[attr-defined]
             names.update(node.module.split("."))  # type: ignore[attr-defined]
         elif kind is ast.BinOp:
@@ -128,6 +138,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             found.add(SCALE)  # `scaler.scale(loss)`, `self.scale_loss(loss)`: named like scaling
     for method, receiver, call in receivers:
         _by_receiver(method, receiver, call, found)
+    if any(id(call) not in entered for call in autocasts):
+        found.add(AUTOCAST_OBJECT)
     # `optimizer = OPTIMIZERS[name](model.parameters())`: built by a call the file does not name.
     if _NAMED_LIKE_OPTIMIZER in found and _PARAMETERS in found:
         found.add(OPTIMIZER)
@@ -176,14 +188,16 @@ _NOT_CHILDREN = frozenset({"ctx", "id", "attr", "arg", "name", "asname", "module
 _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {ast.Constant: ()}
 
 
-def _called(call: ast.Call, methods: Set[str], receivers: List[Tuple[str, Optional[str], ast.Call]]) -> None:
+def _called(call: ast.Call, methods: Set[str], receivers: List[Tuple[str, Optional[str], ast.Call]]) -> Optional[str]:
+    """Records the name a call calls (`scaler.step(...)` -> step), and returns it."""
     method = _method(call)
     if method is None:
-        return
+        return None
     methods.add(method)
     if method in _BY_RECEIVER:
         func = call.func
         receivers.append((method, _dotted(func.value) if type(func) is ast.Attribute else None, call))  # type: ignore[attr-defined]
+    return method
 
 
 def _by_receiver(method: str, receiver: Optional[str], call: ast.Call, found: Set[str]) -> None:

@@ -15,6 +15,8 @@ from amplint.rules.amp012_float32_island_undone import Float32IslandUndone
 from amplint.rules.amp013_unsafe_log_under_autocast import UnsafeLogUnderAutocast
 from amplint.rules.amp014_deprecated_amp_api import DeprecatedAmpApi
 from amplint.rules.amp015_scaler_update_missing import ScalerUpdateMissing
+from amplint.rules.amp016_autocast_never_entered import AutocastNeverEntered
+from amplint.rules.amp017_fsdp_plain_grad_scaler import FsdpPlainGradScaler
 from amplint.rules.amp100_unused_noqa import UnusedNoqa
 
 ALL_RULES = (
@@ -33,6 +35,8 @@ ALL_RULES = (
     UnsafeLogUnderAutocast,
     DeprecatedAmpApi,
     ScalerUpdateMissing,
+    AutocastNeverEntered,
+    FsdpPlainGradScaler,
     UnusedNoqa,  # runs after the others: it reads which `# noqa` they used
 )
 

@@ -34,6 +34,7 @@ SHOWS = {
     "AMP012": {"AMP012"},
     "AMP013": {"AMP013"},
     "AMP015": {"AMP015"},
+    "AMP016": {"AMP016"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())
