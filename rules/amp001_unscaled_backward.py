@@ -4,6 +4,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from amplint.analyses.precision import Precision
 from amplint.evidence import BACKWARD, STEP
 from amplint.fix import Fix, expression
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
@@ -17,6 +18,19 @@ class UnscaledBackward(Rule):
     Flags `loss.backward()` (or `torch.autograd.backward(loss)`) when `loss` is not the result
     of `scaler.scale(...)` and, on the same path through the function, an enabled
     `GradScaler` then runs `scaler.step(optimizer)`.
+
+    Beside a scaled backward on the same path (since the scaler last stepped), a plain one is
+    flagged only when its loss is computed from a model whose parameters that very optimizer
+    holds: an auxiliary or deep-supervision loss of the same model (`out, aux = model(x)`,
+    `aux_loss.backward()` next to `scaler.scale(main_loss).backward()`), or an accumulation
+    loop whose earlier micro-batches run `loss.backward()` and only the last one scales (the
+    way round the loop into the scaled step counts). The link must be visible: the optimizer
+    built from `model.parameters()` (param groups, aliases such as `DDP(model)` and
+    `model.module` followed) and the loss computed from `model(...)` in the same function.
+    An fp32 model's own plain backward (an actor-critic's critic with its own optimizer, a
+    GAN's discriminator on `G(z).detach()`), a plain backward on a path where the scaler is
+    off or `None` (`if not use_amp:`), and an optimizer or loss amplint cannot trace are not
+    flagged.
 
     ## Why is this bad?
     `scaler.step()` divides every gradient by the current scale (65536 at the start) before
@@ -35,7 +49,10 @@ class UnscaledBackward(Rule):
     back out and only its `eps` notices. "Thousands of times too small" is SGD's number
     (and that of any optimizer whose update is proportional to the gradient), not Adam's.
     If the scaler never scaled anything at all, nothing is silent: `scaler.step()` raises
-    `AssertionError: Attempted step but _scale is None` on the first iteration.
+    `AssertionError: Attempted step but _scale is None` on the first iteration. Beside a
+    scaled backward, the plain one's gradients add to the scaled ones in the same parameters
+    and are divided by the scale with them: its share of the update is ~65,000x too small, and
+    in an accumulation loop only the last micro-batch moves the model.
 
     ## Example
     ```python
@@ -123,11 +140,15 @@ class UnscaledBackward(Rule):
         for step, state in model.states_before(EventKind.SCALER_STEP):
             if step.receiver is None or not model.is_live(step.receiver.key, state.facts):
                 continue
-            # Beside a scaled backward, a plain one is most likely an fp32 model's own (an
-            # actor-critic's critic): only a step that nothing scaled is flagged.
-            if not state.gradients.scaled_since_step:
-                for backward in state.gradients.plain_backwards:
-                    yield Report(backward.node, _message(backward, step, model), fix=_fix(backward, step, model))
+            # Beside a scaled backward, a plain one may well be an fp32 model's own (an
+            # actor-critic's critic): there it counts only when its loss is computed from a
+            # model whose parameters the stepped optimizer holds (an auxiliary loss, an
+            # accumulation loop's earlier micro-batches).
+            for backward in state.gradients.plain_backwards:
+                beside = state.gradients.scaled_since_step
+                if beside and not _feeds_stepped_optimizer(backward, step, model):
+                    continue
+                yield Report(backward.node, _message(backward, step, model, beside), fix=_fix(backward, step, model))
 
     VALID = (
         # The seed's full training pattern.
@@ -240,6 +261,77 @@ scaler = torch.amp.GradScaler("cuda", enabled=False)
 loss.backward()
 scaler.step(opt)
 """,
+        # An actor-critic: the critic trains in float32 with its own optimizer, stepped plainly;
+        # the scaler steps only the actor's.
+        """
+import torch
+actor, critic = Actor(), Critic()
+actor_opt = torch.optim.Adam(actor.parameters(), lr=1e-4)
+critic_opt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+scaler = torch.amp.GradScaler("cuda")
+for state, action, ret in loader:
+    value = critic(state)
+    critic_loss = (value - ret).pow(2).mean()
+    critic_loss.backward()
+    with torch.autocast("cuda", dtype=torch.float16):
+        actor_loss = -(actor(state).log_prob(action) * (ret - value.detach())).mean()
+    scaler.scale(actor_loss).backward()
+    scaler.step(actor_opt)
+    scaler.update()
+    critic_opt.step()
+""",
+        # A GAN whose discriminator learns in float32 on `G(z).detach()`: its loss feeds
+        # no module of the scaler-stepped optimizer.
+        """
+import torch
+G, D = Generator(), Discriminator()
+opt_g = torch.optim.Adam(G.parameters())
+opt_d = torch.optim.Adam(D.parameters())
+scaler = torch.amp.GradScaler("cuda")
+for real in loader:
+    fake = G(z)
+    d_loss = D(real).mean() - D(fake.detach()).mean()
+    d_loss.backward()
+    with torch.autocast("cuda"):
+        g_loss = -D(G(z)).mean()
+    scaler.scale(g_loss).backward()
+    scaler.step(opt_g)
+    scaler.update()
+    opt_d.step()
+""",
+        # Accumulation where only the AMP-off path skips the scaler, which is then disabled.
+        """
+import torch
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+for i, (x, y) in enumerate(loader):
+    with torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):
+        loss = loss_fn(model(x), y) / accum
+    if use_amp:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    if (i + 1) % accum == 0:
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+""",
+        # The optimizer is handed in: which parameters it holds is unknown, so is the link.
+        """
+import torch
+def train(model, opt, scaler, loader, accum):
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        if (i + 1) % accum == 0:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        else:
+            loss.backward()
+""",
     )
     INVALID = (
         Flagged(
@@ -279,10 +371,67 @@ def train(model, opt, scaler, use_amp):
 """,
             at=((5, 9),),
         ),
+        # Accumulation: the earlier micro-batches' gradients reach the optimizer the scaler
+        # unscales, unscaled.
+        Flagged(
+            """
+import torch
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for i, (x, y) in enumerate(loader):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y) / accum
+    if (i + 1) % accum == 0:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    else:
+        loss.backward()
+""",
+            at=((15, 9),),
+        ),
+        # Deep supervision: the auxiliary head's loss is the same model's.
+        Flagged(
+            """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class Trainer:
+    def __init__(self, net):
+        self.model = DDP(net)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.scaler = torch.cuda.amp.GradScaler()
+
+    def fit(self, loader):
+        for batch in loader:
+            with torch.autocast("cuda"):
+                logits, aux_logits = self.model(batch["x"])
+                loss = self.criterion(logits, batch["y"])
+                aux = 0.3 * self.criterion(aux_logits, batch["y"])
+            aux.backward(retain_graph=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad()
+""",
+            at=((17, 13),),
+        ),
     )
 
 
-def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> Message:
+def _feeds_stepped_optimizer(backward: Occurrence, step: Occurrence, model: SemanticModel) -> bool:
+    """Whether the plain backward's loss is computed from a model the optimizer that
+    `scaler.step()` unscales holds: both the optimizer's construction and the model's call
+    must be known (an unknown link is no finding)."""
+    tensor = backward.event.tensor
+    if tensor is None or step.argument is None or step.argument.key is None or backward.under_no_grad:
+        return False
+    return model.facts(Precision).trained_module_feeds(tensor, backward.event.unit, step.argument.key)
+
+
+def _message(backward: Occurrence, step: Occurrence, model: SemanticModel, beside: bool = False) -> Message:
     tensor = source_text(backward.event.tensor) if backward.event.tensor is not None else "loss"
     scaler = step.receiver.text if step.receiver is not None else "scaler"
     optimizer = step.argument.text if step.argument is not None else "optimizer"
@@ -295,6 +444,13 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> Me
         fix = f"Use `{scaler}.backward({tensor})`, which scales the loss"
     else:
         fix = f"Use `{scaler}.scale({tensor}).backward()` before stepping `{optimizer}`"
+    if beside:
+        return Message(
+            f"{quote(backward)} runs on a loss `{scaler}` never scaled, beside a scaled backward into the same optimizer",
+            f"its gradients add to the scaled ones in the parameters `{optimizer}` updates, and {quote(step)} "
+            f"divides them all by the loss scale (65536 at start): this loss's share of the update comes out "
+            f"~65,000x too small. {fix}.",
+        )
     return Message(
         f"{quote(backward)} runs on a loss `{scaler}` never scaled",
         f"{quote(step)} still divides the gradients by the loss scale (65536 at start): "
