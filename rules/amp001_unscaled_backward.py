@@ -51,8 +51,11 @@ class UnscaledBackward(Rule):
     If the scaler never scaled anything at all, nothing is silent: `scaler.step()` raises
     `AssertionError: Attempted step but _scale is None` on the first iteration. Beside a
     scaled backward, the plain one's gradients add to the scaled ones in the same parameters
-    and are divided by the scale with them: its share of the update is ~65,000x too small, and
-    in an accumulation loop only the last micro-batch moves the model.
+    and are divided by the scale with them: its share of the update is ~65,000x too small. In
+    an accumulation loop of 4 micro-batches whose first three run `loss.backward()` and the
+    last `scaler.scale(loss).backward()`, only the last moved the model: the first SGD update
+    was 2.5x smaller than the correct one (0.018 instead of 0.044), and after 20 steps the
+    float32 loss was 0.071 instead of 0.024.
 
     ## Example
     ```python
@@ -126,6 +129,23 @@ class UnscaledBackward(Rule):
             at_least=1.1,
             at_most=10,
             quotes=(("value", "1.3x"), ("buggy", "0.035"), ("fixed", "0.047")),
+        ),
+        Prediction(
+            "accumulation",
+            "first_update",
+            "Accumulating 4 micro-batches with only the last one scaled, the earlier three reach the "
+            "update ~65,000x too small: with SGD the first update is at least 2x smaller than the correct one.",
+            compare="fixed/buggy",
+            at_least=2,
+            quotes=(("value", "2.5x"), ("buggy", "0.018"), ("fixed", "0.044")),
+        ),
+        Prediction(
+            "accumulation",
+            "true_loss",
+            "... and after 20 steps the float32 loss is at least 2x the correct run's.",
+            compare="buggy/fixed",
+            at_least=2,
+            quotes=(("buggy", "0.071"), ("fixed", "0.024")),
         ),
         Prediction(
             "never-scaled",
