@@ -8,7 +8,7 @@ from amplint.analyses.precision import Precision
 from amplint.evidence import BACKWARD, STEP
 from amplint.fix import Fix, expression
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
+from amplint.semantic import CodeUnit, EventKind, Occurrence, SemanticModel, dotted_name, iter_tree, source_text
 
 
 class UnscaledBackward(Rule):
@@ -21,7 +21,9 @@ class UnscaledBackward(Rule):
 
     Beside a scaled backward on the same path (since the scaler last stepped), a plain one is
     flagged only when its loss is computed from a model whose parameters that very optimizer
-    holds: an auxiliary or deep-supervision loss of the same model (`out, aux = model(x)`,
+    holds, and nothing in between may clear its gradients out of amplint's sight (another
+    method of the optimizer, such as SAM's `first_step(zero_grad=True)`, or a write to
+    `p.grad`): an auxiliary or deep-supervision loss of the same model (`out, aux = model(x)`,
     `aux_loss.backward()` next to `scaler.scale(main_loss).backward()`), or an accumulation
     loop whose earlier micro-batches run `loss.backward()` and only the last one scales (the
     way round the loop into the scaled step counts). The link must be visible: the optimizer
@@ -352,6 +354,22 @@ def train(model, opt, scaler, loader, accum):
         else:
             loss.backward()
 """,
+        # SAM: the first, plain backward's gradients only perturb the weights, and
+        # `first_step(zero_grad=True)` clears them before the scaled second pass.
+        """
+import torch
+model = Net()
+optimizer = SAMOptimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    crit(model(x), y).backward()
+    optimizer.first_step(zero_grad=True)
+    with torch.autocast("cuda"):
+        loss = crit(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
     )
     INVALID = (
         Flagged(
@@ -444,11 +462,58 @@ class Trainer:
 def _feeds_stepped_optimizer(backward: Occurrence, step: Occurrence, model: SemanticModel) -> bool:
     """Whether the plain backward's loss is computed from a model the optimizer that
     `scaler.step()` unscales holds: both the optimizer's construction and the model's call
-    must be known (an unknown link is no finding)."""
+    must be known (an unknown link is no finding), and nothing the flow does not model may
+    take the gradients away in between (see `_gradients_handled_otherwise`)."""
     tensor = backward.event.tensor
     if tensor is None or step.argument is None or step.argument.key is None or backward.under_no_grad:
         return False
-    return model.facts(Precision).trained_module_feeds(tensor, backward.event.unit, step.argument.key)
+    if not model.facts(Precision).trained_module_feeds(tensor, backward.event.unit, step.argument.key):
+        return False
+    units = {id(u): u for u in (backward.event.unit, step.unit, step.event.unit)}
+    return not any(_gradients_handled_otherwise(model, unit, step.argument.key) for unit in units.values())
+
+
+# What an optimizer is known to do with the gradients it holds.
+_OPTIMIZER_METHODS = frozenset({"step", "zero_grad", "state_dict", "load_state_dict", "add_param_group"})
+
+
+def _gradients_handled_otherwise(model: SemanticModel, unit: CodeUnit, optimizer: str) -> bool:
+    """Whether `unit` may consume or clear gradients in a way the flow does not model: another
+    method of the optimizer (SAM's `optimizer.first_step(zero_grad=True)` uses the first
+    backward's gradients and zeroes them), or a write to `.grad` (`p.grad = None`,
+    `p.grad.zero_()`)."""
+    for record in unit.calls:
+        func = record.node.func
+        if not isinstance(func, cst.Attribute):
+            continue
+        owner = dotted_name(func.value)
+        if owner is not None and func.attr.value not in _OPTIMIZER_METHODS and model.identity(unit, owner) == optimizer:
+            return True
+        if func.attr.value.endswith("_") and _reads_grad(func.value):
+            return True
+    for node in iter_tree(unit.node):
+        targets = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            targets = [node.target]
+        if any(_reads_grad(target) for target in targets):
+            return True
+    return False
+
+
+def _reads_grad(node: cst.CSTNode) -> bool:
+    """`p.grad`, `p.grad.data`, `params[i].grad`: an expression that is a tensor's gradient."""
+    while isinstance(node, (cst.Attribute, cst.Subscript, cst.Call)):
+        if isinstance(node, cst.Attribute):
+            if node.attr.value == "grad":
+                return True
+            node = node.value
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        else:
+            node = node.func
+    return False
 
 
 def _message(backward: Occurrence, step: Occurrence, model: SemanticModel, beside: bool = False) -> Message:
