@@ -456,6 +456,26 @@ class Trainer:
 """,
             at=((17, 13),),
         ),
+        # accelerate in float16: its backward scales, a plain one beside it into the same
+        # prepared optimizer does not.
+        Flagged(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model = Net()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    out, aux = model(batch["x"])
+    aux_loss = crit(aux, batch["y"])
+    aux_loss.backward(retain_graph=True)
+    accelerator.backward(crit(out, batch["y"]) + reg_loss(model))
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            at=((11, 5),),
+        ),
     )
 
 

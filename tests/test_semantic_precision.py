@@ -385,6 +385,8 @@ def feeds(body, loss="loss", optimizer="opt", header="opt = torch.optim.SGD(mode
         "loss = model.forward(x).sum()",
         "ddp = torch.nn.parallel.DistributedDataParallel(model)\nloss = ddp.module(x).sum()",
         "loss = crit(model(x), y)\nloss += 0.1 * reg",
+        "loss = compute_loss(model, batch)",  # the model handed over whole
+        "loss = sum(p.pow(2).sum() for p in model.parameters())",
     ],
 )
 def test_a_loss_computed_from_the_optimizers_model_feeds_it(body):
@@ -398,6 +400,7 @@ def test_a_loss_computed_from_the_optimizers_model_feeds_it(body):
         "fake = model(z)\nloss = critic(fake.detach()).mean()",  # cut off the graph
         "loss = crit(critic(x), model(x).item())",
         "loss = compute_loss(batch)",  # a helper: which model it runs is not known here
+        "loss = compute_loss(critic, batch)",
         "loss = batch_loss",  # not computed here at all
     ],
 )

@@ -531,20 +531,22 @@ def _iterated_for(loop: cst.For, name: Optional[str]) -> cst.BaseExpression:
 _DETACHING = frozenset({"detach", "item", "tolist", "numpy"})
 
 
-def _graph_reads(expression: cst.BaseExpression) -> Tuple[List[cst.BaseExpression], Set[str]]:
-    """The callees of the calls in `expression` and the variables it reads, leaving out what
-    `.detach()` / `.item()` / `.data` take off the graph (their receivers)."""
+def _graph_reads(expression: cst.BaseExpression) -> Tuple[List[cst.BaseExpression], Set[str], Set[str]]:
+    """The callees of the calls in `expression`, the variables it reads as values, and those
+    it reads only as the receiver of a method (`h` of `h.pow(2)`, `model` of
+    `model.encoder(x)`), leaving out what `.detach()` / `.item()` / `.data` take off the graph."""
     calls: List[cst.BaseExpression] = []
     names: Set[str] = set()
+    receivers: Set[str] = set()
 
-    def visit(node: cst.CSTNode) -> None:
+    def visit(node: cst.CSTNode, receiver: bool = False) -> None:
         if isinstance(node, cst.Call):
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value in _DETACHING:
                 return
             calls.append(func)
             if isinstance(func, cst.Attribute):
-                visit(func.value)  # `model(x).logits.mean()`: the chain's receiver
+                visit(func.value, receiver=True)  # `model(x).logits.mean()`: the chain's receiver
             for arg in node.args:
                 visit(arg.value)
             return
@@ -553,7 +555,7 @@ def _graph_reads(expression: cst.BaseExpression) -> Tuple[List[cst.BaseExpressio
         if isinstance(node, (cst.Name, cst.Attribute)):
             name = dotted_name(node)
             if name is not None:
-                names.update(roots([name]))
+                (receivers if receiver else names).update(roots([name]))
                 return
         if isinstance(node, cst.Lambda):
             return
@@ -561,7 +563,7 @@ def _graph_reads(expression: cst.BaseExpression) -> Tuple[List[cst.BaseExpressio
             visit(child)
 
     visit(expression)
-    return calls, names
+    return calls, names, receivers - names
 
 
 def _branches(value: Optional[cst.BaseExpression]) -> List[cst.BaseExpression]:
@@ -759,8 +761,8 @@ class Precision(Analysis):
     def modules_feeding(self, tensor: cst.BaseExpression, unit: CodeUnit) -> FrozenSet[ModulePath]:
         """The module paths whose outputs `tensor`, read in `unit`, is computed from with
         gradients: the callees of the calls in it and in the values of the unit's variables it
-        is derived from (`out, aux = model(x)`; `aux_loss = crit(aux, y)`), through the aliases
-        `paths` follows. What `.detach()`, `.item()` or `.data` cut off is not followed
+        is derived from (`out, aux = model(x)`; `aux_loss = crit(aux, y)`) and the modules
+        handed to them whole (`compute_loss(model, batch)`), through the aliases `paths` follows. What `.detach()`, `.item()` or `.data` cut off is not followed
         (`D(G(z).detach())` feeds D, not G); a call of a helper is its own path and names no
         module inside it."""
         found: Set[ModulePath] = set()
@@ -768,7 +770,7 @@ class Precision(Analysis):
         pending: List[cst.BaseExpression] = [tensor]
         while pending and len(seen) < 64:
             expression = pending.pop()
-            calls, names = _graph_reads(expression)
+            calls, names, receivers = _graph_reads(expression)
             for func in calls:
                 name = dotted_name(func)
                 if name is not None:
@@ -776,6 +778,10 @@ class Precision(Analysis):
                         name = name[: -len(".forward")]
                     found |= self.finder.paths(name, unit.scope)
             for name in names:
+                if name != "self":
+                    # A module handed over whole: `compute_loss(model, batch)`, `l2(model)`.
+                    found |= self.finder.paths(name, unit.scope)
+            for name in names | receivers:
                 if name in seen or name == "self":
                     continue
                 seen.add(name)
