@@ -49,7 +49,10 @@ class Float32IslandUndone(Rule):
     GradScaler skipped every update, while the island under `autocast(enabled=False)` stayed
     finite. Where nothing overflows the island only loses precision: its error against
     float64 was ~1,650x the float32 island's under float16 and ~9,000x under bfloat16. Under
-    bfloat16 the large features did not overflow (bfloat16 keeps float32's range).
+    bfloat16 the large features did not overflow (bfloat16 keeps float32's range). Written as
+    `torch.einsum("bnd,bne->bde", f, f)`, which autocast runs as a `bmm`, the island did the
+    same: under float16 the loss was inf at 5 of 5 steps, and under bfloat16 its error was
+    ~7,200x the float32 island's.
 
     ## Example
     ```python
@@ -118,6 +121,26 @@ class Float32IslandUndone(Rule):
             at_least=100,
             dtypes=("bfloat16",),
             quotes=(("value", "~9,000x"),),
+        ),
+        Prediction(
+            "einsum-large-activations",
+            "nonfinite_steps",
+            "Written as `torch.einsum`, which autocast runs as a `bmm`, the Gram matrix overflows the same "
+            "way under float16: the loss is inf at every one of 5 steps (the fixed island: none).",
+            compare="buggy-fixed",
+            at_least=5,
+            dtypes=("float16",),
+            quotes=(("buggy", "5 of 5 steps"),),
+        ),
+        Prediction(
+            "einsum-large-activations",
+            "island_error",
+            "Under bfloat16 the einsum island does not overflow, but its error against float64 is at "
+            "least 100x the float32 island's.",
+            compare="buggy/fixed",
+            at_least=100,
+            dtypes=("bfloat16",),
+            quotes=(("value", "~7,200x"),),
         ),
         Prediction(
             "large-activations",
