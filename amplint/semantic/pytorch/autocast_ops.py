@@ -130,6 +130,7 @@ for _n in ("1d", "2d", "3d"):
 
 # Tensor methods, with the number of positional arguments the tensor method takes: a method
 # of the same name with another arity (`self.log("loss", loss)` in Lightning) is not it.
+# `x.inner(y)` is left out: `self.inner(x)` is far more often a wrapped module than a tensor.
 METHODS: Dict[str, Tuple[str, FrozenSet[int]]] = {
     "matmul": ("matmul", frozenset({1})),
     "mm": ("mm", frozenset({1})),
@@ -140,7 +141,6 @@ METHODS: Dict[str, Tuple[str, FrozenSet[int]]] = {
     "addbmm": ("addbmm", frozenset({2})),
     "addmv": ("addmv", frozenset({2})),
     "addr": ("addr", frozenset({2})),
-    "inner": ("inner", frozenset({1})),
     "log": ("log", frozenset({0})),
     "log2": ("log2", frozenset({0})),
     "log10": ("log10", frozenset({0})),
