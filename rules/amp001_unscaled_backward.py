@@ -4,10 +4,11 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from amplint.analyses.precision import Precision
 from amplint.evidence import BACKWARD, STEP
 from amplint.fix import Fix, expression
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
+from amplint.semantic import CodeUnit, EventKind, Occurrence, SemanticModel, dotted_name, iter_tree, source_text
 
 
 class UnscaledBackward(Rule):
@@ -17,6 +18,21 @@ class UnscaledBackward(Rule):
     Flags `loss.backward()` (or `torch.autograd.backward(loss)`) when `loss` is not the result
     of `scaler.scale(...)` and, on the same path through the function, an enabled
     `GradScaler` then runs `scaler.step(optimizer)`.
+
+    Beside a scaled backward on the same path (since the scaler last stepped), a plain one is
+    flagged only when its loss is computed from a model whose parameters that very optimizer
+    holds, and nothing in between may clear its gradients out of amplint's sight (another
+    method of the optimizer, such as SAM's `first_step(zero_grad=True)`, or a write to
+    `p.grad`): an auxiliary or deep-supervision loss of the same model (`out, aux = model(x)`,
+    `aux_loss.backward()` next to `scaler.scale(main_loss).backward()`), or an accumulation
+    loop whose earlier micro-batches run `loss.backward()` and only the last one scales (the
+    way round the loop into the scaled step counts). The link must be visible: the optimizer
+    built from `model.parameters()` (param groups, aliases such as `DDP(model)` and
+    `model.module` followed) and the loss computed from `model(...)` in the same function.
+    An fp32 model's own plain backward (an actor-critic's critic with its own optimizer, a
+    GAN's discriminator on `G(z).detach()`), a plain backward on a path where the scaler is
+    off or `None` (`if not use_amp:`), and an optimizer or loss amplint cannot trace are not
+    flagged.
 
     ## Why is this bad?
     `scaler.step()` divides every gradient by the current scale (65536 at the start) before
@@ -35,7 +51,13 @@ class UnscaledBackward(Rule):
     back out and only its `eps` notices. "Thousands of times too small" is SGD's number
     (and that of any optimizer whose update is proportional to the gradient), not Adam's.
     If the scaler never scaled anything at all, nothing is silent: `scaler.step()` raises
-    `AssertionError: Attempted step but _scale is None` on the first iteration.
+    `AssertionError: Attempted step but _scale is None` on the first iteration. Beside a
+    scaled backward, the plain one's gradients add to the scaled ones in the same parameters
+    and are divided by the scale with them: its share of the update is ~65,000x too small. In
+    an accumulation loop of 4 micro-batches whose first three run `loss.backward()` and the
+    last `scaler.scale(loss).backward()`, only the last moved the model: the first SGD update
+    was 2.5x smaller than the correct one (0.018 instead of 0.044), and after 20 steps the
+    float32 loss was 0.071 instead of 0.024.
 
     ## Example
     ```python
@@ -111,6 +133,23 @@ class UnscaledBackward(Rule):
             quotes=(("value", "1.3x"), ("buggy", "0.035"), ("fixed", "0.047")),
         ),
         Prediction(
+            "accumulation",
+            "first_update",
+            "Accumulating 4 micro-batches with only the last one scaled, the earlier three reach the "
+            "update ~65,000x too small: with SGD the first update is at least 2x smaller than the correct one.",
+            compare="fixed/buggy",
+            at_least=2,
+            quotes=(("value", "2.5x"), ("buggy", "0.018"), ("fixed", "0.044")),
+        ),
+        Prediction(
+            "accumulation",
+            "true_loss",
+            "... and after 20 steps the float32 loss is at least 2x the correct run's.",
+            compare="buggy/fixed",
+            at_least=2,
+            quotes=(("buggy", "0.071"), ("fixed", "0.024")),
+        ),
+        Prediction(
             "never-scaled",
             "raised",
             "If the scaler never scaled anything, `scaler.step()` raises AssertionError at once: loud, not silent.",
@@ -123,11 +162,15 @@ class UnscaledBackward(Rule):
         for step, state in model.states_before(EventKind.SCALER_STEP):
             if step.receiver is None or not model.is_live(step.receiver.key, state.facts):
                 continue
-            # Beside a scaled backward, a plain one is most likely an fp32 model's own (an
-            # actor-critic's critic): only a step that nothing scaled is flagged.
-            if not state.gradients.scaled_since_step:
-                for backward in state.gradients.plain_backwards:
-                    yield Report(backward.node, _message(backward, step, model), fix=_fix(backward, step, model))
+            # Beside a scaled backward, a plain one may well be an fp32 model's own (an
+            # actor-critic's critic): there it counts only when its loss is computed from a
+            # model whose parameters the stepped optimizer holds (an auxiliary loss, an
+            # accumulation loop's earlier micro-batches).
+            for backward in state.gradients.plain_backwards:
+                beside = state.gradients.scaled_since_step
+                if beside and not _feeds_stepped_optimizer(backward, step, model):
+                    continue
+                yield Report(backward.node, _message(backward, step, model, beside), fix=_fix(backward, step, model))
 
     VALID = (
         # The seed's full training pattern.
@@ -240,6 +283,93 @@ scaler = torch.amp.GradScaler("cuda", enabled=False)
 loss.backward()
 scaler.step(opt)
 """,
+        # An actor-critic: the critic trains in float32 with its own optimizer, stepped plainly;
+        # the scaler steps only the actor's.
+        """
+import torch
+actor, critic = Actor(), Critic()
+actor_opt = torch.optim.Adam(actor.parameters(), lr=1e-4)
+critic_opt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+scaler = torch.amp.GradScaler("cuda")
+for state, action, ret in loader:
+    value = critic(state)
+    critic_loss = (value - ret).pow(2).mean()
+    critic_loss.backward()
+    with torch.autocast("cuda", dtype=torch.float16):
+        actor_loss = -(actor(state).log_prob(action) * (ret - value.detach())).mean()
+    scaler.scale(actor_loss).backward()
+    scaler.step(actor_opt)
+    scaler.update()
+    critic_opt.step()
+""",
+        # A GAN whose discriminator learns in float32 on `G(z).detach()`: its loss feeds
+        # no module of the scaler-stepped optimizer.
+        """
+import torch
+G, D = Generator(), Discriminator()
+opt_g = torch.optim.Adam(G.parameters())
+opt_d = torch.optim.Adam(D.parameters())
+scaler = torch.amp.GradScaler("cuda")
+for real in loader:
+    fake = G(z)
+    d_loss = D(real).mean() - D(fake.detach()).mean()
+    d_loss.backward()
+    with torch.autocast("cuda"):
+        g_loss = -D(G(z)).mean()
+    scaler.scale(g_loss).backward()
+    scaler.step(opt_g)
+    scaler.update()
+    opt_d.step()
+""",
+        # Accumulation where only the AMP-off path skips the scaler, which is then disabled.
+        """
+import torch
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+for i, (x, y) in enumerate(loader):
+    with torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):
+        loss = loss_fn(model(x), y) / accum
+    if use_amp:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    if (i + 1) % accum == 0:
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+""",
+        # The optimizer is handed in: which parameters it holds is unknown, so is the link.
+        """
+import torch
+def train(model, opt, scaler, loader, accum):
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        if (i + 1) % accum == 0:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        else:
+            loss.backward()
+""",
+        # SAM: the first, plain backward's gradients only perturb the weights, and
+        # `first_step(zero_grad=True)` clears them before the scaled second pass.
+        """
+import torch
+model = Net()
+optimizer = SAMOptimizer(model.parameters(), torch.optim.SGD, lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    crit(model(x), y).backward()
+    optimizer.first_step(zero_grad=True)
+    with torch.autocast("cuda"):
+        loss = crit(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
     )
     INVALID = (
         Flagged(
@@ -279,10 +409,134 @@ def train(model, opt, scaler, use_amp):
 """,
             at=((5, 9),),
         ),
+        # Accumulation: the earlier micro-batches' gradients reach the optimizer the scaler
+        # unscales, unscaled.
+        Flagged(
+            """
+import torch
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for i, (x, y) in enumerate(loader):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y) / accum
+    if (i + 1) % accum == 0:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    else:
+        loss.backward()
+""",
+            at=((15, 9),),
+        ),
+        # Deep supervision: the auxiliary head's loss is the same model's.
+        Flagged(
+            """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class Trainer:
+    def __init__(self, net):
+        self.model = DDP(net)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.scaler = torch.cuda.amp.GradScaler()
+
+    def fit(self, loader):
+        for batch in loader:
+            with torch.autocast("cuda"):
+                logits, aux_logits = self.model(batch["x"])
+                loss = self.criterion(logits, batch["y"])
+                aux = 0.3 * self.criterion(aux_logits, batch["y"])
+            aux.backward(retain_graph=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad()
+""",
+            at=((17, 13),),
+        ),
+        # accelerate in float16: its backward scales, a plain one beside it into the same
+        # prepared optimizer does not.
+        Flagged(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model = Net()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for batch in loader:
+    out, aux = model(batch["x"])
+    aux_loss = crit(aux, batch["y"])
+    aux_loss.backward(retain_graph=True)
+    accelerator.backward(crit(out, batch["y"]) + reg_loss(model))
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+            at=((11, 5),),
+        ),
     )
 
 
-def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> Message:
+def _feeds_stepped_optimizer(backward: Occurrence, step: Occurrence, model: SemanticModel) -> bool:
+    """Whether the plain backward's loss is computed from a model the optimizer that
+    `scaler.step()` unscales holds: both the optimizer's construction and the model's call
+    must be known (an unknown link is no finding), and nothing the flow does not model may
+    take the gradients away in between (see `_gradients_handled_otherwise`)."""
+    tensor = backward.event.tensor
+    if tensor is None or step.argument is None or step.argument.key is None or backward.under_no_grad:
+        return False
+    if not model.facts(Precision).trained_module_feeds(tensor, backward.event.unit, step.argument.key):
+        return False
+    units = {id(u): u for u in (backward.event.unit, step.unit, step.event.unit)}
+    return not any(_gradients_handled_otherwise(model, unit, step.argument.key) for unit in units.values())
+
+
+# What an optimizer is known to do with the gradients it holds.
+_OPTIMIZER_METHODS = frozenset({"step", "zero_grad", "state_dict", "load_state_dict", "add_param_group"})
+
+
+def _gradients_handled_otherwise(model: SemanticModel, unit: CodeUnit, optimizer: str) -> bool:
+    """Whether `unit` may consume or clear gradients in a way the flow does not model: another
+    method of the optimizer (SAM's `optimizer.first_step(zero_grad=True)` uses the first
+    backward's gradients and zeroes them), or a write to `.grad` (`p.grad = None`,
+    `p.grad.zero_()`)."""
+    for record in unit.calls:
+        func = record.node.func
+        if not isinstance(func, cst.Attribute):
+            continue
+        owner = dotted_name(func.value)
+        if owner is not None and func.attr.value not in _OPTIMIZER_METHODS and model.identity(unit, owner) == optimizer:
+            return True
+        if func.attr.value.endswith("_") and _reads_grad(func.value):
+            return True
+    for node in iter_tree(unit.node):
+        targets = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            targets = [node.target]
+        if any(_reads_grad(target) for target in targets):
+            return True
+    return False
+
+
+def _reads_grad(node: cst.CSTNode) -> bool:
+    """`p.grad`, `p.grad.data`, `params[i].grad`: an expression that is a tensor's gradient."""
+    while isinstance(node, (cst.Attribute, cst.Subscript, cst.Call)):
+        if isinstance(node, cst.Attribute):
+            if node.attr.value == "grad":
+                return True
+            node = node.value
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        else:
+            node = node.func
+    return False
+
+
+def _message(backward: Occurrence, step: Occurrence, model: SemanticModel, beside: bool = False) -> Message:
     tensor = source_text(backward.event.tensor) if backward.event.tensor is not None else "loss"
     scaler = step.receiver.text if step.receiver is not None else "scaler"
     optimizer = step.argument.text if step.argument is not None else "optimizer"
@@ -295,6 +549,13 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel) -> Me
         fix = f"Use `{scaler}.backward({tensor})`, which scales the loss"
     else:
         fix = f"Use `{scaler}.scale({tensor}).backward()` before stepping `{optimizer}`"
+    if beside:
+        return Message(
+            f"{quote(backward)} runs on a loss `{scaler}` never scaled, beside a scaled backward into the same optimizer",
+            f"its gradients add to the scaled ones in the parameters `{optimizer}` updates, and {quote(step)} "
+            f"divides them all by the loss scale (65536 at start): this loss's share of the update comes out "
+            f"~65,000x too small. {fix}.",
+        )
     return Message(
         f"{quote(backward)} runs on a loss `{scaler}` never scaled",
         f"{quote(step)} still divides the gradients by the loss scale (65536 at start): "

@@ -14,11 +14,18 @@ class Float32IslandUndone(Rule):
 
     ## What it does
     Flags a matrix product or convolution (`@`, `torch.matmul`, `mm`, `bmm`, `baddbmm`,
-    `addmm`, `einsum`, `F.linear`, `F.conv*`, `scaled_dot_product_attention`) inside an
+    `addmm`, `addbmm`, `einsum`, `chain_matmul`, `linalg.multi_dot`, `F.linear`, `F.conv*`,
+    `scaled_dot_product_attention`; on CUDA also `mv`, `addmv`, `addr`; on CPU also the
+    composites `tensordot` and `inner`, which decompose into a cast-down `mm`) inside an
     enabled `torch.autocast` region whose operands are all explicit float32 casts
-    (`x.float()`, `x.to(torch.float32)`, through views such as `.transpose()` and through
-    variables assigned them on the straight-line way there). The product may be written in
-    the region or in a function of the file called from inside it. A cast inside
+    (`x.float()`, `x.to(torch.float32)`, `x.to(dtype=torch.float)`, `x.type(torch.float32)`,
+    `torch.float32` through an alias, and `x.type_as(t)` or `x.to(t)` when `t` is evidently
+    float32: a `.float()` value, a tensor or buffer built with `dtype=torch.float32`), seen
+    through views such as `.transpose()` and through variables assigned them on the
+    straight-line way there. The product may be written in the region or in a function of
+    the file called from inside it. An op autocast leaves in float32 on the region's device
+    (`tensordot` in a CUDA region, which autocast promotes; `addmv` on CPU), a `type_as` of a
+    tensor whose dtype the code does not show, and a cast inside
     `torch.autocast(..., enabled=False)`, a cast of a product's *output* (`(a @ b).float()`
     before a reduction), a cast of a loss, and products with `.double()` inputs (float64 is
     not eligible for autocast) are not flagged; neither is a single cast beside an uncast
@@ -42,7 +49,10 @@ class Float32IslandUndone(Rule):
     GradScaler skipped every update, while the island under `autocast(enabled=False)` stayed
     finite. Where nothing overflows the island only loses precision: its error against
     float64 was ~1,650x the float32 island's under float16 and ~9,000x under bfloat16. Under
-    bfloat16 the large features did not overflow (bfloat16 keeps float32's range).
+    bfloat16 the large features did not overflow (bfloat16 keeps float32's range). Written as
+    `torch.einsum("bnd,bne->bde", f, f)`, which autocast runs as a `bmm`, the island did the
+    same: under float16 the loss was inf at 5 of 5 steps, and under bfloat16 its error was
+    ~7,200x the float32 island's.
 
     ## Example
     ```python
@@ -111,6 +121,26 @@ class Float32IslandUndone(Rule):
             at_least=100,
             dtypes=("bfloat16",),
             quotes=(("value", "~9,000x"),),
+        ),
+        Prediction(
+            "einsum-large-activations",
+            "nonfinite_steps",
+            "Written as `torch.einsum`, which autocast runs as a `bmm`, the Gram matrix overflows the same "
+            "way under float16: the loss is inf at every one of 5 steps (the fixed island: none).",
+            compare="buggy-fixed",
+            at_least=5,
+            dtypes=("float16",),
+            quotes=(("buggy", "5 of 5 steps"),),
+        ),
+        Prediction(
+            "einsum-large-activations",
+            "island_error",
+            "Under bfloat16 the einsum island does not overflow, but its error against float64 is at "
+            "least 100x the float32 island's.",
+            compare="buggy/fixed",
+            at_least=100,
+            dtypes=("bfloat16",),
+            quotes=(("value", "~7,200x"),),
         ),
         Prediction(
             "large-activations",
@@ -186,6 +216,28 @@ import torch
 with torch.autocast("cuda"):
     d = torch.dot(a.float(), b.float())
     s = torch.softmax(scores.float(), dim=-1)
+    t = torch.tensordot(a.float(), b.float(), dims=1)
+""",
+        # On CPU, `addmv` is on no autocast list: float32 inputs stay float32 (measured).
+        """
+import torch
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    v = torch.addmv(bias, A.float(), x.float())
+""",
+        # `type_as` a tensor whose dtype the code does not show (a parameter, a module's weight).
+        """
+import torch
+def attend(q, k, ref):
+    with torch.autocast("cuda"):
+        return q.type_as(ref) @ k.type_as(self.proj.weight).transpose(-1, -2)
+""",
+        # The einsum island done right: autocast off around it.
+        """
+import torch
+with torch.autocast("cuda", dtype=torch.float16):
+    q, k = model(x)
+    with torch.autocast("cuda", enabled=False):
+        attn = torch.einsum("bhid,bhjd->bhij", q.float(), k.float())
 """,
     )
     INVALID = (
@@ -222,6 +274,25 @@ def forward(x, inv_freq, positions):
         return model(x, freqs)
 """,
             at=((4, 13),),
+        ),
+        # `type_as` a float32 buffer, and a composite that runs on a cast-down `mm` on CPU.
+        Flagged(
+            """
+import torch
+F32 = torch.float32
+
+class RotaryScores(torch.nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.ones(dim, dtype=torch.float32))
+
+    def forward(self, q, k):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            s = q.type_as(self.inv_freq) @ k.type_as(self.inv_freq).transpose(-1, -2)
+            t = torch.tensordot(q.to(F32), k.to(F32), dims=([-1], [-1]))
+        return s, t
+""",
+            at=((12, 17), (13, 17)),
         ),
     )
 

@@ -8,7 +8,7 @@ import pytest
 
 from amplint.analyses.region_ops import RegionOps, rounds_to_one, rounds_to_zero
 from amplint.semantic import analyze, source_text
-from amplint.semantic.pytorch.autocast_ops import BANNED, FLOAT32, LOWER_PRECISION, autocast_policy
+from amplint.semantic.pytorch.autocast_ops import BANNED, FLOAT32, LOWER_PRECISION, PROMOTE, autocast_policy
 
 
 def model(source):
@@ -48,6 +48,11 @@ def first_op(source, name):
         ("binary_cross_entropy", "cuda", BANNED),
         ("binary_cross_entropy", "cpu", FLOAT32),
         ("matmul", "mps", None),  # lists amplint does not know: no claim
+        ("tensordot", "cpu", LOWER_PRECISION),  # a composite: its mm is cast down (measured)
+        ("inner", "cpu", LOWER_PRECISION),
+        ("tensordot", "cuda", PROMOTE),  # on CUDA's promote list: float32 inputs stay float32
+        ("einsum", "cpu", LOWER_PRECISION),
+        ("addmv", "cpu", None),
     ],
 )
 def test_autocast_policy(op, device, policy):
@@ -176,6 +181,15 @@ def test_recursive_helpers_terminate():
         ("q.float() * k.double()", None),
         ("q.half().float().half()", None),
         ("q", None),
+        ("q.type(torch.float32)", "q.type(torch.float32)"),
+        ("q.to(dtype=torch.float32)", "q.to(dtype=torch.float32)"),
+        ("q.type_as(k.float())", "q.type_as(k.float())"),  # the dtype of an evident float32 tensor
+        ("q.to(k.float())", "q.to(k.float())"),
+        ("q.type_as(k)", None),  # k's dtype is unknown
+        ("q.to(k)", None),
+        ("q.type_as(k.half())", None),
+        ("q.type_as(torch.zeros(3, dtype=torch.float32))", "q.type_as(torch.zeros(3, dtype=torch.float32))"),
+        ("q.type_as(torch.zeros(3))", None),  # the default dtype: not evident in the code
     ],
 )
 def test_float32_cast(operand, cast):
@@ -189,6 +203,42 @@ def test_float32_cast(operand, cast):
     )
     got = found.facts(RegionOps).float32_cast(op.op.inputs[0], op.unit)
     assert (source_text(got) if got is not None else None) == cast
+
+
+@pytest.mark.parametrize(
+    "operand, cast",
+    [
+        ("q.type_as(self.scale)", True),  # a buffer built float32
+        ("q.type_as(self.table)", True),  # an attribute only ever assigned a float32 tensor
+        ("q.to(self.table)", True),
+        ("q.type_as(self.half_scale)", False),
+        ("q.type_as(self.plain)", False),  # built without a dtype
+        ("q.type_as(self.weight)", False),  # unknown
+        ("q.to(F32)", True),  # torch.float32 through an alias
+        ("q.to(torch.float)", True),
+    ],
+)
+def test_casts_to_a_tensors_dtype_and_through_aliases(operand, cast):
+    found, op = first_op(
+        f"""
+        import torch
+        F32 = torch.float32
+        class Head(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("scale", torch.ones(4, dtype=torch.float32))
+                self.register_buffer("half_scale", torch.ones(4, dtype=torch.float16))
+                self.register_buffer("plain", torch.ones(4))
+                self.table = torch.zeros(4, dtype=F32)
+
+            def forward(self, q, k):
+                with torch.autocast("cuda"):
+                    return torch.matmul({operand}, k)
+        """,
+        "matmul",
+    )
+    got = found.facts(RegionOps).float32_cast(op.op.inputs[0], op.unit)
+    assert (got is not None) == cast
 
 
 @pytest.mark.parametrize(

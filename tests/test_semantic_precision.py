@@ -361,3 +361,65 @@ def test_the_old_import_alias_is_recorded_for_the_fix():
     found = model("from torch.cuda.amp import autocast\nwith autocast():\n    pass\n").facts(Deprecations).uses
     assert found[0].import_alias is not None and found[0].import_alias.name.value == "autocast"
     assert model("import torch\ntorch.cuda.amp.autocast()\n").facts(Deprecations).uses[0].import_alias is None
+
+
+# --- which models a loss is computed from, and whether an optimizer holds them ------------------
+
+
+def feeds(body, loss="loss", optimizer="opt", header="opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"):
+    """Whether `loss` (the last assignment to it in `body`) is computed from a model that the
+    optimizer `optimizer` holds."""
+    m = model("import torch\nmodel = Net()\ncritic = Critic()\n" + header + textwrap.dedent(body))
+    unit = m.units[0]
+    tensor = cst.parse_expression(loss)
+    return m.facts(Precision).trained_module_feeds(tensor, unit, m.identity(unit, optimizer))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "loss = crit(model(x), y)",
+        "out, aux = model(x)\nloss = 0.4 * crit(aux, y)",
+        "h = model.encoder(x)\nloss = h.pow(2).mean()",
+        "loss = model(x).logits.mean()",
+        "loss = model.forward(x).sum()",
+        "ddp = torch.nn.parallel.DistributedDataParallel(model)\nloss = ddp.module(x).sum()",
+        "loss = crit(model(x), y)\nloss += 0.1 * reg",
+        "loss = compute_loss(model, batch)",  # the model handed over whole
+        "loss = sum(p.pow(2).sum() for p in model.parameters())",
+    ],
+)
+def test_a_loss_computed_from_the_optimizers_model_feeds_it(body):
+    assert feeds(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "loss = crit(critic(x), y)",  # another model, another optimizer
+        "fake = model(z)\nloss = critic(fake.detach()).mean()",  # cut off the graph
+        "loss = crit(critic(x), model(x).item())",
+        "loss = compute_loss(batch)",  # a helper: which model it runs is not known here
+        "loss = compute_loss(critic, batch)",
+        "loss = batch_loss",  # not computed here at all
+    ],
+)
+def test_a_loss_not_traceably_computed_from_the_optimizers_model_does_not_feed_it(body):
+    assert not feeds(body)
+
+
+def test_an_optimizer_built_elsewhere_holds_no_known_model():
+    m = model(
+        """
+        def train(model, opt, x):
+            loss = model(x).sum()
+        """
+    )
+    unit = next(u for u in m.units if u.name == "train")
+    assert m.facts(Precision).trained_by(m.identity(unit, "opt")) == frozenset()
+    assert not m.facts(Precision).trained_module_feeds(cst.parse_expression("loss"), unit, m.identity(unit, "opt"))
+
+
+def test_an_optimizer_of_a_submodule_is_fed_by_the_whole_models_output():
+    assert feeds("loss = model(x).sum()", header="opt = torch.optim.SGD(model.head.parameters(), lr=0.1)\n")
+    assert not feeds("loss = model.encoder(x).sum()", header="opt = torch.optim.SGD(model.head.parameters(), lr=0.1)\n")

@@ -17,6 +17,10 @@ averaged in place: the precision facts that live outside autocast.
   `model, opt = amp.initialize(...)`, `deepspeed.initialize`; not accelerate's `prepare`).
 - **In-place averages.** Loops over a module's parameters or state dict that decay them in
   place (`e.mul_(d).add_(p, alpha=1 - d)`, `v *= d`, `e.lerp_(p, 1 - d)`): an EMA's update.
+- **What a loss is computed from** (`modules_feeding`, `trained_module_feeds`): the modules
+  whose outputs a tensor is derived from in its function (`out, aux = model(x)`, then
+  `aux_loss = crit(aux, y)`), leaving out what `.detach()`/`.item()` cut off, and whether an
+  optimizer variable holds one of them (AMP001: a plain backward beside a scaled one).
 - **What may run after a call** (`Successors`): the statements of its unit that can execute
   after it (a `return` or `raise` ends the way, a loop runs its body again, the other branch
   of an `if` does not run).
@@ -523,6 +527,45 @@ def _iterated_for(loop: cst.For, name: Optional[str]) -> cst.BaseExpression:
     return iterable
 
 
+# What cuts a tensor off the graph: `x.detach()`, `x.item()`, `x.data`.
+_DETACHING = frozenset({"detach", "item", "tolist", "numpy"})
+
+
+def _graph_reads(expression: cst.BaseExpression) -> Tuple[List[cst.BaseExpression], Set[str], Set[str]]:
+    """The callees of the calls in `expression`, the variables it reads as values, and those
+    it reads only as the receiver of a method (`h` of `h.pow(2)`, `model` of
+    `model.encoder(x)`), leaving out what `.detach()` / `.item()` / `.data` take off the graph."""
+    calls: List[cst.BaseExpression] = []
+    names: Set[str] = set()
+    receivers: Set[str] = set()
+
+    def visit(node: cst.CSTNode, receiver: bool = False) -> None:
+        if isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _DETACHING:
+                return
+            calls.append(func)
+            if isinstance(func, cst.Attribute):
+                visit(func.value, receiver=True)  # `model(x).logits.mean()`: the chain's receiver
+            for arg in node.args:
+                visit(arg.value)
+            return
+        if isinstance(node, cst.Attribute) and node.attr.value == "data":
+            return
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            name = dotted_name(node)
+            if name is not None:
+                (receivers if receiver else names).update(roots([name]))
+                return
+        if isinstance(node, cst.Lambda):
+            return
+        for child in children(node):
+            visit(child)
+
+    visit(expression)
+    return calls, names, receivers - names
+
+
 def _branches(value: Optional[cst.BaseExpression]) -> List[cst.BaseExpression]:
     """`a if c else b` -> [a, b]; None -> []; anything else -> [itself]."""
     if value is None:
@@ -704,6 +747,67 @@ class Precision(Analysis):
     @property
     def averages(self) -> List[InPlaceAverage]:
         return self.found.averages
+
+    def trained_by(self, optimizer: str) -> FrozenSet[ModulePath]:
+        """The module paths whose parameters the optimizer variable with identity key
+        `optimizer` holds, over every construction bound to it; empty when none is known
+        (built by a helper, handed in, or holding nothing this analysis can name)."""
+        found: Set[ModulePath] = set()
+        for build in self.optimizers:
+            if build.name is not None and self.model.resolver.identity(build.name, build.unit.scope) == optimizer:
+                found.update(build.trains)
+        return frozenset(found)
+
+    def modules_feeding(self, tensor: cst.BaseExpression, unit: CodeUnit) -> FrozenSet[ModulePath]:
+        """The module paths whose outputs `tensor`, read in `unit`, is computed from with
+        gradients: the callees of the calls in it and in the values of the unit's variables it
+        is derived from (`out, aux = model(x)`; `aux_loss = crit(aux, y)`) and the modules
+        handed to them whole (`compute_loss(model, batch)`), through the aliases `paths` follows. What `.detach()`, `.item()` or `.data` cut off is not followed
+        (`D(G(z).detach())` feeds D, not G); a call of a helper is its own path and names no
+        module inside it."""
+        found: Set[ModulePath] = set()
+        seen: Set[str] = set()
+        pending: List[cst.BaseExpression] = [tensor]
+        while pending and len(seen) < 64:
+            expression = pending.pop()
+            calls, names, receivers = _graph_reads(expression)
+            for func in calls:
+                name = dotted_name(func)
+                if name is not None:
+                    if name.endswith(".forward"):
+                        name = name[: -len(".forward")]
+                    found |= self.finder.paths(name, unit.scope)
+            for name in names:
+                if name != "self":
+                    # A module handed over whole: `compute_loss(model, batch)`, `l2(model)`.
+                    found |= self.finder.paths(name, unit.scope)
+            for name in names | receivers:
+                if name in seen or name == "self":
+                    continue
+                seen.add(name)
+                for binding in self.model.resolver.bindings(name, unit.scope):
+                    if binding.value_scope is not unit.scope:
+                        continue
+                    value = binding.value if binding.value is not None else binding.source
+                    if binding.kind == "augassign" and isinstance(binding.node, cst.AugAssign):
+                        value = binding.node.value
+                    if value is not None and binding.kind in ("assign", "augassign", "walrus"):
+                        pending.append(value)
+        return frozenset(found)
+
+    def trained_module_feeds(self, tensor: cst.BaseExpression, unit: CodeUnit, optimizer: str) -> bool:
+        """Whether `tensor` is computed from the outputs of a module whose parameters the
+        optimizer `optimizer` (an identity key) holds: the optimizer's construction and the
+        module's call must both be known. A module feeds a path it contains or sits in
+        (`model.encoder(x)` for an optimizer of `model`, `model(x)` for one of `model.head`)."""
+        trained = self.trained_by(optimizer)
+        if not trained:
+            return False
+        for root, rest in self.modules_feeding(tensor, unit):
+            for other_root, other_rest in trained:
+                if root == other_root and (rest[: len(other_rest)] == other_rest or other_rest[: len(rest)] == rest):
+                    return True
+        return False
 
     def trained_in_low_precision(self, dtype: str = "float16") -> Iterator[Tuple[ModuleCast, OptimizerBuild]]:
         """Casts that may cast a module to `dtype` (`model.half()`, `unet.to(dtype=weight_dtype)`),

@@ -34,6 +34,7 @@ from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, names_bound
 from amplint.semantic.pytorch.autocast_ops import (
     ALL_OPERANDS,
+    CREATION_FUNCTIONS,
     FLOAT32,
     FUNCTIONS,
     METHODS,
@@ -409,12 +410,19 @@ class RegionOps(Analysis):
             method = node.func.attr.value
             if method == "float":
                 return node
+            if method == "type_as" and len(node.args) == 1:
+                # `x.type_as(f)`: the dtype of another tensor, a cast to float32 when that
+                # tensor evidently is float32.
+                return node if self.evidently_float32(node.args[0].value, unit, depth + 1) else None
             if method in ("to", "type"):
                 dtypes = self._cast_dtypes(node, unit)
                 if dtypes == frozenset({"float32"}):
                     return node
                 if dtypes:
                     return None
+                other = self._tensor_argument(node) if method == "to" else None
+                if other is not None and self.evidently_float32(other, unit, depth + 1):
+                    return node  # `x.to(f)` for a float32 `f`
                 if method == "to" and node.args and all(self._device_like(arg, unit) for arg in node.args):
                     return self.float32_cast(node.func.value, unit, depth + 1)  # `.to(device)`
                 return None
@@ -438,6 +446,66 @@ class RegionOps(Analysis):
             value = self.value_at(node, unit)
             return self.float32_cast(value, unit, depth + 1) if value is not None else None
         return None
+
+    def evidently_float32(self, expression: cst.BaseExpression, unit: CodeUnit, depth: int = 0) -> bool:
+        """Whether a tensor is float32 by what the code shows: an explicit float32 cast, a
+        tensor built with `dtype=torch.float32` (`torch.zeros(n, dtype=torch.float32)`), or a
+        variable or buffer every value of which is one (`self.register_buffer("scale",
+        torch.ones(d, dtype=torch.float32))`). A parameter, a module's output, anything
+        unknown is not."""
+        if depth > _MAX_DEPTH:
+            return False
+        if self.float32_cast(expression, unit, depth) is not None:
+            return True
+        if isinstance(expression, cst.Call):
+            if (self.model.qualified(expression.func) or "") in CREATION_FUNCTIONS:
+                dtype = next((a.value for a in expression.args if a.keyword is not None and a.keyword.value == "dtype"), None)
+                return dtype is not None and self.model.resolver.dtypes(dtype, unit.scope) == frozenset({"float32"})
+            return False
+        name = dotted_name(expression)
+        if name is None or name.count(".") > 1 or (isinstance(expression, cst.Name) and self.value_at(expression, unit) is not None):
+            return False  # a straight-line value was already followed by float32_cast
+        values = [(value, where) for value, where in self.model.resolver.values(name, unit.scope)]
+        if name.startswith("self."):
+            values += self._buffers(name[len("self."):], unit)
+        if not values or any(value is None for value, _ in values):
+            return False
+        for value, where in values:
+            home = next((u for u in self.model.units if u.scope is where), None)
+            if home is None or value is expression or not self.evidently_float32(value, home, depth + 1):
+                return False
+        return True
+
+    def _buffers(self, attribute: str, unit: CodeUnit) -> List[Tuple[Optional[cst.BaseExpression], Scope]]:
+        """The values `self.register_buffer("attribute", value)` gives, in the methods of
+        the unit's class."""
+        found: List[Tuple[Optional[cst.BaseExpression], Scope]] = []
+        if unit.class_name is None:
+            return found
+        for other in self.model.units:
+            if other.class_name != unit.class_name:
+                continue
+            for record in other.calls:
+                call = record.node
+                if dotted_name(call.func) != "self.register_buffer" or len(call.args) < 2:
+                    continue
+                key = call.args[0].value
+                if isinstance(key, cst.SimpleString) and key.evaluated_value == attribute:
+                    found.append((call.args[1].value, other.scope))
+        return found
+
+    @staticmethod
+    def _tensor_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
+        """`x.to(other)`'s one positional argument, when it is not a dtype, a device or a string."""
+        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return None
+        value = call.args[0].value
+        if not isinstance(value, (cst.Name, cst.Attribute, cst.Call)):
+            return None
+        name = dotted_name(value) or ""
+        if name.startswith("torch.") or name.rsplit(".", 1)[-1].lower().endswith(("device", "dtype")):
+            return None
+        return value
 
     def _cast_dtypes(self, call: cst.Call, unit: CodeUnit) -> FrozenSet[str]:
         found: FrozenSet[str] = frozenset()

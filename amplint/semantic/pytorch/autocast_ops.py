@@ -27,6 +27,10 @@ _LOWER_EVERYWHERE = frozenset(
 )
 # Lower precision on CUDA; not on CPU's list (measured: float32 inputs stay float32).
 _LOWER_CUDA_ONLY = frozenset({"mv", "addmv", "addr"})
+# Composites that autocast lists nowhere on CPU: they decompose into `mm`/`bmm`, which CPU
+# autocast casts down (measured on torch 2.13: float32 inputs come out float16/bfloat16). On
+# CUDA `tensordot` is on the promote list, and `inner` reaches it: float32 inputs stay float32.
+_LOWER_CPU_ONLY = frozenset({"tensordot", "inner"})
 _FLOAT32_CUDA = frozenset(
     {
         "log", "log1p", "log2", "log10", "exp", "expm1", "softmax", "log_softmax", "sum", "pow",
@@ -55,7 +59,7 @@ def autocast_policy(op: str, device: str) -> Optional[str]:
             return FLOAT32
         return PROMOTE if op in _PROMOTE_CUDA else None
     if device == "cpu":
-        if op in _LOWER_EVERYWHERE:
+        if op in _LOWER_EVERYWHERE or op in _LOWER_CPU_ONLY:
             return LOWER_PRECISION
         return FLOAT32 if op in _FLOAT32_CPU else None
     return None
@@ -75,6 +79,9 @@ FUNCTIONS: Dict[str, str] = {
     "torch.addmv": "addmv",
     "torch.addr": "addr",
     "torch.einsum": "einsum",
+    "torch.tensordot": "tensordot",
+    "torch.functional.tensordot": "tensordot",
+    "torch.inner": "inner",
     "torch.functional.einsum": "einsum",
     "torch.chain_matmul": "chain_matmul",
     "torch.linalg.multi_dot": "linalg_multi_dot",
@@ -123,6 +130,7 @@ for _n in ("1d", "2d", "3d"):
 
 # Tensor methods, with the number of positional arguments the tensor method takes: a method
 # of the same name with another arity (`self.log("loss", loss)` in Lightning) is not it.
+# `x.inner(y)` is left out: `self.inner(x)` is far more often a wrapped module than a tensor.
 METHODS: Dict[str, Tuple[str, FrozenSet[int]]] = {
     "matmul": ("matmul", frozenset({1})),
     "mm": ("mm", frozenset({1})),
@@ -169,6 +177,7 @@ for _n in ("1d", "2d", "3d"):
 # Which inputs of a product carry its operands (bias terms and the like are not).
 OPERANDS: Dict[str, Tuple[int, ...]] = {
     "matmul": (0, 1), "mm": (0, 1), "bmm": (0, 1), "mv": (0, 1), "linalg_vecdot": (0, 1),
+    "tensordot": (0, 1), "inner": (0, 1),
     "baddbmm": (1, 2), "addmm": (1, 2), "addbmm": (1, 2), "addmv": (1, 2), "addr": (1, 2),
     "linear": (0, 1), "prelu": (0, 1), "scaled_dot_product_attention": (0, 1),
     "conv1d": (0, 1), "conv2d": (0, 1), "conv3d": (0, 1),
@@ -177,7 +186,18 @@ OPERANDS: Dict[str, Tuple[int, ...]] = {
 ALL_OPERANDS = frozenset({"einsum", "chain_matmul", "linalg_multi_dot"})
 
 LOG_OPS = frozenset({"log", "log2", "log10", "log1p"})
-LOWER_PRECISION_OPS = _LOWER_EVERYWHERE | _LOWER_CUDA_ONLY
+LOWER_PRECISION_OPS = _LOWER_EVERYWHERE | _LOWER_CUDA_ONLY | _LOWER_CPU_ONLY
+
+# Functions that build a tensor in the dtype their `dtype=` says (`torch.zeros(n,
+# dtype=torch.float32)`): evidence of a tensor's dtype for `x.type_as(t)`.
+CREATION_FUNCTIONS = frozenset(
+    {
+        "torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.tensor", "torch.as_tensor",
+        "torch.arange", "torch.linspace", "torch.logspace", "torch.eye", "torch.rand", "torch.randn",
+        "torch.zeros_like", "torch.ones_like", "torch.empty_like", "torch.full_like", "torch.rand_like",
+        "torch.randn_like",
+    }
+)
 
 
 def names_of(ops: Iterable[str]) -> FrozenSet[str]:
