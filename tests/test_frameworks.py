@@ -283,3 +283,12 @@ def test_the_table_is_consistent():
     assert frameworks.autocast_dtype("bf16-mixed") == "bfloat16"
     assert frameworks.autocast_dtype("no") is None
     assert not frameworks.FP16_PRECISIONS & (frameworks.BF16_PRECISIONS | frameworks.FULL_PRECISIONS)
+
+
+def test_a_finding_that_needs_float16_to_be_chosen_says_so():
+    source = ACCELERATE_LOOP.format(choices='["no", "fp16"]', clip="torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)")
+    (finding,) = lint_text(textwrap.dedent(source))
+    assert "when float16 mixed precision is chosen" in finding.message
+    surely = source.replace("mixed_precision=args.mixed_precision", 'mixed_precision="fp16"')
+    (finding,) = lint_text(textwrap.dedent(surely))
+    assert "when float16" not in finding.message
