@@ -292,3 +292,37 @@ def test_a_finding_that_needs_float16_to_be_chosen_says_so():
     surely = source.replace("mixed_precision=args.mixed_precision", 'mixed_precision="fp16"')
     (finding,) = lint_text(textwrap.dedent(surely))
     assert "when float16" not in finding.message
+
+
+def test_a_config_object_handed_to_the_function_that_builds_the_trainer():
+    # Lightning manual optimization, the clip in a helper of the module, the precision from
+    # a config class the script constructs and passes to main().
+    source = """
+    from dataclasses import dataclass
+    import lightning as L
+    import torch
+
+    @dataclass
+    class Config:
+        precision: str = "16-mixed"
+
+    class Model(L.LightningModule):
+        def _clip(self):
+            torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
+
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            opt.zero_grad()
+            self.manual_backward(self.compute_loss(batch))
+            self._clip()
+            opt.step()
+
+    def main(cfg):
+        L.Trainer(precision=cfg.precision).fit(Model())
+
+    main(Config())
+    """
+    assert codes(source) == ["12:AMP003"]
+    assert framework_scalers(source) == {"self": ("lightning", None)}  # main() may be called elsewhere
+    assert codes(source.replace('"16-mixed"', '"bf16-mixed"')) == []
+    assert codes(source.replace("main(Config())", "")) == []  # nothing says what cfg is

@@ -330,9 +330,10 @@ class Resolver:
         `default=` too). Positional arguments may fill it: then the default is one value of
         several. Anything else is unknown."""
         found: Tuple[FrozenSet[str], bool] = (frozenset(), True)
-        values = self.values(owner, scope)
+        values, complete = self._objects(owner, scope)
         if not values:
             return frozenset(), False
+        found = (found[0], complete)
         for bound, where in values:
             if not isinstance(bound, cst.Call):
                 return found[0], False
@@ -354,6 +355,26 @@ class Resolver:
             if positional or any(arg.star for arg in bound.args):
                 found = (found[0], False)
         return found
+
+    def _objects(self, name: str, scope: Scope) -> Tuple[List[Tuple[Optional[cst.BaseExpression], Scope]], bool]:
+        """The values `name` is given, and whether they are all it can hold; for a parameter
+        (`def main(cfg):`), what the callers in this file pass for it and its default (None
+        among them when there are none), and callers elsewhere may pass anything else."""
+        found: List[Tuple[Optional[cst.BaseExpression], Scope]] = []
+        complete = True
+        for binding in self.bindings(name, scope):
+            if binding.kind != "param":
+                found.append((binding.value, binding.value_scope))
+                continue
+            complete = False
+            param = binding.node
+            if isinstance(param, cst.Param) and param.default is not None:
+                found.append((param.default, binding.scope.parent or binding.scope))
+            passed = self.arguments_for(binding.name, binding.scope)
+            found.extend(passed)
+            if not passed and not (isinstance(param, cst.Param) and param.default is not None):
+                found.append((None, binding.scope))
+        return found, complete
 
     def _through_names(self, value: cst.BaseExpression, scope: Scope, depth: int, follow) -> FrozenSet[str]:
         # A name set on several branches can be each of its values; a parameter can be what
