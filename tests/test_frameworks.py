@@ -326,3 +326,18 @@ def test_a_config_object_handed_to_the_function_that_builds_the_trainer():
     assert framework_scalers(source) == {"self": ("lightning", None)}  # main() may be called elsewhere
     assert codes(source.replace('"16-mixed"', '"bf16-mixed"')) == []
     assert codes(source.replace("main(Config())", "")) == []  # nothing says what cfg is
+
+
+def test_a_plain_step_after_a_backward_that_may_be_scaled_says_when():
+    source = """
+    from accelerate import Accelerator
+    def train(model, optimizer, loader, mixed_precision="fp16"):
+        accelerator = Accelerator(mixed_precision=mixed_precision)
+        model, loader = accelerator.prepare(model, loader)
+        for batch in loader:
+            accelerator.backward(model(batch))
+            optimizer.step()
+    """
+    (finding,) = lint_text(textwrap.dedent(source))
+    assert finding.code == "AMP005" and finding.message.endswith("when float16 mixed precision is chosen")
+    assert lint_text(textwrap.dedent(source.replace('mixed_precision="fp16"', 'mixed_precision="bf16"'))) == []
