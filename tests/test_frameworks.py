@@ -240,6 +240,7 @@ def test_an_accelerator_the_file_does_not_build_opens_a_region_of_unknown_precis
     assert regions(source) == [("accelerate", None, set()), ("fabric", None, set())]
     # Not every object with an autocast() method is a framework.
     assert regions("with helper.autocast():\n    y = f(x)\n") == []
+    assert regions("accelerator = MyAccelerator()\nwith accelerator.autocast():\n    y = f(x)\n") == []
 
 
 def test_backward_and_step_inside_accelerator_autocast():

@@ -194,13 +194,17 @@ class Regions:
             return None
         built: List[Tuple[cst.Call, frameworks.Framework, Scope]] = []
         unknown = False
+        other_object = False  # built by a call that is no framework's: `MyAccelerator()`
         for bound, where in self.resolver.values(receiver, scope):
             framework = framework_of(bound, self.resolver) if isinstance(bound, cst.Call) else None
             if framework is None or method not in framework.autocast_methods:
                 unknown = True
+                other_object = other_object or isinstance(bound, cst.Call)
             else:
                 built.append((bound, framework, where))
         if not built:
+            if other_object:
+                return None
             last = receiver.rsplit(".", 1)[-1].lower()
             named = [f for f in frameworks.OBJECT_FRAMEWORKS if method in f.autocast_methods and f.receiver_fragment in last]
             if not named:
