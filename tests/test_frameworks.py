@@ -215,6 +215,7 @@ def regions(source):
         ('"fp16" if args.fp16 else "no"', (None, {"float16"})),
         ('"fp16" if args.fp16 else "bf16"', (True, {"float16", "bfloat16"})),
         ("args.mixed_precision", (None, set())),  # unknown: neither dtype nor state
+        ('"fp8" if args.fp8 else "no"', (None, set())),  # fp8 is no torch.autocast dtype amplint knows
     ],
 )
 def test_accelerator_autocast_is_a_region_in_the_accelerators_precision(precision, expected):

@@ -218,8 +218,10 @@ class Regions:
             found, known = precisions(construction, framework, where, self.resolver)
             values |= found
             complete = complete and known
+        off = values & frameworks.FULL_PRECISIONS
+        # A value that is neither off nor a known dtype (accelerate's "fp8") leaves the dtype unknown.
+        complete = complete and all(v in off or frameworks.autocast_dtype(v) for v in values)
         dtypes = frozenset(d for d in map(frameworks.autocast_dtype, values) if d is not None) if complete else frozenset()
-        off = {v for v in values if frameworks.autocast_dtype(v) is None}
         enabled: Optional[bool] = None
         if complete:
             enabled = False if off == values else (True if not off else None)

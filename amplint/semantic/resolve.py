@@ -212,13 +212,6 @@ class Resolver:
             return self.devices(value.value, scope, depth + 1)
         return self._through_names(value, scope, depth, self.devices)
 
-    def string(self, value: Optional[cst.BaseExpression], scope: Scope) -> Optional[str]:
-        resolved = self.resolve(value, scope)
-        if resolved is not None and isinstance(resolved[0], cst.SimpleString):
-            text = resolved[0].evaluated_value
-            return text if isinstance(text, str) else None
-        return None
-
     def settings(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> Tuple[FrozenSet[str], bool]:
         """The values a setting such as `mixed_precision=` may take, as text (`"fp16"`, `"16"`,
         `"True"`), and whether that is all of them. Followed through literals, conditional

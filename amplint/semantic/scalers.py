@@ -33,7 +33,6 @@ from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import Resolver, split_args
 
 
-
 @dataclass
 class ScalerFacts:
     scalers: Dict[str, ScalerInfo] = field(default_factory=dict)
