@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Union
 
 import libcst as cst
 
-from amplint.semantic.pytorch import api as torch_api, vocabulary
+from amplint.semantic.pytorch import api as torch_api, frameworks, vocabulary
 from amplint.semantic.exports import ExternalModules, ForeignFunction, imported_module
 from amplint.semantic.gradient_use import gradient_use
 from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
@@ -148,11 +148,11 @@ class Classifier:
         if helper is not None:
             return helper
         if info is not None:  # a framework in float16: accelerate, Fabric, Lightning
-            return self._framework(record, method, receiver, receiver_key)
-        if method == "manual_backward" and receiver == "self":
+            return self._framework(record, method, receiver, receiver_key, info.framework or "")
+        if method == frameworks.LIGHTNING_SELF_BACKWARD and receiver == "self":
             lightning = self._lightning_scaler(scope)
             return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=Ref(receiver, receiver_key), framework_scaler=lightning)
-        if method == "clip_gradients" and receiver == "self":
+        if method == frameworks.LIGHTNING_SELF_UNSCALING_CLIP and receiver == "self":
             lightning = self._lightning_scaler(scope)
             if lightning is not None:
                 return AmpEvent(EventKind.UNSCALE, node, record.unit, receiver=Ref("self", lightning))
@@ -183,12 +183,15 @@ class Classifier:
             return AmpEvent(EventKind.ZERO_GRAD, node, record.unit, receiver=Ref(receiver, receiver_key))
         return None
 
-    def _framework(self, record: CallRecord, method: str, receiver: str, key: str) -> Optional[AmpEvent]:
+    def _framework(self, record: CallRecord, method: str, receiver: str, key: str, name: str) -> Optional[AmpEvent]:
         node = record.node
         ref = Ref(receiver, key)
-        if method == "backward":
+        framework = frameworks.BY_NAME.get(name)
+        if framework is None:
+            return None
+        if method in framework.backward_methods:
             return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=ref, framework_scaler=key)
-        if method in ("clip_grad_norm_", "clip_grad_value_", "clip_gradients", "unscale_gradients"):
+        if method in framework.unscaling_methods:
             return AmpEvent(EventKind.UNSCALE, node, record.unit, receiver=ref)
         return None
 

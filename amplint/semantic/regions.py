@@ -11,16 +11,17 @@ from its locals resolves there, wherever it is entered.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint.semantic.pytorch import api as torch_api
+from amplint.semantic.pytorch import api as torch_api, frameworks
 from amplint.semantic.conditions import assumptions
 from amplint.semantic.index import CallRecord, CodeUnit, Frames, GuardFrame, LoopFrame, ModuleIndex, Scope, WithFrame
 from amplint.semantic.types import AutocastRegion
 from amplint.semantic.names import dotted_name, is_none, names_bound, roots
 from amplint.semantic.resolve import DEFAULT_DTYPE, Resolver, split_args
+from amplint.semantic.scalers import framework_of, precisions
 from amplint.semantic.walk import iter_tree
 
 _MAX_DEPTH = 4
@@ -133,6 +134,10 @@ class Regions:
 
     # one autocast call
     def _region(self, expression: cst.BaseExpression, unit: CodeUnit, scope: Scope, under_no_grad: bool) -> Optional[AutocastRegion]:
+        if isinstance(expression, cst.Call):
+            region = self._framework_region(expression, unit, scope, under_no_grad)
+            if region is not None:
+                return region
         found = self._autocast_call(expression, scope)
         if found is None:
             return None
@@ -173,6 +178,66 @@ class Regions:
             legacy=legacy,
         )
         return region
+
+    def _framework_region(self, call: cst.Call, unit: CodeUnit, scope: Scope, under_no_grad: bool) -> Optional[AutocastRegion]:
+        """`with accelerator.autocast():`: autocast in the precision of the framework object,
+        on its device. The object is the `Accelerator(...)`/`Fabric(...)` the receiver is
+        built from; a receiver named like one (`self.accelerator` set elsewhere) is one whose
+        precision is unknown. Where any precision may be "no", the region may be off; where
+        the precision is not all known, so is its dtype (empty)."""
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        receiver = dotted_name(func.value)
+        method = func.attr.value
+        if receiver is None or not any(method in f.autocast_methods for f in frameworks.OBJECT_FRAMEWORKS):
+            return None
+        built: List[Tuple[cst.Call, frameworks.Framework, Scope]] = []
+        unknown = False
+        other_object = False  # built by a call that is no framework's: `MyAccelerator()`
+        for bound, where in self.resolver.values(receiver, scope):
+            framework = framework_of(bound, self.resolver) if isinstance(bound, cst.Call) else None
+            if framework is None or method not in framework.autocast_methods:
+                unknown = True
+                other_object = other_object or isinstance(bound, cst.Call)
+            else:
+                built.append((bound, framework, where))
+        if not built:
+            if other_object:
+                return None
+            last = receiver.rsplit(".", 1)[-1].lower()
+            named = [f for f in frameworks.OBJECT_FRAMEWORKS if method in f.autocast_methods and f.receiver_fragment in last]
+            if not named:
+                return None
+            name = named[0].name
+        else:
+            name = built[0][1].name
+        values: Set[str] = set()
+        complete = not unknown and bool(built)
+        for construction, framework, where in built:
+            found, known = precisions(construction, framework, where, self.resolver)
+            values |= found
+            complete = complete and known
+        off = values & frameworks.FULL_PRECISIONS
+        # A value that is neither off nor a known dtype (accelerate's "fp8") leaves the dtype unknown.
+        complete = complete and all(v in off or frameworks.autocast_dtype(v) for v in values)
+        dtypes = frozenset(d for d in map(frameworks.autocast_dtype, values) if d is not None) if complete else frozenset()
+        enabled: Optional[bool] = None
+        if complete:
+            enabled = False if off == values else (True if not off else None)
+        return AutocastRegion(
+            anchor=call,
+            unit=unit,
+            scope=scope,
+            device=None,
+            possible_devices=frozenset(),
+            dtype=next(iter(dtypes)) if len(dtypes) == 1 else None,
+            possible_dtypes=dtypes,
+            enabled=enabled,
+            cache_enabled=None,
+            under_no_grad=under_no_grad,
+            framework=name,
+        )
 
     def _autocast_call(self, expression: cst.BaseExpression, scope: Scope, depth: int = 0) -> Optional[_AutocastCall]:
         """The autocast call behind a `with` item: direct, a context object built earlier

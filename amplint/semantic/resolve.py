@@ -10,12 +10,13 @@ and unknown is never guessed.
 
 from __future__ import annotations
 
-from typing import FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import libcst as cst
 
 from amplint.semantic.pytorch import api as torch_api
 from amplint.semantic.index import Binding, ModuleIndex, Scope
+from amplint.semantic.names import is_none
 from amplint.semantic.names import dotted_name
 from amplint.semantic.walk import iter_tree
 
@@ -29,6 +30,7 @@ class Resolver:
     def __init__(self, index: ModuleIndex) -> None:
         self.index = index
         self.aliases = index.aliases
+        self._options: Optional[Dict[str, List[Tuple[cst.Call, Scope]]]] = None
 
     # names
     def qualified(self, node: cst.BaseExpression) -> Optional[str]:
@@ -210,12 +212,162 @@ class Resolver:
             return self.devices(value.value, scope, depth + 1)
         return self._through_names(value, scope, depth, self.devices)
 
-    def string(self, value: Optional[cst.BaseExpression], scope: Scope) -> Optional[str]:
-        resolved = self.resolve(value, scope)
-        if resolved is not None and isinstance(resolved[0], cst.SimpleString):
-            text = resolved[0].evaluated_value
-            return text if isinstance(text, str) else None
-        return None
+    def settings(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> Tuple[FrozenSet[str], bool]:
+        """The values a setting such as `mixed_precision=` may take, as text (`"fp16"`, `"16"`,
+        `"True"`), and whether that is all of them. Followed through literals, conditional
+        expressions, dict-literal lookups, names (every assignment; for a parameter, its
+        default and what each caller in this file passes), an argparse option of this file
+        (`args.mixed_precision`: its `choices` and `default`; without `choices`, only the
+        default is known) and a config class of this file (`config.mixed_precision` where
+        `config = TrainingConfig()`: the class's default or the keyword passed). Anything
+        else, None included, is unknown: it adds no value and makes the answer incomplete."""
+        if value is None or depth > _MAX_DEPTH or is_none(value):
+            return frozenset(), False
+        if isinstance(value, cst.SimpleString):
+            text = value.evaluated_value
+            return (frozenset({text.lower()}), True) if isinstance(text, str) else (frozenset(), False)
+        if isinstance(value, cst.Integer):
+            return frozenset({value.value}), True
+        if isinstance(value, cst.Name) and value.value in ("True", "False"):
+            return frozenset({value.value}), True
+        if isinstance(value, cst.IfExp):
+            return _union(self.settings(value.body, scope, depth + 1), self.settings(value.orelse, scope, depth + 1))
+        if isinstance(value, cst.Subscript):
+            table = self._dict_literal(value.value, scope)
+            if table is None:
+                return frozenset(), False
+            found: Tuple[FrozenSet[str], bool] = (frozenset(), True)
+            for element in table[0].elements:
+                if not isinstance(element, cst.DictElement):
+                    return found[0], False  # `**other`: values we cannot see
+                found = _union(found, self.settings(element.value, table[1], depth + 1))
+            return found
+        name = dotted_name(value)
+        if name is None or self.aliases.resolve(value) is not None:
+            return frozenset(), False
+        bindings = self.bindings(name, scope)
+        if bindings:
+            found = (frozenset(), True)
+            for binding in bindings:
+                if binding.kind == "param":
+                    found = _union(found, self._parameter_settings(binding, depth))
+                else:
+                    found = _union(found, self.settings(binding.value, binding.value_scope, depth + 1))
+            return found
+        head, _, attribute = name.rpartition(".")
+        if not head or "." in attribute:
+            return frozenset(), False
+        options = self.argparse_options().get(attribute)
+        if options:
+            found = (frozenset(), True)
+            for call, where in options:
+                found = _union(found, self._option_settings(call, where, depth))
+            return found
+        return self._config_default(head, attribute, scope, depth)
+
+    def _parameter_settings(self, binding: Binding, depth: int) -> Tuple[FrozenSet[str], bool]:
+        """A parameter: its default, and what each caller in this file passes for it; a
+        parameter no caller here passes and with no default is unknown."""
+        param = binding.node
+        found: FrozenSet[str] = frozenset()
+        if isinstance(param, cst.Param) and param.default is not None:
+            found |= self.settings(param.default, binding.scope.parent or binding.scope, depth + 1)[0]
+        for argument, caller in self.arguments_for(binding.name, binding.scope):
+            found |= self.settings(argument, caller, depth + 1)[0]
+        return found, False  # callers outside this file may pass anything
+
+    def argparse_options(self) -> Dict[str, List[Tuple[cst.Call, Scope]]]:
+        """`parser.add_argument("--mixed-precision", ...)` calls of this file by the attribute
+        (`dest`) they fill: `mixed_precision`."""
+        if self._options is None:
+            self._options = {}
+            for record in self.index.calls_to("add_argument"):
+                positional, keywords = split_args(record.node.args)
+                flags = [p.evaluated_value for p in positional if isinstance(p, cst.SimpleString)]
+                flags = [f for f in flags if isinstance(f, str)]
+                dest = keywords.get("dest")
+                if isinstance(dest, cst.SimpleString) and isinstance(dest.evaluated_value, str):
+                    name = dest.evaluated_value
+                else:
+                    long = [f for f in flags if f.startswith("--")]
+                    short = [f for f in flags if f.startswith("-")]
+                    chosen = (long or short or flags or [""])[0]
+                    name = chosen.lstrip("-").replace("-", "_")
+                if name.isidentifier():
+                    self._options.setdefault(name, []).append((record.node, record.unit.scope))
+        return self._options
+
+    def _option_settings(self, call: cst.Call, scope: Scope, depth: int) -> Tuple[FrozenSet[str], bool]:
+        """An argparse option: what its `action`, `choices` and `default` allow. The default
+        is not checked against the choices, so it is one of the values too."""
+        _, keywords = split_args(call.args)
+        action = keywords.get("action")
+        if isinstance(action, cst.SimpleString) and action.evaluated_value in ("store_true", "store_false"):
+            return frozenset({"True", "False"}), True
+        default = keywords.get("default")
+        defaults = self.settings(default, scope, depth + 1) if default is not None else (frozenset(), False)
+        choices = keywords.get("choices")
+        resolved = self.resolve(choices, scope) if choices is not None else None
+        if resolved is None or not isinstance(resolved[0], (cst.List, cst.Tuple, cst.Set)):
+            return defaults[0], False  # the command line may give anything
+        found: Tuple[FrozenSet[str], bool] = (defaults[0], True)
+        for element in resolved[0].elements:
+            if isinstance(element, cst.StarredElement):
+                return found[0], False
+            found = _union(found, self.settings(element.value, resolved[1], depth + 1))
+        return found
+
+    def _config_default(self, owner: str, attribute: str, scope: Scope, depth: int) -> Tuple[FrozenSet[str], bool]:
+        """`config.mixed_precision` where `config = TrainingConfig(...)`, a class of this file:
+        the keyword the construction passes, else the class's default (a dataclass field's
+        `default=` too). Positional arguments may fill it: then the default is one value of
+        several. Anything else is unknown."""
+        found: Tuple[FrozenSet[str], bool] = (frozenset(), True)
+        values, complete = self._objects(owner, scope)
+        if not values:
+            return frozenset(), False
+        found = (found[0], complete)
+        for bound, where in values:
+            if not isinstance(bound, cst.Call):
+                return found[0], False
+            cls = self.index.classes.get(dotted_name(bound.func) or "")
+            if cls is None:
+                return found[0], False
+            positional, keywords = split_args(bound.args)
+            if attribute in keywords:
+                found = _union(found, self.settings(keywords[attribute], where, depth + 1))
+                continue
+            defaults = [b for b in cls.bindings.get(attribute, ()) if b.kind == "assign"]
+            if not defaults:
+                return found[0], False
+            for default in defaults:
+                value = default.value
+                if isinstance(value, cst.Call) and dotted_name(value.func) in ("field", "dataclasses.field"):
+                    value = split_args(value.args)[1].get("default")
+                found = _union(found, self.settings(value, cls, depth + 1))
+            if positional or any(arg.star for arg in bound.args):
+                found = (found[0], False)
+        return found
+
+    def _objects(self, name: str, scope: Scope) -> Tuple[List[Tuple[Optional[cst.BaseExpression], Scope]], bool]:
+        """The values `name` is given, and whether they are all it can hold; for a parameter
+        (`def main(cfg):`), what the callers in this file pass for it and its default (None
+        among them when there are none), and callers elsewhere may pass anything else."""
+        found: List[Tuple[Optional[cst.BaseExpression], Scope]] = []
+        complete = True
+        for binding in self.bindings(name, scope):
+            if binding.kind != "param":
+                found.append((binding.value, binding.value_scope))
+                continue
+            complete = False
+            param = binding.node
+            if isinstance(param, cst.Param) and param.default is not None:
+                found.append((param.default, binding.scope.parent or binding.scope))
+            passed = self.arguments_for(binding.name, binding.scope)
+            found.extend(passed)
+            if not passed and not (isinstance(param, cst.Param) and param.default is not None):
+                found.append((None, binding.scope))
+        return found, complete
 
     def _through_names(self, value: cst.BaseExpression, scope: Scope, depth: int, follow) -> FrozenSet[str]:
         # A name set on several branches can be each of its values; a parameter can be what
@@ -254,6 +406,10 @@ class Resolver:
         if resolved is not None and isinstance(resolved[0], cst.Dict):
             return resolved  # type: ignore[return-value]
         return None
+
+
+def _union(a: Tuple[FrozenSet[str], bool], b: Tuple[FrozenSet[str], bool]) -> Tuple[FrozenSet[str], bool]:
+    return a[0] | b[0], a[1] and b[1]
 
 
 def bool_literal(node: Optional[cst.BaseExpression]) -> Optional[bool]:

@@ -7,32 +7,30 @@ an optimizer's own step() takes a closure, never an optimizer). Identity is by b
 visibly fills with something else (a class of its own, sklearn's `StandardScaler()`) is not a
 scaler, whatever its methods are called.
 
-Frameworks own a scaler when float16 mixed precision is evident in the file:
-`Accelerator(mixed_precision="fp16")`, Lightning's `Trainer(precision="16-mixed")` with a
-`LightningModule` of the file, `Fabric(precision="16-mixed")`. Their backward scales, their
-clip unscales first, and the optimizers they prepare step through their scaler.
+Frameworks own a scaler when their precision may be float16 (`amplint.semantic.pytorch.
+frameworks` says which frameworks and settings): `Accelerator(mixed_precision="fp16")`,
+`Accelerator(mixed_precision=args.mixed_precision)` with an argparse option whose choices
+include "fp16", Lightning's `Trainer(precision="16-mixed")` with a `LightningModule` of the
+file, `Fabric(precision=16 if fp16 else 32)`. Their backward scales, their clip unscales first,
+and the optimizers they prepare step through their scaler. A framework that surely runs in
+float16 has a scaler that is on (`enabled=True`); one that only may has one whose state is
+unknown (`enabled=None`), which the layer, like a `GradScaler(enabled=args.amp)`, treats as on.
+A precision that cannot be resolved is not float16.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint.semantic.pytorch import api as torch_api, vocabulary
+from amplint.semantic.pytorch import api as torch_api, frameworks, vocabulary
 from amplint.semantic.conditions import Assumption, Condition, assumptions
 from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import Resolver, split_args
-
-_ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
-_LIGHTNING_TRAINERS = frozenset(
-    {"pytorch_lightning.Trainer", "lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.trainer.Trainer"}
-)
-_FABRIC = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"})
-_FP16_PRECISIONS = frozenset({"fp16", "16", "16-mixed", "16_mixed"})
 
 
 @dataclass
@@ -192,33 +190,29 @@ class _ScalerFinder:
         if name is not None:
             found.setdefault(self.resolver.identity(name, scope), name)
 
-    # frameworks
+    # frameworks (amplint.semantic.pytorch.frameworks)
     def _frameworks(self, bindings: List[Binding]) -> None:
-        lightning_fp16 = False
         for binding in bindings:
             value = binding.value
             if not isinstance(value, cst.Call):
                 continue
-            qualified = self.resolver.qualified(value.func) or ""
-            bare = dotted_name(value.func) or ""
-            scope = binding.value_scope
-            if qualified in _ACCELERATOR or (not qualified and bare == "Accelerator"):
-                if self._precision(value, "mixed_precision", 0, scope) in _FP16_PRECISIONS:
-                    self._framework_scaler(binding, "accelerate")
-            elif qualified in _FABRIC or (not qualified and bare == "Fabric"):
-                if self._precision(value, "precision", -1, scope) in _FP16_PRECISIONS:
-                    self._framework_scaler(binding, "fabric")
+            framework = framework_of(value, self.resolver)
+            if framework is not None and not framework.scales_module_classes:
+                may, surely = self.float16(value, framework, binding.value_scope)
+                if may:
+                    self._framework_scaler(binding, framework.name, True if surely else None)
+        lightning: Optional[bool] = None  # None: no Trainer may train in float16
         for record in self.index.calls:
-            qualified = self.resolver.qualified(record.node.func) or ""
-            if qualified in _LIGHTNING_TRAINERS or (not qualified and dotted_name(record.node.func) in ("Trainer", "pl.Trainer", "L.Trainer")):
-                if self._precision(record.node, "precision", -1, record.unit.scope) in _FP16_PRECISIONS:
-                    lightning_fp16 = True
-        if lightning_fp16:
+            if framework_of(record.node, self.resolver) is frameworks.LIGHTNING:
+                may, surely = self.float16(record.node, frameworks.LIGHTNING, record.unit.scope)
+                if may:
+                    lightning = bool(lightning) or surely
+        if lightning is not None:
             for name, scope in self.index.classes.items():
-                if any(base.rsplit(".", 1)[-1] == "LightningModule" for base in scope.bases):
+                if any(base.rsplit(".", 1)[-1] == frameworks.LIGHTNING_MODULE_BASE for base in scope.bases):
                     self.facts.lightning_fp16_classes.add(name)
                     key = f"{scope.key}:lightning"
-                    self.facts.scalers[key] = ScalerInfo(key, "self", True, (), "lightning")
+                    self.facts.scalers[key] = ScalerInfo(key, "self", True if lightning else None, (), "lightning")
         # What these frameworks prepare steps through their scaler.
         framework_keys = {k: info for k, info in self.facts.scalers.items() if info.framework}
         for binding in bindings:
@@ -229,33 +223,29 @@ class _ScalerFinder:
             receiver = dotted_name(source.func.value)
             if receiver is None:
                 continue
-            if method in ("prepare", "setup", "setup_optimizers"):
-                owner = self.resolver.identity(receiver, binding.value_scope)
-                if owner in framework_keys and vocabulary.looks_like_optimizer(binding.name):
-                    self.facts.prepared[binding_key(binding)] = owner
-            elif method == "optimizers" and receiver == "self":
+            if method == frameworks.LIGHTNING_SELF_OPTIMIZERS and receiver == "self":
                 owner_class = self.resolver.owning_class(binding.value_scope)
                 if owner_class is not None and owner_class.name in self.facts.lightning_fp16_classes:
                     self.facts.prepared[binding_key(binding)] = f"{owner_class.key}:lightning"
+                continue
+            owner = self.resolver.identity(receiver, binding.value_scope)
+            info = framework_keys.get(owner)
+            if info is None or method not in frameworks.BY_NAME[info.framework or ""].prepare_methods:
+                continue
+            if vocabulary.looks_like_optimizer(binding.name):
+                self.facts.prepared[binding_key(binding)] = owner
 
-    def _precision(self, call: cst.Call, keyword: str, index: int, scope: Scope) -> Optional[str]:
-        positional, keywords = split_args(call.args)
-        value = keywords.get(keyword)
-        if value is None and 0 <= index < len(positional):
-            value = positional[index]
-        if value is None:
-            return None
-        if isinstance(value, cst.Integer):
-            return value.value
-        resolved = self.resolver.resolve(value, scope)
-        if resolved is not None and isinstance(resolved[0], cst.Integer):
-            return resolved[0].value
-        text = self.resolver.string(value, scope)
-        return text.lower() if text is not None else None
+    def float16(self, call: cst.Call, framework: frameworks.Framework, scope: Scope) -> Tuple[bool, bool]:
+        """Whether the framework object `call` builds may be in float16 mixed precision (one
+        of the values its precision setting may take is float16), and whether it surely is.
+        An unknown precision is neither."""
+        values, complete = precisions(call, framework, scope, self.resolver)
+        may = bool(values & frameworks.FP16_PRECISIONS)
+        return may, may and complete and values <= frameworks.FP16_PRECISIONS
 
-    def _framework_scaler(self, binding: Binding, framework: str) -> None:
+    def _framework_scaler(self, binding: Binding, framework: str, float16: Optional[bool]) -> None:
         key = binding_key(binding)
-        self.facts.scalers[key] = ScalerInfo(key, binding.name, True, (), framework)
+        self.facts.scalers[key] = ScalerInfo(key, binding.name, float16, (), framework)
 
     # scaler-like names and optimizers
     def _scaler_like(self) -> None:
@@ -301,6 +291,35 @@ class _ScalerFinder:
             # Schedulers (lr_scheduler, swa_utils.SWALR) and AveragedModel are not optimizers.
             return last[:1].isupper() and "lr_scheduler" not in qualified and "swa_utils" not in qualified
         return last in vocabulary.OPTIMIZER_CLASSES or last.lower() in vocabulary.OPTIMIZER_FACTORIES
+
+
+def framework_of(call: cst.Call, resolver: Resolver) -> Optional[frameworks.Framework]:
+    """The framework whose object `call` builds (`Accelerator(...)`, `Trainer(...)`), if any."""
+    qualified = resolver.qualified(call.func)
+    bare = dotted_name(call.func) or ""
+    for framework in (*frameworks.OBJECT_FRAMEWORKS, frameworks.LIGHTNING):
+        if qualified in framework.constructors or (not qualified and bare in framework.bare_constructors):
+            return framework
+    return None
+
+
+def precisions(call: cst.Call, framework: frameworks.Framework, scope: Scope, resolver: Resolver) -> Tuple[FrozenSet[str], bool]:
+    """The values the precision of the framework object `call` builds may take (`"fp16"`,
+    `"16-mixed"`, `"no"`), and whether that is all of them (`Resolver.settings`)."""
+    positional, keywords = split_args(call.args)
+    value = keywords.get(framework.precision_keyword)
+    if value is None and 0 <= framework.precision_position < len(positional):
+        value = positional[framework.precision_position]
+    values, complete = resolver.settings(value, scope) if value is not None else (frozenset(), False)
+    flag = keywords.get(framework.fp16_flag) if framework.fp16_flag else None
+    if flag is not None:
+        # `Accelerator(fp16=True)`, accelerate's older spelling.
+        flags, flags_complete = resolver.settings(flag, scope)
+        if "True" in flags:
+            values = values | {"fp16"}
+        if value is None:
+            complete = flags_complete and flags == {"True"}
+    return values, complete
 
 
 def _requirements(name: str) -> Tuple[Assumption, ...]:

@@ -125,6 +125,8 @@ class AutocastRegion:
     under_no_grad: bool  # nested in torch.no_grad()/inference_mode(): inference only
     dtype_is_default: bool = False  # the device's default dtype
     legacy: Optional[str] = None  # "torch.cuda.amp.autocast" for the deprecated per-device classes
+    # "accelerate" for `with accelerator.autocast():`, a framework's context in its own precision.
+    framework: Optional[str] = None
     # What holds whenever the region is on: `enabled=scaler is not None` -> scaler is not None.
     enabled_requires: Tuple[Assumption, ...] = ()
     enabled_expression: Optional[cst.BaseExpression] = None  # its `enabled=` argument, if any

@@ -5,6 +5,8 @@
   maps local names to them;
 - `autocast_ops`: what autocast does to each op (PyTorch's op lists) and the names ops go by;
 - `deprecated_api`: the deprecated per-device AMP API and its `torch.amp` replacements;
+- `frameworks`: the training frameworks that may own a loss scaler (accelerate, Lightning,
+  Fabric): how each is built, which setting is its precision, what its methods do;
 - `vocabulary`: the naming conventions amplint falls back on where code does not say what a
   thing is (`opt_g` is an optimizer, `accelerator.backward` scales).
 

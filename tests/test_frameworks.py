@@ -1,0 +1,345 @@
+"""Frameworks as data (`amplint.semantic.pytorch.frameworks`): precision chosen by
+configuration (argparse choices and defaults, conditional expressions, dict lookups, module
+constants, config-class defaults) read as the set of values it may take, and
+`with accelerator.autocast():` as an autocast region in the Accelerator's precision.
+
+A precision that *may* be float16 makes the framework a loss scaler for the rules whose harm
+is float16's; one that cannot be resolved is unknown and never taken for float16."""
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amplint.engine import lint_text
+from amplint.semantic import analyze
+from amplint.semantic.pytorch import frameworks
+
+
+def model(source):
+    return analyze(cst.parse_module(textwrap.dedent(source)))
+
+
+def codes(source):
+    return sorted(f"{f.row}:{f.code}" for f in lint_text(textwrap.dedent(source)))
+
+
+def framework_scalers(source):
+    return {info.name: (info.framework, info.enabled) for info in model(source).scalers.values() if info.framework}
+
+
+# --- the precision an Accelerator may run in ------------------------------------------------
+
+ARGPARSE = """
+import argparse
+from accelerate import Accelerator
+
+parser = argparse.ArgumentParser()
+parser.add_argument({flag!r}, type=str{extra})
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+"""
+
+
+@pytest.mark.parametrize(
+    "flag, extra, expected",
+    [
+        # Choices that include fp16: it may be float16, not surely.
+        ("--mixed_precision", ', default=None, choices=["no", "fp16", "bf16"]', {"accelerator": ("accelerate", None)}),
+        ("--mixed-precision", ', default="no", choices=("no", "fp16", "bf16", "fp8")', {"accelerator": ("accelerate", None)}),
+        # Only fp16 to choose from, and an fp16 default: it is float16.
+        ("--mixed_precision", ', default="fp16", choices=["fp16"]', {"accelerator": ("accelerate", True)}),
+        # No choices: only the default is known, and it may be float16.
+        ("--mixed_precision", ', default="fp16"', {"accelerator": ("accelerate", None)}),
+        # bfloat16 and "no" only: no loss scaler.
+        ("--mixed_precision", ', default="no", choices=["no", "bf16"]', {}),
+        # No choices and no float16 default: unknown, never guessed.
+        ("--mixed_precision", ", default=None", {}),
+        ("--mixed_precision", "", {}),
+        # Another option's choices say nothing about this one.
+        ("--precision", ', choices=["no", "fp16"]', {}),
+    ],
+)
+def test_argparse_option_decides_what_the_accelerator_may_run_in(flag, extra, expected):
+    assert framework_scalers(ARGPARSE.format(flag=flag, extra=extra)) == expected
+
+
+def test_an_explicit_dest_names_the_attribute():
+    source = """
+    import argparse
+    from accelerate import Accelerator
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--amp", dest="mixed_precision", choices=["no", "fp16"])
+    args = parser.parse_args()
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    """
+    assert framework_scalers(source) == {"accelerator": ("accelerate", None)}
+
+
+@pytest.mark.parametrize(
+    "setup, argument, expected",
+    [
+        ("", '"fp16"', ("accelerate", True)),
+        ("", '"FP16"', ("accelerate", True)),
+        ("", '"fp16" if args.fp16 else "no"', ("accelerate", None)),
+        ("", '"bf16" if args.bf16 else "no"', None),
+        ('PRECISION = "fp16"', "PRECISION", ("accelerate", True)),
+        ('table = {"half": "fp16", "brain": "bf16"}', "table[args.precision]", ("accelerate", None)),
+        ('table = {"brain": "bf16", "none": "no"}', "table[args.precision]", None),
+        ("if args.fp16:\n    mp = 'fp16'\nelse:\n    mp = 'no'", "mp", ("accelerate", None)),
+        ("", "args.mixed_precision", None),  # nothing says what args holds
+        ("", "get_precision()", None),
+        ("", "None", None),
+    ],
+)
+def test_values_the_precision_may_take(setup, argument, expected):
+    source = f"from accelerate import Accelerator\n{setup}\naccelerator = Accelerator(mixed_precision={argument})\n"
+    assert framework_scalers(source) == ({"accelerator": expected} if expected else {})
+
+
+def test_accelerates_older_fp16_flag():
+    assert framework_scalers("from accelerate import Accelerator\nacc = Accelerator(fp16=True)\n") == {"acc": ("accelerate", True)}
+    assert framework_scalers("from accelerate import Accelerator\nacc = Accelerator(fp16=False)\n") == {}
+    assert framework_scalers("from accelerate import Accelerator\nacc = Accelerator(fp16=args.fp16)\n") == {}
+
+
+def test_a_parameter_default_and_what_callers_pass():
+    source = """
+    from accelerate import Accelerator
+    def main(mixed_precision="no"):
+        accelerator = Accelerator(mixed_precision=mixed_precision)
+    main(mixed_precision="fp16")
+    """
+    assert framework_scalers(source) == {"accelerator": ("accelerate", None)}
+    assert framework_scalers(source.replace('main(mixed_precision="fp16")', "main()")) == {}
+
+
+@pytest.mark.parametrize(
+    "field, construction, expected",
+    [
+        ('mixed_precision = "fp16"', "TrainingConfig()", ("accelerate", True)),
+        ('mixed_precision: str = "fp16"', "TrainingConfig()", ("accelerate", True)),
+        ('mixed_precision: str = field(default="fp16")', "TrainingConfig()", ("accelerate", True)),
+        ('mixed_precision: str = "fp16"', 'TrainingConfig(mixed_precision="no")', None),
+        ('mixed_precision: str = "no"', 'TrainingConfig(mixed_precision="fp16")', ("accelerate", True)),
+        ('mixed_precision: str = "fp16"', "TrainingConfig(8)", ("accelerate", None)),
+        ('mixed_precision: str = "bf16"', "TrainingConfig()", None),
+        ("mixed_precision: str = None", "TrainingConfig()", None),
+    ],
+)
+def test_a_config_class_default(field, construction, expected):
+    source = f"""
+from dataclasses import dataclass, field
+from accelerate import Accelerator
+
+@dataclass
+class TrainingConfig:
+    train_batch_size: int = 16
+    {field}
+
+config = {construction}
+accelerator = Accelerator(mixed_precision=config.mixed_precision)
+"""
+    assert framework_scalers(source) == ({"accelerator": expected} if expected else {})
+
+
+def test_lightning_and_fabric_precision_from_configuration():
+    trainer = """
+    import argparse
+    import lightning as L
+    class Net(L.LightningModule):
+        pass
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--precision", default="32-true", choices=["32-true", "16-mixed", "bf16-mixed"])
+    args = parser.parse_args()
+    trainer = L.Trainer(precision=args.precision)
+    """
+    assert framework_scalers(trainer) == {"self": ("lightning", None)}
+    assert framework_scalers(trainer.replace('"16-mixed", ', "")) == {}
+    assert framework_scalers(trainer.replace('choices=["32-true", "16-mixed", "bf16-mixed"]', "type=str")) == {}
+    fabric = "from lightning.fabric import Fabric\nfabric = Fabric(precision=16 if use_amp else 32)\n"
+    assert framework_scalers(fabric) == {"fabric": ("fabric", None)}
+    assert framework_scalers(fabric.replace("16 if use_amp else 32", '"bf16-mixed"')) == {}
+
+
+# --- the rules, on the scripts a user writes ------------------------------------------------
+
+ACCELERATE_LOOP = """
+import argparse
+import torch
+from accelerate import Accelerator
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mixed_precision", type=str, default=None, choices={choices})
+    args = parser.parse_args()
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = model(x, y)
+        accelerator.backward(loss)
+        {clip}
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_clip_after_accelerate_backward_when_fp16_may_be_chosen():
+    torch_clip = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+    assert codes(ACCELERATE_LOOP.format(choices='["no", "fp16", "bf16"]', clip=torch_clip)) == ["15:AMP003"]
+    # bfloat16 or nothing: no loss scale to clip.
+    assert codes(ACCELERATE_LOOP.format(choices='["no", "bf16"]', clip=torch_clip)) == []
+    # accelerate's own clip unscales first.
+    accelerate_clip = "accelerator.clip_grad_norm_(model.parameters(), 1.0)"
+    assert codes(ACCELERATE_LOOP.format(choices='["no", "fp16", "bf16"]', clip=accelerate_clip)) == []
+
+
+def test_clip_after_accelerate_backward_when_precision_is_unknown_stays_silent():
+    source = ACCELERATE_LOOP.format(choices="None", clip="torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)")
+    assert codes(source) == []
+
+
+# --- accelerator.autocast() -----------------------------------------------------------------
+
+
+def regions(source):
+    return [(r.framework, r.enabled, set(r.possible_dtypes)) for r in model(source).autocast_regions]
+
+
+@pytest.mark.parametrize(
+    "precision, expected",
+    [
+        ('"fp16"', (True, {"float16"})),
+        ('"bf16"', (True, {"bfloat16"})),
+        ('"no"', (False, set())),
+        ('"fp16" if args.fp16 else "no"', (None, {"float16"})),
+        ('"fp16" if args.fp16 else "bf16"', (True, {"float16", "bfloat16"})),
+        ("args.mixed_precision", (None, set())),  # unknown: neither dtype nor state
+        ('"fp8" if args.fp8 else "no"', (None, set())),  # fp8 is no torch.autocast dtype amplint knows
+    ],
+)
+def test_accelerator_autocast_is_a_region_in_the_accelerators_precision(precision, expected):
+    source = f"""
+    from accelerate import Accelerator
+    accelerator = Accelerator(mixed_precision={precision})
+    with accelerator.autocast():
+        loss = model(x)
+    """
+    assert regions(source) == [("accelerate", *expected)]
+
+
+def test_an_accelerator_the_file_does_not_build_opens_a_region_of_unknown_precision():
+    source = """
+    class Trainer(BaseTrainer):
+        def step(self, x):
+            with self.accelerator.autocast():
+                return self.model(x)
+    def evaluate(fabric, model, x):
+        with fabric.autocast():
+            return model(x)
+    """
+    assert regions(source) == [("accelerate", None, set()), ("fabric", None, set())]
+    # Not every object with an autocast() method is a framework.
+    assert regions("with helper.autocast():\n    y = f(x)\n") == []
+    assert regions("accelerator = MyAccelerator()\nwith accelerator.autocast():\n    y = f(x)\n") == []
+
+
+def test_backward_and_step_inside_accelerator_autocast():
+    source = """
+    from accelerate import Accelerator
+    accelerator = Accelerator(mixed_precision="bf16")
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x in loader:
+        with accelerator.autocast():
+            loss = model(x)
+            loss.backward()
+            optimizer.step()
+    """
+    assert codes(source) == ["8:AMP006", "9:AMP004"]
+
+
+def test_accelerator_autocast_in_its_documented_use_stays_clean():
+    source = """
+    from accelerate import Accelerator
+    accelerator = Accelerator(mixed_precision="fp16")
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        with accelerator.autocast():
+            loss = loss_fn(model(x), y)
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+    """
+    assert codes(source) == []
+    # With mixed precision off, the region is off: nothing inside it runs under autocast.
+    off = source.replace('"fp16"', '"no"').replace("accelerator.backward(loss)", "loss.backward()")
+    assert codes(off.replace("        loss.backward()", "            loss.backward()")) == []
+
+
+def test_the_table_is_consistent():
+    for framework in frameworks.BY_NAME.values():
+        assert framework.constructors and framework.precision_keyword
+        assert not framework.backward_methods & framework.unscaling_methods
+    assert frameworks.autocast_dtype("fp16") == "float16"
+    assert frameworks.autocast_dtype("bf16-mixed") == "bfloat16"
+    assert frameworks.autocast_dtype("no") is None
+    assert not frameworks.FP16_PRECISIONS & (frameworks.BF16_PRECISIONS | frameworks.FULL_PRECISIONS)
+
+
+def test_a_finding_that_needs_float16_to_be_chosen_says_so():
+    source = ACCELERATE_LOOP.format(choices='["no", "fp16"]', clip="torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)")
+    (finding,) = lint_text(textwrap.dedent(source))
+    assert "when float16 mixed precision is chosen" in finding.message
+    surely = source.replace("mixed_precision=args.mixed_precision", 'mixed_precision="fp16"')
+    (finding,) = lint_text(textwrap.dedent(surely))
+    assert "when float16" not in finding.message
+
+
+def test_a_config_object_handed_to_the_function_that_builds_the_trainer():
+    # Lightning manual optimization, the clip in a helper of the module, the precision from
+    # a config class the script constructs and passes to main().
+    source = """
+    from dataclasses import dataclass
+    import lightning as L
+    import torch
+
+    @dataclass
+    class Config:
+        precision: str = "16-mixed"
+
+    class Model(L.LightningModule):
+        def _clip(self):
+            torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
+
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            opt.zero_grad()
+            self.manual_backward(self.compute_loss(batch))
+            self._clip()
+            opt.step()
+
+    def main(cfg):
+        L.Trainer(precision=cfg.precision).fit(Model())
+
+    main(Config())
+    """
+    assert codes(source) == ["12:AMP003"]
+    assert framework_scalers(source) == {"self": ("lightning", None)}  # main() may be called elsewhere
+    assert codes(source.replace('"16-mixed"', '"bf16-mixed"')) == []
+    assert codes(source.replace("main(Config())", "")) == []  # nothing says what cfg is
+
+
+def test_a_plain_step_after_a_backward_that_may_be_scaled_says_when():
+    source = """
+    from accelerate import Accelerator
+    def train(model, optimizer, loader, mixed_precision="fp16"):
+        accelerator = Accelerator(mixed_precision=mixed_precision)
+        model, loader = accelerator.prepare(model, loader)
+        for batch in loader:
+            accelerator.backward(model(batch))
+            optimizer.step()
+    """
+    (finding,) = lint_text(textwrap.dedent(source))
+    assert finding.code == "AMP005" and finding.message.endswith("when float16 mixed precision is chosen")
+    assert lint_text(textwrap.dedent(source.replace('mixed_precision="fp16"', 'mixed_precision="bf16"'))) == []
