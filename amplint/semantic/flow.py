@@ -172,8 +172,18 @@ class FlowAnalysis:
         self.skipped: List[CodeUnit] = []
         self._called: Optional[Set[int]] = None
         self._foreign: Dict[int, Summary] = {}
+        self._augmented: Dict[int, cst.Tuple] = {}
 
     # public
+    def augmented(self, node: cst.AugAssign) -> cst.Tuple:
+        """`loss /= accum` read as the value `(loss, accum)`: one node per statement, kept, so
+        that what is cached by node (`SemanticModel.scaling_and_reads`) is asked of a node that
+        lives as long as the tree (a node built anew at each visit could share the id of one
+        freed before it, and the answer would be another statement's)."""
+        found = self._augmented.get(id(node))
+        if found is None:
+            found = self._augmented[id(node)] = cst.Tuple([cst.Element(node.target), cst.Element(node.value)])
+        return found
     def unit_flow(self, unit: CodeUnit) -> Optional[UnitFlow]:
         key = id(unit)
         if key not in self._flows:
@@ -535,8 +545,7 @@ class _Interpreter:
             return _Flow(self.bind(names_bound(node.target), node.value, states))
         if isinstance(node, cst.AugAssign):
             # `loss /= accum` keeps a scaled loss scaled: bind it to `loss <op> value`.
-            both = cst.Tuple([cst.Element(node.target), cst.Element(node.value)])
-            return _Flow(self.bind(names_bound(node.target), both, states))
+            return _Flow(self.bind(names_bound(node.target), self.analysis.augmented(node), states))
         return _Flow(states)
 
     def if_statement(self, node: cst.If, states: Set[State]) -> _Flow:
