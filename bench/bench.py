@@ -561,7 +561,7 @@ def print_summary(report: dict) -> None:
     if not corpora and "lsp" not in report:
         return
     print("\n== summary (CPU = user+sys of the whole process tree; ratios measured in this one run)")
-    rows = [["corpus", "files", "cold CPU s", "ruff cold", "cold ratio", "warm CPU s", "ruff warm", "warm ratio", "RSS MiB main/worker", "costliest file: steps", "CPU s"]]
+    rows = [] if not corpora else [["corpus", "files", "cold CPU s", "ruff cold", "cold ratio", "warm CPU s", "ruff warm", "warm ratio", "RSS MiB main/worker", "costliest file: steps", "CPU s"]]
     for corpus in corpora:
         c, r = compared.get(corpus), replayed.get(corpus)
         row = [corpus, str((c or r)["files"])]
@@ -581,7 +581,8 @@ def print_summary(report: dict) -> None:
         else:
             row += ["-", "-"]
         rows.append(row)
-    print(_table(rows))
+    if rows:
+        print(_table(rows))
     if compared:
         print("  cold: amplint --no-cache -jN beside ruff check --select E,F,B --no-cache; warm: both again on their filled caches")
     for corpus in corpora:
