@@ -26,6 +26,7 @@ run, never a test: nothing here asserts on time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -41,20 +42,64 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = os.path.join(REPO, "tests", "cases")
-SECTIONS = ("compare", "replay", "isolation", "pathological")
+SECTIONS = ("compare", "replay", "isolation", "pathological", "lsp")
+LSP_LATENCY = os.path.join(REPO, "bench", "lsp_latency.py")
 
 # Runs one tool invocation in a fresh interpreter: its RUSAGE_CHILDREN covers that invocation
-# (the tool and every process it started and waited for) and nothing else.
+# (the tool and every process it started and waited for) and nothing else. Meanwhile it reads
+# the peak RSS (VmHWM) of the tool's process and of each of its descendants (amplint's
+# workers) from /proc every 0.1 s, following /proc/PID/task/PID/children; where there is no
+# /proc, only the largest process's peak (ru_maxrss) is known.
 _WRAPPER = r"""
 import json, os, resource, subprocess, sys, time
 cmd, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+
+def hwm(pid):
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(p) for p in handle.read().split()]
+    except (OSError, ValueError):
+        return []
+
 start = time.perf_counter()
-proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, **env))
+proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, **env))
+peaks = {}  # pid -> peak RSS in KiB
+def sample():
+    todo = [proc.pid]
+    while todo:
+        pid = todo.pop()
+        peak = hwm(pid)
+        if peak is not None:
+            peaks[pid] = max(peak, peaks.get(pid, 0))
+        todo.extend(children(pid))
+polled = os.path.exists(f"/proc/{proc.pid}/status")
+chunks = []
+import threading
+reader = threading.Thread(target=lambda: chunks.append(proc.stderr.read()), daemon=True)
+reader.start()
+while proc.poll() is None:
+    if polled:
+        sample()
+    time.sleep(0.1)
+reader.join()
 wall = time.perf_counter() - start
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+others = [kib for pid, kib in peaks.items() if pid != proc.pid]
 print(json.dumps({"wall": wall, "rc": proc.returncode, "cpu": usage.ru_utime + usage.ru_stime,
                   "rss_kib": usage.ru_maxrss / (1024 if sys.platform == "darwin" else 1),
-                  "stderr": proc.stderr.decode("utf-8", "replace")[-4000:]}))
+                  "main_rss_kib": peaks.get(proc.pid), "worker_rss_kib": max(others) if others else None,
+                  "workers_seen": len(others),
+                  "stderr": b"".join(chunks).decode("utf-8", "replace")[-4000:]}))
 """
 
 
@@ -114,66 +159,88 @@ def build_sample(dest: str, files: Sequence[str], count: int) -> str:
 # --------------------------------------------------------------------------- compare
 
 
-def compare(roots: Sequence[str], tools: Dict[str, Optional[str]], jobs: int, repeat: int, sample_size: int, workdir: str) -> dict:
+def compare(corpora: Dict[str, List[str]], tools: Dict[str, Optional[str]], jobs: int, repeat: int, sample_size: int, workdir: str, serial: bool = True) -> dict:
+    """Every configuration on every corpus, round-robin over all of them, so that load from
+    elsewhere hits every corpus and tool alike; the results and ratios by corpus."""
     amplint, ruff, torchfix = tools["amplint"], tools["ruff"], tools["torchfix"]
-    files = python_files(roots)
-    amplint_cache = os.path.join(workdir, "amplint-cache")
-    ruff_cache = os.path.join(workdir, "ruff-cache")
-    base = [amplint, "check", "--isolated", "--exit-zero"]
-    configs: List[Tuple[str, List[str], Dict[str, str]]] = [
-        ("amplint cold -j1", [*base, "--no-cache", "-j", "1", *roots], {}),
-        (f"amplint cold -j{jobs}", [*base, "--no-cache", "-j", str(jobs), *roots], {}),
-        (f"amplint warm -j{jobs}", [*base, "--cache-dir", amplint_cache, "-j", str(jobs), *roots], {}),
-    ]
-    if ruff:
-        rbase = [ruff, "check", "--isolated", "--exit-zero", "--select", "E,F,B"]
-        configs += [
-            ("ruff E,F,B cold", [*rbase, "--no-cache", *roots], {}),
-            ("ruff E,F,B warm", [*rbase, "--cache-dir", ruff_cache, *roots], {}),
-            # Warm with little to print: what ruff's cache itself costs, without writing
-            # 100,000 diagnostics.
-            ("ruff F401 warm", [ruff, "check", "--isolated", "--exit-zero", "--select", "F401", "--cache-dir", ruff_cache + "-f401", *roots], {}),
-        ]
-    else:
+    if not ruff:
         log("bench: ruff not found (pip install ruff, or --ruff PATH): skipping ruff")
-    if torchfix:
-        sample = build_sample(workdir, files, sample_size)
-        configs += [
-            ("amplint cold -j1 (sample)", [*base, "--no-cache", "-j", "1", sample], {}),
-            ("torchfix -j1 (sample)", [torchfix, "-j", "1", sample], {}),
-        ]
-    else:
+    if not torchfix:
         log("bench: TorchFix not found (pip install torchfix into a separate venv, --torchfix PATH): skipping it")
-    for name, cmd, env in configs:  # prime the caches; the first run of anything warms the disk cache
+    configs: List[Tuple[str, str, List[str], Dict[str, str]]] = []  # (corpus, configuration, command, environment)
+    files: Dict[str, List[str]] = {}
+    # amplint runs with its modules' bytecode cached, as an installed copy has it, even where
+    # PYTHONDONTWRITEBYTECODE is set (compiling them would add ~0.1 s of CPU to every run).
+    python_env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": os.path.join(workdir, "pycache")}
+    empty = os.path.join(workdir, "empty")
+    os.makedirs(empty, exist_ok=True)
+    with open(os.path.join(empty, "train.py"), "w", encoding="utf-8") as handle:
+        handle.write("import torch\nscaler = torch.amp.GradScaler()\n")
+    run_once([amplint, "check", "--isolated", "--exit-zero", "--no-cache", "-j", "1", empty], python_env)  # writes the bytecode
+    for corpus, roots in corpora.items():
+        files[corpus] = python_files(roots)
+        amplint_cache = os.path.join(workdir, f"amplint-cache-{corpus}")
+        ruff_cache = os.path.join(workdir, f"ruff-cache-{corpus}")
+        base = [amplint, "check", "--isolated", "--exit-zero"]
+        if serial:
+            configs.append((corpus, "amplint cold -j1", [*base, "--no-cache", "-j", "1", *roots], python_env))
+        configs += [
+            (corpus, f"amplint cold -j{jobs}", [*base, "--no-cache", "-j", str(jobs), *roots], python_env),
+            (corpus, f"amplint warm -j{jobs}", [*base, "--cache-dir", amplint_cache, "-j", str(jobs), *roots], python_env),
+        ]
+        if ruff:
+            rbase = [ruff, "check", "--isolated", "--exit-zero", "--select", "E,F,B"]
+            configs += [
+                (corpus, "ruff E,F,B cold", [*rbase, "--no-cache", *roots], {}),
+                (corpus, "ruff E,F,B warm", [*rbase, "--cache-dir", ruff_cache, *roots], {}),
+                # Warm with little to print: what ruff's cache itself costs, without writing
+                # 100,000 diagnostics.
+                (corpus, "ruff F401 warm", [ruff, "check", "--isolated", "--exit-zero", "--select", "F401", "--cache-dir", ruff_cache + "-f401", *roots], {}),
+            ]
+        if torchfix:
+            sample = build_sample(os.path.join(workdir, corpus), files[corpus], sample_size)
+            configs += [
+                (corpus, "amplint cold -j1 (sample)", [*base, "--no-cache", "-j", "1", sample], python_env),
+                (corpus, "torchfix -j1 (sample)", [torchfix, "-j", "1", sample], {}),
+            ]
+    for corpus, name, cmd, env in configs:  # prime the caches; the first run of anything warms the disk cache
         if "warm" in name:
-            log(f"  priming {name} ...")
+            log(f"  priming {corpus}: {name} ...")
             run_once(cmd, env)
-    runs: Dict[str, List[dict]] = {name: [] for name, _, _ in configs}
+    runs: Dict[Tuple[str, str], List[dict]] = {(corpus, name): [] for corpus, name, _, _ in configs}
     for round_ in range(repeat):
-        for name, cmd, env in configs:
-            log(f"  round {round_ + 1}/{repeat} {name} ...", end="")
-            runs[name].append(run_once(cmd, env))
-            log(f" {runs[name][-1]['wall']:.2f} s wall, {runs[name][-1]['cpu']:.2f} s CPU")
-    results = {}
-    for name, cmd, _ in configs:
-        best = min(runs[name], key=lambda r: r["wall"])
-        results[name] = {
-            "cmd": cmd,
-            "wall_s": best["wall"],
-            "cpu_s": min(r["cpu"] for r in runs[name]),
-            "peak_rss_mib": max(r["rss_kib"] for r in runs[name]) / 1024,
-            "exit_codes": sorted({r["rc"] for r in runs[name]}),
-            "stderr_tail": best["stderr"].strip().splitlines()[-1:],
+        for corpus, name, cmd, env in configs:
+            log(f"  round {round_ + 1}/{repeat} {corpus}: {name} ...", end="")
+            runs[corpus, name].append(run_once(cmd, env))
+            log(f" {runs[corpus, name][-1]['wall']:.2f} s wall, {runs[corpus, name][-1]['cpu']:.2f} s CPU")
+    report = {}
+    for corpus in corpora:
+        results = {}
+        for _, name, cmd, _ in (c for c in configs if c[0] == corpus):
+            done = runs[corpus, name]
+            best = min(done, key=lambda r: r["wall"])
+            mib = lambda key: max((r[key] for r in done if r.get(key) is not None), default=None)  # noqa: E731
+            results[name] = {
+                "cmd": cmd,
+                "wall_s": best["wall"],
+                "cpu_s": min(r["cpu"] for r in done),
+                "peak_rss_mib": max(r["rss_kib"] for r in done) / 1024,
+                "main_rss_mib": mib("main_rss_kib") / 1024 if mib("main_rss_kib") is not None else None,
+                "worker_rss_mib": mib("worker_rss_kib") / 1024 if mib("worker_rss_kib") is not None else None,
+                "workers_seen": max(r.get("workers_seen", 0) for r in done),
+                "exit_codes": sorted({r["rc"] for r in done}),
+                "stderr_tail": best["stderr"].strip().splitlines()[-1:],
+            }
+        get = lambda name, key: results[name][key] if name in results else None  # noqa: E731
+        ratios = {
+            f"speedup -j{jobs} over -j1 (wall)": _div(get("amplint cold -j1", "wall_s"), get(f"amplint cold -j{jobs}", "wall_s")),
+            "amplint cold CPU / ruff cold CPU": _div(get(f"amplint cold -j{jobs}", "cpu_s"), get("ruff E,F,B cold", "cpu_s")),
+            "amplint warm CPU / ruff E,F,B warm CPU": _div(get(f"amplint warm -j{jobs}", "cpu_s"), get("ruff E,F,B warm", "cpu_s")),
+            "amplint warm CPU / ruff F401 warm CPU": _div(get(f"amplint warm -j{jobs}", "cpu_s"), get("ruff F401 warm", "cpu_s")),
+            "TorchFix CPU / amplint CPU (sample)": _div(get("torchfix -j1 (sample)", "cpu_s"), get("amplint cold -j1 (sample)", "cpu_s")),
         }
-    get = lambda name, key: results[name][key] if name in results else None  # noqa: E731
-    ratios = {
-        f"speedup -j{jobs} over -j1 (wall)": _div(get("amplint cold -j1", "wall_s"), get(f"amplint cold -j{jobs}", "wall_s")),
-        "amplint cold CPU / ruff cold CPU": _div(get(f"amplint cold -j{jobs}", "cpu_s"), get("ruff E,F,B cold", "cpu_s")),
-        "amplint warm CPU / ruff E,F,B warm CPU": _div(get(f"amplint warm -j{jobs}", "cpu_s"), get("ruff E,F,B warm", "cpu_s")),
-        "amplint warm CPU / ruff F401 warm CPU": _div(get(f"amplint warm -j{jobs}", "cpu_s"), get("ruff F401 warm", "cpu_s")),
-        "TorchFix CPU / amplint CPU (sample)": _div(get("torchfix -j1 (sample)", "cpu_s"), get("amplint cold -j1 (sample)", "cpu_s")),
-    }
-    return {"files": len(files), "sample_files": min(len(files), sample_size) if torchfix else 0, "results": results, "ratios": ratios}
+        report[corpus] = {"files": len(files[corpus]), "jobs": jobs, "sample_files": min(len(files[corpus]), sample_size) if torchfix else 0, "results": results, "ratios": ratios}
+    return report
 
 
 def _div(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -183,9 +250,11 @@ def _div(a: Optional[float], b: Optional[float]) -> Optional[float]:
 # --------------------------------------------------------------------------- replay
 
 
-def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
-    """Every file's CPU, phase by phase, in this process; then the scheduler replayed."""
-    from amplint import engine, evidence
+def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> dict:
+    """Every file's CPU and steps (amplint.work's meter, without its limit, so that a file
+    past the limit shows its whole cost), phase by phase, in this process; the `worst`
+    costliest files; then the scheduler replayed."""
+    from amplint import engine, evidence, work
     from amplint.diagnostics import FileResult
     from amplint.driver import _BATCH_FILES, plan, simulate
     from amplint.parse_guard import parse_hazard
@@ -202,6 +271,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
     parsing = [rule for rule in ALL_RULES if rule.code != "AMP100"]  # unused noqa reads comments only
     files = python_files(roots)
     rows: List[Tuple[int, bool, float]] = []
+    steps: List[int] = []  # beside rows: each file's steps in phase 1
     results = []
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     log(f"  one pass over {len(files)} files ...")
@@ -243,6 +313,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         try:
             if parse_hazard(source) is not None:
                 raise ValueError
+            work.charge(len(source) // work.PARSE_CHARACTERS_PER_STEP)  # as the engine charges it
             marks.append(clock())
             module, _ = parse_module_exactly(source, cpython_accepts=built)
             marks.append(clock())
@@ -261,12 +332,25 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         for phase, (a, b) in zip(phases[3:], zip(marks, marks[1:])):
             spent[phase] += b - a
         rows.append((len(data), True, clock() - t0))
+
     for path in files:
-        with quiet_collector():
+        with quiet_collector(), work.metered(1.0, limited=False) as meter:
             one(path)
+        steps.append(meter.spent if meter is not None else 0)
     # The second phase: files that import linted modules, linted again with their summaries.
     relinted: List[float] = []
+    relinted_steps: Dict[str, Tuple[int, float]] = {}  # path -> (steps, CPU s) of its phase-2 lint
     texts = {r.path: text for r, text in results}
+    spent_by_lint: List[int] = []
+    unlimited = work.metered
+
+    @contextlib.contextmanager
+    def counted(factor: Optional[float] = 1.0, limited: bool = True):
+        """The engine's meter without the file limit, its count kept (phase 2 lints through
+        engine.lint_source, which makes its own meter)."""
+        with unlimited(factor, limited=False) as meter:
+            yield meter
+        spent_by_lint.append(meter.spent if meter is not None else 0)
 
     def relint(jobs):
         out = []
@@ -276,10 +360,15 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
             external = ExternalModules(path, summaries) if summaries else None
             out.append(engine.lint_source(text, path, ALL_RULES, external=external, whole=True))
             relinted.append(clock() - started)
+            relinted_steps[path] = (spent_by_lint[-1], relinted[-1])
         return out
 
     started = clock()
-    link([r for r, _ in results], relint)
+    work.metered = counted
+    try:
+        link([r for r, _ in results], relint)
+    finally:
+        work.metered = unlimited
     link_total = clock() - started
     spent["phase 2: relint"] = sum(relinted)
     spent["phase 2: link bookkeeping (serial)"] = link_total - sum(relinted)
@@ -294,6 +383,17 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         chunks = [list(range(i, min(i + chunk, len(rows)))) for i in range(0, len(rows), chunk)]
         speedups[workers] = {"scheduler": total / simulate(units, cost, workers), "fixed chunks (before)": total / simulate(chunks, cost, workers)}
     ranked = sorted(cost, reverse=True)
+    # Named from the directory above the roots (`yolov5/train.py`); a file linted in both
+    # phases counts with its costlier lint (each lint has the limit to itself).
+    home = os.path.commonpath([os.path.dirname(os.path.abspath(r)) for r in roots]) if roots else ""
+    named = lambda path: os.path.relpath(path, home) if home else path  # noqa: E731
+    costs: Dict[str, Tuple[str, int, float, str]] = {}
+    for row in [(path, steps[i], cost[i], "phase 1") for i, path in enumerate(files)] + [(path, n, c, "phase 2") for path, (n, c) in relinted_steps.items()]:
+        if row[0] not in costs or (row[1], row[2]) > costs[row[0]][1:3]:
+            costs[row[0]] = row
+    by_file = [(named(path), n, c, p) for path, n, c, p in costs.values()]
+    costliest = sorted(by_file, key=lambda row: (-row[1], -row[2]))[:worst]
+    slowest = sorted(by_file, key=lambda row: -row[2])[:worst]
     if save_costs:
         with open(save_costs, "w", encoding="utf-8") as handle:
             json.dump(
@@ -313,6 +413,10 @@ def replay(roots: Sequence[str], save_costs: Optional[str]) -> dict:
         "phase2_files": len(relinted),
         "total_cpu_s": total + link_total,
         "max_file_cpu_s": ranked[0] if ranked else 0.0,
+        "file_step_limit": work.FILE_STEPS,
+        "over_limit": sum(1 for row in by_file if row[1] > work.FILE_STEPS),
+        "worst_by_steps": [{"file": f, "steps": n, "cpu_s": c, "phase": p} for f, n, c, p in costliest],
+        "worst_by_cpu": [{"file": f, "steps": n, "cpu_s": c, "phase": p} for f, n, c, p in slowest],
         "top100_share": sum(ranked[:100]) / total if total else 0.0,
         "units": len(units),
         "batch_files": _BATCH_FILES,
@@ -415,6 +519,22 @@ def pathological(amplint: str, workdir: str) -> dict:
     return {"startup": {"wall_s": start["wall"], "cpu_s": start["cpu"]}, "rows": rows}
 
 
+# --------------------------------------------------------------------------- lsp
+
+
+def lsp_latency(script: str = LSP_LATENCY) -> dict:
+    """The editor latency, as bench/lsp_latency.py measures it (`--json`: median_ms,
+    typing_median_ms), where that script exists; a row saying it does not, where not."""
+    if not os.path.exists(script):
+        return {"missing": f"{os.path.relpath(script, REPO)} not present"}
+    out = subprocess.run([sys.executable, script, "--json"], capture_output=True, text=True, check=False)
+    try:
+        result = json.loads(out.stdout)
+    except ValueError:
+        return {"missing": f"{os.path.relpath(script, REPO)} failed (exit {out.returncode}): {out.stderr.strip()[-300:]}"}
+    return result if isinstance(result, dict) else {"missing": "no result"}
+
+
 # --------------------------------------------------------------------------- output
 
 
@@ -428,29 +548,90 @@ def _table(rows: List[List[str]]) -> str:
     return "\n".join(lines)
 
 
+def _mib(value: Optional[float]) -> str:
+    return f"{value:.0f}" if value is not None else "?"
+
+
+def print_summary(report: dict) -> None:
+    """The one table issue 27 asks for: per corpus the cold and warm ratios to ruff, the
+    peak memory of amplint's process and of its largest worker, the costliest file; then
+    where the CPU goes, the costliest files, and the editor latency."""
+    compared, replayed = report.get("compare") or {}, report.get("replay") or {}
+    corpora = list(dict.fromkeys([*compared, *replayed]))
+    if not corpora and "lsp" not in report:
+        return
+    print("\n== summary (CPU = user+sys of the whole process tree; ratios measured in this one run)")
+    rows = [] if not corpora else [["corpus", "files", "cold CPU s", "ruff cold", "cold ratio", "warm CPU s", "ruff warm", "warm ratio", "RSS MiB main/worker", "costliest file: steps", "CPU s"]]
+    for corpus in corpora:
+        c, r = compared.get(corpus), replayed.get(corpus)
+        row = [corpus, str((c or r)["files"])]
+        if c:
+            res, jobs = c["results"], c["jobs"]
+            cold, warm = res.get(f"amplint cold -j{jobs}"), res.get(f"amplint warm -j{jobs}")
+            rcold, rwarm = res.get("ruff E,F,B cold"), res.get("ruff E,F,B warm")
+            ratio = lambda key: f"{c['ratios'][key]:.2f}x" if c["ratios"].get(key) is not None else "-"  # noqa: E731
+            row += [f"{cold['cpu_s']:.1f}" if cold else "-", f"{rcold['cpu_s']:.1f}" if rcold else "-", ratio("amplint cold CPU / ruff cold CPU"),
+                    f"{warm['cpu_s']:.2f}" if warm else "-", f"{rwarm['cpu_s']:.2f}" if rwarm else "-", ratio("amplint warm CPU / ruff E,F,B warm CPU"),
+                    f"{_mib(cold['main_rss_mib'])}/{_mib(cold['worker_rss_mib'])}" if cold else "-"]
+        else:
+            row += ["-"] * 7
+        if r and r["worst_by_steps"]:
+            top = r["worst_by_steps"][0]
+            row += [f"{top['steps']:,}", f"{top['cpu_s']:.2f}"]
+        else:
+            row += ["-", "-"]
+        rows.append(row)
+    if rows:
+        print(_table(rows))
+    if compared:
+        print("  cold: amplint --no-cache -jN beside ruff check --select E,F,B --no-cache; warm: both again on their filled caches")
+    for corpus in corpora:
+        r = replayed.get(corpus)
+        if not r:
+            continue
+        spent = r["phase_seconds"]
+        total = sum(spent.values()) or 1.0
+        shares = ", ".join(f"{phase} {100 * seconds / total:.0f}%" for phase, seconds in sorted(spent.items(), key=lambda kv: -kv[1]) if seconds / total >= 0.01)
+        print(f"\n  {corpus}, where the CPU goes ({total:.1f} s in one process): {shares}")
+        print(f"  {corpus}, costliest files (limit {r['file_step_limit']:,} steps a file; {r['over_limit']} over it):")
+        for row in r["worst_by_steps"]:
+            print(f"    {row['steps']:>10,} steps  {row['cpu_s']:6.2f} s CPU  {row['file']}" + (" (phase 2)" if row["phase"] == "phase 2" else ""))
+        slow = [row for row in r["worst_by_cpu"] if row not in r["worst_by_steps"]][:3]
+        for row in slow:
+            print(f"    {row['steps']:>10,} steps  {row['cpu_s']:6.2f} s CPU  {row['file']}  (slowest by CPU)")
+    lsp = report.get("lsp")
+    if lsp is not None:
+        if "missing" in lsp:
+            print(f"\n  editor latency: {lsp['missing']} (issue 27 item 2)")
+        else:
+            typing = lsp.get("typing_median_ms")
+            print(f"\n  editor latency (bench/lsp_latency.py): edit -> diagnostics median {lsp.get('median_ms', float('nan')):.0f} ms"
+                  + (f", last keystroke of a burst -> diagnostics median {typing:.0f} ms" if typing is not None else "") + " (target <= 300 ms)")
+
+
 def print_report(report: dict) -> None:
     env = report["environment"]
     print(f"machine: {env['machine']}, {env['cpus']} CPUs, load average {env['load']}, Python {env['python']}")
-    print(f"corpus: {' '.join(report['corpus'])}")
+    for name, roots in report["corpus"].items():
+        print(f"corpus {name}: {' '.join(roots)}")
     for tool, version in env["tools"].items():
         print(f"{tool}: {version or 'not found'}")
-    compared = report.get("compare")
-    if compared:
-        print(f"\n== side by side: {compared['files']} files, best wall of {report['repeat']}, CPU = user+sys of the tool's process tree")
-        rows = [["tool", "wall s", "CPU s", "peak RSS MiB", "exit"]]
+    for corpus, compared in (report.get("compare") or {}).items():
+        print(f"\n== {corpus}, side by side: {compared['files']} files, best wall of {report['repeat']}, CPU = user+sys of the tool's process tree")
+        rows = [["tool", "wall s", "CPU s", "peak RSS MiB", "main", "largest worker", "exit"]]
         for name, r in compared["results"].items():
-            rows.append([name, f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['peak_rss_mib']:.0f}", ",".join(map(str, r["exit_codes"]))])
+            rows.append([name, f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['peak_rss_mib']:.0f}", _mib(r["main_rss_mib"]),
+                         _mib(r["worker_rss_mib"]) if r["workers_seen"] else "-", ",".join(map(str, r["exit_codes"]))])
         print(_table(rows))
         if compared["sample_files"]:
             print(f"(sample: {compared['sample_files']} files of the corpus, evenly spaced)")
         for name, value in compared["ratios"].items():
             if value is not None:
                 print(f"  {name}: {value:.2f}x")
-    replayed = report.get("replay")
-    if replayed:
+    for corpus, replayed in (report.get("replay") or {}).items():
         spent = replayed["phase_seconds"]
         total = sum(spent.values())
-        print(f"\n== where amplint's CPU goes (one process, {replayed['files']} files, {replayed['with_words']} with AMP words, "
+        print(f"\n== {corpus}, where amplint's CPU goes (one process, {replayed['files']} files, {replayed['with_words']} with AMP words, "
               f"{replayed['deferred']} of them deferred, {replayed['phase2_files']} analysed in phase 2)")
         rows = [["phase", "CPU s", "share"]]
         for phase, seconds in spent.items():
@@ -458,7 +639,7 @@ def print_report(report: dict) -> None:
         rows.append(["total", f"{total:.2f}", "100%"])
         print(_table(rows))
         print(f"  costliest file: {replayed['max_file_cpu_s']:.2f} s; the 100 costliest files: {100 * replayed['top100_share']:.0f}% of phase 1")
-        print(f"\n== measured per-file CPU replayed through the scheduler ({replayed['units']} units): speedup over one worker")
+        print(f"\n== {corpus}, measured per-file CPU replayed through the scheduler ({replayed['units']} units): speedup over one worker")
         rows = [["workers", "scheduler", "fixed chunks (before)"]]
         for workers, s in replayed["speedups"].items():
             rows.append([str(workers), f"{s['scheduler']:.2f}x", f"{s['fixed chunks (before)']:.2f}x"])
@@ -480,6 +661,7 @@ def print_report(report: dict) -> None:
         for label, r in patho["rows"].items():
             rows.append([label, f"{r['bytes'] / 1024:.0f}", f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", str(r["rc"]), r["error"][:70]])
         print(_table(rows))
+    print_summary(report)
 
 
 def _which(name: str, given: Optional[str]) -> Optional[str]:
@@ -500,7 +682,10 @@ def _version(executable: Optional[str]) -> Optional[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("roots", nargs="*", metavar="DIR", help="directories to benchmark on (default: 300 stdlib files + tests/cases)")
+    parser.add_argument("roots", nargs="*", metavar="DIR", help="directories to benchmark on, one corpus (default: 300 stdlib files + tests/cases)")
+    parser.add_argument("--corpus", action="append", default=[], metavar="NAME=DIR[,DIR...]", help="a named corpus (repeatable; e.g. the sets bench/corpus.py assembles): every section runs on each, in one run")
+    parser.add_argument("--no-serial", dest="serial", action="store_false", help="compare: leave out the amplint cold -j1 row (it takes the longest)")
+    parser.add_argument("--worst", type=int, default=5, metavar="N", help="replay: the N costliest files shown (default: 5)")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)} (default: all)")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help="the parallel setting (default: all CPUs)")
     parser.add_argument("--repeat", type=int, default=3, metavar="N", help="runs per configuration; the best wall time counts (default: 3)")
@@ -517,6 +702,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown section(s): {', '.join(unknown)}")
+    corpora: Dict[str, List[str]] = {}
+    for spec in args.corpus:
+        name, sep, dirs = spec.partition("=")
+        if not sep or not name or not dirs:
+            parser.error(f"--corpus wants NAME=DIR[,DIR...], not {spec!r}")
+        corpora[name] = [os.path.abspath(d) for d in dirs.split(",")]
+        missing = [d for d in corpora[name] if not os.path.isdir(d)]
+        if missing:
+            parser.error(f"--corpus {name}: no directory {missing[0]} (bench/corpus.py assembles the corpora)")
+    if args.save_costs and len(corpora) + bool(args.roots) > 1:
+        parser.error("--save-costs measures one corpus: give one")
     tools = {"amplint": _which("amplint", args.amplint), "ruff": _which("ruff", args.ruff), "torchfix": _which("torchfix", args.torchfix)}
     if not tools["amplint"]:
         parser.error("amplint executable not found: pip install -e . or pass --amplint PATH")
@@ -524,7 +720,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     workdir = tempfile.mkdtemp(prefix="amplint-bench-")
     try:
-        roots = [os.path.abspath(r) for r in args.roots] or [build_default_corpus(workdir)]
+        if args.roots or not corpora:
+            roots = [os.path.abspath(r) for r in args.roots] or [build_default_corpus(workdir)]
+            corpora = {"corpus" if args.roots else "stdlib+cases": roots, **corpora}
         report: Dict[str, Any] = {
             "environment": {
                 "machine": f"{platform.system()} {platform.machine()}",
@@ -533,21 +731,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "python": platform.python_version(),
                 "tools": {name: _version(path) for name, path in tools.items()},
             },
-            "corpus": roots,
+            "corpus": corpora,
             "repeat": args.repeat,
         }
         if "compare" in sections:
             log("[compare]")
-            report["compare"] = compare(roots, tools, args.jobs, args.repeat, args.sample, workdir)
+            report["compare"] = compare(corpora, tools, args.jobs, args.repeat, args.sample, workdir, args.serial)
         if "replay" in sections:
-            log("[replay]")
-            report["replay"] = replay(roots, args.save_costs)
+            report["replay"] = {}
+            for name, roots in corpora.items():
+                log(f"[replay {name}]")
+                report["replay"][name] = replay(roots, args.save_costs, args.worst)
         if "isolation" in sections:
             log("[isolation]")
-            report["isolation"] = isolation(roots, args.jobs, args.isolation_rounds)
+            report["isolation"] = isolation([r for roots in corpora.values() for r in roots], args.jobs, args.isolation_rounds)
         if "pathological" in sections:
             log("[pathological]")
             report["pathological"] = pathological(tools["amplint"], workdir)
+        if "lsp" in sections:
+            log("[lsp]")
+            report["lsp"] = lsp_latency()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if args.save:
