@@ -224,6 +224,19 @@ class FlowAnalysis:
             self._foreign[key] = _foreign_summary(call)
         return self._foreign[key]
 
+    def own_occurrence(self, event: AmpEvent, unit: CodeUnit, context: CallContext) -> Occurrence:
+        """`event` as it runs where it is written, in `unit` (no helper call on the way)."""
+        return self.occurrence(
+            event=event,
+            unit=unit,
+            via=(),
+            region=context.region,
+            loop_inside_region=context.loop_inside_region,
+            under_no_grad=context.under_no_grad,
+            receiver=event.receiver,
+            argument=event.argument,
+        )
+
     def occurrence(self, **fields) -> Occurrence:
         key = tuple(
             id(v) if isinstance(v, (AmpEvent, CodeUnit, AutocastRegion)) else (tuple(map(id, v)) if k == "via" else v)
@@ -652,16 +665,7 @@ class _Interpreter:
             return self.call_helper(item, context, states)
         if self.summarising:
             return {self._append(state, self._summary_event(item, context, state)) for state in states}  # type: ignore[arg-type]
-        occurrence = self.analysis.occurrence(
-            event=item,
-            unit=self.unit,
-            via=(),
-            region=context.region,
-            loop_inside_region=context.loop_inside_region,
-            under_no_grad=context.under_no_grad,
-            receiver=item.receiver,
-            argument=item.argument,
-        )
+        occurrence = self.analysis.own_occurrence(item, self.unit, context)
         result = set()
         for state in states:
             assert isinstance(state, FlowState)

@@ -310,16 +310,7 @@ class SemanticModel:
             item = self.classify(record)
             context = self.regions.context(record)
             if isinstance(item, AmpEvent):
-                yield self.flow.occurrence(
-                    event=item,
-                    unit=unit,
-                    via=(),
-                    region=context.region,
-                    loop_inside_region=context.loop_inside_region,
-                    under_no_grad=context.under_no_grad,
-                    receiver=item.receiver,
-                    argument=item.argument,
-                )
+                yield self.flow.own_occurrence(item, unit, context)
             elif isinstance(item, HelperCall):
                 mapper = ArgumentMapper(item, self)
                 for inner in self.flow.summary_for(item).events:
