@@ -6,7 +6,7 @@ import libcst as cst
 
 from amplint.analyses.repetition import Repetition, Repetitions
 from amplint.evidence import SCALE, STEP
-from amplint.rule import Flagged, Message, Report, Rule, quote
+from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, GuardFrame, LoopFrame, Occurrence, SemanticModel, source_text
 
 Loop = Union[cst.For, cst.While]
@@ -39,12 +39,15 @@ class ScalerUpdatedTwice(Rule):
     iteration; or give each network its own GradScaler.
 
     ## What goes wrong at runtime
-    Silent: nothing raises or warns. The loss scale moves at twice the documented rate
-    (with the default `growth_interval=2000`, it doubles every 1000 iterations instead of
-    every 2000). Not measured by `amplint verify` (no fixture pair yet): the proof would
-    count the doublings of `scaler.get_scale()` over a run with no overflow (twice as many
-    as the fixed run's) and, with the first network's gradients forced to overflow on some
-    iterations, how often the scale the second network trains under changes.
+    Silent: nothing raises or warns. Measured by `amplint verify` (CPU, two small networks
+    sharing one scaler, `growth_interval=4`, 40 iterations): with no overflow (bfloat16) the
+    buggy run's loss scale doubles 20 times against the fixed run's 10, with SGD and Adam
+    alike; in float16, where the scale climbs to what float16 holds, each growth too many
+    ends in an overflow and a skipped step: SGD skips 10 steps against the fixed run's 4,
+    Adam 9 against 3 (a scaler per network, the other fix, skips fewer than twice as many as
+    the fixed run: a test edits buggy.py that way and the claim fails). With the default
+    `growth_interval=2000` that is about one extra skipped step per 1000 iterations once the
+    scale has reached its ceiling: the harm is small and bounded, so this is a warning.
 
     ## Example
     ```python
@@ -78,6 +81,53 @@ class ScalerUpdatedTwice(Rule):
     name = "scaler-updated-twice"
     severity = "warning"
     needs = ({STEP}, {SCALE})
+
+    PREDICTIONS = (
+        Prediction(
+            "sgd",
+            "scale_doublings",
+            "With no overflow, the loss scale doubles twice as often when it is updated twice per iteration.",
+            compare="buggy/fixed",
+            at_least=1.9,
+            at_most=2.1,
+            dtypes=("bfloat16",),
+            quotes=(("buggy", "doubles 20 times"), ("fixed", "fixed run's 10")),
+            happened="fixed.scale_doublings",
+        ),
+        Prediction(
+            "adam",
+            "scale_doublings",
+            "With Adam the same: twice as many doublings of the loss scale.",
+            compare="buggy/fixed",
+            at_least=1.9,
+            at_most=2.1,
+            dtypes=("bfloat16",),
+            happened="fixed.scale_doublings",
+        ),
+        Prediction(
+            "sgd",
+            "skipped_steps",
+            "In float16, growing the scale twice as often skips at least twice as many steps (overflows); a "
+            "scaler per network, the other fix, does not.",
+            compare="buggy/fixed",
+            at_least=2,
+            at_most=4,
+            dtypes=("float16",),
+            quotes=(("buggy", "SGD skips 10 steps"), ("fixed", "the fixed run's 4")),
+            happened="fixed.skipped_steps",
+        ),
+        Prediction(
+            "adam",
+            "skipped_steps",
+            "With Adam the same: at least twice as many skipped steps.",
+            compare="buggy/fixed",
+            at_least=2,
+            at_most=4,
+            dtypes=("float16",),
+            quotes=(("buggy", "Adam 9 against"), ("fixed", "against 3")),
+            happened="fixed.skipped_steps",
+        ),
+    )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         reported = set()
