@@ -7,7 +7,7 @@ import libcst as cst
 from amplint.analyses.repetition import Repetition, Repetitions
 from amplint.evidence import SCALE, STEP
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, GuardFrame, LoopFrame, Occurrence, SemanticModel, source_text
+from amplint.semantic import EventKind, GuardFrame, LoopFrame, Occurrence, SemanticModel, iter_tree, source_text
 
 Loop = Union[cst.For, cst.While]
 
@@ -26,8 +26,9 @@ class ScalerUpdatedTwice(Rule):
     serves two networks, `scaler.step(opt_d); scaler.update()` and then
     `scaler.step(opt_g); scaler.update()`. Updates in exclusive branches (`if train_d:` ...
     `else:`), under a condition that changes from one iteration to the next (accumulation),
-    in and after the loop, of two different scalers, or one helper called twice (the rule
-    cannot tell it is the same scaler both times) are not flagged.
+    in and after the loop, in an `except` handler, of two different scalers, in a helper
+    that may return before it, or in one helper called twice (the rule cannot tell it is
+    the same scaler both times) are not flagged.
 
     ## Why is this bad?
     `update()` ends a GradScaler's iteration: it halves the loss scale when any step since
@@ -137,8 +138,10 @@ class ScalerUpdatedTwice(Rule):
             for update in occurrences:
                 scaler = _plain_scaler(update, occurrences, model)
                 loop = _training_loop(update, occurrences, model) if scaler is not None else None
-                if loop is None or not _every_iteration(model, update, loop):
+                if loop is None or not _every_iteration(model, update, loop) or _maybe_exclusive(model, update, loop):
                     continue
+                if any(model.facts(Repetitions).inside(built, loop) for built in model.scalers[scaler].constructions):
+                    continue  # a new scaler every iteration (AMP008's mistake), or each update its own
                 conditions = _conditions(model, update, loop)
                 first = next(
                     (
@@ -242,6 +245,54 @@ def finish(loss, optimizer):
 for x in loader:
     finish(d_loss(x), opt_d)
     finish(g_loss(x), opt_g)
+""",
+        # The update in an `except` handler runs instead of the one in the `try`, not after it.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    try:
+        scaler.scale(d_loss(x)).backward()
+        scaler.step(opt_d)
+        scaler.update()
+    except RuntimeError:
+        scaler.update()
+""",
+        # A helper that may return before its update: perhaps the two never run together.
+        """
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+    def train_d(self, x):
+        if self.phase != "d":
+            return
+        self.scaler.scale(self.d_loss(x)).backward()
+        self.scaler.step(self.opt_d)
+        self.scaler.update()
+    def train_g(self, x):
+        if self.phase != "g":
+            return
+        self.scaler.scale(self.g_loss(x)).backward()
+        self.scaler.step(self.opt_g)
+        self.scaler.update()
+    def fit(self, loader):
+        for x in loader:
+            self.train_d(x)
+            self.train_g(x)
+""",
+        # A scaler built anew in every iteration (AMP008's mistake): each one is updated once.
+        """
+import torch
+for x in loader:
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.scale(d_loss(x)).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.scale(g_loss(x)).backward()
+    scaler.step(opt_g)
+    scaler.update()
 """,
         # A disabled scaler: its update does nothing.
         """
@@ -379,6 +430,26 @@ def _every_iteration(model: SemanticModel, occurrence: Occurrence, loop: Loop) -
     if record is None:
         return True
     return model.facts(Repetitions).runs_every_iteration(record, Repetition(loop, record.unit))
+
+
+def _maybe_exclusive(model: SemanticModel, update: Occurrence, loop: Loop) -> bool:
+    """Whether the update may run instead of another rather than after it, in ways `if`
+    branches do not show: in an `except` handler in the loop (the update of the failed
+    `try`'s fallback), or in a helper that may `return` before it (`if not self.train_d:
+    return`)."""
+    handlers = [node for node in iter_tree(loop.body) if isinstance(node, cst.ExceptHandler)]
+    if any(node is update.call_site for handler in handlers for node in iter_tree(handler)):
+        return True
+    for node in update.via[1:] + ((update.event.node,) if update.via else ()):
+        record = model.call_record(node) if isinstance(node, cst.Call) else None
+        if record is None:
+            return True
+        for earlier in iter_tree(record.unit.node):
+            if earlier is node:
+                break
+            if isinstance(earlier, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
+                return True
+    return False
 
 
 def _conditions(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> FrozenSet[Tuple[str, bool]]:
