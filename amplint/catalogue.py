@@ -51,6 +51,7 @@ RULES = (
     RuleEntry("AMP015", "scaler-update-missing", VOCABULARY),
     RuleEntry("AMP016", "autocast-never-entered", ("autocast",)),
     RuleEntry("AMP017", "fsdp-plain-grad-scaler", ("FullyShardedDataParallel",), ("GradScaler",)),
+    RuleEntry("AMP018", "scaler-updated-twice", VOCABULARY),
     RuleEntry("AMP100", "unused-noqa", ("noqa", "NOQA")),
 )
 

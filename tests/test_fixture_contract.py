@@ -35,6 +35,7 @@ SHOWS = {
     "AMP013": {"AMP013"},
     "AMP015": {"AMP015"},
     "AMP016": {"AMP016"},
+    "AMP018": {"AMP018"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())

@@ -715,6 +715,28 @@ TARGETED = {
         {which: [("TARGET_SIZE = 1000.0", "TARGET_SIZE = 1.0", 1)] for which in ("buggy", "fixed")},
         {("per-epoch", "skipped_steps", "float16"): "the mechanism did not happen"},
     ),
+    # the rule's other fix as buggy.py: a scaler per network, each updated once per iteration
+    "AMP018": (
+        {
+            "buggy": [
+                (
+                    "    scaler = torch.amp.GradScaler(device, growth_interval=GROWTH_INTERVAL)\n",
+                    "    scaler = torch.amp.GradScaler(device, growth_interval=GROWTH_INTERVAL)\n"
+                    "    scaler_second = torch.amp.GradScaler(device, growth_interval=GROWTH_INTERVAL)\n",
+                    1,
+                ),
+                ("scaler.scale(loss_second)", "scaler_second.scale(loss_second)", 1),
+                ("stepped(scaler, opt_second, second)", "stepped(scaler_second, opt_second, second)", 1),
+                ('        scaler.update()\n        history["steps"]', '        scaler_second.update()\n        history["steps"]', 1),
+            ]
+        },
+        {
+            ("sgd", "scale_doublings", "bfloat16"): None,
+            ("adam", "scale_doublings", "bfloat16"): None,
+            ("sgd", "skipped_steps", "float16"): None,
+            ("adam", "skipped_steps", "float16"): None,
+        },
+    ),
 }
 
 

@@ -1,0 +1,480 @@
+from __future__ import annotations
+
+from typing import FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from amplint.analyses.repetition import Repetition, Repetitions
+from amplint.evidence import SCALE, STEP
+from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.semantic import EventKind, GuardFrame, LoopFrame, Occurrence, SemanticModel, iter_tree, source_text
+
+Loop = Union[cst.For, cst.While]
+
+# What makes a loop a training loop: it computes gradients in every iteration.
+_GRADIENTS = (EventKind.BACKWARD, EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD)
+
+
+class ScalerUpdatedTwice(Rule):
+    """One GradScaler's `update()` runs twice in every iteration of a training loop (a generator and a discriminator sharing a scaler).
+
+    ## What it does
+    Flags the second `scaler.update()` of an enabled GradScaler when another `update()` of
+    the same scaler has already run in the same iteration of a training loop (a loop that
+    also runs a backward): both written in that loop, or in helpers of the file it calls,
+    both running in every iteration and under the same conditions. Typically one scaler
+    serves two networks, `scaler.step(opt_d); scaler.update()` and then
+    `scaler.step(opt_g); scaler.update()`. Updates in exclusive branches (`if train_d:` ...
+    `else:`), under a condition that changes from one iteration to the next (accumulation),
+    in and after the loop, in an `except` handler, of two different scalers, in a helper
+    that may return before it, or in one helper called twice (the rule cannot tell it is
+    the same scaler both times) are not flagged.
+
+    ## Why is this bad?
+    `update()` ends a GradScaler's iteration: it halves the loss scale when any step since
+    the last update found inf/NaN gradients, and grows it after `growth_interval` clean
+    updates. Called twice per iteration it counts two "iterations" for one: the scale grows
+    twice as often as `growth_interval` says, and each decision to halve or grow sees only
+    the steps since the other update, not the whole iteration. The PyTorch AMP examples for
+    several optimizers call `scaler.update()` once, after every `scaler.step()` of the
+    iteration; or give each network its own GradScaler.
+
+    ## What goes wrong at runtime
+    Silent: nothing raises or warns. Measured by `amplint verify` (CPU, two small networks
+    sharing one scaler, `growth_interval=4`, 40 iterations): with no overflow (bfloat16) the
+    buggy run's loss scale doubles 20 times against the fixed run's 10, with SGD and Adam
+    alike; in float16, where the scale climbs to what float16 holds, each growth too many
+    ends in an overflow and a skipped step: SGD skips 10 steps against the fixed run's 4,
+    Adam 9 against 3 (a scaler per network, the other fix, skips fewer than twice as many as
+    the fixed run: a test edits buggy.py that way and the claim fails). With the default
+    `growth_interval=2000` that is about one extra skipped step per 1000 iterations once the
+    scale has reached its ceiling: the harm is small and bounded, so this is a warning.
+
+    ## Example
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    for real in loader:
+        scaler.scale(d_loss(real)).backward()
+        scaler.step(opt_d)
+        scaler.update()
+        scaler.scale(g_loss(real)).backward()
+        scaler.step(opt_g)
+        scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    for real in loader:
+        scaler.scale(d_loss(real)).backward()
+        scaler.step(opt_d)
+        scaler.scale(g_loss(real)).backward()
+        scaler.step(opt_g)
+        scaler.update()
+    ```
+
+    ## Fix safety
+    No fix. Whether to keep one update after both steps or to give each network a scaler of
+    its own is for the author to say.
+    """
+
+    code = "AMP018"
+    name = "scaler-updated-twice"
+    severity = "warning"
+    needs = ({STEP}, {SCALE})
+
+    PREDICTIONS = (
+        Prediction(
+            "sgd",
+            "scale_doublings",
+            "With no overflow, the loss scale doubles twice as often when it is updated twice per iteration.",
+            compare="buggy/fixed",
+            at_least=1.9,
+            at_most=2.1,
+            dtypes=("bfloat16",),
+            quotes=(("buggy", "doubles 20 times"), ("fixed", "fixed run's 10")),
+            happened="fixed.scale_doublings",
+        ),
+        Prediction(
+            "adam",
+            "scale_doublings",
+            "With Adam the same: twice as many doublings of the loss scale.",
+            compare="buggy/fixed",
+            at_least=1.9,
+            at_most=2.1,
+            dtypes=("bfloat16",),
+            happened="fixed.scale_doublings",
+        ),
+        Prediction(
+            "sgd",
+            "skipped_steps",
+            "In float16, growing the scale twice as often skips at least twice as many steps (overflows); a "
+            "scaler per network, the other fix, does not.",
+            compare="buggy/fixed",
+            at_least=2,
+            at_most=4,
+            dtypes=("float16",),
+            quotes=(("buggy", "SGD skips 10 steps"), ("fixed", "the fixed run's 4")),
+            happened="fixed.skipped_steps",
+        ),
+        Prediction(
+            "adam",
+            "skipped_steps",
+            "With Adam the same: at least twice as many skipped steps.",
+            compare="buggy/fixed",
+            at_least=2,
+            at_most=4,
+            dtypes=("float16",),
+            quotes=(("buggy", "Adam 9 against"), ("fixed", "against 3")),
+            happened="fixed.skipped_steps",
+        ),
+    )
+
+    def check(self, model: SemanticModel) -> Iterator[Report]:
+        reported = set()
+        for unit in model.units:
+            occurrences = list(model.occurrences_in(unit))
+            seen: List[Tuple[Occurrence, str, Loop, FrozenSet[Tuple[str, bool]]]] = []
+            for update in occurrences:
+                scaler = _plain_scaler(update, occurrences, model)
+                loop = _training_loop(update, occurrences, model) if scaler is not None else None
+                if loop is None or not _every_iteration(model, update, loop) or _maybe_exclusive(model, update, loop):
+                    continue
+                if any(model.facts(Repetitions).inside(built, loop) for built in model.scalers[scaler].constructions):
+                    continue  # a new scaler every iteration (AMP008's mistake), or each update its own
+                conditions = _conditions(model, update, loop)
+                first = next(
+                    (
+                        earlier
+                        for earlier, key, other_loop, other_conditions in seen
+                        if key == scaler
+                        and other_loop is loop
+                        and other_conditions == conditions
+                        and earlier.event.node is not update.event.node
+                    ),
+                    None,
+                )
+                seen.append((update, scaler, loop, conditions))
+                if first is None or id(update.call_site) in reported:
+                    continue
+                reported.add(id(update.call_site))
+                yield Report(update.call_site, _message(update, first, loop, model.scaler_name(scaler)))
+
+    VALID = (
+        # The AMP docs' recipe: several optimizers, one update after the last step.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(d_loss(x)).backward()
+    scaler.step(opt_d)
+    scaler.scale(g_loss(x)).backward()
+    scaler.step(opt_g)
+    scaler.update()
+""",
+        # A scaler per network, each updated once.
+        """
+import torch
+scaler_d = torch.amp.GradScaler("cuda")
+scaler_g = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler_d.scale(d_loss(x)).backward()
+    scaler_d.step(opt_d)
+    scaler_d.update()
+    scaler_g.scale(g_loss(x)).backward()
+    scaler_g.step(opt_g)
+    scaler_g.update()
+""",
+        # Exclusive branches: each iteration trains one network and updates once.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    if train_d:
+        scaler.scale(d_loss(x)).backward()
+        scaler.step(opt_d)
+        scaler.update()
+    else:
+        scaler.scale(g_loss(x)).backward()
+        scaler.step(opt_g)
+        scaler.update()
+""",
+        # Alternating by iteration: the branches change from one iteration to the next.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(d_loss(x)).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    if i % 5 == 0:
+        scaler.scale(g_loss(x)).backward()
+        scaler.step(opt_g)
+        scaler.update()
+""",
+        # An update in the loop and another after it.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for epoch in range(epochs):
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    scaler.update()
+""",
+        # Gradient accumulation: the update under the step's condition.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / 4).backward()
+    if (i + 1) % 4 == 0:
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        # One helper that steps and updates, called for each network: amplint does not follow
+        # that the scaler is the same both times.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+def finish(loss, optimizer):
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+for x in loader:
+    finish(d_loss(x), opt_d)
+    finish(g_loss(x), opt_g)
+""",
+        # The update in an `except` handler runs instead of the one in the `try`, not after it.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    try:
+        scaler.scale(d_loss(x)).backward()
+        scaler.step(opt_d)
+        scaler.update()
+    except RuntimeError:
+        scaler.update()
+""",
+        # A helper that may return before its update: perhaps the two never run together.
+        """
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+    def train_d(self, x):
+        if self.phase != "d":
+            return
+        self.scaler.scale(self.d_loss(x)).backward()
+        self.scaler.step(self.opt_d)
+        self.scaler.update()
+    def train_g(self, x):
+        if self.phase != "g":
+            return
+        self.scaler.scale(self.g_loss(x)).backward()
+        self.scaler.step(self.opt_g)
+        self.scaler.update()
+    def fit(self, loader):
+        for x in loader:
+            self.train_d(x)
+            self.train_g(x)
+""",
+        # A scaler built anew in every iteration (AMP008's mistake): each one is updated once.
+        """
+import torch
+for x in loader:
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.scale(d_loss(x)).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.scale(g_loss(x)).backward()
+    scaler.step(opt_g)
+    scaler.update()
+""",
+        # A disabled scaler: its update does nothing.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+for x in loader:
+    scaler.scale(d_loss(x)).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    scaler.scale(g_loss(x)).backward()
+    scaler.step(opt_g)
+    scaler.update()
+""",
+        # Different configuration flags: amplint does not know both are ever true.
+        """
+import torch
+def train(loader, use_d, use_g):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        if use_d:
+            scaler.scale(d_loss(x)).backward()
+            scaler.step(opt_d)
+            scaler.update()
+        if use_g:
+            scaler.scale(g_loss(x)).backward()
+            scaler.step(opt_g)
+            scaler.update()
+""",
+    )
+    INVALID = (
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(d_loss(x)).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    scaler.scale(g_loss(x)).backward()
+    scaler.step(opt_g)
+    scaler.update()
+""",
+            at=((10, 5),),
+        ),
+        # A trainer's attribute scaler, both updates under the same configuration flag.
+        Flagged(
+            """
+import torch
+class GanTrainer:
+    def __init__(self, amp):
+        self.amp = amp
+        self.scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    def fit(self, loader):
+        for x in loader:
+            self.scaler.scale(self.d_loss(x)).backward()
+            self.scaler.step(self.opt_d)
+            self.scaler.update()
+            self.opt_d.zero_grad()
+            self.scaler.scale(self.g_loss(x)).backward()
+            self.scaler.step(self.opt_g)
+            self.scaler.update()
+            self.opt_g.zero_grad()
+""",
+            at=((15, 13),),
+        ),
+        # Two step helpers, each ending with its own update: reported at the second call.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+def step_d(x):
+    scaler.scale(d_loss(x)).backward()
+    scaler.step(opt_d)
+    scaler.update()
+def step_g(x):
+    scaler.scale(g_loss(x)).backward()
+    scaler.step(opt_g)
+    scaler.update()
+for x in loader:
+    step_d(x)
+    step_g(x)
+""",
+            at=((14, 5),),
+        ),
+    )
+
+
+def _plain_scaler(update: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[str]:
+    """The key of the GradScaler `update` is a `scaler.update()` of, when it is a plain one that
+    may be enabled (a framework's scaler manages its own update) and surely a GradScaler: the
+    file builds it, or the unit scales a loss with it too."""
+    if update.kind is not EventKind.SCALER_UPDATE or update.receiver is None or update.receiver.key is None:
+        return None
+    key = update.receiver.key
+    info = model.scalers.get(key)
+    if info is None or info.framework is not None or info.known_disabled:
+        return None
+    scales = any(o.kind is EventKind.SCALE and o.receiver is not None and o.receiver.key == key for o in occurrences)
+    return key if info.constructions or scales else None
+
+
+def _training_loop(update: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Loop]:
+    """The innermost loop of the update's unit around it, when it runs a backward too and
+    repeats its body. None when a helper on the way holds the update under a loop or an `if`
+    of its own (that helper decides how often it runs)."""
+    if any(_frames(model, node) for node in update.via[1:] + ((update.event.node,) if update.via else ())):
+        return None
+    loops = _loops(model, update.call_site)
+    if not loops:
+        return None
+    loop = loops[-1]
+    repetitions = model.facts(Repetitions)
+    if not any(o.kind in _GRADIENTS and repetitions.inside(o.call_site, loop) for o in occurrences):
+        return None
+    return loop if repetitions.repeats(loop) else None
+
+
+def _frames(model: SemanticModel, node: cst.CSTNode) -> list:
+    """The loops and `if` branches around a call in its unit."""
+    record = model.call_record(node) if isinstance(node, cst.Call) else None
+    frames = record.frames if record is not None else ()
+    return [frame for frame in frames if isinstance(frame, (LoopFrame, GuardFrame))]
+
+
+def _loops(model: SemanticModel, node: cst.CSTNode) -> List[Loop]:
+    """The loops around a call in its unit, outermost first."""
+    record = model.call_record(node) if isinstance(node, cst.Call) else None
+    return [frame.node for frame in record.frames if isinstance(frame, LoopFrame)] if record is not None else []
+
+
+def _every_iteration(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> bool:
+    """Whether what the loop's unit writes for `occurrence` runs in every iteration of `loop`:
+    no `if` between them tests what an iteration changes (`Repetitions.runs_every_iteration`)."""
+    record = model.call_record(occurrence.call_site) if isinstance(occurrence.call_site, cst.Call) else None
+    if record is None:
+        return True
+    return model.facts(Repetitions).runs_every_iteration(record, Repetition(loop, record.unit))
+
+
+def _maybe_exclusive(model: SemanticModel, update: Occurrence, loop: Loop) -> bool:
+    """Whether the update may run instead of another rather than after it, in ways `if`
+    branches do not show: in an `except` handler in the loop (the update of the failed
+    `try`'s fallback), or in a helper that may `return` before it (`if not self.train_d:
+    return`)."""
+    handlers = [node for node in iter_tree(loop.body) if isinstance(node, cst.ExceptHandler)]
+    if any(node is update.call_site for handler in handlers for node in iter_tree(handler)):
+        return True
+    for node in update.via[1:] + ((update.event.node,) if update.via else ()):
+        record = model.call_record(node) if isinstance(node, cst.Call) else None
+        if record is None:
+            return True
+        for earlier in iter_tree(record.unit.node):
+            if earlier is node:
+                break
+            if isinstance(earlier, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
+                return True
+    return False
+
+
+def _conditions(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> FrozenSet[Tuple[str, bool]]:
+    """The `if` branches between `loop` and the call, by the text of the test and the branch:
+    two updates under the same ones run together; under different ones, perhaps never."""
+    record = model.call_record(occurrence.call_site) if isinstance(occurrence.call_site, cst.Call) else None
+    frames = list(record.frames) if record is not None else []
+    inner = next((i for i, f in enumerate(frames) if isinstance(f, LoopFrame) and f.node is loop), len(frames))
+    return frozenset(
+        (source_text(frame.test), frame.outcome) for frame in frames[inner + 1 :] if isinstance(frame, GuardFrame)
+    )
+
+
+def _message(update: Occurrence, first: Occurrence, loop: Loop, scaler: str) -> Message:
+    header = (
+        f"for {source_text(loop.target)} in {source_text(loop.iter)}:"
+        if isinstance(loop, cst.For)
+        else f"while {source_text(loop.test)}:"
+    )
+    return Message(
+        f"{quote(update)} updates `{scaler}` a second time in every iteration of `{header}`, after {quote(first)} earlier in the iteration",
+        help=(
+            f"Each `{scaler}.update()` counts one iteration: called twice per iteration, the loss scale grows twice "
+            "as often as `growth_interval` says. Call `"
+            f"{scaler}.update()` once, after the last `{scaler}.step()` of the iteration, or give each network "
+            "its own GradScaler."
+        ),
+    )
