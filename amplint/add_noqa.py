@@ -32,7 +32,7 @@ def add_noqa(results: Sequence[FileResult], roots: Sequence[str] = (".",)) -> Ad
     as --fix does)."""
     from amplint.fixer import FileFix, FixOutcome, write_fixed
     from amplint.notebook import is_notebook
-    from amplint.source import decode_python, encode_like
+    from amplint.source import decode_python, encode_like, read_file
 
     added = Added()
     for result in results:
@@ -46,15 +46,17 @@ def add_noqa(results: Sequence[FileResult], roots: Sequence[str] = (".",)) -> Ad
         if is_notebook(result.path):
             added.notes.append(f"{result.path}: no `# noqa` added: notebooks are not edited by --add-noqa")
             continue
-        try:
-            with open(result.path, "rb") as handle:
-                data = handle.read()
-        except OSError as error:
-            added.errors.append(FileError(result.path, f"no `# noqa` added: cannot read it ({error.strerror})"))
+        data = read_file(result.path)  # only a regular file, never past the size limit
+        if isinstance(data, FileError):
+            added.errors.append(FileError(result.path, f"no `# noqa` added: {data.message}"))
             continue
         source = decode_python(data, result.path)
         if isinstance(source, FileError):
             added.errors.append(FileError(result.path, f"no `# noqa` added: {source.message}"))
+            continue
+        if result.source is not None and source != result.source:
+            # The rows are the lint's: on other text they would mark other lines.
+            added.errors.append(FileError(result.path, "no `# noqa` added: the file changed while amplint ran"))
             continue
         edits, impossible = edits_adding_codes(source, rows)
         for row in impossible:

@@ -309,7 +309,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
             if fix.outcome.error and fix.outcome.count == 0:
                 print(f"amplint: note: {visible(fix.path)}: {visible(fix.outcome.error)}", file=sys.stderr)
         if options.diff:
-            return _print_diff(fixes, results, errors)
+            return _print_diff(fixes, results, errors, options.exit_zero)
         if reads_stdin:
             fixed = next((fix.fixed for fix in fixes), stdin_data)
             stdin_data = fixed
@@ -447,8 +447,9 @@ def _stamps(paths: Sequence[str]) -> Dict[str, Optional[Tuple[int, int]]]:
     return stamps
 
 
-def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[FileError]) -> int:
-    """`--diff`: the fixes as a unified diff; exit 1 when there is something to fix."""
+def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[FileError], exit_zero: bool = False) -> int:
+    """`--diff`: the fixes as a unified diff; exit 1 when there is something to fix (0 with
+    `--exit-zero`, as for findings)."""
     from amplint.fix import diff
 
     from amplint.output.text import count_words
@@ -463,7 +464,7 @@ def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[Fi
         print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
     if errors:
         return EXIT_ERROR
-    return EXIT_FINDINGS if changed else EXIT_CLEAN
+    return EXIT_FINDINGS if changed and not exit_zero else EXIT_CLEAN
 
 
 def _fixed_by_severity(fixes: Sequence["FileFix"]) -> Tuple[int, int]:

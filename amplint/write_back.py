@@ -105,6 +105,8 @@ def _replace(target: str, status: os.stat_result, original: bytes, fixed: bytes)
             try:
                 with os.fdopen(descriptor, "wb") as handle:
                     handle.write(fixed)
+                    handle.flush()
+                    os.fsync(handle.fileno())  # on disk before it replaces the original
                 made = os.stat(temporary)
                 if (made.st_uid, made.st_gid) != (status.st_uid, status.st_gid):
                     try:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from amplint.diagnostics import FileResult
 from amplint.noqa import apply_line_edits, edits_adding_codes, parse_suppressions
 from amplint.rules import ALL_RULES
 from conftest import BUGGY
@@ -219,3 +220,18 @@ def test_rule_as_json(amplint):
     listing = json.loads(amplint("rule", "--all", "--output-format", "json").stdout)
     assert [item["code"] for item in listing] == [rule.code for rule in ALL_RULES]
     assert amplint("rule", "AMP003", "--output-format", "xml").returncode == 2
+
+
+def test_add_noqa_leaves_a_file_that_changed_since_it_was_linted(tmp_path):
+    """The rows are the lint's: on a file edited meanwhile they would mark other lines."""
+    from amplint.add_noqa import add_noqa
+    from amplint.engine import lint_text
+
+    path = tmp_path / "train.py"
+    path.write_text(BUGGY)
+    result = FileResult(str(path), findings=lint_text(BUGGY, path=str(path)), source=BUGGY)
+    assert result.findings
+    path.write_text("# a line added by an editor meanwhile\n" + BUGGY)
+    added = add_noqa([result], [str(tmp_path)])
+    assert added.directives == 0 and "changed while amplint ran" in added.errors[0].message
+    assert path.read_text() == "# a line added by an editor meanwhile\n" + BUGGY

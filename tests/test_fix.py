@@ -325,6 +325,8 @@ def test_diff_prints_and_writes_nothing(amplint, project):
     assert (root / "train.py").read_text() == BUGGY
     clean = project({"clean.py": "import torch\n"})
     assert amplint("--diff", "clean.py", cwd=clean).returncode == 0
+    # --exit-zero: 0 on what would be fixed too, as on findings (ruff's rule).
+    assert amplint("--diff", "--exit-zero", "train.py", cwd=root).returncode == 0
 
 
 def test_fix_writes_reports_what_remains_and_a_second_run_changes_nothing(amplint, project):
@@ -525,7 +527,9 @@ def test_a_file_that_cannot_be_written_is_an_error_and_not_counted_as_fixed(ampl
     result = amplint("--fix", "--concise", "train.py", cwd=root)
     assert result.returncode == 2
     assert "train.py: not fixed: cannot write it (Read-only file system)" in result.stderr
-    assert "fixed" not in result.stdout and (root / "train.py").read_text() == BUGGY
+    # Not counted as fixed: the summary says the file was not fixed, never "(1 fixed)".
+    assert "1 fixed" not in result.stdout and "1 file not fixed" in result.stdout
+    assert (root / "train.py").read_text() == BUGGY
 
 
 def test_amp014_leaves_no_unused_import_in_a_try_block_or_after_a_semicolon():

@@ -141,14 +141,20 @@ def count_words(errors: int, warnings: int) -> str:
 
 
 def left_out(report: RunReport) -> List[str]:
-    """What the run did not look at: functions not analysed, files that could not be linted."""
+    """What the run did not look at or could not do: functions not analysed, files that could
+    not be linted (each counted once), files --fix could not write."""
     parts = []
     if report.skipped_functions:
         count = len(report.skipped_functions)
         parts.append(f"{count} function{'s' if count != 1 else ''} not analysed")
-    if report.errors:
-        count = len(report.errors)
-        parts.append(f"{count} file{'s' if count != 1 else ''} could not be linted")
+    # A file --fix could not write was linted: its findings stand, and it is counted apart.
+    unwritten = {error.path for error in report.errors if error.message.startswith("not fixed")}
+    unlinted = {error.path for error in report.errors if not error.message.startswith("not fixed")}
+    if unlinted:
+        parts.append(f"{len(unlinted)} file{'s' if len(unlinted) != 1 else ''} could not be linted")
+    unwritten -= unlinted
+    if unwritten:
+        parts.append(f"{len(unwritten)} file{'s' if len(unwritten) != 1 else ''} not fixed")
     return parts
 
 
