@@ -19,9 +19,7 @@ A record belongs to one path and holds:
   the rules selected for the file, the settings, and the digest of the other modules'
   summaries it was linted with (the second phase of a run). A key changes whenever anything
   the result depends on changes, so an entry is never stale, only unused; the few most
-  recent are kept;
-- the file's summary slot (`summary`/`put_summary`): a payload that depends on the content
-  and the amplint build alone, valid while the content digest matches.
+  recent are kept.
 
 The cache owns only what it made. It writes into a directory only if it created it (and
 marked it with its own CACHEDIR.TAG), never replaces a file it did not name, follows no
@@ -262,9 +260,6 @@ class Cache:
             if record.get("read_at", 0) >= st.st_mtime_ns + _RACY_NS:
                 return
         record.update(stat=list(stat_key(st)), read_at=read_at, digest=digest)
-        if record.get("summary_digest") not in (None, digest):
-            record.pop("summary", None)
-            record.pop("summary_digest", None)
 
     # ------------------------------------------------------------------ results
 
@@ -288,20 +283,6 @@ class Cache:
         while len(results) > _RESULTS_PER_FILE:
             results.pop(next(iter(results)))
         record["results"] = results
-
-    # ------------------------------------------------------------------ summaries
-
-    def summary(self, path: str, digest: str) -> Optional[Payload]:
-        """The summary stored for `path` at content `digest` by this build, if any."""
-        record = self._record(path)
-        if record and record.get("summary_digest") == digest and "summary" in record:
-            return record["summary"]
-        return None
-
-    def put_summary(self, path: str, digest: str, payload: Payload) -> None:
-        record = self._writable(path)
-        record["summary"] = payload
-        record["summary_digest"] = digest
 
     # ------------------------------------------------------------------ storage
 
@@ -793,8 +774,6 @@ _RECORD_CHECKS: Dict[str, Callable[[Any], bool]] = {
     "read_at": _is_int,
     "digest": _is_str,
     "results": _is_dict_of(lambda payload: type(payload) is dict),  # each checked when asked for
-    "summary_digest": _is_str,
-    "summary": _anything,  # the summary slot holds any JSON
 }
 
 

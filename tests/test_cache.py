@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from amplint import cache as cache_module
-from amplint.cache import Cache, content_digest, result_key
+from amplint.cache import Cache, result_key
 from amplint.driver import Job, Runner
 from amplint.rules import ALL_RULES
 
@@ -172,20 +172,6 @@ def test_a_corrupt_cache_is_a_miss(project, tmp_path):
     assert runner.linted == 0
 
 
-def test_summaries_are_kept_by_content(tmp_path):
-    cache = Cache(str(tmp_path / "cache"), fingerprint="test-build")
-    path = tmp_path / "utils.py"
-    path.write_text("x = 1\n")
-    _old(path)
-    digest = content_digest(path.read_bytes())
-    cache.note_content(str(path), os.stat(path), digest, time.time_ns())
-    cache.put_summary(str(path), digest, {"functions": {"step": {}}})
-    cache.save()
-    again = Cache(str(tmp_path / "cache"), fingerprint="test-build")
-    assert again.summary(str(path), digest) == {"functions": {"step": {}}}
-    assert again.summary(str(path), content_digest(b"y = 2\n")) is None
-
-
 # --------------------------------------------------------------------------- the command
 
 
@@ -272,7 +258,7 @@ def test_only_provably_stale_builds_are_removed(tmp_path):
     cache_dir = tmp_path / "cache"
     Cache(str(cache_dir), fingerprint="0.1.0-aaaaaaaaaaaaaaaa")._writable("x.py")  # nothing to save: no root yet
     first = Cache(str(cache_dir), fingerprint="0.1.0-aaaaaaaaaaaaaaaa")
-    first.put_summary(str(tmp_path / "x.py"), "d", {})
+    first.put(str(tmp_path / "x.py"), "k", {})
     first.save()
     old_build = cache_dir / "0.1.0-aaaaaaaaaaaaaaaa"
     assert sorted(p.name for p in old_build.iterdir())[-1] == "lock"
@@ -290,7 +276,7 @@ def test_only_provably_stale_builds_are_removed(tmp_path):
         _aged(path, 30)
     (tmp_path / "x.py").write_text("x = 1\n")
     second = Cache(str(cache_dir), fingerprint="0.2.0-eeeeeeeeeeeeeeee")
-    second.put_summary(str(tmp_path / "x.py"), "d", {})
+    second.put(str(tmp_path / "x.py"), "k", {})
     second.save()
     assert not old_build.exists()
     assert (extra / "notes.txt").exists() and (cache_dir / "0.1.0-cccccccccccccccc").is_symlink()
