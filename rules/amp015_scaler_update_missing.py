@@ -1,15 +1,12 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence
 
-import libcst as cst
-
-from amplint.analyses.repetition import Repetition, Repetitions
+from amplint.analyses.repetition import Loop, Repetitions, loop_header
 from amplint.evidence import BACKWARD, SCALE, STEP
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, GuardFrame, LoopFrame, Occurrence, SemanticModel, source_text
+from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
 
-Loop = Union[cst.For, cst.While]
 
 # What makes a loop a training loop: it computes gradients in every iteration.
 _GRADIENTS = (EventKind.BACKWARD, EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD)
@@ -333,37 +330,25 @@ class Trainer:
 
 def _plain_scaler(call: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[str]:
     """The key of the GradScaler `call` is a `scaler.step(...)` or `scaler.unscale_(...)` of,
-    when it is a plain one that may be enabled (a framework's scaler manages its own update)
-    and surely a GradScaler: the file builds it, or the unit scales a loss with it too (an
-    object known only by its `.step(optimizer)` may be a wrapper that updates inside)."""
+    when it is a plain one whose update the code must call (`SemanticModel.plain_grad_scaler`)."""
     if call.kind not in (EventKind.SCALER_STEP, EventKind.UNSCALE) or call.receiver is None:
         return None
     key = call.receiver.key
-    info = model.scalers.get(key)
-    if info is None or info.framework is not None or info.known_disabled:
-        return None
-    scales = any(o.kind is EventKind.SCALE and o.receiver is not None and o.receiver.key == key for o in occurrences)
-    return key if info.constructions or scales else None
+    return key if model.plain_grad_scaler(key, occurrences) else None
 
 
 def _training_loop(step: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Loop]:
     """The innermost loop of the step's unit around it that runs a backward too (not a loop
     over optimizers) and repeats its body. None when a loop in a helper on the way holds the
     step: that helper's unit reports it."""
-    if step.via and any(_loops(model, node) for node in step.via[1:] + (step.event.node,)):
-        return None
     repetitions = model.facts(Repetitions)
-    for loop in reversed(_loops(model, step.call_site)):
+    if step.via and any(repetitions.loops_around(node) for node in step.via[1:] + (step.event.node,)):
+        return None
+    for loop in reversed(repetitions.loops_around(step.call_site)):
         inside = [o for o in occurrences if repetitions.inside(o.call_site, loop)]
         if any(o.kind in _GRADIENTS for o in inside):
             return loop if repetitions.repeats(loop) else None
     return None
-
-
-def _loops(model: SemanticModel, node: cst.CSTNode) -> List[Loop]:
-    """The loops around a call in its unit, outermost first."""
-    record = model.call_record(node) if isinstance(node, cst.Call) else None
-    return [frame.node for frame in record.frames if isinstance(frame, LoopFrame)] if record is not None else []
 
 
 def _updates(other: Occurrence, scaler: str, loop: Loop, model: SemanticModel) -> bool:
@@ -379,11 +364,7 @@ def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence
     its scaler, or None: a step with no update in the loop; an unscale_ that runs in every
     iteration while every update sits under an `if` whose test changes from one iteration to
     the next (`if (i + 1) % 4 == 0:`), which the unscale_ is not under."""
-    header = (
-        f"for {source_text(loop.target)} in {source_text(loop.iter)}:"
-        if isinstance(loop, cst.For)
-        else f"while {source_text(loop.test)}:"
-    )
+    header = loop_header(loop)
     if call.kind is EventKind.SCALER_STEP and not updates:
         return Message(
             f"{quote(call)} runs every iteration of `{header}` but `{scaler}.update()` never does",
@@ -393,12 +374,13 @@ def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence
                 "last step."
             ),
         )
-    if call.kind is not EventKind.UNSCALE or not updates or not _every_iteration(model, call, loop):
+    repetitions = model.facts(Repetitions)
+    if call.kind is not EventKind.UNSCALE or not updates or not repetitions.every_iteration(call.call_site, loop):
         return None
-    if any(_every_iteration(model, update, loop) for update in updates):
+    if any(repetitions.every_iteration(update.call_site, loop) for update in updates):
         return None
-    own = {(id(g.test), g.outcome) for g in _guards(model, call.call_site, loop)}
-    skipping = [g for g in _guards(model, updates[0].call_site, loop) if (id(g.test), g.outcome) not in own]
+    own = {(id(g.test), g.outcome) for g in repetitions.branches_around(call.call_site, loop)}
+    skipping = [g for g in repetitions.branches_around(updates[0].call_site, loop) if (id(g.test), g.outcome) not in own]
     if not skipping:
         return None
     test = skipping[-1]
@@ -411,20 +393,3 @@ def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence
             "same condition as the step and the update."
         ),
     )
-
-
-def _every_iteration(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> bool:
-    """Whether what the loop's unit writes for `occurrence` runs in every iteration of `loop`:
-    no `if` between them tests what an iteration changes (`Repetitions.runs_every_iteration`)."""
-    record = model.call_record(occurrence.call_site) if isinstance(occurrence.call_site, cst.Call) else None
-    if record is None:
-        return True
-    return model.facts(Repetitions).runs_every_iteration(record, Repetition(loop, record.unit))
-
-
-def _guards(model: SemanticModel, node: cst.CSTNode, loop: Loop) -> List[GuardFrame]:
-    """The `if` branches between `loop` and the call `node` in its unit."""
-    record = model.call_record(node) if isinstance(node, cst.Call) else None
-    frames = list(record.frames) if record is not None else []
-    inner = next((i for i, f in enumerate(frames) if isinstance(f, LoopFrame) and f.node is loop), len(frames))
-    return [frame for frame in frames[inner + 1 :] if isinstance(frame, GuardFrame)]

@@ -1,15 +1,14 @@
 from __future__ import annotations
 
-from typing import FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from amplint.analyses.repetition import Repetition, Repetitions
+from amplint.analyses.repetition import Loop, Repetitions, loop_header
 from amplint.evidence import SCALE, STEP
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, GuardFrame, LoopFrame, Occurrence, SemanticModel, iter_tree, source_text
+from amplint.semantic import EventKind, Occurrence, SemanticModel, iter_tree, source_text
 
-Loop = Union[cst.For, cst.While]
 
 # What makes a loop a training loop: it computes gradients in every iteration.
 _GRADIENTS = (EventKind.BACKWARD, EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD)
@@ -138,7 +137,7 @@ class ScalerUpdatedTwice(Rule):
             for update in occurrences:
                 scaler = _plain_scaler(update, occurrences, model)
                 loop = _training_loop(update, occurrences, model) if scaler is not None else None
-                if loop is None or not _every_iteration(model, update, loop) or _maybe_exclusive(model, update, loop):
+                if loop is None or not model.facts(Repetitions).every_iteration(update.call_site, loop) or _maybe_exclusive(model, update, loop):
                     continue
                 if any(model.facts(Repetitions).inside(built, loop) for built in model.scalers[scaler].constructions):
                     continue  # a new scaler every iteration (AMP008's mistake), or each update its own
@@ -381,55 +380,29 @@ for x in loader:
 
 
 def _plain_scaler(update: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[str]:
-    """The key of the GradScaler `update` is a `scaler.update()` of, when it is a plain one that
-    may be enabled (a framework's scaler manages its own update) and surely a GradScaler: the
-    file builds it, or the unit scales a loss with it too."""
-    if update.kind is not EventKind.SCALER_UPDATE or update.receiver is None or update.receiver.key is None:
+    """The key of the GradScaler `update` is a `scaler.update()` of, when it is a plain one whose
+    update the code calls itself (`SemanticModel.plain_grad_scaler`)."""
+    if update.kind is not EventKind.SCALER_UPDATE or update.receiver is None:
         return None
     key = update.receiver.key
-    info = model.scalers.get(key)
-    if info is None or info.framework is not None or info.known_disabled:
-        return None
-    scales = any(o.kind is EventKind.SCALE and o.receiver is not None and o.receiver.key == key for o in occurrences)
-    return key if info.constructions or scales else None
+    return key if model.plain_grad_scaler(key, occurrences) else None
 
 
 def _training_loop(update: Occurrence, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Loop]:
     """The innermost loop of the update's unit around it, when it runs a backward too and
     repeats its body. None when a helper on the way holds the update under a loop or an `if`
     of its own (that helper decides how often it runs)."""
-    if any(_frames(model, node) for node in update.via[1:] + ((update.event.node,) if update.via else ())):
-        return None
-    loops = _loops(model, update.call_site)
+    repetitions = model.facts(Repetitions)
+    for node in update.via[1:] + ((update.event.node,) if update.via else ()):
+        if repetitions.loops_around(node) or repetitions.branches_around(node):
+            return None
+    loops = repetitions.loops_around(update.call_site)
     if not loops:
         return None
     loop = loops[-1]
-    repetitions = model.facts(Repetitions)
     if not any(o.kind in _GRADIENTS and repetitions.inside(o.call_site, loop) for o in occurrences):
         return None
     return loop if repetitions.repeats(loop) else None
-
-
-def _frames(model: SemanticModel, node: cst.CSTNode) -> list:
-    """The loops and `if` branches around a call in its unit."""
-    record = model.call_record(node) if isinstance(node, cst.Call) else None
-    frames = record.frames if record is not None else ()
-    return [frame for frame in frames if isinstance(frame, (LoopFrame, GuardFrame))]
-
-
-def _loops(model: SemanticModel, node: cst.CSTNode) -> List[Loop]:
-    """The loops around a call in its unit, outermost first."""
-    record = model.call_record(node) if isinstance(node, cst.Call) else None
-    return [frame.node for frame in record.frames if isinstance(frame, LoopFrame)] if record is not None else []
-
-
-def _every_iteration(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> bool:
-    """Whether what the loop's unit writes for `occurrence` runs in every iteration of `loop`:
-    no `if` between them tests what an iteration changes (`Repetitions.runs_every_iteration`)."""
-    record = model.call_record(occurrence.call_site) if isinstance(occurrence.call_site, cst.Call) else None
-    if record is None:
-        return True
-    return model.facts(Repetitions).runs_every_iteration(record, Repetition(loop, record.unit))
 
 
 def _maybe_exclusive(model: SemanticModel, update: Occurrence, loop: Loop) -> bool:
@@ -455,20 +428,12 @@ def _maybe_exclusive(model: SemanticModel, update: Occurrence, loop: Loop) -> bo
 def _conditions(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> FrozenSet[Tuple[str, bool]]:
     """The `if` branches between `loop` and the call, by the text of the test and the branch:
     two updates under the same ones run together; under different ones, perhaps never."""
-    record = model.call_record(occurrence.call_site) if isinstance(occurrence.call_site, cst.Call) else None
-    frames = list(record.frames) if record is not None else []
-    inner = next((i for i, f in enumerate(frames) if isinstance(f, LoopFrame) and f.node is loop), len(frames))
-    return frozenset(
-        (source_text(frame.test), frame.outcome) for frame in frames[inner + 1 :] if isinstance(frame, GuardFrame)
-    )
+    branches = model.facts(Repetitions).branches_around(occurrence.call_site, loop)
+    return frozenset((source_text(frame.test), frame.outcome) for frame in branches)
 
 
 def _message(update: Occurrence, first: Occurrence, loop: Loop, scaler: str) -> Message:
-    header = (
-        f"for {source_text(loop.target)} in {source_text(loop.iter)}:"
-        if isinstance(loop, cst.For)
-        else f"while {source_text(loop.test)}:"
-    )
+    header = loop_header(loop)
     return Message(
         f"{quote(update)} updates `{scaler}` a second time in every iteration of `{header}`, after {quote(first)} earlier in the iteration",
         help=(

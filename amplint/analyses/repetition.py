@@ -48,9 +48,14 @@ class Repetition:
     @property
     def header(self) -> str:
         """The loop's first line, as a message quotes it: `for epoch in range(epochs):`."""
-        if isinstance(self.loop, cst.For):
-            return f"for {source_text(self.loop.target)} in {source_text(self.loop.iter)}:"
-        return f"while {source_text(self.loop.test)}:"
+        return loop_header(self.loop)
+
+
+def loop_header(loop: Loop) -> str:
+    """A loop's first line, as a message quotes it: `for epoch in range(epochs):`."""
+    if isinstance(loop, cst.For):
+        return f"for {source_text(loop.target)} in {source_text(loop.iter)}:"
+    return f"while {source_text(loop.test)}:"
 
 
 class Repetitions(Analysis):
@@ -68,6 +73,28 @@ class Repetitions(Analysis):
     def record(self, call: cst.Call) -> Optional[CallRecord]:
         """The index's record of a call node."""
         return self.model.call_record(call)
+
+    def loops_around(self, node: cst.CSTNode) -> List[Loop]:
+        """The loops around a call in its unit, outermost first (none for what is not a call)."""
+        return [frame.node for frame in self._frames(node) if isinstance(frame, LoopFrame)]
+
+    def branches_around(self, node: cst.CSTNode, loop: Optional[Loop] = None) -> List[GuardFrame]:
+        """The `if` branches around a call in its unit, outermost first; with `loop`, only
+        those between that loop and the call."""
+        frames = self._frames(node)
+        inner = next((i for i, f in enumerate(frames) if isinstance(f, LoopFrame) and f.node is loop), -1)
+        return [frame for frame in frames[inner + 1 :] if isinstance(frame, GuardFrame)]
+
+    def every_iteration(self, node: cst.CSTNode, loop: Loop) -> bool:
+        """Whether the call `node`, written in `loop`'s unit, runs in every iteration of it (no
+        `if` between them tests what an iteration changes: `runs_every_iteration`); True for
+        what is not a call of the file."""
+        record = self.record(node) if isinstance(node, cst.Call) else None
+        return record is None or self.runs_every_iteration(record, Repetition(loop, record.unit))
+
+    def _frames(self, node: cst.CSTNode) -> List[object]:
+        record = self.record(node) if isinstance(node, cst.Call) else None
+        return list(record.frames) if record is not None else []
 
     def callers(self, unit: CodeUnit) -> List[CallRecord]:
         """The calls in this file that run `unit` (a function of the file)."""

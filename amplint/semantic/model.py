@@ -9,7 +9,7 @@ regions, the AMP events a unit runs (`occurrences_in`) and the state before each
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Type, TypeVar
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple, Type, TypeVar
 
 import libcst as cst
 
@@ -125,6 +125,18 @@ class SemanticModel:
         return self._records.get(id(call))
 
     # ------------------------------------------------------------------ scalers
+    def plain_grad_scaler(self, key: Optional[str], occurrences: Sequence[Occurrence]) -> bool:
+        """Whether `key` is a plain GradScaler that may be on, whose `update()` the code must
+        call itself (a framework's scaler updates on its own): one the file builds, or one a
+        unit's `occurrences` scale a loss with (an object known only by its `.step(optimizer)`
+        may be a wrapper that updates inside)."""
+        info = self.scalers.get(key) if key is not None else None
+        if info is None or info.framework is not None or info.known_disabled:
+            return False
+        return bool(info.constructions) or any(
+            o.kind is EventKind.SCALE and o.receiver is not None and o.receiver.key == key for o in occurrences
+        )
+
     def is_live(self, scaler: Optional[str], facts: FrozenSet[Assumption] = frozenset()) -> bool:
         """Whether the scaler `scaler` (a key) is on, given what a path assumed."""
         info = self.scalers.get(scaler) if scaler is not None else None
