@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -273,6 +273,72 @@ class PathIndex:
             return []
         suffixes = (os.sep + os.path.join(*parts) + ".py", os.sep + os.path.join(*parts, "__init__.py"))
         return [path for absolute, path in self.by_name.get(parts[-1], ()) if path != exclude and absolute.endswith(suffixes)]
+
+
+# What a file asks of other modules: (module, relative level, the function or method looked
+# up in its summary; None: the summary as a whole).
+Lookup = Tuple[Optional[str], int, Optional[str]]
+
+
+class _Asked(dict):
+    """A summary's functions that has none, and notes each name looked up in it."""
+
+    def __init__(self, noted: Callable[[Optional[str]], None]) -> None:
+        super().__init__()
+        self._noted = noted
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._noted(key if isinstance(key, str) else None)
+        return default
+
+    def __contains__(self, key: object) -> bool:
+        self._noted(key if isinstance(key, str) else None)
+        return False
+
+    def __getitem__(self, key: Any) -> Any:
+        self._noted(key if isinstance(key, str) else None)
+        raise KeyError(key)
+
+    # Read whole: every function counts.
+    def __iter__(self) -> Any:
+        self._noted(None)
+        return iter(())
+
+    def __len__(self) -> int:
+        self._noted(None)
+        return 0
+
+    def keys(self) -> Any:
+        self._noted(None)
+        return {}.keys()
+
+    def values(self) -> Any:
+        self._noted(None)
+        return {}.values()
+
+    def items(self) -> Any:
+        self._noted(None)
+        return {}.items()
+
+
+class LookupRecorder(ExternalModules):
+    """Stands in for `ExternalModules` in a file's lint without other modules' summaries: every
+    module it looks up has nothing, so the analysis is the one without summaries, and what it
+    looked up is noted (`lookups`). Linted again with summaries in which none of these is
+    found, the file's analysis would be that same one (`amplint.project` then keeps its first
+    result). Every way the analysis reads another module's summary goes through `module` or
+    `path_of`, and so is noted here."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, {})
+        self.lookups: Set[Lookup] = set()
+
+    def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
+        return ForeignModule("", _Asked(lambda function: self.lookups.add((name, level, function))), {})
+
+    def path_of(self, name: Optional[str], level: int) -> Optional[str]:
+        self.lookups.add((name, level, None))
+        return None
 
 
 def imported_module(binding_node: cst.CSTNode, local: str) -> Optional[Tuple[Optional[str], int, Optional[str]]]:
