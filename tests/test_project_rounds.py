@@ -205,3 +205,14 @@ def test_the_lookups_are_kept_in_the_cache_with_the_result(tmp_path):
     unknown = dict(payload)
     del unknown["lookups"]
     assert cache.valid_result(unknown) and _from_payload(result.path, unknown).lookups is None
+
+
+def test_the_recorder_has_nothing_and_notes_every_way_a_summary_is_read():
+    from amplint.semantic.exports import LookupRecorder
+
+    recorder = LookupRecorder("pkg/train.py")
+    functions = recorder.module("steps", 1).functions
+    assert functions.get("scaled_step") is None and "Looper.fit" not in functions
+    assert recorder.summaries[recorder.path_of("trainers", 1) or ""] == {}  # a summary read whole
+    assert list(functions.items()) == [] and recorder.scaler("ext:pkg/steps.py:scaler") is None
+    assert recorder.lookups == {("steps", 1, "scaled_step"), ("steps", 1, "Looper.fit"), ("trainers", 1, None), ("steps", 1, None)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -321,6 +321,19 @@ class _Asked(dict):
         return {}.items()
 
 
+class _NoSummaries(Mapping):
+    """Every module's summary, empty."""
+
+    def __getitem__(self, path: str) -> Mapping[str, Any]:
+        return {}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
 class LookupRecorder(ExternalModules):
     """Stands in for `ExternalModules` in a file's lint without other modules' summaries: every
     module it looks up has nothing, so the analysis is the one without summaries, and what it
@@ -330,7 +343,7 @@ class LookupRecorder(ExternalModules):
     `path_of`, and so is noted here."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(path, {})
+        super().__init__(path, _NoSummaries())
         self.lookups: Set[Lookup] = set()
 
     def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
