@@ -238,7 +238,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
     )
     workers = (options.jobs if options.jobs is not None else config.jobs) or os.cpu_count() or 1
     if options.show_settings:
-        sys.stdout.write(show.settings(config, rules, discovery, paths, options.output_format, workers, target))
+        sys.stdout.write(show.settings(config, rules, discovery, paths, options.output_format, workers, target, fail_level or "error", analysis_limit or 1.0))
         return EXIT_CLEAN
     unsafe = options.unsafe_fixes if options.unsafe_fixes is not None else config.unsafe_fixes
     try:
