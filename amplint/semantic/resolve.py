@@ -104,6 +104,25 @@ class Resolver:
         """Every value `name` is given, each with the scope its names are read in."""
         return [(b.value, b.value_scope) for b in self.bindings(name, scope)]
 
+    def local_values(self, name: str, scope: Scope) -> List[cst.BaseExpression]:
+        """What a plain variable of `scope` is given in `scope` itself, wherever in it: each
+        assigned value, the right side of `x *= s`, and for a `for` target what it is drawn from
+        (its own argument of a `zip(...)`). Empty for a parameter, a global or an unpacking:
+        value flow inside one function, nothing guessed."""
+        found: List[cst.BaseExpression] = []
+        if "." in name:
+            return found
+        for binding in scope.bindings.get(name, ()):
+            if binding.value_scope is not scope:
+                continue
+            if binding.value is not None:
+                found.append(binding.value)
+            elif binding.kind == "augassign" and isinstance(binding.node, cst.AugAssign):
+                found += [binding.node.target, binding.node.value]
+            elif binding.kind == "for" and isinstance(binding.node, cst.For):
+                found.append(drawn_from(binding.node, name))
+        return found
+
     def constant(self, name: str, scope: Scope) -> Optional[Tuple[cst.BaseExpression, Scope]]:
         """The one value `name` is ever given; None if unsure."""
         values = self.values(name, scope)
@@ -416,6 +435,17 @@ def bool_literal(node: Optional[cst.BaseExpression]) -> Optional[bool]:
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
     return None
+
+
+def drawn_from(loop: cst.For, name: str) -> cst.BaseExpression:
+    """What the loop variable `name` is drawn from: `for e, p in zip(ema_params, model.parameters())`
+    -> `ema_params` for `e`; the whole iterable otherwise."""
+    target, iterable = loop.target, loop.iter
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(iterable, cst.Call) and dotted_name(iterable.func) == "zip":
+        for element, arg in zip(target.elements, iterable.args):
+            if dotted_name(element.value) == name and not arg.star:
+                return arg.value
+    return iterable
 
 
 def split_args(args) -> Tuple[List[cst.BaseExpression], dict]:
