@@ -392,10 +392,22 @@ def _dtype_words(cast: ModuleCast) -> str:
     return "float16 (one of the dtypes it can be)"
 
 
+def _cast_words(cast: ModuleCast, verb: str) -> str:
+    """`model.half()` casts `model` to float16; for a copy made after a cast: `copy.deepcopy(model)`
+    copies `model` after `model.half()` cast it to float16, so `ema` is float16 too."""
+    original = cast.inherits
+    if original is None:
+        return f"`{source_text(cast.node)}` {verb} `{cast.name}` {'to' if verb == 'casts' else 'in'} {_dtype_words(cast)}"
+    return (
+        f"`{source_text(cast.node)}` copies `{cast.copy_of}` after `{source_text(original.node)}` cast it to "
+        f"{_dtype_words(original)}, so `{cast.name}` {'is' if original.dtypes == frozenset({'float16'}) else 'may be'} float16 too"
+    )
+
+
 def _trained_message(cast: ModuleCast, optimizer: OptimizerBuild) -> str:
     holder = f"`{optimizer.name}`" if optimizer.name else "the optimizer"
     return (
-        f"`{source_text(cast.node)}` casts `{cast.name}` to {_dtype_words(cast)}, and {holder} "
+        f"{_cast_words(cast, 'casts')}, and {holder} "
         f"(`{source_text(optimizer.node)}`) then updates those float16 parameters with no float32 master "
         f"copy: updates smaller than ~1/4000 of a weight round away{_eps_words(optimizer)}. Keep the "
         "parameters float32 and run the forward pass under `torch.autocast(..., dtype=torch.float16)` with a "
@@ -417,7 +429,7 @@ def _eps_words(optimizer: OptimizerBuild) -> str:
 
 def _averaged_message(cast: ModuleCast, average: InPlaceAverage) -> str:
     return (
-        f"`{source_text(cast.node)}` keeps `{cast.name}` in {_dtype_words(cast)}, and "
+        f"{_cast_words(cast, 'keeps')}, and "
         f"`{source_text(average.update)}` then decays it in place: with a decay close to 1 each update is "
         "smaller than float16's spacing, rounds away, and the average stays frozen. Keep the average in "
         "float32 (cast a copy only when saving)."

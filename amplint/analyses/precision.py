@@ -43,7 +43,7 @@ import libcst as cst
 from amplint.semantic.conditions import Assumption, assumptions
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, ModuleIndex, Scope
 from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, names_read, roots
+from amplint.semantic.names import dotted_name, names_bound, names_read, roots
 from amplint.semantic.pytorch import vocabulary
 from amplint.semantic.pytorch.api import (
     CAST_METHODS,
@@ -53,7 +53,7 @@ from amplint.semantic.pytorch.api import (
     PARAMETER_METHODS,
     STATE_METHODS,
 )
-from amplint.semantic.resolve import Resolver, split_args
+from amplint.semantic.resolve import Resolver, drawn_from, split_args
 from amplint.semantic.scalers import all_bindings
 from amplint.semantic.walk import children, iter_tree
 
@@ -72,13 +72,16 @@ ModulePath = Tuple[str, Tuple[str, ...]]
 class ModuleCast:
     """A cast of a variable's parameters (or values) to other dtypes."""
 
-    node: cst.Call  # the cast: `model.half()`, `unet.to(device, dtype=weight_dtype)`
+    node: cst.BaseExpression  # the cast: `model.half()`, `unet.to(device, dtype=weight_dtype)`; or the copy
     record: CallRecord
     dtypes: FrozenSet[str]  # every dtype it can cast to; empty when unknown
     name: str  # the variable that holds the cast object, as written: `model`, `self.ema`
     paths: FrozenSet[ModulePath]  # every module path that variable can be
     copy_of: Optional[str]  # `deepcopy(model).half()`: the module copied, as written
     facts: FrozenSet[Assumption]  # the branch conditions it runs under
+    # A copy made after another cast, which keeps that cast's dtypes: `ema = deepcopy(model)`
+    # after `model.half()` (`node` is the copy), `{n: p.clone() for n, p in model.named_parameters()}`.
+    inherits: Optional["ModuleCast"] = None
 
     @property
     def unit(self) -> CodeUnit:
@@ -198,10 +201,12 @@ class PrecisionFinder:
         for record in index.calls:
             for arg in record.node.args:
                 self.parent_call[id(arg.value)] = record.node
+        self.records: Dict[int, CallRecord] = {id(record.node): record for record in index.calls}
         for record in index.calls:
             self._cast(record)
             self._optimizer(record)
         if self.facts.casts:
+            self._copies()
             self._averages()
 
     # module paths
@@ -265,6 +270,63 @@ class PrecisionFinder:
             paths |= self.paths(binding.name, binding.value_scope)
         if names:
             self.facts.casts.append(ModuleCast(node, record, dtypes, names[0], frozenset(paths), copy_of, guard_facts(record)))
+
+    # copies
+    def _copies(self) -> None:
+        """Copies of a cast module, which have its dtype: `ema = copy.deepcopy(model)` after
+        `model.half()`, and containers of copies of its tensors (`{n: p.detach().clone() for n, p
+        in model.named_parameters()}`, `[p.clone() for p in model.parameters()]`); a copy cast
+        itself (`deepcopy(model).float()`, `p.clone().float()`) has the dtype it is cast to. Each
+        becomes a cast of the variable it is assigned to that `inherits` the original's (whether
+        the copy runs after the original is asked later, of what may run after it)."""
+        originals = list(self.facts.casts)
+        for binding in self.bindings:
+            if binding.kind != "assign" or binding.value is None:
+                continue
+            copied = self._copied(binding.value)
+            if copied is None:
+                continue
+            node, call, source, where = copied
+            record = self.records.get(id(call))
+            if record is None:
+                continue
+            sources = self.paths(source, where)
+            paths = frozenset(self.paths(binding.name, binding.value_scope))
+            for cast in originals:
+                if cast.dtypes and any(cast.covers(path) for path in sources):
+                    inherited = ModuleCast(node, record, cast.dtypes, binding.name, paths, source, guard_facts(record), cast)
+                    self.facts.casts.append(inherited)
+
+    def _copied(
+        self, value: cst.BaseExpression
+    ) -> Optional[Tuple[cst.BaseExpression, cst.Call, str, Scope]]:
+        """When `value` copies a module or its tensors without casting them: (the copy, a call
+        that evaluates it, the module copied as written, the scope it is read in)."""
+        calls, root = module_chain(value)
+        if any(cast_dtypes_of(call) for call in calls):
+            return None  # `deepcopy(model).half()` is a cast of its own
+        if isinstance(root, cst.Call) and root.args and (self.resolver.qualified(root.func) or dotted_name(root.func)) in _COPIES:
+            copied = root.args[0].value
+            state = next(_state_calls(copied), None)
+            source = self._module_source(state.func.value if state is not None else copied)  # type: ignore[attr-defined]
+            record = self.records.get(id(root))
+            if source is None or record is None:
+                return None
+            return root, root, source, record.unit.scope
+        if isinstance(value, (cst.DictComp, cst.ListComp)):
+            element = value.value if isinstance(value, cst.DictComp) else value.elt
+            drawn = _tensor_copied(element)
+            state = next(_state_calls(value.for_in.iter), None)
+            if drawn is None or state is None or value.for_in.inner_for_in is not None:
+                return None
+            if drawn not in names_bound(value.for_in.target):
+                return None
+            source = self._module_source(state.func.value)  # type: ignore[attr-defined]
+            record = self.records.get(id(state))
+            if source is None or record is None:
+                return None
+            return value, state, source, record.unit.scope
+        return None
 
     # optimizers
     def _optimizer(self, record: CallRecord) -> None:
@@ -466,11 +528,37 @@ class PrecisionFinder:
             if found is None:
                 continue
             update, decayed = found
-            source = _iterated_for(loop, decayed)
-            for path in self._state_owners(source, unit.scope):
+            # Every module it can be (a helper's parameter is what each caller passes).
+            for path in sorted(set(self._decayed_paths(loop, decayed, unit.scope))):
                 if any(cast.covers(path) for cast in self.facts.casts):
                     self.facts.averages.append(InPlaceAverage(loop, unit, path, update))
-                    break
+
+    def _decayed_paths(self, loop: cst.For, decayed: cst.BaseExpression, scope: Scope) -> Iterator[ModulePath]:
+        """What the tensor a loop decays belongs to: the module whose parameters or state the
+        loop draws it from (`for e, p in zip(ema.parameters(), model.parameters())`), or the
+        container it is taken from (`ema_params[name]`, `for e, p in zip(ema_list, ...)`, through
+        a local alias `e = ema_params[name]`); nothing when it comes from elsewhere."""
+        for _ in range(3):
+            if isinstance(decayed, cst.Subscript):
+                container = dotted_name(decayed.value)
+                if container is not None:
+                    yield from self.paths(container, scope)
+                return
+            name = dotted_name(decayed)
+            if name is None:
+                return
+            root = name.split(".")[0]
+            if root in names_bound(loop.target):
+                source = drawn_from(loop, root)
+                if _iterates_state(source):
+                    yield from self._state_owners(source, scope)
+                elif dotted_name(source) is not None:
+                    yield from self.paths(dotted_name(source), scope)  # type: ignore[arg-type]
+                return
+            aliases = [b.value for b in self.resolver.bindings(root, scope) if b.value is not None and b.value_scope is scope and b.kind == "assign"]
+            if len(aliases) != 1 or root != name:
+                return
+            decayed = aliases[0]  # `e = ema_params[name]`, then `e.mul_(d)`
 
     def _state_owners(self, expression: cst.BaseExpression, scope: Scope) -> Iterator[ModulePath]:
         """The modules whose parameters or state an expression iterates:
@@ -488,43 +576,81 @@ def _state_calls(expression: cst.BaseExpression) -> Iterator[cst.Call]:
             yield node
 
 
+# What copies a tensor without changing its dtype: `p.detach().clone()`, `p.data.clone()`.
+_TENSOR_COPIES = frozenset({"clone", "detach", "detach_", "contiguous", "requires_grad_", "to", "cuda", "cpu"})
+
+
+def cast_dtypes_of(call: cst.Call) -> bool:
+    """Whether a call of a module chain may change the dtype: `.half()`, `.float()`, a
+    `.to(...)` given a dtype (or anything but a plain device)."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value in CAST_METHODS:
+        return True
+    if func.attr.value != "to":
+        return False
+    positional, keywords = split_args(call.args)
+    if "dtype" in keywords:
+        return True
+    # `.to(device)`, `.to(accelerator.device)`, `.to("cuda")`: a device; anything else may be a dtype
+    return any(not _device_like(value) for value in positional)
+
+
+def _device_like(value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.SimpleString):
+        return True
+    name = (dotted_name(value) or "").lower()
+    return name.rsplit(".", 1)[-1] in ("device", "local_rank", "rank", "gpu", "dev") or name.endswith("device")
+
+
+def _tensor_copied(element: cst.BaseExpression) -> Optional[str]:
+    """The variable a comprehension's element copies without casting: `p.detach().clone()` ->
+    `p`; None for anything else (`p.float()`, `p * 0`, `f(p)`)."""
+    node = element
+    copied = False
+    while True:
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _TENSOR_COPIES:
+            if cast_dtypes_of(node):
+                return None
+            copied = copied or node.func.attr.value == "clone"
+            node = node.func.value
+        elif isinstance(node, cst.Attribute) and node.attr.value == "data":
+            node = node.value
+        else:
+            break
+    return node.value if copied and isinstance(node, cst.Name) else None
+
+
 def _iterates_state(iterable: cst.BaseExpression) -> bool:
     return next(_state_calls(iterable), None) is not None
 
 
-def _decaying_update(body: cst.CSTNode) -> Optional[Tuple[cst.CSTNode, Optional[str]]]:
-    """The first in-place decay in a loop body (`e.mul_(d)`, `v *= d`, `e.lerp_(p, w)`) and the
-    variable it decays."""
+def _decaying_update(body: cst.CSTNode) -> Optional[Tuple[cst.CSTNode, cst.BaseExpression]]:
+    """The first in-place decay in a loop body (`e.mul_(d)`, `v *= d`, `e.lerp_(p, w)`,
+    `ema_params[name].mul_(d).add_(p, alpha=1 - d)`) and the tensor it decays (`e`,
+    `ema_params[name]`; `.data`, `.detach()` left out)."""
 
     def descend(node: cst.CSTNode) -> bool:
         return not isinstance(node, (cst.FunctionDef, cst.ClassDef))
 
     for node in iter_tree(body, descend):
         if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.MultiplyAssign):
-            return node, dotted_name(node.target)
+            return node, _decayed_tensor(node.target)
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in DECAY_METHODS:
-            _, receiver = module_chain(node.func.value)
-            while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
-                receiver = receiver.func.value  # `e.data.mul_(d)`, `e.detach().mul_(d)`
-            name = dotted_name(receiver)
-            return node, name.split(".")[0] if name is not None else None
+            return node, _decayed_tensor(node.func.value)
     return None
 
 
-def _iterated_for(loop: cst.For, name: Optional[str]) -> cst.BaseExpression:
-    """What the loop variable `name` is drawn from: `for e, p in zip(ema.parameters(),
-    model.parameters())` -> `ema.parameters()` for `e`; the whole iterable otherwise."""
-    target, iterable = loop.target, loop.iter
-    if (
-        name is not None
-        and isinstance(target, (cst.Tuple, cst.List))
-        and isinstance(iterable, cst.Call)
-        and dotted_name(iterable.func) == "zip"
-    ):
-        for element, arg in zip(target.elements, iterable.args):
-            if dotted_name(element.value) == name:
-                return arg.value
-    return iterable
+def _decayed_tensor(receiver: cst.BaseExpression) -> cst.BaseExpression:
+    """`e.data`, `e.detach()`, `ema[k].data` -> `e`, `ema[k]`."""
+    while True:
+        if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+            receiver = receiver.func.value  # `e.detach().mul_(d)`, `e.to(x).mul_(d)`
+        elif isinstance(receiver, cst.Attribute) and receiver.attr.value == "data":
+            receiver = receiver.value
+        else:
+            return receiver
 
 
 # What cuts a tensor off the graph: `x.detach()`, `x.item()`, `x.data`.
@@ -579,12 +705,39 @@ def _branches(value: Optional[cst.BaseExpression]) -> List[cst.BaseExpression]:
 
 
 class Successors:
-    """The statements that may run after a call in its unit."""
+    """The statements that may run after a call in its unit; the helpers and constructors of
+    the file a call runs, and the calls of each helper."""
 
     def __init__(self, index: ModuleIndex) -> None:
         self.index = index
         self._parents: Dict[int, Dict[int, Tuple[Optional[cst.CSTNode], List[cst.CSTNode], int]]] = {}
         self._statement_of: Dict[int, Dict[int, cst.CSTNode]] = {}
+        self._callers: Optional[Dict[int, List[CallRecord]]] = None
+        self._constructors: Optional[Dict[str, CodeUnit]] = None
+
+    def callee(self, model, record: CallRecord) -> Optional[CodeUnit]:
+        """The unit of the file a call runs: a helper's, or a class's `__init__` (`EMA(model)`)."""
+        callee = getattr(model.classify(record), "callee", None)
+        if callee is not None:
+            return callee
+        if self._constructors is None:
+            self._constructors = {
+                unit.class_name: unit
+                for unit in model.units
+                if unit.class_name is not None and unit.name == f"{unit.class_name}.__init__"
+            }
+        name = dotted_name(record.node.func)
+        return self._constructors.get(name) if name is not None and name in self.index.classes else None
+
+    def callers(self, model, unit: CodeUnit) -> List[CallRecord]:
+        """The calls of the file that run `unit`."""
+        if self._callers is None:
+            self._callers = {}
+            for record in model.index.calls:
+                callee = self.callee(model, record)
+                if callee is not None and record.immediate:
+                    self._callers.setdefault(id(callee), []).append(record)
+        return self._callers.get(id(unit), [])
 
     def statements_after(self, record: CallRecord) -> List[cst.CSTNode]:
         """The statement holding the call, then every statement of its unit that may run
@@ -816,22 +969,25 @@ class Precision(Analysis):
         that may keep float32 master weights takes it (apex, DeepSpeed, accelerate), it is
         built or some optimizer steps after the cast, and nothing after the cast casts the
         module back to float32 or hands it to code that may (adapters, `cast_training_params`)."""
-        return trained_in(self, dtype)
+        return _direct_first(trained_in(self, dtype))
 
     def averaged_in_low_precision(self, dtype: str = "float16") -> Iterator[Tuple[ModuleCast, InPlaceAverage]]:
         """Casts that may cast a module to `dtype` whose parameters a loop that runs after the
         cast decays in place: an EMA kept in that dtype (`ema = deepcopy(model).half()`,
         then `e.mul_(d).add_(p, alpha=1 - d)`)."""
-        return averaged_in(self, dtype)
+        return _direct_first(averaged_in(self, dtype))
 
 
 # --------------------------------------------------------------------------- queries
 
 
-def calls_after(model, record: CallRecord, successors: "Successors") -> List[CallRecord]:
+def calls_after(model, record: CallRecord, successors: "Successors", depth: int = 0) -> List[CallRecord]:
     """The calls that may run after `record` (itself included): in the statements of its unit
-    that may follow it, in the helpers of the file those call, and, for a call in
-    `__init__`, in every other method of the class (the instance exists only after it)."""
+    that may follow it, in the helpers of the file those call (a class of the file constructed
+    runs its `__init__`), for a call in `__init__`, in every other method of the class (the
+    instance exists only after it), and, for a call in a helper of the file, what may follow
+    each call of that helper in its callers (a validation helper called in a training loop:
+    the loop's next steps)."""
     unit = record.unit
     ids = calls_within(successors.statements_after(record))
     found = [r for r in unit.calls if id(r.node) in ids and r.immediate]
@@ -840,13 +996,19 @@ def calls_after(model, record: CallRecord, successors: "Successors") -> List[Cal
     seen = {id(unit)}
     pending = list(found)
     while pending:
-        item = model.classify(pending.pop())
-        callee = getattr(item, "callee", None)
+        callee = successors.callee(model, pending.pop())
         if callee is not None and id(callee) not in seen and len(seen) < 32:
             seen.add(id(callee))
             found += callee.calls
             pending += callee.calls
+    if depth < _MAX_CALLERS and not unit.is_module:
+        for call in successors.callers(model, unit):
+            if call.unit is not unit:
+                found += calls_after(model, call, successors, depth + 1)
     return found
+
+
+_MAX_CALLERS = 2  # callers of callers followed up from a helper
 
 
 def trained_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast, OptimizerBuild]]:
@@ -855,7 +1017,7 @@ def trained_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast,
     facts: PrecisionFacts = precision.found
     optimizers = [o for o in facts.optimizers if o.wrapped_by is None and o.trains]
     for cast in facts.casts:
-        if dtype not in cast.dtypes:
+        if dtype not in cast.dtypes or not _copied_after(precision, cast):
             continue
         candidates = [
             optimizer
@@ -887,7 +1049,7 @@ def averaged_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast
         if dtype not in cast.dtypes:
             continue
         averages = [a for a in facts.averages if cast.covers(a.module)]
-        if not averages:
+        if not averages or not _copied_after(precision, cast):
             continue
         after = calls_after(precision.model, cast.record, precision.successors)
         if _undone(precision, cast, after):
@@ -898,6 +1060,41 @@ def averaged_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast
             if ids & calls_within([average.loop]):
                 yield cast, average
                 break
+
+
+def _direct_first(found: Iterator[Tuple[ModuleCast, object]]) -> Iterator[Tuple[ModuleCast, object]]:
+    """One finding per mistake: a copy that inherits a cast is left out where a cast of its
+    own is reported with the same optimizer or average (`self.ema = deepcopy(model)` after
+    `model.half()`, then `self.ema.half()`)."""
+    pairs = list(found)
+
+    def key(other) -> int:
+        return id(other.loop) if isinstance(other, InPlaceAverage) else id(other.node)
+
+    direct = {key(other) for cast, other in pairs if cast.inherits is None}
+    for cast, other in pairs:
+        if cast.inherits is None or key(other) not in direct:
+            yield cast, other
+
+
+def _copied_after(precision: "Precision", cast: ModuleCast) -> bool:
+    """For a copy that inherits a cast (`ema = deepcopy(model)` after `model.half()`): whether
+    the copy may run after the cast it inherits, and the module is not cast back to float32
+    (or to an unknown dtype) on the way; True for any other cast."""
+    original = cast.inherits
+    if original is None:
+        return True
+    after = calls_after(precision.model, original.record, precision.successors)
+    if not any(r.node is cast.record.node for r in after):
+        return False
+    ids = {id(r.node) for r in after}
+    for other in precision.found.casts:
+        if other.inherits is None and other is not original and id(other.node) in ids and ("float32" in other.dtypes or not other.dtypes):
+            if any(other.covers(path) for path in original.paths):
+                if not any(r.node is cast.record.node for r in calls_after(precision.model, other.record, precision.successors)):
+                    continue  # cast back only after the copy
+                return False
+    return True
 
 
 def _trains_after(precision: "Precision", record: CallRecord) -> bool:
@@ -917,7 +1114,9 @@ def _fresh_object(precision: "Precision", cast: ModuleCast, optimizer: Optimizer
     successors: Successors = precision.successors
     after_optimizer = calls_within(successors.statements_after(optimizer.record))
     records = {id(r.node): r for r in cast.unit.calls}
-    root = dotted_name(module_chain(cast.node.func.value)[1])  # type: ignore[attr-defined]
+    if cast.inherits is not None or not isinstance(cast.node, cst.Call) or not isinstance(cast.node.func, cst.Attribute):
+        return False
+    root = dotted_name(module_chain(cast.node.func.value)[1])
     if root is None:
         return False
     for binding in finder.resolver.bindings(root, cast.unit.scope):

@@ -140,12 +140,21 @@ class Resolver:
         params = bound.params
         index = params.index(name)
         found = []
-        for record in self.index.calls_to(function):
+        records = list(self.index.calls_to(function))
+        owner = bound.parent
+        constructed = []
+        if function == "__init__" and owner is not None and owner.kind == "class" and params[:1] == ["self"]:
+            # `EMA(model)` calls `EMA.__init__(self, model)`: what the file constructs the class with.
+            cls = owner.name.rsplit(".", 1)[-1]
+            constructed = [r for r in self.index.calls_to(cls) if dotted_name(r.node.func) in (cls, owner.name)]
+        for record in records + constructed:
             call = record.node
             positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
             keyword = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
-            # `self.train(x)` or `trainer.train(x)` binds the method's first parameter itself.
-            shift = 1 if isinstance(call.func, cst.Attribute) and params[:1] in (["self"], ["cls"]) else 0
+            # `self.train(x)` or `trainer.train(x)` binds the method's first parameter itself, as
+            # constructing the class does.
+            method = isinstance(call.func, cst.Attribute) and params[:1] in (["self"], ["cls"])
+            shift = 1 if method or record in constructed else 0
             if name in keyword:
                 found.append((keyword[name], record.unit.scope))
             elif 0 <= index - shift < len(positional):
