@@ -16,7 +16,12 @@ class HalfPrecisionMasterWeights(Rule):
     `unet.to(device, dtype=weight_dtype)` where `weight_dtype` can be float16) when an
     optimizer then updates its parameters, and an EMA copy kept in float16
     (`ema = deepcopy(model).half()`) that a loop then decays in place (`e.mul_(d)`,
-    `v *= d`, `e.lerp_(p, w)`).
+    `v *= d`, `e.lerp_(p, w)`, `ema_params[name].mul_(d).add_(p, alpha=1 - d)`). A copy made
+    after the model was cast has the model's dtype (`ema = deepcopy(model)` or
+    `{n: p.detach().clone() for n, p in model.named_parameters()}` after `model.half()`). A cast
+    in a helper the training loop calls counts before the loop's next steps (a diffusers
+    `log_validation` that casts the trained `unet`, or a pipeline built from it: a pipeline
+    holds the very modules it is handed, so `pipeline.to(dtype=weight_dtype)` casts them).
 
     Not flagged: a model cast for inference, evaluation or export (no optimizer trains it, or
     nothing trains after the cast: `model.half()` after the training loop, in a branch that
@@ -28,7 +33,10 @@ class HalfPrecisionMasterWeights(Rule):
     model cast back to float32 afterwards or handed to code that adds or upcasts trainable
     parameters (LoRA adapters, `cast_training_params(unet, dtype=torch.float32)`); a cast of a
     submodule whose rest trains in float32; a checkpoint copy (`'ema': deepcopy(ema).half()`
-    in `torch.save`). bfloat16 is not flagged (see below).
+    in `torch.save`); an EMA copied before the cast, or cast to float32 (`p.detach().clone().float()`);
+    a pipeline built with `from_pretrained(..., unet=unet, torch_dtype=weight_dtype)` (diffusers
+    loads what it is not handed in that dtype and keeps the modules it is handed as they are), or
+    from a deep copy of the trained model. bfloat16 is not flagged (see below).
 
     ## Why is this bad?
     An optimizer updates the parameters in their own dtype. float16 numbers near a weight
@@ -404,10 +412,22 @@ def _cast_words(cast: ModuleCast, verb: str) -> str:
     )
 
 
+def _holding(cast: ModuleCast, optimizer: OptimizerBuild) -> str:
+    """` (which holds `unet`, the module being trained)` for a pipeline built from the trained module."""
+    for path, component in cast.held.items():
+        if any(path[0] == root and (path[1][: len(rest)] == rest or rest[: len(path[1])] == path[1]) for root, rest in optimizer.trains):
+            return f" (which holds `{component}`, the module being trained)"
+    return ""
+
+
 def _trained_message(cast: ModuleCast, optimizer: OptimizerBuild) -> str:
     holder = f"`{optimizer.name}`" if optimizer.name else "the optimizer"
+    words = _cast_words(cast, "casts")
+    holding = _holding(cast, optimizer)
+    if holding:
+        words = words.replace(f"`{cast.name}`", f"`{cast.name}`{holding}", 1)
     return (
-        f"{_cast_words(cast, 'casts')}, and {holder} "
+        f"{words}, and {holder} "
         f"(`{source_text(optimizer.node)}`) then updates those float16 parameters with no float32 master "
         f"copy: updates smaller than ~1/4000 of a weight round away{_eps_words(optimizer)}. Keep the "
         "parameters float32 and run the forward pass under `torch.autocast(..., dtype=torch.float16)` with a "

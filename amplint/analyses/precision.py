@@ -63,6 +63,17 @@ _FRAMEWORK_PREPARE = frozenset({"prepare", "setup", "setup_optimizers"})
 # What fills a list of parameters, or an optimizer: `params.append(p)`, `opt.add_param_group(g)`.
 _FILLING = frozenset({"append", "extend", "insert", "add", "add_param_group"})
 _COPIES = frozenset({"copy.deepcopy", "deepcopy"})
+# What returns the module it is handed: `accelerator.unwrap_model(unet)`, diffusers' `unwrap_model(unet)`.
+_UNWRAPPING = frozenset({"unwrap_model"})
+# A pipeline constructor's keywords that are no module it holds.
+_PIPELINE_SETTINGS = frozenset({"torch_dtype", "dtype", "revision", "variant", "safety_checker", "cache_dir", "device_map"})
+
+
+def _builds_pipeline(func: cst.BaseExpression) -> bool:
+    """`StableDiffusionPipeline(...)`, `DiffusionPipeline.from_pretrained(...)`,
+    `AutoPipelineForText2Image.from_pretrained(...)`: a diffusers pipeline built from modules."""
+    parts = (dotted_name(func) or "").split(".")
+    return any(part[:1].isupper() and "Pipeline" in part for part in parts[-2:])
 
 # A module's path: the identity of the variable it starts from, and the attributes after it.
 ModulePath = Tuple[str, Tuple[str, ...]]
@@ -82,6 +93,8 @@ class ModuleCast:
     # A copy made after another cast, which keeps that cast's dtypes: `ema = deepcopy(model)`
     # after `model.half()` (`node` is the copy), `{n: p.clone() for n, p in model.named_parameters()}`.
     inherits: Optional["ModuleCast"] = None
+    # A pipeline's modules, which a cast of the pipeline casts: path -> the component as written.
+    held: Dict[ModulePath, str] = field(default_factory=dict)
 
     @property
     def unit(self) -> CodeUnit:
@@ -240,9 +253,37 @@ class PrecisionFinder:
         if value is None:
             return None
         _, root = module_chain(value)
-        if isinstance(root, cst.Call) and root.args and (self.resolver.qualified(root.func) or "").startswith("torch."):
-            _, root = module_chain(root.args[0].value)  # DistributedDataParallel(model), torch.compile(model)
+        if isinstance(root, cst.Call) and root.args and (
+            (self.resolver.qualified(root.func) or "").startswith("torch.")
+            or (dotted_name(root.func) or "").rsplit(".", 1)[-1] in _UNWRAPPING
+        ):
+            # DistributedDataParallel(model), torch.compile(model), accelerator.unwrap_model(model)
+            _, root = module_chain(root.args[0].value)
         return dotted_name(root)
+
+    def held(self, name: str, scope: Scope, depth: int = 0, seen: Optional[Set[Tuple[str, int]]] = None) -> Dict[ModulePath, str]:
+        """The modules a pipeline variable holds, each with its component as written: built as
+        `StableDiffusionPipeline(unet=unet, ...)` or `DiffusionPipeline.from_pretrained(...,
+        unet=accelerator.unwrap_model(unet))` (diffusers keeps a module it is handed as it is,
+        the same object), followed through aliases and parameters."""
+        found: Dict[ModulePath, str] = {}
+        seen = set() if seen is None else seen
+        if depth > 3 or (name, id(scope)) in seen:
+            return found
+        seen.add((name, id(scope)))
+        for value, where in list(self.resolver.values(name, scope)) + self.resolver.arguments_for(name, scope):
+            if value is None:
+                continue
+            _, root = module_chain(value)
+            if isinstance(root, cst.Call) and _builds_pipeline(root.func):
+                for arg in root.args:
+                    module = self._module_source(arg.value) if arg.keyword is not None else None
+                    if module is not None and arg.keyword.value not in _PIPELINE_SETTINGS:  # type: ignore[union-attr]
+                        for path in self.paths(module, where):
+                            found.setdefault(path, module)
+            elif dotted_name(root) is not None:
+                found.update(self.held(dotted_name(root), where, depth + 1, seen))  # type: ignore[arg-type]
+        return found
 
     # casts
     def _cast(self, record: CallRecord) -> None:
@@ -268,8 +309,11 @@ class PrecisionFinder:
         if binding is not None:
             names.append(binding.name)
             paths |= self.paths(binding.name, binding.value_scope)
+        held = self.held(name, scope) if name is not None and "." not in name else {}
         if names:
-            self.facts.casts.append(ModuleCast(node, record, dtypes, names[0], frozenset(paths), copy_of, guard_facts(record)))
+            cast = ModuleCast(node, record, dtypes, names[0], frozenset(paths | set(held)), copy_of, guard_facts(record))
+            cast.held.update(held)
+            self.facts.casts.append(cast)
 
     # copies
     def _copies(self) -> None:
