@@ -1025,7 +1025,9 @@ class Precision(Analysis):
 # --------------------------------------------------------------------------- queries
 
 
-def calls_after(model, record: CallRecord, successors: "Successors", depth: int = 0) -> List[CallRecord]:
+def calls_after(
+    model, record: CallRecord, successors: "Successors", depth: int = 0, came_from: Optional[CodeUnit] = None
+) -> List[CallRecord]:
     """The calls that may run after `record` (itself included): in the statements of its unit
     that may follow it, in the helpers of the file those call (a class of the file constructed
     runs its `__init__`), for a call in `__init__`, in every other method of the class (the
@@ -1037,7 +1039,9 @@ def calls_after(model, record: CallRecord, successors: "Successors", depth: int 
     found = [r for r in unit.calls if id(r.node) in ids and r.immediate]
     if unit.name.rsplit(".", 1)[-1] == "__init__" and unit.class_name is not None:
         found += [r for u in model.units if u.class_name == unit.class_name and u is not unit for r in u.calls]
-    seen = {id(unit)}
+    # The helper a caller's call site is followed up from: what runs in it after the call was
+    # counted already (not its whole body again).
+    seen = {id(unit)} | ({id(came_from)} if came_from is not None else set())
     pending = list(found)
     while pending:
         callee = successors.callee(model, pending.pop())
@@ -1048,7 +1052,7 @@ def calls_after(model, record: CallRecord, successors: "Successors", depth: int 
     if depth < _MAX_CALLERS and not unit.is_module:
         for call in successors.callers(model, unit):
             if call.unit is not unit:
-                found += calls_after(model, call, successors, depth + 1)
+                found += calls_after(model, call, successors, depth + 1, came_from=unit)
     return found
 
 

@@ -152,3 +152,9 @@ def bf16_validation(args, unet, loader, noise_loss):
         if step % args.validation_steps == 0:
             pipeline = StableDiffusionPipeline.from_pretrained(args.pretrained_model_name_or_path, unet=unet)
             log_validation_bf16(pipeline, args, accelerator, torch_dtype=weight_dtype)
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    train_lora(arguments, *load_models(arguments), make_loader(arguments), noise_loss=diffusion_loss)
+    train_then_validate(arguments, *load_models(arguments), make_loader(arguments), noise_loss=diffusion_loss)
