@@ -334,12 +334,28 @@ class PrecisionFinder:
             record = self.records.get(id(call))
             if record is None:
                 continue
-            sources = self.paths(source, where)
             paths = frozenset(self.paths(binding.name, binding.value_scope))
-            for cast in originals:
-                if cast.dtypes and any(cast.covers(path) for path in sources):
-                    inherited = ModuleCast(node, record, cast.dtypes, binding.name, paths, source, guard_facts(record), cast)
-                    self.facts.casts.append(inherited)
+            self._inherit(originals, node, record, source, where, binding.name, paths)
+        for unit, loop, _ in self.index.loops:
+            # `for n, p in model.named_parameters(): ema[n] = p.detach().clone()` (or `.append(...)`)
+            state = next(_state_calls(loop.iter), None) if isinstance(loop, cst.For) else None
+            if state is None:
+                continue
+            for container, element in _filled(loop):
+                drawn = _tensor_copied(element)
+                source = self._module_source(state.func.value)  # type: ignore[attr-defined]
+                record = self.records.get(id(state))
+                if drawn is None or drawn not in names_bound(loop.target) or source is None or record is None:
+                    continue
+                paths = frozenset(self.paths(container, unit.scope))
+                self._inherit(originals, element, record, source, unit.scope, container, paths)
+
+    def _inherit(self, originals, node, record, source, where, name, paths) -> None:
+        """A cast of the copy `name` for each cast of the module `source` it copies."""
+        sources = self.paths(source, where)
+        for cast in originals:
+            if cast.dtypes and any(cast.covers(path) for path in sources):
+                self.facts.casts.append(ModuleCast(node, record, cast.dtypes, name, paths, source, guard_facts(record), cast))
 
     def _copied(
         self, value: cst.BaseExpression
@@ -646,6 +662,25 @@ def _device_like(value: cst.BaseExpression) -> bool:
         return True
     name = (dotted_name(value) or "").lower()
     return name.rsplit(".", 1)[-1] in ("device", "local_rank", "rank", "gpu", "dev") or name.endswith("device")
+
+
+def _filled(loop: cst.For) -> Iterator[Tuple[str, cst.BaseExpression]]:
+    """What a loop's own statements put into containers: `ema[n] = v` and `ema.append(v)` ->
+    (`ema`, `v`); not in nested loops or functions."""
+    for statement in _block(loop.body):
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Subscript):
+                container = dotted_name(small.targets[0].target.value)
+                if container is not None:
+                    yield container, small.value
+            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                call = small.value
+                if isinstance(call.func, cst.Attribute) and call.func.attr.value == "append" and len(call.args) == 1:
+                    container = dotted_name(call.func.value)
+                    if container is not None:
+                        yield container, call.args[0].value
 
 
 def _tensor_copied(element: cst.BaseExpression) -> Optional[str]:
