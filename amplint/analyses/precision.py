@@ -35,7 +35,7 @@ cast with an optimizer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -57,7 +57,7 @@ from amplint.semantic.resolve import Resolver, drawn_from, split_args
 from amplint.semantic.scalers import all_bindings
 from amplint.semantic.walk import children, iter_tree
 
-_MAX_DEPTH = 6
+_MAX_DEPTH = 10
 # `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
 _FRAMEWORK_PREPARE = frozenset({"prepare", "setup", "setup_optimizers"})
 # What fills a list of parameters, or an optimizer: `params.append(p)`, `opt.add_param_group(g)`.
@@ -1114,7 +1114,20 @@ def trained_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast,
         if not candidates:
             continue
         after = calls_after(precision.model, cast.record, precision.successors)
-        if _undone(precision, cast, after):
+        if cast.held:
+            # A pipeline's cast casts each module it holds: one trained module not cast back
+            # is enough (a text encoder cast back to float32 undoes nothing for the unet).
+            trained = [path for optimizer in candidates for path in optimizer.trains]
+            own = frozenset(p for p in cast.paths if p not in cast.held)
+            kept = [
+                path
+                for path in cast.held
+                if any(_nested(path, t) for t in trained) and not _undone(precision, cast, after, own | {path})
+            ]
+            if not kept:
+                continue
+            cast = replace(cast, held={kept[0]: cast.held[kept[0]]})
+        elif _undone(precision, cast, after):
             continue
         ids = {id(r.node) for r in after}
         steps = any(_is_step(precision.model.classify(r)) for r in after)
@@ -1219,16 +1232,23 @@ def _is_step(item) -> bool:
     return kind is not None and kind.name in ("OPTIMIZER_STEP", "SCALER_STEP")
 
 
-def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord]) -> bool:
-    """Whether, after the cast, the module may be cast back to float32 (`model.float()`), or
-    handed to code that may change its trainable parameters' precision (adapters, upcasting
-    helpers: `vocabulary.may_change_parameter_precision`)."""
+def _nested(one: ModulePath, other: ModulePath) -> bool:
+    """Whether one module path contains the other."""
+    return one[0] == other[0] and (one[1][: len(other[1])] == other[1] or other[1][: len(one[1])] == one[1])
+
+
+def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord], paths: Optional[FrozenSet[ModulePath]] = None) -> bool:
+    """Whether, after the cast, the module (those of its `paths` that matter, all by default)
+    may be cast back to float32 (`model.float()`), or handed to code that may change its
+    trainable parameters' precision (adapters, upcasting helpers:
+    `vocabulary.may_change_parameter_precision`)."""
     facts: PrecisionFacts = precision.found
+    paths = cast.paths if paths is None else paths
     ids = {id(r.node) for r in after}
     for other in facts.casts:
         if other is not cast and id(other.node) in ids and ("float32" in other.dtypes or not other.dtypes):
             # not `model.bn.float()`, nor `model.float()` for saving once training is over
-            if any(other.covers(path) for path in cast.paths) and _trains_after(precision, other.record):
+            if any(other.covers(path) for path in paths) and _trains_after(precision, other.record):
                 return True
     finder: PrecisionFinder = precision.finder
     for record in after:
@@ -1242,7 +1262,10 @@ def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord]) -
         if isinstance(call.func, cst.Attribute):
             handed.append(dotted_name(call.func.value))
         for name in handed:
-            if name is not None and any(cast.covers(path) for path in finder.paths(name, record.unit.scope)):
+            if name is None:
+                continue
+            handed_paths = finder.paths(name, record.unit.scope)
+            if any(root == path[0] and path[1][: len(rest)] == rest for path in handed_paths for root, rest in paths):
                 if _trains_after(precision, record):
                     return True
     return False
