@@ -241,6 +241,28 @@ def test_a_checkpoint_copy_is_no_average():
     assert averaged(source) == []
 
 
+def test_an_optimizer_a_helper_returns_is_wrapped_by_its_caller():
+    # DeepSpeed's engine: the basic optimizer is built in one method, wrapped in another.
+    source = """
+    import torch
+    class Engine:
+        def __init__(self, model, params=None):
+            self.module = model
+            self.module.half()
+            if params is None:
+                params = self.module.parameters()
+            basic = self._basic_optimizer(params)
+            self.optimizer = self._configure_fp16_optimizer(basic)
+        def _basic_optimizer(self, params):
+            optimizer = torch.optim.Adam(params, lr=1e-3)
+            return optimizer
+        def step(self):
+            self.optimizer.step()
+    """
+    assert trained(source) == []
+    assert trained(source.replace("self._configure_fp16_optimizer(basic)", "basic")) == [("self.module", "optimizer")]
+
+
 def test_a_copy_made_after_the_cast_has_the_models_dtype():
     source = """
     import copy, torch

@@ -240,7 +240,7 @@ class PrecisionFinder:
         if depth > 3:
             return found
         sources = [(value, where) for value, where in self.resolver.values(root, scope)]
-        sources += self.resolver.arguments_for(root, scope)
+        sources += self.resolver.arguments_for(root, scope, constructors=True)
         for value, where in sources:
             source = self._module_source(value)
             if source is not None and (source != root or where is not scope):
@@ -271,7 +271,7 @@ class PrecisionFinder:
         if depth > 3 or (name, id(scope)) in seen:
             return found
         seen.add((name, id(scope)))
-        for value, where in list(self.resolver.values(name, scope)) + self.resolver.arguments_for(name, scope):
+        for value, where in list(self.resolver.values(name, scope)) + self.resolver.arguments_for(name, scope, constructors=True):
             if value is None:
                 continue
             _, root = module_chain(value)
@@ -536,7 +536,7 @@ class PrecisionFinder:
                     self._appended.setdefault(key, []).append((binding.node.value, binding.value_scope, when))
         return self._appended
 
-    def _master_weights(self, node: cst.Call, bound: Optional[Binding]) -> Optional[cst.Call]:
+    def _master_weights(self, node: cst.Call, bound: Optional[Binding], depth: int = 0) -> Optional[cst.Call]:
         """A call that takes the optimizer and may keep float32 master weights for it: one
         built around it (`FP16_Optimizer(torch.optim.SGD(...))`), one named like such a
         wrapper (`amp.initialize`, `deepspeed.initialize`), or an unknown one whose result
@@ -562,6 +562,16 @@ class PrecisionFinder:
             binding = self.bound_from().get(id(call))
             if binding is not None and self.resolver.identity(binding.name, binding.value_scope) == key:
                 return call  # `optimizer = Wrapper(optimizer)`: an unknown wrapper may keep them
+        # An optimizer a helper returns: what its callers wrap the result in (DeepSpeed's
+        # `basic_optimizer = self._configure_basic_optimizer(params)`, then
+        # `self._configure_fp16_optimizer(basic_optimizer)`).
+        scope = bound.value_scope
+        if depth < 2 and scope.kind == "function" and _returns(scope.node, bound.name):
+            for record in self.index.calls_to(scope.name.rsplit(".", 1)[-1]):
+                outer = self.bound_from().get(id(record.node))
+                wrapper = self._master_weights(record.node, outer, depth + 1)
+                if wrapper is not None:
+                    return wrapper
         return None
 
     def bound_from(self) -> Dict[int, Binding]:
@@ -627,6 +637,15 @@ class PrecisionFinder:
             owner = dotted_name(node.func.value)  # type: ignore[attr-defined]
             if owner is not None:
                 yield from self.paths(owner, scope)
+
+
+def _returns(function: cst.CSTNode, name: str) -> bool:
+    """Whether a function returns the variable `name` (`return optimizer`), not in a nested one."""
+
+    def descend(node: cst.CSTNode) -> bool:
+        return node is function or not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+    return any(isinstance(node, cst.Return) and dotted_name(node.value) == name for node in iter_tree(function, descend) if isinstance(node, cst.Return) and node.value is not None)
 
 
 def _state_calls(expression: cst.BaseExpression) -> Iterator[cst.Call]:

@@ -130,9 +130,11 @@ class Resolver:
             return values[0]  # type: ignore[return-value]
         return None
 
-    def arguments_for(self, name: str, scope: Scope) -> List[Tuple[cst.BaseExpression, Scope]]:
+    def arguments_for(self, name: str, scope: Scope, constructors: bool = False) -> List[Tuple[cst.BaseExpression, Scope]]:
         """When `name` is a parameter: what the calls in this file pass for it, each with the
-        caller's scope. `train(args.device, amp_dtype)` -> (amp_dtype, main's scope)."""
+        caller's scope. `train(args.device, amp_dtype)` -> (amp_dtype, main's scope). With
+        `constructors`, an `__init__`'s parameter is also what the file constructs its class
+        with (`EMA(model)`)."""
         bound = self.binding_scope(name, scope)
         if bound is None or bound.kind != "function" or name not in bound.params:
             return []
@@ -143,7 +145,7 @@ class Resolver:
         records = list(self.index.calls_to(function))
         owner = bound.parent
         constructed = []
-        if function == "__init__" and owner is not None and owner.kind == "class" and params[:1] == ["self"]:
+        if constructors and function == "__init__" and owner is not None and owner.kind == "class" and params[:1] == ["self"]:
             # `EMA(model)` calls `EMA.__init__(self, model)`: what the file constructs the class with.
             cls = owner.name.rsplit(".", 1)[-1]
             constructed = [r for r in self.index.calls_to(cls) if dotted_name(r.node.func) in (cls, owner.name)]
