@@ -329,6 +329,18 @@ def test_a_container_filled_in_a_loop_with_copies():
     assert averaged(source) == ["ema"]
 
 
+def test_a_loop_over_the_container_of_copies():
+    source = """
+    import torch
+    model.half()
+    ema = {n: p.detach().clone() for n, p in model.named_parameters()}
+    params = dict(model.named_parameters())
+    for name, e in ema.items():
+        e.mul_(0.999).add_(params[name], alpha=0.001)
+    """
+    assert averaged(source) == ["ema"]
+
+
 def test_a_decay_through_a_local_alias_of_the_container():
     source = """
     import torch

@@ -588,11 +588,14 @@ class PrecisionFinder:
 
     # averages
     def _averages(self) -> None:
+        # The containers of copied tensors (`ema_params`), last part of their names.
+        copies = {cast.name.rsplit(".", 1)[-1] for cast in self.facts.casts if cast.inherits is not None}
         for unit, loop, _ in self.index.loops:
             # What a decayed variable is drawn from is part of the iterable: a loop over no
-            # module's parameters or state (a data loader, a range) averages nothing, and its
-            # body is not walked (nested loops would walk it again and again).
-            if not isinstance(loop, cst.For) or not _iterates_state(loop.iter):
+            # module's parameters or state (a data loader, a range) nor a container of copies
+            # (`ema_params.items()`) averages nothing, and its body is not walked (nested loops
+            # would walk it again and again).
+            if not isinstance(loop, cst.For) or not (_iterates_state(loop.iter) or _container(loop.iter) in copies):
                 continue
             found = _decaying_update(loop.body)
             if found is None:
@@ -620,10 +623,11 @@ class PrecisionFinder:
             root = name.split(".")[0]
             if root in names_bound(loop.target):
                 source = drawn_from(loop, root)
+                container = _container(source, full=True)
                 if _iterates_state(source):
                     yield from self._state_owners(source, scope)
-                elif dotted_name(source) is not None:
-                    yield from self.paths(dotted_name(source), scope)  # type: ignore[arg-type]
+                elif container is not None:
+                    yield from self.paths(container, scope)  # `ema_list`, `ema_params.values()`
                 return
             aliases = [b.value for b in self.resolver.bindings(root, scope) if b.value is not None and b.value_scope is scope and b.kind == "assign"]
             if len(aliases) != 1 or root != name:
@@ -681,6 +685,17 @@ def _device_like(value: cst.BaseExpression) -> bool:
         return True
     name = (dotted_name(value) or "").lower()
     return name.rsplit(".", 1)[-1] in ("device", "local_rank", "rank", "gpu", "dev") or name.endswith("device")
+
+
+def _container(iterable: cst.BaseExpression, full: bool = False) -> Optional[str]:
+    """The container a loop draws from: `ema_list`, `self.shadow`, `ema.values()`,
+    `ema.items()` -> its name (the last part of it unless `full`)."""
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute) and iterable.func.attr.value in ("values", "items") and not iterable.args:
+        iterable = iterable.func.value
+    name = dotted_name(iterable)
+    if name is None:
+        return None
+    return name if full else name.rsplit(".", 1)[-1]
 
 
 def _filled(loop: cst.For) -> Iterator[Tuple[str, cst.BaseExpression]]:
