@@ -300,6 +300,19 @@ for x in loader:
     model(x).sum().backward()
     optimizer.step()
 """,
+        # An EMA of float32 copies of a float16 model's tensors (apex keeps the model's master weights).
+        """
+import torch
+model = Net().cuda().half()
+optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.01))
+ema = {name: p.detach().clone().float() for name, p in model.named_parameters()}
+for x in loader:
+    optimizer.backward(model(x).sum())
+    optimizer.step()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            ema[name].mul_(0.999).add_(p.float(), alpha=0.001)
+""",
         # Only a frozen backbone is float16; the head trains in float32.
         """
 import torch
@@ -371,6 +384,23 @@ def main():
     train(model, loader)
 """,
             at=((10, 5),),
+        ),
+        # An EMA copied from the model after it was cast: the copy is float16 too.
+        Flagged(
+            """
+import copy
+import torch
+model = Net().cuda().half()
+optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.01))
+ema = copy.deepcopy(model)
+for x in loader:
+    optimizer.backward(model(x).sum())
+    optimizer.step()
+    with torch.no_grad():
+        for e, p in zip(ema.parameters(), model.parameters()):
+            e.mul_(0.999).add_(p, alpha=0.001)
+""",
+            at=((6, 7),),
         ),
         # An EMA kept in float16 (yolov5's `self.ema.half()` before the fix).
         Flagged(
