@@ -21,7 +21,9 @@ class HalfPrecisionMasterWeights(Rule):
     `{n: p.detach().clone() for n, p in model.named_parameters()}` after `model.half()`). A cast
     in a helper the training loop calls counts before the loop's next steps (a diffusers
     `log_validation` that casts the trained `unet`, or a pipeline built from it: a pipeline
-    holds the very modules it is handed, so `pipeline.to(dtype=weight_dtype)` casts them).
+    holds the very modules it is handed, so `pipeline.to(dtype=weight_dtype)` casts them; with
+    accelerate's fp16 GradScaler the next `unscale_` then raises "Attempting to unscale FP16
+    gradients", diffusers #13124).
 
     Not flagged: a model cast for inference, evaluation or export (no optimizer trains it, or
     nothing trains after the cast: `model.half()` after the training loop, in a branch that
@@ -456,6 +458,12 @@ def _trained_message(cast: ModuleCast, optimizer: OptimizerBuild) -> str:
     holding = _holding(cast, optimizer)
     if holding:
         words = words.replace(f"`{cast.name}`", f"`{cast.name}`{holding}", 1)
+        return (
+            f"{words}, and {holder} (`{source_text(optimizer.node)}`) then updates its float16 parameters: with "
+            "a GradScaler (accelerate's fp16) the next `unscale_` raises 'Attempting to unscale FP16 gradients', "
+            "without one updates smaller than ~1/4000 of a weight round away. Move the pipeline to the device "
+            f"only (no dtype), or build it from a copy of `{next(iter(cast.held.values()))}`."
+        )
     return (
         f"{words}, and {holder} "
         f"(`{source_text(optimizer.node)}`) then updates those float16 parameters with no float32 master "
