@@ -81,6 +81,19 @@ def norm_sized_noise(model, optimizer, scaler, loss, sigma, max_norm):
     scaler.update()
 
 
+def noise_sized_from_a_scaled_norm(model, optimizer, scaler, loss, sigma, logger):
+    # The norm read before unscale_ is 65536x too large (flagged where it is read, it is also
+    # logged); the noise sized from it carries the scale like the gradients and comes out right.
+    scaler.scale(loss).backward()
+    total = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    logger.info("grad norm %.3f", total.item())
+    for p in model.parameters():
+        noise = torch.randn_like(p.grad) * sigma * total
+        p.grad.add_(noise)
+    scaler.step(optimizer)
+    scaler.update()
+
+
 def not_random(model, optimizer, scaler, loss, bias):
     # A fixed offset and a zero tensor are no noise (and offsets scale with nothing either,
     # but only random noise is flagged).
