@@ -826,6 +826,8 @@ class Successors:
         self._parents: Dict[int, Dict[int, Tuple[Optional[cst.CSTNode], List[cst.CSTNode], int]]] = {}
         self._statement_of: Dict[int, Dict[int, cst.CSTNode]] = {}
         self._callers: Optional[Dict[int, List[CallRecord]]] = None
+        # `calls_after`, asked again and again of the same calls (each cast, each cast back)
+        self.after: Dict[Tuple[int, int, int], List[CallRecord]] = {}
         self._constructors: Optional[Dict[str, CodeUnit]] = None
 
     def callee(self, model, record: CallRecord) -> Optional[CodeUnit]:
@@ -1103,6 +1105,14 @@ def calls_after(
     instance exists only after it), and, for a call in a helper of the file, what may follow
     each call of that helper in its callers (a validation helper called in a training loop:
     the loop's next steps)."""
+    key = (id(record.node), depth, id(came_from))
+    known = successors.after.get(key)
+    if known is None:
+        known = successors.after[key] = _calls_after(model, record, successors, depth, came_from)
+    return known
+
+
+def _calls_after(model, record: CallRecord, successors: "Successors", depth: int, came_from: Optional[CodeUnit]) -> List[CallRecord]:
     unit = record.unit
     ids = calls_within(successors.statements_after(record))
     found = [r for r in unit.calls if id(r.node) in ids and r.immediate]
