@@ -14,11 +14,13 @@ class ScaledGradientsRead(Rule):
     ## What it does
     Flags gradient reads between a scaled backward and `scaler.unscale_(optimizer)` (or
     `scaler.step`) that the scale corrupts: a norm of `p.grad` (logged or used for a
-    decision), noise of a fixed size added to `p.grad`, and
+    decision), noise of a fixed size added to `p.grad` (made there or earlier in the function:
+    `noise = torch.randn_like(p.grad) * sigma`, then `p.grad.add_(noise)`), and
     `torch.autograd.grad(scaler.scale(loss), ...)` in a function that never divides by
     `scaler.get_scale()` (a gradient penalty). Clipping is AMP003's; reads only compared with
-    `None`, and linear changes the later unscale divides out (averaging, `all_reduce`,
-    `mul_`), are not flagged.
+    `None`, linear changes the later unscale divides out (averaging, `all_reduce`, `mul_`),
+    and noise sized from the gradients themselves (`* p.grad.std()`, `* grad_norm`), which
+    carries the scale too, are not flagged.
 
     ## Why is this bad?
     After `scaler.scale(loss).backward()` every gradient is multiplied by the loss scale

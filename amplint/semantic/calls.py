@@ -228,7 +228,11 @@ class Classifier:
         key = id(read)
         if key not in self._reads:
             self._reads[key] = None if _only_tests_for_none(read, statement) else AmpEvent(
-                EventKind.GRADIENT_READ, read, unit, statement=statement, gradient_use=gradient_use(read, statement)
+                EventKind.GRADIENT_READ,
+                read,
+                unit,
+                statement=statement,
+                gradient_use=gradient_use(read, statement, lambda name: self.resolver.local_values(name, unit.scope)),
             )
         return self._reads[key]
 
