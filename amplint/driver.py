@@ -76,6 +76,8 @@ class Job(NamedTuple):
     data: Optional[bytes] = None
     # Analysed even where the code alone gives no rule what it needs (`engine.lint_bytes`).
     whole: bool = False
+    # Export the module's summary (the second phase reads it); False: not needed, never cached.
+    summary: bool = True
 
 
 class _Task(NamedTuple):
@@ -88,6 +90,7 @@ class _Task(NamedTuple):
     whole: bool = False
     analysis_limit: float = 1.0
     torch_target: Optional[Tuple[int, int]] = None
+    summary: bool = True
 
 
 class Runner:
@@ -146,7 +149,9 @@ class Runner:
 
     # ------------------------------------------------------------------ one phase
 
-    def lint(self, jobs: Sequence[Job]) -> List[FileResult]:
+    def lint(self, jobs: Sequence[Job], cancel: Optional[Any] = None) -> List[FileResult]:
+        """The jobs' results, in order. `cancel` (a `threading.Event`): once it is set (and
+        `interrupt` called), what is not linted yet is left as "not linted", never cached."""
         results: List[Optional[FileResult]] = [None] * len(jobs)
         tasks: List[_Task] = []
         keys: Dict[int, Tuple[str, str]] = {}  # task index -> (path, cache key)
@@ -159,7 +164,7 @@ class Runner:
                 tasks.append(outcome)
         if tasks:
             self.linted += len(tasks)
-            cacheable = self._execute(tasks, results)
+            cacheable = self._execute(tasks, results, cancel)
             if self.cache is not None:
                 for task in tasks:
                     result = results[task.index]
@@ -176,6 +181,9 @@ class Runner:
         """The file's result when the cache has it or the file cannot be read; else a task."""
         if job.data is not None:
             return self._task(index, job, job.data)
+        if not job.summary:  # a result without its summary is not what the cache holds
+            data = _read(job.path)
+            return data if isinstance(data, FileResult) else self._task(index, job, data)
         read_at = time.time_ns()  # before the stat: see Cache.trusted_digest
         try:
             st = os.stat(job.path)
@@ -215,11 +223,18 @@ class Runner:
         return self._task(index, job, data)
 
     def _task(self, index: int, job: Job, data: bytes) -> _Task:
-        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target)
+        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary)
 
     # ------------------------------------------------------------------ execution
 
-    def _execute(self, tasks: List[_Task], results: List[Optional[FileResult]]) -> Set[int]:
+    def interrupt(self) -> None:
+        """Stop the files being linted now, from another thread, after setting the `cancel`
+        that `lint` was given: their workers are killed (native code too) and not retried."""
+        for worker in list(self._pool):
+            if worker.unit is not None:
+                worker.process.kill()
+
+    def _execute(self, tasks: List[_Task], results: List[Optional[FileResult]], cancel: Optional[Any] = None) -> Set[int]:
         """Lint `tasks` into `results`; the indices whose results may be cached."""
         by_index = {task.index: task for task in tasks}
         units = [[tasks[i].index for i in unit] for unit in plan([_estimate(t) for t in tasks])]
@@ -239,6 +254,12 @@ class Runner:
         retried: Set[int] = set()
         wanted = min(self.workers, len(units))
         while queue or any(w.unit for w in self._pool):
+            if cancel is not None and cancel.is_set():
+                for worker in self._pool:
+                    if worker.unit is not None:
+                        worker.kill()
+                self._pool = [w for w in self._pool if w.unit is None and w.alive()]
+                break
             # A worker that died between units (killed from outside) is replaced, not handed work.
             self._pool = [w for w in self._pool if w.unit is not None or w.alive()]
             for worker in self._pool:
@@ -392,7 +413,7 @@ def _syntax_only(task: _Task) -> FileResult:
         from amplint.semantic.exports import ExternalModules
 
         external = ExternalModules(task.path, task.imported) if task.imported else None
-        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target)
+        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target, summary=task.summary)
     with recursion_room(), quiet_collector():
         return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target))
 
@@ -575,7 +596,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[Fi
             _armed = True
             signal.setitimer(signal.ITIMER_PROF, budget)
         try:
-            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target) if engine else _syntax_only(task)
+            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target, task.summary) if engine else _syntax_only(task)
         finally:
             _armed = False
             if timer:
