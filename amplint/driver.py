@@ -685,7 +685,7 @@ def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
         deferred=payload.get("deferred", False),
         may_export=payload.get("may_export", False),
         summary=payload.get("summary"),
-        imports=tuple(tuple(i) for i in payload.get("imports") or ()),
+        imports=tuple(map(tuple, payload.get("imports") or ())),
         skipped_functions=[NotAnalysed(path, *fields) for fields in payload.get("skipped_functions") or ()],
     )
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Dict, List, Mapping, Opt
 from amplint.diagnostics import FileResult
 
 if TYPE_CHECKING:
-    from amplint.semantic.exports import PathIndex
+    from amplint.import_paths import PathIndex
 
 # Rounds after the first: each follows imports one module further.
 MAX_ROUNDS = 3
@@ -60,7 +60,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
     if not summaries:  # nothing to import (a run whose files mention no AMP code: no LibCST)
         return results
-    from amplint.semantic.exports import PathIndex
+    from amplint.import_paths import PathIndex
 
     paths = PathIndex(summaries)  # the same files every round: only their summaries change
     done: Dict[str, Set[Tuple[str, str]]] = {}
@@ -112,7 +112,7 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     if not summaries or (len(summaries) == 1 and result.path in summaries):
         return {}
     if index is None:
-        from amplint.semantic.exports import PathIndex
+        from amplint.import_paths import PathIndex
 
         index = PathIndex(summaries)
     found = {}
@@ -132,7 +132,7 @@ def imported_deferred(results: Sequence[FileResult]) -> List[int]:
     deferred = {r.path: index for index, r in enumerate(results) if r.deferred and r.may_export and r.error is None}
     if not deferred:
         return []
-    from amplint.semantic.exports import PathIndex
+    from amplint.import_paths import PathIndex
 
     index = PathIndex(deferred)
     wanted: Set[int] = set()
