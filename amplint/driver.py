@@ -34,14 +34,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import multiprocessing
 import os
 import signal
 import sys
 import time
 from collections import deque
-from multiprocessing.connection import wait
-from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from amplint.cache import Cache, content_digest, result_key
 from amplint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
@@ -50,6 +48,11 @@ from amplint.notebook import is_notebook
 from amplint.progress import Progress
 from amplint.source import decode_notebook, decode_python, read_file, size_error
 from amplint.syntax import PythonVersion
+
+if TYPE_CHECKING:
+    import multiprocessing.process
+
+# multiprocessing is imported when a worker is started: a warm run, all of it cached, starts none.
 
 # CPU seconds one file may take (parse and analysis): a safety net only, about 5 times what
 # the step limit of amplint.work allows on the machine it was measured on, so that no load
@@ -281,6 +284,8 @@ class Runner:
             busy = [w for w in self._pool if w.unit is not None]
             if not busy:
                 continue
+            from multiprocessing.connection import wait
+
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=1.0)
             for worker in busy:
                 if worker.conn in ready or worker.process.sentinel in ready:
@@ -514,6 +519,8 @@ class _Worker:
 
 
 def _context() -> Any:
+    import multiprocessing
+
     # fork is cheap and the child inherits the imported engine; elsewhere the platform's
     # default (spawn) re-imports it once per worker.
     if sys.platform.startswith("linux"):

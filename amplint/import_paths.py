@@ -66,7 +66,7 @@ class PathIndex:
                 base = os.path.dirname(base)
             found = [self.by_absolute.get(c) for c in (os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__init__.py"))]
             return tuple(path for path in found if path is not None)
-        if not parts:
+        if not parts or parts[-1] not in self.by_name:  # `torch`, `numpy`: no linted file of that name
             return ()
         suffixes = (os.sep + os.path.join(*parts) + ".py", os.sep + os.path.join(*parts, "__init__.py"))
         return tuple(path for absolute, path in self.by_name.get(parts[-1], ()) if absolute.endswith(suffixes))
