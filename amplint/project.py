@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Dict, List, Mapping, Opt
 from amplint.diagnostics import FileResult
 
 if TYPE_CHECKING:
-    from amplint.semantic.exports import PathIndex
+    from amplint.import_paths import PathIndex
 
 # Rounds after the first: each follows imports one module further.
 MAX_ROUNDS = 3
@@ -60,10 +60,12 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
     if not summaries:  # nothing to import (a run whose files mention no AMP code: no LibCST)
         return results
-    from amplint.semantic.exports import PathIndex
+    from amplint.import_paths import PathIndex
 
     paths = PathIndex(summaries)  # the same files every round: only their summaries change
-    done: Dict[str, Set[Tuple[str, str]]] = {}
+    # The summaries each file was last linted with, the objects themselves: a summary that
+    # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
+    done: Dict[str, Dict[str, dict]] = {}
     for _ in range(MAX_ROUNDS):
         jobs: List[Tuple[int, Dict[str, dict]]] = []
         for index, result in enumerate(results):
@@ -72,9 +74,8 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
             used = imported_summaries(result, summaries, paths)
             if used:
                 used = _called_from(read(result.path), used)
-            signature = {(path, repr(summary)) for path, summary in used.items()}
-            if used and done.get(result.path) != signature:
-                done[result.path] = signature
+            if used and not _same(done.get(result.path), used):
+                done[result.path] = used
                 jobs.append((index, used))
         if not jobs:
             break
@@ -88,6 +89,10 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         if not changed:
             break
     return results
+
+
+def _same(before: Optional[Dict[str, dict]], now: Dict[str, dict]) -> bool:
+    return before is not None and before.keys() == now.keys() and all(before[path] is now[path] for path in now)
 
 
 def _called_from(text: Optional[str], used: Dict[str, dict]) -> Dict[str, dict]:
@@ -112,7 +117,7 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     if not summaries or (len(summaries) == 1 and result.path in summaries):
         return {}
     if index is None:
-        from amplint.semantic.exports import PathIndex
+        from amplint.import_paths import PathIndex
 
         index = PathIndex(summaries)
     found = {}
@@ -132,7 +137,7 @@ def imported_deferred(results: Sequence[FileResult]) -> List[int]:
     deferred = {r.path: index for index, r in enumerate(results) if r.deferred and r.may_export and r.error is None}
     if not deferred:
         return []
-    from amplint.semantic.exports import PathIndex
+    from amplint.import_paths import PathIndex
 
     index = PathIndex(deferred)
     wanted: Set[int] = set()
