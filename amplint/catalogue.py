@@ -25,7 +25,9 @@ class RuleEntry(NamedTuple):
 
 
 # amplint.semantic.AMP_VOCABULARY: the default triggers.
-VOCABULARY = ("autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=")
+VOCABULARY = (
+    "autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=", "deepspeed.initialize",
+)
 _OPTIMIZERS = (
     "optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon",
     "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "*=",

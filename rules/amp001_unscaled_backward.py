@@ -9,6 +9,7 @@ from amplint.evidence import BACKWARD, STEP
 from amplint.fix import Fix, expression
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import CodeUnit, EventKind, Occurrence, SemanticModel, dotted_name, iter_tree, source_text
+from amplint.semantic.pytorch import frameworks
 
 
 class UnscaledBackward(Rule):
@@ -541,12 +542,9 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel, besid
     scaler = step.receiver.text if step.receiver is not None else "scaler"
     optimizer = step.argument.text if step.argument is not None else "optimizer"
     info = model.scalers.get(step.receiver.key) if step.receiver is not None else None
-    if info is not None and info.framework == "accelerate":
-        fix = f"Use `{scaler}.backward({tensor})`, which scales the loss"
-    elif info is not None and info.framework == "lightning":
-        fix = f"Use `self.manual_backward({tensor})`, which scales the loss"
-    elif info is not None and info.framework == "fabric":
-        fix = f"Use `{scaler}.backward({tensor})`, which scales the loss"
+    framework = frameworks.BY_NAME.get(info.framework or "") if info is not None else None
+    if framework is not None:
+        fix = framework.backward_advice.format(owner=scaler, loss=tensor, optimizer=optimizer)
     else:
         fix = f"Use `{scaler}.scale({tensor}).backward()` before stepping `{optimizer}`"
     if beside:

@@ -8,6 +8,7 @@ from amplint.evidence import CLIP, FRAMEWORK_BACKWARD, SCALE, STEP, UNSCALE
 from amplint.fix import Fix, unscale_before
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
+from amplint.semantic.pytorch import frameworks
 
 
 class ClipBeforeUnscale(Rule):
@@ -228,11 +229,9 @@ def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) 
         if following.receiver is not None:
             scaler = following.receiver.text
     info = model.scalers.get(scaler_key) if scaler_key is not None else None
-    if info is not None and info.framework in ("accelerate", "fabric"):
-        method = "clip_grad_norm_" if info.framework == "accelerate" else "clip_gradients"
-        fix = f"Clip with `{info.name}.{method}(...)`, which unscales first"
-    elif info is not None and info.framework == "lightning":
-        fix = "Clip with `self.clip_gradients(optimizer, ...)`, which unscales first"
+    framework = frameworks.BY_NAME.get(info.framework or "") if info is not None else None
+    if info is not None and framework is not None and framework.clip_advice:
+        fix = framework.clip_advice.format(owner=info.name, optimizer=optimizer)
     elif later_unscale is not None:
         fix = f"Move `{later_unscale}` before the clip"
     else:

@@ -279,8 +279,14 @@ def test_accelerator_autocast_in_its_documented_use_stays_clean():
 
 def test_the_table_is_consistent():
     for framework in frameworks.BY_NAME.values():
-        assert framework.constructors and framework.precision_keyword
+        # Each says how its precision is chosen: a setting, a config dict, or always float16.
+        assert framework.constructors
+        assert sum(map(bool, (framework.precision_keyword, framework.config_keywords, framework.always_float16))) == 1
         assert not framework.backward_methods & framework.unscaling_methods
+        assert not framework.step_methods & (framework.backward_methods | framework.unscaling_methods)
+        # Each message it advises is spelled for it.
+        assert framework.backward_advice and framework.clip_advice and framework.step_advice
+        assert framework.hold_step_keywords <= frozenset() or framework.called_steps
     assert frameworks.autocast_dtype("fp16") == "float16"
     assert frameworks.autocast_dtype("bf16-mixed") == "bfloat16"
     assert frameworks.autocast_dtype("no") is None

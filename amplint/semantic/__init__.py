@@ -78,4 +78,6 @@ __all__ = [
 # framework's loss scaling in it: a scaler is known by its construction, by `unscale_`, by
 # `.scale(loss)` feeding a backward, or by `scaler.step(optimizer)`; frameworks by their
 # `mixed_precision=` / `precision=` settings.
-AMP_VOCABULARY = ("autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=")
+AMP_VOCABULARY = (
+    "autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=", "deepspeed.initialize",
+)

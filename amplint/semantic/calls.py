@@ -124,7 +124,7 @@ class Classifier:
                 tensor_reads=frozenset(roots(names_read(outputs))),
             )
         if not isinstance(func, cst.Attribute):
-            return self._helper(record)
+            return self._helper(record) or self._called_scaler(record)
         method = func.attr.value
         receiver = dotted_name(func.value)
         if method == "backward" and receiver is None:
@@ -147,7 +147,10 @@ class Classifier:
         helper = self._helper(record)
         if helper is not None:
             return helper
-        if info is not None:  # a framework in float16: accelerate, Fabric, Lightning
+        called = self._called_scaler(record)
+        if called is not None:
+            return called
+        if info is not None:  # a framework in float16: accelerate, Fabric, Lightning, DeepSpeed
             return self._framework(record, method, receiver, receiver_key, info.framework or "")
         if method == frameworks.LIGHTNING_SELF_BACKWARD and receiver == "self":
             lightning = self._lightning_scaler(scope)
@@ -193,7 +196,46 @@ class Classifier:
             return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=ref, framework_scaler=key)
         if method in framework.unscaling_methods:
             return AmpEvent(EventKind.UNSCALE, node, record.unit, receiver=ref)
+        if method in framework.step_methods:
+            return AmpEvent(EventKind.SCALER_STEP, node, record.unit, receiver=ref)
         return None
+
+    def _called_scaler(self, record: CallRecord) -> Optional[AmpEvent]:
+        """`loss_scaler(loss, optimizer, clip_grad=...)`: an object that scales the loss, runs
+        its backward, unscales before its own clip, steps and updates when called (timm's
+        NativeScaler, `frameworks.TIMM`): a step through it, or, where a keyword holds the
+        step back (`update_grad=(i + 1) % accum == 0`), a scaled backward only. The object
+        is one the file builds, or a name like a scaler's called on a loss and an optimizer
+        (a parameter `loss_scaler`), whose scaler the file does not show (not live)."""
+        node = record.node
+        callee = dotted_name(node.func)
+        if callee is None:
+            return None
+        scope = record.unit.scope
+        key = self.key(callee, scope)
+        info = self.scalers.scalers.get(key)
+        framework = frameworks.BY_NAME.get(info.framework or "") if info is not None else None
+        if framework is None or not framework.called_steps:
+            framework = frameworks.TIMM
+            loss = argument(node, 0, "loss")
+            optimizer = argument(node, 1, "optimizer")
+            loss_name = dotted_name(loss) if loss is not None else None
+            if info is not None or not vocabulary.named_like_a_scaler(callee) or optimizer is None:
+                return None
+            if loss_name is None or not vocabulary.named_like_a_loss(loss_name):
+                return None
+        ref = Ref(callee, key)
+        held = any(
+            arg.keyword is not None
+            and arg.keyword.value in framework.hold_step_keywords
+            and self.resolver.boolean(arg.value, scope) is not True
+            for arg in node.args
+        )
+        if held:
+            return AmpEvent(
+                EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=ref, framework_scaler=key if info is not None else None
+            )
+        return AmpEvent(EventKind.SCALER_STEP, node, record.unit, receiver=ref, argument=self.ref(argument(node, 1, "optimizer"), scope))
 
     def _lightning_scaler(self, scope: Scope) -> Optional[str]:
         owner = self.resolver.owning_class(scope)

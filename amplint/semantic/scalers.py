@@ -192,15 +192,23 @@ class _ScalerFinder:
 
     # frameworks (amplint.semantic.pytorch.frameworks)
     def _frameworks(self, bindings: List[Binding]) -> None:
+        returned_optimizers: Dict[str, str] = {}  # optimizer binding key -> the object's key
         for binding in bindings:
-            value = binding.value
-            if not isinstance(value, cst.Call):
+            found = self._framework_built(binding)
+            if found is None:
                 continue
-            framework = framework_of(value, self.resolver)
-            if framework is not None and not framework.scales_module_classes:
-                may, surely = self.float16(value, framework, binding.value_scope)
-                if may:
-                    self._framework_scaler(binding, framework.name, True if surely else None)
+            framework, call = found
+            may, surely = self.float16(call, framework, binding.value_scope)
+            if not may:
+                continue
+            owner = _unpacked_from(binding, call, framework.returned_position)
+            if framework.returned_position >= 0 and owner is None:
+                continue
+            key = self._framework_scaler(binding, framework, True if surely else None)
+            if framework.returned_optimizer_position >= 0:
+                for other in bindings:
+                    if other.source is call and _unpacked_from(other, call, framework.returned_optimizer_position) is not None:
+                        returned_optimizers[binding_key(other)] = key
         lightning: Optional[bool] = None  # None: no Trainer may train in float16
         for record in self.index.calls:
             if framework_of(record.node, self.resolver) is frameworks.LIGHTNING:
@@ -213,7 +221,8 @@ class _ScalerFinder:
                     self.facts.lightning_fp16_classes.add(name)
                     key = f"{scope.key}:lightning"
                     self.facts.scalers[key] = ScalerInfo(key, "self", True if lightning else None, (), "lightning")
-        # What these frameworks prepare steps through their scaler.
+        # What these frameworks prepare (or hand back) steps through their scaler.
+        self.facts.prepared.update(returned_optimizers)
         framework_keys = {k: info for k, info in self.facts.scalers.items() if info.framework}
         for binding in bindings:
             source = binding.source
@@ -243,9 +252,26 @@ class _ScalerFinder:
         may = bool(values & frameworks.FP16_PRECISIONS)
         return may, may and complete and values <= frameworks.FP16_PRECISIONS
 
-    def _framework_scaler(self, binding: Binding, framework: str, float16: Optional[bool]) -> None:
+    def _framework_built(self, binding: Binding) -> Optional[Tuple[frameworks.Framework, cst.Call]]:
+        """The framework object `binding` is filled with, and the call that builds it:
+        `accelerator = Accelerator(...)`, `loss_scaler = NativeScaler() if amp else None`,
+        `engine, optimizer, _, _ = deepspeed.initialize(...)` (the call is its `source`)."""
+        value = binding.value if binding.value is not None else binding.source
+        branches = (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,)
+        for branch in branches:
+            if isinstance(branch, cst.Call):
+                framework = framework_of(branch, self.resolver)
+                if framework is not None and not framework.scales_module_classes:
+                    return framework, branch
+        return None
+
+    def _framework_scaler(self, binding: Binding, framework: frameworks.Framework, float16: Optional[bool]) -> str:
         key = binding_key(binding)
-        self.facts.scalers[key] = ScalerInfo(key, binding.name, float16, (), framework)
+        # An object that may be None (`loss_scaler = NativeScaler() if amp else None`) is
+        # live only where the code has not found it None.
+        requirements = _requirements(binding.name) if framework.always_float16 else ()
+        self.facts.scalers[key] = ScalerInfo(key, binding.name, float16, requirements, framework.name)
+        return key
 
     # scaler-like names and optimizers
     def _scaler_like(self) -> None:
@@ -294,19 +320,44 @@ class _ScalerFinder:
 
 
 def framework_of(call: cst.Call, resolver: Resolver) -> Optional[frameworks.Framework]:
-    """The framework whose object `call` builds (`Accelerator(...)`, `Trainer(...)`), if any."""
+    """The framework whose object `call` builds (`Accelerator(...)`, `Trainer(...)`,
+    `NativeScaler()`, `deepspeed.initialize(...)`), if any."""
     qualified = resolver.qualified(call.func)
     bare = dotted_name(call.func) or ""
+    last = (qualified or bare).rsplit(".", 1)[-1]
     for framework in (*frameworks.OBJECT_FRAMEWORKS, frameworks.LIGHTNING):
         if qualified in framework.constructors or (not qualified and bare in framework.bare_constructors):
             return framework
+        if last in framework.class_names:
+            return framework
     return None
+
+
+def _unpacked_from(binding: Binding, call: cst.Call, position: int) -> Optional[str]:
+    """The name `binding` gives element `position` of what `call` returns, when it unpacks
+    it there (`engine, optimizer, _, _ = deepspeed.initialize(...)`)."""
+    node = binding.node
+    if position < 0 or binding.source is not call or not isinstance(node, cst.Assign) or len(node.targets) != 1:
+        return None
+    target = node.targets[0].target
+    if not isinstance(target, (cst.Tuple, cst.List)) or position >= len(target.elements):
+        return None
+    element = target.elements[position]
+    if isinstance(element, cst.StarredElement):
+        return None
+    name = dotted_name(element.value)
+    return name if name == binding.name else None
 
 
 def precisions(call: cst.Call, framework: frameworks.Framework, scope: Scope, resolver: Resolver) -> Tuple[FrozenSet[str], bool]:
     """The values the precision of the framework object `call` builds may take (`"fp16"`,
     `"16-mixed"`, `"no"`), and whether that is all of them (`Resolver.settings`)."""
+    if framework.always_float16:
+        return frozenset({"fp16"}), True
     positional, keywords = split_args(call.args)
+    if framework.config_keywords:
+        config = next((keywords[k] for k in framework.config_keywords if k in keywords), None)
+        return _config_precisions(config, framework, scope, resolver)
     value = keywords.get(framework.precision_keyword)
     if value is None and 0 <= framework.precision_position < len(positional):
         value = positional[framework.precision_position]
@@ -320,6 +371,40 @@ def precisions(call: cst.Call, framework: frameworks.Framework, scope: Scope, re
         if value is None:
             complete = flags_complete and flags == {"True"}
     return values, complete
+
+
+def _config_precisions(
+    config: Optional[cst.BaseExpression], framework: frameworks.Framework, scope: Scope, resolver: Resolver
+) -> Tuple[FrozenSet[str], bool]:
+    """The precisions a config dict may turn on (`{"fp16": {"enabled": True}}` -> fp16; a
+    section that is absent, or not enabled, is off), never complete: a dict literal can be
+    changed after it is written (`ds_config["fp16"]["enabled"] = args.fp16`). A config the
+    file does not show as a dict literal (a JSON path, `args.deepspeed_config`) is unknown."""
+    table = _dict(config, scope, resolver)
+    if table is None:
+        return frozenset(), False
+    values: Set[str] = {"32"}
+    sections = dict(framework.config_sections)
+    for element in table[0].elements:
+        if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+            continue
+        precision = sections.get(str(element.key.evaluated_value))
+        section = _dict(element.value, table[1], resolver) if precision is not None else None
+        if section is None:
+            continue
+        for entry in section[0].elements:
+            if isinstance(entry, cst.DictElement) and isinstance(entry.key, cst.SimpleString) and entry.key.evaluated_value == "enabled":
+                enabled, _ = resolver.settings(entry.value, section[1])
+                if "True" in enabled:
+                    values.add(precision or "")
+    return frozenset(values), False
+
+
+def _dict(value: Optional[cst.BaseExpression], scope: Scope, resolver: Resolver) -> Optional[Tuple[cst.Dict, Scope]]:
+    resolved = resolver.resolve(value, scope) if value is not None else None
+    if resolved is not None and isinstance(resolved[0], cst.Dict):
+        return resolved  # type: ignore[return-value]
+    return None
 
 
 def _requirements(name: str) -> Tuple[Assumption, ...]:

@@ -14,7 +14,7 @@ unknown, and the framework is not taken to scale.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Optional
+from typing import Dict, FrozenSet, Optional, Tuple
 
 # Precision values, lower-cased, as `str()` of the argument would write them.
 FP16_PRECISIONS = frozenset({"fp16", "16", "16-mixed", "16_mixed"})
@@ -27,11 +27,11 @@ FULL_PRECISIONS = frozenset({"no", "32", "32-true", "64", "64-true", "fp32"})
 class Framework:
     """One framework object that may own a loss scaler."""
 
-    name: str  # "accelerate", "fabric", "lightning": `ScalerInfo.framework`
+    name: str  # "accelerate", "fabric", "lightning", "timm", "deepspeed": `ScalerInfo.framework`
     # Qualified names of its constructor, and the bare names trusted without a visible import.
     constructors: FrozenSet[str]
     bare_constructors: FrozenSet[str]
-    # The argument that chooses its precision: keyword, and position (-1: keyword only).
+    # The argument that chooses its precision: keyword ("" for none), and position (-1: keyword only).
     precision_keyword: str
     precision_position: int = -1
     # A deprecated boolean keyword that means float16 when true (`Accelerator(fp16=True)`).
@@ -49,6 +49,34 @@ class Framework:
     # Whether the scaler is the object's own (accelerate, Fabric) or belongs to the
     # LightningModule classes of the file that a float16 Trainer trains (Lightning).
     scales_module_classes: bool = False
+    # Class names matched whatever module defines them: projects copy timm's scaler into
+    # their own utils (`from util.misc import NativeScalerWithGradNormCount as NativeScaler`).
+    class_names: FrozenSet[str] = frozenset()
+    # Precision from a config dict instead of a setting (DeepSpeed): the keywords that pass
+    # it, and its sections whose `"enabled"` turns a precision on (`"fp16": {"enabled": True}`).
+    # A config the file does not show as a dict literal (a JSON path) is unknown.
+    config_keywords: Tuple[str, ...] = ()
+    config_sections: Tuple[Tuple[str, str], ...] = ()
+    # No precision setting at all: the object is a float16 loss scaler whenever it is built.
+    always_float16: bool = False
+    # The constructor returns a tuple: the object is this element, and this one an
+    # optimizer that steps through its scaler (`engine, optimizer, _, _ = deepspeed.initialize(...)`).
+    returned_position: int = -1
+    returned_optimizer_position: int = -1
+    # Methods that step the optimizer through the object's scaler (`engine.step()`).
+    step_methods: FrozenSet[str] = frozenset()
+    # Calling the object itself (`loss_scaler(loss, optimizer, clip_grad=...)`) scales the loss,
+    # runs its backward, unscales before its own clip, steps the optimizer and updates the
+    # scale; unless one of these keywords, given and not literally True, holds the step back
+    # (an accumulation micro-batch: a scaled backward only).
+    called_steps: bool = False
+    hold_step_keywords: FrozenSet[str] = frozenset()
+    # What a message advises, spelled for the framework (`{owner}`: the object as written,
+    # `{loss}`, `{optimizer}`): the backward that scales, the clip that unscales first,
+    # and the step through its scaler.
+    backward_advice: str = "Use `{owner}.backward({loss})`, which scales the loss"
+    clip_advice: str = ""
+    step_advice: str = ""
 
 
 ACCELERATE = Framework(
@@ -62,6 +90,8 @@ ACCELERATE = Framework(
     prepare_methods=frozenset({"prepare", "prepare_optimizer"}),
     autocast_methods=frozenset({"autocast"}),
     receiver_fragment="accelerator",
+    clip_advice="Clip with `{owner}.clip_grad_norm_(...)`, which unscales first",
+    step_advice="Use `{optimizer} = {owner}.prepare({optimizer})`",
 )
 
 FABRIC = Framework(
@@ -74,6 +104,8 @@ FABRIC = Framework(
     prepare_methods=frozenset({"setup", "setup_optimizers"}),
     autocast_methods=frozenset({"autocast"}),
     receiver_fragment="fabric",
+    clip_advice="Clip with `{owner}.clip_gradients(...)`, which unscales first",
+    step_advice="Use `{optimizer} = {owner}.setup_optimizers({optimizer})`",
 )
 
 LIGHTNING = Framework(
@@ -84,6 +116,40 @@ LIGHTNING = Framework(
     bare_constructors=frozenset({"Trainer", "pl.Trainer", "L.Trainer"}),
     precision_keyword="precision",
     scales_module_classes=True,
+    backward_advice="Use `self.manual_backward({loss})`, which scales the loss",
+    clip_advice="Clip with `self.clip_gradients({optimizer}, ...)`, which unscales first",
+    step_advice="Use `{optimizer} = self.optimizers()`",
+)
+
+TIMM = Framework(
+    name="timm",
+    constructors=frozenset(
+        {"timm.utils.NativeScaler", "timm.utils.cuda.NativeScaler", "timm.utils.ApexScaler", "timm.utils.cuda.ApexScaler"}
+    ),
+    bare_constructors=frozenset({"NativeScaler", "ApexScaler"}),
+    class_names=frozenset({"NativeScaler", "NativeScalerWithGradNormCount"}),
+    precision_keyword="",
+    always_float16=True,
+    called_steps=True,
+    hold_step_keywords=frozenset({"need_update", "update_grad"}),
+    backward_advice="Call `{owner}({loss}, {optimizer})`, which scales the loss, unscales and steps",
+    clip_advice="Pass the threshold to `{owner}(loss, {optimizer}, clip_grad=...)`, which unscales before it clips",
+    step_advice="Step with `{owner}(loss, {optimizer})`",
+)
+
+DEEPSPEED = Framework(
+    name="deepspeed",
+    constructors=frozenset({"deepspeed.initialize"}),
+    bare_constructors=frozenset(),
+    precision_keyword="",
+    config_keywords=("config", "config_params"),
+    config_sections=(("fp16", "fp16"), ("bf16", "bf16"), ("bfloat16", "bf16")),
+    returned_position=0,
+    returned_optimizer_position=1,
+    backward_methods=frozenset({"backward"}),
+    step_methods=frozenset({"step"}),
+    clip_advice='Clip with `"gradient_clipping"` in the DeepSpeed config, which unscales first',
+    step_advice="Step with `{owner}.step()`",
 )
 
 # Methods a LightningModule calls on itself (`self.manual_backward(loss)`,
@@ -93,9 +159,10 @@ LIGHTNING_SELF_BACKWARD = "manual_backward"
 LIGHTNING_SELF_UNSCALING_CLIP = "clip_gradients"
 LIGHTNING_SELF_OPTIMIZERS = "optimizers"
 
-# The frameworks whose objects the file builds into a variable (accelerate, Fabric).
-OBJECT_FRAMEWORKS = (ACCELERATE, FABRIC)
-BY_NAME: Dict[str, Framework] = {f.name: f for f in (ACCELERATE, FABRIC, LIGHTNING)}
+# The frameworks whose objects the file builds into a variable (accelerate, Fabric,
+# timm's scaler, DeepSpeed's engine).
+OBJECT_FRAMEWORKS = (ACCELERATE, FABRIC, TIMM, DEEPSPEED)
+BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, LIGHTNING)}
 
 
 def autocast_dtype(precision: str) -> Optional[str]:
