@@ -136,6 +136,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         found.update(_CALLED.get(method, ()))
         if "scale" in method.lower():
             found.add(SCALE)  # `scaler.scale(loss)`, `self.scale_loss(loss)`: named like scaling
+            if vocabulary.named_like_a_scaler(method):
+                found.update((STEP, FRAMEWORK_BACKWARD))  # timm's `loss_scaler(loss, optimizer)`: backward and step
     for method, receiver, call in receivers:
         _by_receiver(method, receiver, call, found)
     if any(id(call) not in entered for call in autocasts):

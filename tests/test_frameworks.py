@@ -349,3 +349,149 @@ def test_a_plain_step_after_a_backward_that_may_be_scaled_says_when():
     (finding,) = lint_text(textwrap.dedent(source))
     assert finding.code == "AMP005" and finding.message.endswith("when float16 mixed precision is chosen")
     assert lint_text(textwrap.dedent(source.replace('mixed_precision="fp16"', 'mixed_precision="bf16"'))) == []
+
+
+# --- timm's NativeScaler ---------------------------------------------------------------------
+
+TIMM_LOOP = """
+import torch
+{imports}
+
+def train(model, loader, optimizer, loss_fn):
+    loss_scaler = {build}
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        {call}
+        optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize(
+    "imports, build",
+    [
+        ("from timm.utils import NativeScaler", "NativeScaler()"),
+        ("import timm.utils", "timm.utils.NativeScaler(device='cuda')"),
+        ("from timm.utils import ApexScaler", "ApexScaler()"),
+        # Projects copy it into their own utils (mae, ConvNeXt, Swin).
+        ("from util.misc import NativeScalerWithGradNormCount as NativeScaler", "NativeScaler()"),
+        ("from timm.utils import NativeScaler", "NativeScaler() if use_amp else None"),
+    ],
+)
+def test_a_native_scaler_is_a_float16_loss_scaler(imports, build):
+    source = TIMM_LOOP.format(imports=imports, build=build, call="loss_scaler(loss, optimizer)")
+    assert framework_scalers(source) == {"loss_scaler": ("timm", True)}
+    # Calling it is a step through it (its backward, unscale and update are inside).
+    kinds = [o.kind.name for u in model(source).units for o in model(source).occurrences_in(u) if not o.via]
+    assert "SCALER_STEP" in kinds and "BACKWARD" not in kinds
+
+
+def test_a_native_scaler_holds_its_step_back_for_accumulation():
+    held = TIMM_LOOP.format(
+        imports="from timm.utils import NativeScaler", build="NativeScaler()", call="loss_scaler(loss, optimizer, update_grad=last)"
+    )
+    events = [o.event for u in model(held).units for o in model(held).occurrences_in(u) if not o.via]
+    (backward,) = [e for e in events if e.kind.name == "FRAMEWORK_BACKWARD"]
+    assert backward.framework_scaler is not None
+    # A literal True holds nothing back.
+    stepping = held.replace("update_grad=last", "need_update=True")
+    assert "SCALER_STEP" in [o.kind.name for u in model(stepping).units for o in model(stepping).occurrences_in(u)]
+
+
+def test_a_loss_scaler_parameter_called_on_a_loss_and_an_optimizer_steps_but_is_not_known_live():
+    source = """
+    import torch
+    def train_one_epoch(model, loader, optimizer, loss_fn, loss_scaler):
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(x), y)
+            loss_scaler(loss, optimizer, clip_grad=1.0, parameters=model.parameters())
+            optimizer.zero_grad()
+    """
+    built = model(source)
+    (step,) = [o for u in built.units for o in built.occurrences_in(u) if o.kind.name == "SCALER_STEP"]
+    assert step.receiver.text == "loss_scaler" and step.argument.text == "optimizer"
+    assert not built.is_live(step.receiver.key)
+    assert codes(source) == []
+    # A scaler-like name called on something that is no loss is not the call.
+    other = source.replace("loss_scaler(loss, optimizer,", "loss_scaler(x, optimizer,")
+    assert not [o for u in model(other).units for o in model(other).occurrences_in(u) if o.kind.name == "SCALER_STEP"]
+
+
+def test_sklearn_scalers_are_not_timm_ones():
+    source = """
+    import torch
+    from sklearn.preprocessing import StandardScaler
+    scaler = StandardScaler()
+    features = scaler(loss_values, optimizer_names)
+    """
+    assert framework_scalers(source) == {}
+
+
+# --- DeepSpeed --------------------------------------------------------------------------------
+
+DEEPSPEED = """
+import deepspeed
+import torch
+{config}
+engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), {argument})
+"""
+
+
+@pytest.mark.parametrize(
+    "config, argument, expected",
+    [
+        ('ds_config = {"fp16": {"enabled": True}}', "config=ds_config", {"engine": ("deepspeed", True)}),
+        ("", 'config={"train_batch_size": 8, "fp16": {"enabled": True, "loss_scale": 0}}', {"engine": ("deepspeed", True)}),
+        ('ds_config = {"fp16": {"enabled": True}}', "config_params=ds_config", {"engine": ("deepspeed", True)}),
+        # An argparse flag: either.
+        ('import argparse\np = argparse.ArgumentParser()\np.add_argument("--fp16", action="store_true")\nargs = p.parse_args()\n'
+         'ds_config = {"fp16": {"enabled": args.fp16}}', "config=ds_config", {"engine": ("deepspeed", None)}),
+        # Changed after it is written: it may be anything besides what it says (a section
+        # written into is a value of its own: unknown).
+        ('ds_config = {"fp16": {"enabled": True}}\nds_config["fp16"]["enabled"] = args.fp16', "config=ds_config", {}),
+        ('ds_config = {"fp16": {"enabled": True}}\nds_config.update(extra)', "config=ds_config", {"engine": ("deepspeed", None)}),
+        # No float16: bfloat16, off, absent, DeepSpeed's default for a section without "enabled".
+        ('ds_config = {"bf16": {"enabled": True}}', "config=ds_config", {}),
+        ('ds_config = {"fp16": {"enabled": False}}', "config=ds_config", {}),
+        ('ds_config = {"train_batch_size": 8}', "config=ds_config", {}),
+        ('ds_config = {"fp16": {"loss_scale": 0}}', "config=ds_config", {}),
+        # Unknown, never guessed: a JSON path, the command line's --deepspeed_config, HF's "auto".
+        ("", 'config="ds_config.json"', {}),
+        ("", "args=args", {}),
+        ('ds_config = {"fp16": {"enabled": "auto"}}', "config=ds_config", {}),
+    ],
+)
+def test_deepspeed_precision_comes_from_its_config_dict(config, argument, expected):
+    assert framework_scalers(DEEPSPEED.format(config=config, argument=argument)) == expected
+
+
+def test_deepspeed_engine_methods_and_returned_optimizer():
+    source = DEEPSPEED.format(config='ds_config = {"fp16": {"enabled": True}}', argument="config=ds_config") + textwrap.dedent(
+        """
+        for batch in loader:
+            loss = engine(batch)
+            engine.backward(loss)
+            engine.step()
+            optimizer.step()
+        """
+    )
+    built = model(source)
+    kinds = [(o.kind.name, o.receiver.text) for u in built.units for o in built.occurrences_in(u)]
+    assert kinds == [("FRAMEWORK_BACKWARD", "engine"), ("SCALER_STEP", "engine"), ("SCALER_STEP", "engine")]
+    # Not unpacked into an engine: nothing is assumed.
+    single = source.replace("engine, optimizer, _, _ = deepspeed", "engine = deepspeed")
+    assert framework_scalers(single) == {}
+
+
+def test_a_plain_backward_with_deepspeed_in_float16_says_how_to_scale():
+    source = DEEPSPEED.format(config='ds_config = {"fp16": {"enabled": True}}', argument="config=ds_config") + textwrap.dedent(
+        """
+        for batch in loader:
+            loss = engine(batch)
+            loss.backward()
+            engine.step()
+        """
+    )
+    (finding,) = lint_text(source)
+    assert finding.code == "AMP001" and "Use `engine.backward(loss)`, which scales the loss" in finding.help

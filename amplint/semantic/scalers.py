@@ -31,6 +31,7 @@ from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import Resolver, split_args
+from amplint.semantic.walk import iter_tree
 
 
 @dataclass
@@ -377,27 +378,54 @@ def _config_precisions(
     config: Optional[cst.BaseExpression], framework: frameworks.Framework, scope: Scope, resolver: Resolver
 ) -> Tuple[FrozenSet[str], bool]:
     """The precisions a config dict may turn on (`{"fp16": {"enabled": True}}` -> fp16; a
-    section that is absent, or not enabled, is off), never complete: a dict literal can be
-    changed after it is written (`ds_config["fp16"]["enabled"] = args.fp16`). A config the
-    file does not show as a dict literal (a JSON path, `args.deepspeed_config`) is unknown."""
+    section that is absent, or not enabled, is off). A config the file does not show as a
+    dict literal (a JSON path, `args.deepspeed_config`) is unknown, and one the file changes
+    after writing it (`ds_config["fp16"]["enabled"] = args.fp16`, `ds_config.update(...)`)
+    may be anything besides what it says."""
     table = _dict(config, scope, resolver)
     if table is None:
         return frozenset(), False
-    values: Set[str] = {"32"}
+    name = dotted_name(config) if config is not None else None
+    complete = name is None or not _changed_later(name, resolver)
+    values: Set[str] = set()
     sections = dict(framework.config_sections)
     for element in table[0].elements:
-        if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+        if not isinstance(element, cst.DictElement):
+            complete = False  # `**other`: sections we cannot see
             continue
-        precision = sections.get(str(element.key.evaluated_value))
+        key = element.key.evaluated_value if isinstance(element.key, cst.SimpleString) else None
+        precision = sections.get(str(key))
         section = _dict(element.value, table[1], resolver) if precision is not None else None
         if section is None:
             continue
-        for entry in section[0].elements:
-            if isinstance(entry, cst.DictElement) and isinstance(entry.key, cst.SimpleString) and entry.key.evaluated_value == "enabled":
-                enabled, _ = resolver.settings(entry.value, section[1])
-                if "True" in enabled:
-                    values.add(precision or "")
-    return frozenset(values), False
+        enabled = next(
+            (e.value for e in section[0].elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "enabled"),
+            None,
+        )
+        states, known = resolver.settings(enabled, section[1]) if enabled is not None else (frozenset({"False"}), True)
+        if "True" in states:
+            values.add(precision or "")
+        if states - {"True"} or not known:
+            values.add("32")  # it may be off
+        complete = complete and known and states <= {"True", "False"}
+    return frozenset(values or {"32"}), complete
+
+
+def _changed_later(name: str, resolver: Resolver) -> bool:
+    """Whether the file writes into the dict `name` holds after building it (`name[k] = v`,
+    `name["fp16"]["enabled"] = flag`, `name.update(...)`, `name.setdefault(...)`)."""
+    for node in iter_tree(resolver.index.scopes[0].node):
+        if isinstance(node, (cst.Assign, cst.AugAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            for target in targets:
+                while isinstance(target, cst.Subscript):
+                    target = target.value
+                    if dotted_name(target) == name:
+                        return True
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("update", "setdefault"):
+            if dotted_name(node.func.value) == name:
+                return True
+    return False
 
 
 def _dict(value: Optional[cst.BaseExpression], scope: Scope, resolver: Resolver) -> Optional[Tuple[cst.Dict, Scope]]:
