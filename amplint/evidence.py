@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
-from amplint.semantic.pytorch import vocabulary
+from amplint.semantic.pytorch import frameworks, vocabulary
 from amplint.semantic.pytorch.api import DECAY_METHODS, PARAMETER_METHODS, STATE_METHODS
 from amplint.semantic.pytorch.autocast_ops import LOG_OPS, LOWER_PRECISION_OPS, names_of
 
@@ -52,7 +52,8 @@ OPTIMIZER = "optimizer"  # an optimizer may be built: `torch.optim.*`, `AdamW(..
 AVERAGE = "average"  # a loop over parameters or a state dict decays them in place: `e.mul_(d)`, `v *= d`
 AUTOCAST_OBJECT = "autocast object"  # an `autocast(...)` call that is no `with` item or decorator of its own
 
-_GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
+# With the wrappers of one the user's code owns (timm's NativeScaler).
+_GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"}) | frameworks.OWNED_SCALER_CLASSES
 # Parts of OPTIMIZER, not marks of their own: a name like an optimizer's, and a module's parameters.
 _NAMED_LIKE_OPTIMIZER, _PARAMETERS = "named like an optimizer", "parameters"
 _PARTS = frozenset({_NAMED_LIKE_OPTIMIZER, _PARAMETERS})

@@ -96,7 +96,7 @@ class ScalerStateNotCheckpointed(Rule):
     name = "scaler-state-not-checkpointed"
     severity = "warning"
     # A scaler the file builds is what the rule is about.
-    triggers = ("GradScaler",)
+    triggers = ("GradScaler", "NativeScaler", "ApexScaler")
     needs = ({GRAD_SCALER},)
 
     PREDICTIONS = (

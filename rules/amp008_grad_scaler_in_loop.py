@@ -91,7 +91,7 @@ class GradScalerInLoop(Rule):
     name = "grad-scaler-in-loop"
     severity = "error"
     # A scaler the file builds is what the rule is about.
-    triggers = ("GradScaler",)
+    triggers = ("GradScaler", "NativeScaler", "ApexScaler")
     needs = ({GRAD_SCALER},)
 
     PREDICTIONS = (

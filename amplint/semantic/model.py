@@ -18,6 +18,7 @@ from amplint.semantic.conditions import Assumption, StandIn, alternatives, assum
 from amplint.semantic.exports import ExternalModules
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
+from amplint.semantic.pytorch import frameworks
 from amplint.semantic.names import names_bound, names_read, names_used, roots, source_text
 from amplint.semantic.regions import Regions
 from amplint.semantic.resolve import Resolver, argument, is_infinity
@@ -193,11 +194,14 @@ class SemanticModel:
 
     def grad_scalers_built(self) -> Iterator[Tuple[ScalerInfo, CallRecord]]:
         """Each `GradScaler(...)` the file builds into a variable, with the scaler it fills;
-        not one built with a literal `enabled=False` (whatever else the variable holds)."""
+        not one built with a literal `enabled=False` (whatever else the variable holds).
+        A framework's scaler the user's code owns (timm's `NativeScaler()`) counts too."""
         for binding, call in self.scaler_facts.constructions:
             info = self.scalers.get(binding_key(binding))
             record = self.call_record(call)
-            if info is None or info.framework is not None or record is None:
+            if info is None or record is None:
+                continue
+            if info.framework is not None and not frameworks.BY_NAME[info.framework].user_owns_state:
                 continue
             enabled = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "enabled"), None)
             if enabled is not None and self.resolver.boolean(enabled, binding.value_scope) is False:

@@ -47,7 +47,8 @@ class ScalerFacts:
     prepared: Dict[str, str] = field(default_factory=dict)
     # Classes of the file whose instances are Lightning modules trained in float16.
     lightning_fp16_classes: Set[str] = field(default_factory=set)
-    # Every GradScaler construction: (the binding it fills, the call).
+    # Every GradScaler construction (and of a framework's scaler the user's code owns,
+    # `frameworks.Framework.user_owns_state`): (the binding it fills, the call).
     constructions: List[Tuple[Binding, cst.Call]] = field(default_factory=list)
 
 
@@ -205,7 +206,7 @@ class _ScalerFinder:
             owner = _unpacked_from(binding, call, framework.returned_position)
             if framework.returned_position >= 0 and owner is None:
                 continue
-            key = self._framework_scaler(binding, framework, True if surely else None)
+            key = self._framework_scaler(binding, framework, True if surely else None, call)
             if framework.returned_optimizer_position >= 0:
                 for other in bindings:
                     if other.source is call and _unpacked_from(other, call, framework.returned_optimizer_position) is not None:
@@ -266,12 +267,20 @@ class _ScalerFinder:
                     return framework, branch
         return None
 
-    def _framework_scaler(self, binding: Binding, framework: frameworks.Framework, float16: Optional[bool]) -> str:
+    def _framework_scaler(self, binding: Binding, framework: frameworks.Framework, float16: Optional[bool], call: cst.Call) -> str:
         key = binding_key(binding)
         # An object that may be None (`loss_scaler = NativeScaler() if amp else None`) is
         # live only where the code has not found it None.
         requirements = _requirements(binding.name) if framework.always_float16 else ()
-        self.facts.scalers[key] = ScalerInfo(key, binding.name, float16, requirements, framework.name)
+        calls: Tuple[cst.Call, ...] = ()
+        if framework.user_owns_state:
+            # Its construction counts as a GradScaler's (checkpointed, never rebuilt).
+            self.facts.constructions.append((binding, call))
+            calls = tuple(c for b, c in self.facts.constructions if binding_key(b) == key)
+            previous = self.facts.scalers.get(key)
+            if previous is not None and previous.framework == framework.name and previous.enabled != float16:
+                float16 = None
+        self.facts.scalers[key] = ScalerInfo(key, binding.name, float16, requirements, framework.name, calls)
         return key
 
     # scaler-like names and optimizers

@@ -71,6 +71,10 @@ class Framework:
     # (an accumulation micro-batch: a scaled backward only).
     called_steps: bool = False
     hold_step_keywords: FrozenSet[str] = frozenset()
+    # A wrapper of a GradScaler the user's code builds and owns (timm's NativeScaler): its
+    # state belongs in the checkpoint beside the optimizer's, and building it again resets
+    # the scale, as for a `GradScaler(...)` (AMP007, AMP008).
+    user_owns_state: bool = False
     # What a message advises, spelled for the framework (`{owner}`: the object as written,
     # `{loss}`, `{optimizer}`): the backward that scales, the clip that unscales first,
     # and the step through its scaler.
@@ -130,6 +134,7 @@ TIMM = Framework(
     class_names=frozenset({"NativeScaler", "NativeScalerWithGradNormCount"}),
     precision_keyword="",
     always_float16=True,
+    user_owns_state=True,
     called_steps=True,
     hold_step_keywords=frozenset({"need_update", "update_grad"}),
     backward_advice="Call `{owner}({loss}, {optimizer})`, which scales the loss, unscales and steps",
@@ -163,6 +168,14 @@ LIGHTNING_SELF_OPTIMIZERS = "optimizers"
 # timm's scaler, DeepSpeed's engine).
 OBJECT_FRAMEWORKS = (ACCELERATE, FABRIC, TIMM, DEEPSPEED)
 BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, LIGHTNING)}
+# The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
+# pre-check and AMP007/AMP008's trigger words see them.
+OWNED_SCALER_CLASSES = frozenset(
+    name.rsplit(".", 1)[-1]
+    for f in BY_NAME.values()
+    if f.user_owns_state
+    for name in f.constructors | f.bare_constructors | f.class_names
+)
 
 
 def autocast_dtype(precision: str) -> Optional[str]:
