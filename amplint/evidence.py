@@ -111,6 +111,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             entered.update(id(item.context_expr) for item in node.items)  # type: ignore[attr-defined]
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.ClassDef:
             entered.update(id(decorator) for decorator in node.decorator_list)  # type: ignore[attr-defined]
+            if node.name in frameworks.SCALED_GRADIENT_HOOKS:  # type: ignore[attr-defined]
+                found.add(FRAMEWORK_BACKWARD)  # Lightning's `on_after_backward`: after its scaled backward
         elif kind is ast.alias:
             names.update(node.name.split("."))  # type: ignore[attr-defined]
             if node.asname is not None and node.name.endswith("autocast"):  # type: ignore[attr-defined]

@@ -126,6 +126,11 @@ class ClipBeforeUnscale(Rule):
                 for clip in state.gradients.entry_uses:
                     if clip.kind is EventKind.CLIP and _clips(clip, model):
                         yield Report(clip.node, _message(clip, step.receiver.key, model))
+        # A hook the framework calls before it unscales (Lightning's `on_after_backward`).
+        for clip, scaler in model.hook_uses_of_scaled_gradients():
+            if clip.kind is EventKind.CLIP and _clips(clip, model):
+                hook = clip.unit.name.rsplit(".", 1)[-1]
+                yield Report(clip.node, _message(clip, scaler, model, frameworks.LIGHTNING.hook_advice.format(hook=hook)))
 
     VALID = (
         """
@@ -216,7 +221,7 @@ def _clips(clip: Occurrence, model: SemanticModel) -> bool:
     return not model.clip_only_measures(clip) and not clip.event.reported_where_written
 
 
-def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> Message:
+def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel, advice: Optional[str] = None) -> Message:
     later_unscale: Optional[str] = None
     optimizer = "optimizer"
     scaler = model.scaler_name(scaler_key)
@@ -230,7 +235,9 @@ def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) 
             scaler = following.receiver.text
     info = model.scalers.get(scaler_key) if scaler_key is not None else None
     framework = frameworks.BY_NAME.get(info.framework or "") if info is not None else None
-    if info is not None and framework is not None and framework.clip_advice:
+    if advice is not None:  # a framework's hook
+        fix = advice
+    elif info is not None and framework is not None and framework.clip_advice:
         fix = framework.clip_advice.format(owner=info.name, optimizer=optimizer)
     elif later_unscale is not None:
         fix = f"Move `{later_unscale}` before the clip"

@@ -255,6 +255,30 @@ class SemanticModel:
                 found.update(id(use.event) for use in state.gradients.entry_uses)
         return found
 
+    def hook_uses_of_scaled_gradients(self) -> List[Tuple[Occurrence, str]]:
+        """Clips and gradient reads in a hook the framework calls while the gradients still
+        carry its loss scale (Lightning's `on_after_backward` in a LightningModule trained in
+        float16: `frameworks.Framework.scaled_gradient_hooks`), made on those gradients
+        before anything in the hook unscales them; each with the framework scaler's key."""
+        found: List[Tuple[Occurrence, str]] = []
+        hooks = frameworks.LIGHTNING.scaled_gradient_hooks  # the hooks of the LightningModule classes
+        for unit in self.units:
+            if unit.class_name not in self.scaler_facts.lightning_fp16_classes or unit.name.rsplit(".", 1)[-1] not in hooks:
+                continue
+            owner = self.resolver.owning_class(unit.scope)
+            flow = self.flow.unit_flow(unit)
+            if owner is None or flow is None or self.flow.has_visible_callers(unit):
+                continue
+            key = f"{owner.key}:lightning"
+            seen: Set[int] = set()
+            for state in sorted(flow.exits, key=self._state_key):
+                if self.is_live(key, state.facts):
+                    for use in sorted(state.gradients.entry_uses, key=self._occurrence_key):
+                        if id(use) not in seen:
+                            seen.add(id(use))
+                            found.append((use, key))
+        return found
+
     def divided_by_loss_scale(self, event: AmpEvent) -> bool:
         """Whether what `occurrence` computes (gradients from `autograd.grad` of a scaled
         loss, a norm of scaled gradients) is divided by, or multiplied with the inverse of, a

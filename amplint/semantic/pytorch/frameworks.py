@@ -71,6 +71,14 @@ class Framework:
     # (an accumulation micro-batch: a scaled backward only).
     called_steps: bool = False
     hold_step_keywords: FrozenSet[str] = frozenset()
+    # Hooks the framework calls on the user's classes, by what the gradients hold when it
+    # calls them: still scaled (Lightning's `on_after_backward`, called between the scaled
+    # backward and the unscale), or already unscaled (`on_before_optimizer_step`,
+    # `configure_gradient_clipping`, called after it). Reading or clipping them in a scaled
+    # hook sees the loss scale.
+    scaled_gradient_hooks: FrozenSet[str] = frozenset()
+    unscaled_gradient_hooks: FrozenSet[str] = frozenset()
+    hook_advice: str = ""  # `{hook}`: the scaled hook
     # A wrapper of a GradScaler the user's code builds and owns (timm's NativeScaler): its
     # state belongs in the checkpoint beside the optimizer's, and building it again resets
     # the scale, as for a `GradScaler(...)` (AMP007, AMP008).
@@ -120,6 +128,12 @@ LIGHTNING = Framework(
     bare_constructors=frozenset({"Trainer", "pl.Trainer", "L.Trainer"}),
     precision_keyword="precision",
     scales_module_classes=True,
+    scaled_gradient_hooks=frozenset({"on_after_backward"}),
+    unscaled_gradient_hooks=frozenset({"on_before_optimizer_step", "configure_gradient_clipping"}),
+    hook_advice=(
+        "Lightning calls `{hook}` before it unscales them; do this in `on_before_optimizer_step` "
+        "(or clip in `configure_gradient_clipping`), which it calls after"
+    ),
     backward_advice="Use `self.manual_backward({loss})`, which scales the loss",
     clip_advice="Clip with `self.clip_gradients({optimizer}, ...)`, which unscales first",
     step_advice="Use `{optimizer} = self.optimizers()`",
@@ -168,6 +182,8 @@ LIGHTNING_SELF_OPTIMIZERS = "optimizers"
 # timm's scaler, DeepSpeed's engine).
 OBJECT_FRAMEWORKS = (ACCELERATE, FABRIC, TIMM, DEEPSPEED)
 BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, LIGHTNING)}
+# The hooks frameworks call with gradients that still carry their loss scale.
+SCALED_GRADIENT_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.scaled_gradient_hooks)
 # The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
 # pre-check and AMP007/AMP008's trigger words see them.
 OWNED_SCALER_CLASSES = frozenset(
