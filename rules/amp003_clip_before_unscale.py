@@ -17,7 +17,9 @@ class ClipBeforeUnscale(Rule):
     ## What it does
     Flags `clip_grad_norm_` / `clip_grad_value_` (and FSDP's `model.clip_grad_norm_`)
     reached after `scaler.scale(loss).backward()` with no `scaler.unscale_(optimizer)` in
-    between, including when `unscale_` is called only after the clip.
+    between, including when `unscale_` is called only after the clip. Frameworks' scaled
+    backwards count the same way (docs/frameworks.md), and so does a clip in a hook the
+    framework calls before it unscales (Lightning's `on_after_backward` under 16-mixed).
 
     ## Why is this bad?
     After a scaled backward every gradient is multiplied by the loss scale (65536 at the

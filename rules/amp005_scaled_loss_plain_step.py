@@ -179,6 +179,8 @@ class ScaledLossPlainStep(Rule):
         for step, state in model.states_before(EventKind.OPTIMIZER_STEP):
             if _takes_a_closure(step):
                 continue  # `opt.step(closure)` computes its own gradients (LBFGS)
+            if step.receiver is not None and step.receiver.key in model.scaler_facts.prepared:
+                continue  # a helper's `optimizer.step()` on one the framework prepared: its scaler's step
             gradients = state.gradients
             if gradients.scaled_by is None or gradients.last_backward is not gradients.scaled_by:
                 # Nothing scaled, or a plain backward came last (an fp32 critic beside an AMP

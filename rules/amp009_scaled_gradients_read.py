@@ -19,7 +19,8 @@ class ScaledGradientsRead(Rule):
     `torch.autograd.grad(scaler.scale(loss), ...)` in a function that never divides by
     `scaler.get_scale()` (a gradient penalty). Clipping is AMP003's; reads only compared with
     `None`, and linear changes the later unscale divides out (averaging, `all_reduce`,
-    `mul_`), are not flagged.
+    `mul_`), are not flagged. Reads in a hook the framework calls before it unscales
+    (Lightning's `on_after_backward` under 16-mixed) count too.
 
     ## Why is this bad?
     After `scaler.scale(loss).backward()` every gradient is multiplied by the loss scale
