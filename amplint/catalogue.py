@@ -26,7 +26,8 @@ class RuleEntry(NamedTuple):
 
 # amplint.semantic.AMP_VOCABULARY: the default triggers.
 VOCABULARY = (
-    "autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=", "deepspeed.initialize",
+    "autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=",
+    "deepspeed.initialize", "TrainingArguments",
 )
 _OPTIMIZERS = (
     "optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon",

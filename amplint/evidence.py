@@ -113,6 +113,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             entered.update(id(decorator) for decorator in node.decorator_list)  # type: ignore[attr-defined]
             if node.name in frameworks.SCALED_GRADIENT_HOOKS:  # type: ignore[attr-defined]
                 found.add(FRAMEWORK_BACKWARD)  # Lightning's `on_after_backward`: after its scaled backward
+            elif node.name in frameworks.STEPPED_AFTER_HOOKS:  # type: ignore[attr-defined]
+                found.add(STEP)  # a Trainer's `training_step`: the Trainer steps after it
         elif kind is ast.alias:
             names.update(node.name.split("."))  # type: ignore[attr-defined]
             if node.asname is not None and node.name.endswith("autocast"):  # type: ignore[attr-defined]

@@ -172,6 +172,10 @@ class UnscaledBackward(Rule):
                 if beside and not _feeds_stepped_optimizer(backward, step, model):
                     continue
                 yield Report(backward.node, _message(backward, step, model, beside), fix=_fix(backward, step, model))
+        # A hook after which the framework steps through its scaler (a Hugging Face Trainer
+        # subclass's `training_step` under fp16 TrainingArguments).
+        for backward, scaler in model.hook_backwards_before_framework_step():
+            yield Report(backward.node, _hook_message(backward, scaler, model))
 
     VALID = (
         # The seed's full training pattern.
@@ -558,6 +562,20 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel, besid
         f"{quote(backward)} runs on a loss `{scaler}` never scaled",
         f"{quote(step)} still divides the gradients by the loss scale (65536 at start): "
         f"SGD-like updates come out ~65,000x too small (Adam's only slightly). {fix}.",
+    )
+
+
+def _hook_message(backward: Occurrence, scaler: str, model: SemanticModel) -> Message:
+    tensor = source_text(backward.event.tensor) if backward.event.tensor is not None else "loss"
+    info = model.scalers.get(scaler)
+    framework = frameworks.BY_NAME[info.framework or ""] if info is not None else frameworks.HF_TRAINER
+    hook = backward.unit.name.rsplit(".", 1)[-1]
+    when = " when float16 mixed precision is chosen" if info is not None and info.enabled is None else ""
+    return Message(
+        f"{quote(backward)} runs on a loss the Trainer's scaler never scaled{when}",
+        f"After `{hook}` returns, the Trainer steps through its loss scaler, which divides the gradients by "
+        f"the loss scale (65536 at start): SGD-like updates come out ~65,000x too small (Adam's only slightly). "
+        f"{framework.backward_advice.format(owner='self', loss=tensor, optimizer='optimizer')}.",
     )
 
 

@@ -281,7 +281,10 @@ def test_the_table_is_consistent():
     for framework in frameworks.BY_NAME.values():
         # Each says how its precision is chosen: a setting, a config dict, or always float16.
         assert framework.constructors
-        assert sum(map(bool, (framework.precision_keyword, framework.config_keywords, framework.always_float16))) == 1
+        setting = framework.precision_keyword or framework.fp16_flag
+        assert sum(map(bool, (setting, framework.config_keywords, framework.always_float16))) == 1
+        # The frameworks that train the file's classes say which, and how those call them.
+        assert framework.scales_module_classes == bool(framework.module_bases) == bool(framework.self_backward_methods)
         assert not framework.backward_methods & framework.unscaling_methods
         assert not framework.step_methods & (framework.backward_methods | framework.unscaling_methods)
         # Each message it advises is spelled for it.
@@ -495,3 +498,45 @@ def test_a_plain_backward_with_deepspeed_in_float16_says_how_to_scale():
     )
     (finding,) = lint_text(source)
     assert finding.code == "AMP001" and "Use `engine.backward(loss)`, which scales the loss" in finding.help
+
+
+# --- Hugging Face Trainer ---------------------------------------------------------------------
+
+HF = """
+from transformers import Trainer, TrainingArguments
+
+class MyTrainer(Trainer):
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = self.compute_loss(model, inputs)
+        {backward}
+        return loss.detach()
+
+args = TrainingArguments(output_dir="out", {precision})
+"""
+
+
+@pytest.mark.parametrize(
+    "precision, expected",
+    [
+        ("fp16=True", {"self": ("transformers", True)}),
+        ("fp16=use_fp16", {}),  # unknown: never guessed
+        ("fp16=False, bf16=True", {}),
+        ("bf16=True", {}),
+    ],
+)
+def test_training_arguments_in_float16_give_the_trainer_subclasses_a_scaler(precision, expected):
+    assert framework_scalers(HF.format(backward="loss.backward()", precision=precision)) == expected
+
+
+def test_the_trainers_accelerator_scales_and_unscales_in_its_subclasses():
+    source = HF.format(backward="self.accelerator.backward(loss)\n        self.accelerator.clip_grad_norm_(model.parameters(), 1.0)", precision="fp16=True")
+    built = model(source)
+    events = [o.event for u in built.units for o in built.occurrences_in(u)]
+    assert [e.kind.name for e in events] == ["FRAMEWORK_BACKWARD", "UNSCALE"]
+    assert events[0].framework_scaler == "cls:MyTrainer:transformers"
+    assert codes(source) == []
+    # A plain backward that the Trainer then steps through its scaler is AMP001.
+    assert codes(HF.format(backward="loss.backward()", precision="fp16=True")) == ["7:AMP001"]
+    # With the hook called by the file itself it is a helper, not the Trainer's hook.
+    called = HF.format(backward="loss.backward()", precision="fp16=True") + "trainer = MyTrainer()\ntrainer.training_step(model, inputs)\n"
+    assert codes(called) == []

@@ -18,11 +18,11 @@ from amplint.semantic.conditions import Assumption, StandIn, alternatives, assum
 from amplint.semantic.exports import ExternalModules
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
-from amplint.semantic.pytorch import frameworks
-from amplint.semantic.names import names_bound, names_read, names_used, roots, source_text
+from amplint.semantic.pytorch import frameworks, vocabulary
+from amplint.semantic.names import dotted_name, names_bound, names_read, names_used, roots, source_text
 from amplint.semantic.regions import Regions
 from amplint.semantic.resolve import Resolver, argument, is_infinity
-from amplint.semantic.scalers import ScalerFacts, binding_key, find_scalers
+from amplint.semantic.scalers import ScalerFacts, binding_key, class_scaler_key, find_scalers
 from amplint.semantic.types import (
     AmpEvent,
     AutocastRegion,
@@ -261,15 +261,12 @@ class SemanticModel:
         float16: `frameworks.Framework.scaled_gradient_hooks`), made on those gradients
         before anything in the hook unscales them; each with the framework scaler's key."""
         found: List[Tuple[Occurrence, str]] = []
-        hooks = frameworks.LIGHTNING.scaled_gradient_hooks  # the hooks of the LightningModule classes
-        for unit in self.units:
-            if unit.class_name not in self.scaler_facts.lightning_fp16_classes or unit.name.rsplit(".", 1)[-1] not in hooks:
+        for unit, key, framework in self._framework_hooks():
+            if unit.name.rsplit(".", 1)[-1] not in framework.scaled_gradient_hooks:
                 continue
-            owner = self.resolver.owning_class(unit.scope)
             flow = self.flow.unit_flow(unit)
-            if owner is None or flow is None or self.flow.has_visible_callers(unit):
+            if flow is None:
                 continue
-            key = f"{owner.key}:lightning"
             seen: Set[int] = set()
             for state in sorted(flow.exits, key=self._state_key):
                 if self.is_live(key, state.facts):
@@ -278,6 +275,55 @@ class SemanticModel:
                             seen.add(id(use))
                             found.append((use, key))
         return found
+
+    def hook_backwards_before_framework_step(self) -> List[Tuple[Occurrence, str]]:
+        """Plain backwards a hook runs that the framework then steps through its scaler
+        (`loss.backward()` in a Hugging Face Trainer subclass's `training_step` under fp16
+        TrainingArguments: `frameworks.Framework.stepped_after_hooks`), pending when the hook
+        returns; each with the framework scaler's key. A hook that scales some way of its own
+        (a scaler, `self.accelerator.backward`, apex's `scale_loss`) is left alone: its
+        plain backward is the branch for when scaling is off."""
+        found: List[Tuple[Occurrence, str]] = []
+        for unit, key, framework in self._framework_hooks():
+            if unit.name.rsplit(".", 1)[-1] not in framework.stepped_after_hooks:
+                continue
+            flow = self.flow.unit_flow(unit)
+            occurrences = self.occurrences_in(unit)
+            if flow is None or any(
+                o.kind in (EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD, EventKind.SCALER_STEP, EventKind.UNSCALE)
+                or (o.kind is EventKind.BACKWARD and o.event.scaled_inline_by is not None)
+                for o in occurrences
+            ):
+                continue
+            if self._names_a_scaler(unit):
+                continue
+            seen: Set[int] = set()
+            for state in sorted(flow.exits, key=self._state_key):
+                if self.is_live(key, state.facts):
+                    for backward in sorted(state.gradients.plain_backwards, key=self._occurrence_key):
+                        if id(backward) not in seen:
+                            seen.add(id(backward))
+                            found.append((backward, key))
+        return found
+
+    def _names_a_scaler(self, unit: CodeUnit) -> bool:
+        """Whether `unit` names a scaler or something like one (`self.scaler`, `amp`)."""
+        return any(
+            name is not None and (vocabulary.named_like_a_scaler(name) or vocabulary.named_like_scaling(name) or name.split(".")[0] == "amp")
+            for record in unit.calls
+            for name in [dotted_name(record.node.func)] + [dotted_name(arg.value) for arg in record.node.args]
+        )
+
+    def _framework_hooks(self) -> Iterator[Tuple[CodeUnit, str, frameworks.Framework]]:
+        """The methods of the classes a framework may train in float16 that the framework
+        calls itself (no caller in the file): each with the framework's scaler key."""
+        for unit in self.units:
+            name = self.scaler_facts.fp16_classes.get(unit.class_name or "")
+            owner = self.resolver.owning_class(unit.scope) if name is not None else None
+            if owner is None or self.flow.has_visible_callers(unit):
+                continue
+            framework = frameworks.BY_NAME[name]
+            yield unit, class_scaler_key(owner, framework), framework
 
     def divided_by_loss_scale(self, event: AmpEvent) -> bool:
         """Whether what `occurrence` computes (gradients from `autograd.grad` of a scaled

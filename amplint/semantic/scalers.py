@@ -45,8 +45,10 @@ class ScalerFacts:
     # Optimizer variable -> the framework scaler whose step it is (accelerate.prepare,
     # Fabric.setup, Lightning's self.optimizers()).
     prepared: Dict[str, str] = field(default_factory=dict)
-    # Classes of the file whose instances are Lightning modules trained in float16.
-    lightning_fp16_classes: Set[str] = field(default_factory=set)
+    # Classes of the file that a framework may train in float16 (LightningModule classes
+    # under a float16 Trainer, Trainer subclasses under float16 TrainingArguments): class
+    # name -> the framework's name. Their scaler's key is `class_scaler_key`.
+    fp16_classes: Dict[str, str] = field(default_factory=dict)
     # Every GradScaler construction (and of a framework's scaler the user's code owns,
     # `frameworks.Framework.user_owns_state`): (the binding it fills, the call).
     constructions: List[Tuple[Binding, cst.Call]] = field(default_factory=list)
@@ -211,18 +213,20 @@ class _ScalerFinder:
                 for other in bindings:
                     if other.source is call and _unpacked_from(other, call, framework.returned_optimizer_position) is not None:
                         returned_optimizers[binding_key(other)] = key
-        lightning: Optional[bool] = None  # None: no Trainer may train in float16
-        for record in self.index.calls:
-            if framework_of(record.node, self.resolver) is frameworks.LIGHTNING:
-                may, surely = self.float16(record.node, frameworks.LIGHTNING, record.unit.scope)
-                if may:
-                    lightning = bool(lightning) or surely
-        if lightning is not None:
+        for trainer in frameworks.CLASS_FRAMEWORKS:
+            float16: Optional[bool] = None  # None: nothing may train in float16
+            for record in self.index.calls:
+                if framework_of(record.node, self.resolver) is trainer:
+                    may, surely = self.float16(record.node, trainer, record.unit.scope)
+                    if may:
+                        float16 = bool(float16) or surely
+            if float16 is None:
+                continue
             for name, scope in self.index.classes.items():
-                if any(base.rsplit(".", 1)[-1] == frameworks.LIGHTNING_MODULE_BASE for base in scope.bases):
-                    self.facts.lightning_fp16_classes.add(name)
-                    key = f"{scope.key}:lightning"
-                    self.facts.scalers[key] = ScalerInfo(key, "self", True if lightning else None, (), "lightning")
+                if name not in self.facts.fp16_classes and any(base.rsplit(".", 1)[-1] in trainer.module_bases for base in scope.bases):
+                    self.facts.fp16_classes[name] = trainer.name
+                    key = class_scaler_key(scope, trainer)
+                    self.facts.scalers[key] = ScalerInfo(key, "self", True if float16 else None, (), trainer.name)
         # What these frameworks prepare (or hand back) steps through their scaler.
         self.facts.prepared.update(returned_optimizers)
         framework_keys = {k: info for k, info in self.facts.scalers.items() if info.framework}
@@ -234,10 +238,11 @@ class _ScalerFinder:
             receiver = dotted_name(source.func.value)
             if receiver is None:
                 continue
-            if method == frameworks.LIGHTNING_SELF_OPTIMIZERS and receiver == "self":
+            if receiver == "self":
                 owner_class = self.resolver.owning_class(binding.value_scope)
-                if owner_class is not None and owner_class.name in self.facts.lightning_fp16_classes:
-                    self.facts.prepared[binding_key(binding)] = f"{owner_class.key}:lightning"
+                trainer = frameworks.BY_NAME.get(self.facts.fp16_classes.get(owner_class.name, "")) if owner_class is not None else None
+                if owner_class is not None and trainer is not None and method in trainer.self_optimizer_methods:
+                    self.facts.prepared[binding_key(binding)] = class_scaler_key(owner_class, trainer)
                 continue
             owner = self.resolver.identity(receiver, binding.value_scope)
             info = framework_keys.get(owner)
@@ -329,13 +334,18 @@ class _ScalerFinder:
         return last in vocabulary.OPTIMIZER_CLASSES or last.lower() in vocabulary.OPTIMIZER_FACTORIES
 
 
+def class_scaler_key(scope: Scope, framework: frameworks.Framework) -> str:
+    """The key of the scaler a framework keeps for a class of the file it trains."""
+    return f"{scope.key}:{framework.name}"
+
+
 def framework_of(call: cst.Call, resolver: Resolver) -> Optional[frameworks.Framework]:
     """The framework whose object `call` builds (`Accelerator(...)`, `Trainer(...)`,
     `NativeScaler()`, `deepspeed.initialize(...)`), if any."""
     qualified = resolver.qualified(call.func)
     bare = dotted_name(call.func) or ""
     last = (qualified or bare).rsplit(".", 1)[-1]
-    for framework in (*frameworks.OBJECT_FRAMEWORKS, frameworks.LIGHTNING):
+    for framework in (*frameworks.OBJECT_FRAMEWORKS, *frameworks.CLASS_FRAMEWORKS):
         if qualified in framework.constructors or (not qualified and bare in framework.bare_constructors):
             return framework
         if last in framework.class_names:

@@ -46,9 +46,19 @@ class Framework:
     # What a variable holding the object is named, where the file does not show it built
     # (`self.accelerator` set by a base class): its autocast() is still the framework's.
     receiver_fragment: str = ""
-    # Whether the scaler is the object's own (accelerate, Fabric) or belongs to the
-    # LightningModule classes of the file that a float16 Trainer trains (Lightning).
+    # Whether the scaler is the object's own (accelerate, Fabric) or belongs to the classes
+    # of the file that the framework trains (Lightning's Trainer trains the LightningModule
+    # classes, Hugging Face's TrainingArguments configure the Trainer subclasses): those
+    # whose base is one of `module_bases`. Their methods call the framework on `self`:
+    # `self.<m>(...)` for each `m` below (`"accelerator.backward"`: `self.accelerator.backward`).
     scales_module_classes: bool = False
+    module_bases: FrozenSet[str] = frozenset()
+    self_backward_methods: FrozenSet[str] = frozenset()
+    self_unscaling_methods: FrozenSet[str] = frozenset()
+    self_optimizer_methods: FrozenSet[str] = frozenset()
+    # Hooks after which the framework steps through its scaler (Hugging Face's Trainer runs
+    # `training_step`, then unscales, clips and steps): a backward they run must be scaled.
+    stepped_after_hooks: FrozenSet[str] = frozenset()
     # Class names matched whatever module defines them: projects copy timm's scaler into
     # their own utils (`from util.misc import NativeScalerWithGradNormCount as NativeScaler`).
     class_names: FrozenSet[str] = frozenset()
@@ -128,6 +138,10 @@ LIGHTNING = Framework(
     bare_constructors=frozenset({"Trainer", "pl.Trainer", "L.Trainer"}),
     precision_keyword="precision",
     scales_module_classes=True,
+    module_bases=frozenset({"LightningModule"}),
+    self_backward_methods=frozenset({"manual_backward"}),
+    self_unscaling_methods=frozenset({"clip_gradients"}),
+    self_optimizer_methods=frozenset({"optimizers"}),
     scaled_gradient_hooks=frozenset({"on_after_backward"}),
     unscaled_gradient_hooks=frozenset({"on_before_optimizer_step", "configure_gradient_clipping"}),
     hook_advice=(
@@ -171,19 +185,38 @@ DEEPSPEED = Framework(
     step_advice="Step with `{owner}.step()`",
 )
 
-# Methods a LightningModule calls on itself (`self.manual_backward(loss)`,
-# `self.clip_gradients(opt, ...)`, `self.optimizers()`) and the base class that has them.
-LIGHTNING_MODULE_BASE = "LightningModule"
-LIGHTNING_SELF_BACKWARD = "manual_backward"
-LIGHTNING_SELF_UNSCALING_CLIP = "clip_gradients"
-LIGHTNING_SELF_OPTIMIZERS = "optimizers"
+HF_TRAINER = Framework(
+    name="transformers",
+    constructors=frozenset(
+        {
+            "transformers.TrainingArguments",
+            "transformers.Seq2SeqTrainingArguments",
+            "transformers.training_args.TrainingArguments",
+            "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+        }
+    ),
+    bare_constructors=frozenset({"TrainingArguments", "Seq2SeqTrainingArguments"}),
+    precision_keyword="",
+    fp16_flag="fp16",
+    scales_module_classes=True,
+    module_bases=frozenset({"Trainer", "Seq2SeqTrainer"}),
+    self_backward_methods=frozenset({"accelerator.backward"}),
+    self_unscaling_methods=frozenset({"accelerator.clip_grad_norm_", "accelerator.unscale_gradients"}),
+    stepped_after_hooks=frozenset({"training_step"}),
+    backward_advice="Use `self.accelerator.backward({loss})`, which scales the loss",
+    clip_advice="Leave clipping to the Trainer (`max_grad_norm=`), which unscales first",
+    step_advice="Leave the step to the Trainer, which steps through its scaler",
+)
 
 # The frameworks whose objects the file builds into a variable (accelerate, Fabric,
-# timm's scaler, DeepSpeed's engine).
+# timm's scaler, DeepSpeed's engine), and those that train the file's classes.
 OBJECT_FRAMEWORKS = (ACCELERATE, FABRIC, TIMM, DEEPSPEED)
-BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, LIGHTNING)}
-# The hooks frameworks call with gradients that still carry their loss scale.
+CLASS_FRAMEWORKS = (LIGHTNING, HF_TRAINER)
+BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, *CLASS_FRAMEWORKS)}
+# The hooks frameworks call with gradients that still carry their loss scale, and those
+# after which they step through it.
 SCALED_GRADIENT_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.scaled_gradient_hooks)
+STEPPED_AFTER_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.stepped_after_hooks)
 # The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
 # pre-check and AMP007/AMP008's trigger words see them.
 OWNED_SCALER_CLASSES = frozenset(
