@@ -66,6 +66,8 @@ _CALLED = {
     "scale": (SCALE_CALL,),
     "zero_grad": (ZERO_GRAD,),
     "manual_backward": (FRAMEWORK_BACKWARD,),
+    # A training loop the framework runs itself: its autocast and its backward.
+    **{name: (AUTOCAST, BACKWARD) for name in frameworks.LOOP_BUILDERS},
 }
 # Calls whose marks depend on what they are called on.
 _BY_RECEIVER = frozenset({"backward", "step", "update", "clip_grad_norm_", "clip_grad_value_"})

@@ -540,3 +540,34 @@ def test_the_trainers_accelerator_scales_and_unscales_in_its_subclasses():
     # With the hook called by the file itself it is a helper, not the Trainer's hook.
     called = HF.format(backward="loss.backward()", precision="fp16=True") + "trainer = MyTrainer()\ntrainer.training_step(model, inputs)\n"
     assert codes(called) == []
+
+
+# --- ignite -----------------------------------------------------------------------------------
+
+IGNITE = """
+import argparse
+from ignite.engine import create_supervised_trainer
+parser = argparse.ArgumentParser()
+parser.add_argument("--amp-mode", default=None, choices=[None, "amp", "apex"])
+args = parser.parse_args()
+trainer = create_supervised_trainer(model, optimizer, loss_fn, {arguments})
+"""
+
+
+@pytest.mark.parametrize(
+    "arguments, expected",
+    [
+        ('"cuda", amp_mode="amp"', [("ignite", True)]),
+        ('device="cuda", amp_mode="amp", scaler=False', [("ignite", True)]),
+        ('device, amp_mode="amp"', [("ignite", True)]),  # an unknown device may be CUDA
+        ("device, amp_mode=args.amp_mode", [("ignite", False)]),  # one of several settings
+        ('"cuda", amp_mode="amp", scaler=True', []),
+        ('"cuda", amp_mode="amp", scaler=scaler', []),  # a GradScaler, or unknown: not off
+        ('"cpu", amp_mode="amp"', []),  # CPU autocast is bfloat16
+        ('"cuda", amp_mode="apex"', []),
+        ('"cuda"', []),
+    ],
+)
+def test_ignite_loops_in_float16_autocast_without_a_scaler(arguments, expected):
+    built = model(IGNITE.format(arguments=arguments))
+    assert [(name, surely) for _, name, surely in built.scaler_facts.unscaled_loops] == expected

@@ -81,5 +81,5 @@ __all__ = [
 # TrainingArguments (`amplint.semantic.pytorch.frameworks`).
 AMP_VOCABULARY = (
     "autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=",
-    "deepspeed.initialize", "TrainingArguments",
+    "deepspeed.initialize", "TrainingArguments", "amp_mode",
 )

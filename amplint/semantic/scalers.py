@@ -49,6 +49,10 @@ class ScalerFacts:
     # under a float16 Trainer, Trainer subclasses under float16 TrainingArguments): class
     # name -> the framework's name. Their scaler's key is `class_scaler_key`.
     fp16_classes: Dict[str, str] = field(default_factory=dict)
+    # Training loops a framework builds that may autocast in float16 with no scaler
+    # (ignite's `create_supervised_trainer(..., amp_mode="amp")`): (the call, the
+    # framework's name, whether float16 is sure rather than one of several settings).
+    unscaled_loops: List[Tuple[cst.Call, str, bool]] = field(default_factory=list)
     # Every GradScaler construction (and of a framework's scaler the user's code owns,
     # `frameworks.Framework.user_owns_state`): (the binding it fills, the call).
     constructions: List[Tuple[Binding, cst.Call]] = field(default_factory=list)
@@ -227,6 +231,7 @@ class _ScalerFinder:
                     self.facts.fp16_classes[name] = trainer.name
                     key = class_scaler_key(scope, trainer)
                     self.facts.scalers[key] = ScalerInfo(key, "self", True if float16 else None, (), trainer.name)
+        self._loops()
         # What these frameworks prepare (or hand back) steps through their scaler.
         self.facts.prepared.update(returned_optimizers)
         framework_keys = {k: info for k, info in self.facts.scalers.items() if info.framework}
@@ -250,6 +255,33 @@ class _ScalerFinder:
                 continue
             if vocabulary.looks_like_optimizer(binding.name):
                 self.facts.prepared[binding_key(binding)] = owner
+
+    def _loops(self) -> None:
+        """Training loops a framework builds and runs (`frameworks.LOOP_FRAMEWORKS`) whose
+        precision may autocast in float16 (not on a device known to be the CPU, whose
+        autocast is bfloat16) while its scaler setting is surely off (absent, or only ever
+        false); a scaler setting the file does not resolve is not taken for off."""
+        for record in self.index.calls:
+            call = record.node
+            loop = loop_framework_of(call, self.resolver)
+            if loop is None:
+                continue
+            scope = record.unit.scope
+            values, complete = precisions(call, loop, scope, self.resolver)
+            if not values & loop.loop_autocast_values:
+                continue
+            positional, keywords = split_args(call.args)
+            scaler = keywords.get(loop.loop_scaler_keyword)
+            if scaler is not None:
+                states, known = self.resolver.settings(scaler, scope)
+                if not known or states != {"False"}:
+                    continue
+            device = keywords.get(loop.loop_device_keyword)
+            if device is None and 0 <= loop.loop_device_position < len(positional):
+                device = positional[loop.loop_device_position]
+            if device is not None and self.resolver.devices(device, scope) == {"cpu"}:
+                continue
+            self.facts.unscaled_loops.append((call, loop.name, complete and values <= loop.loop_autocast_values))
 
     def float16(self, call: cst.Call, framework: frameworks.Framework, scope: Scope) -> Tuple[bool, bool]:
         """Whether the framework object `call` builds may be in float16 mixed precision (one
@@ -349,6 +381,16 @@ def framework_of(call: cst.Call, resolver: Resolver) -> Optional[frameworks.Fram
         if qualified in framework.constructors or (not qualified and bare in framework.bare_constructors):
             return framework
         if last in framework.class_names:
+            return framework
+    return None
+
+
+def loop_framework_of(call: cst.Call, resolver: Resolver) -> Optional[frameworks.Framework]:
+    """The framework whose training loop `call` builds (`create_supervised_trainer(...)`), if any."""
+    qualified = resolver.qualified(call.func)
+    bare = dotted_name(call.func) or ""
+    for framework in frameworks.LOOP_FRAMEWORKS:
+        if qualified in framework.constructors or (not qualified and bare in framework.bare_constructors):
             return framework
     return None
 

@@ -89,6 +89,14 @@ class Framework:
     scaled_gradient_hooks: FrozenSet[str] = frozenset()
     unscaled_gradient_hooks: FrozenSet[str] = frozenset()
     hook_advice: str = ""  # `{hook}`: the scaled hook
+    # A training loop the framework builds and runs itself (ignite's
+    # `create_supervised_trainer(..., amp_mode="amp", scaler=False)`): the precision values
+    # at which its loop autocasts (float16 on CUDA), the keyword that gives it a scaler (true
+    # or a GradScaler), and its device argument (keyword, position).
+    loop_autocast_values: FrozenSet[str] = frozenset()
+    loop_scaler_keyword: str = ""
+    loop_device_keyword: str = ""
+    loop_device_position: int = -1
     # A wrapper of a GradScaler the user's code builds and owns (timm's NativeScaler): its
     # state belongs in the checkpoint beside the optimizer's, and building it again resets
     # the scale, as for a `GradScaler(...)` (AMP007, AMP008).
@@ -208,15 +216,33 @@ HF_TRAINER = Framework(
     step_advice="Leave the step to the Trainer, which steps through its scaler",
 )
 
+IGNITE = Framework(
+    name="ignite",
+    constructors=frozenset({"ignite.engine.create_supervised_trainer"}),
+    bare_constructors=frozenset({"create_supervised_trainer"}),
+    precision_keyword="amp_mode",
+    loop_autocast_values=frozenset({"amp"}),
+    loop_scaler_keyword="scaler",
+    loop_device_keyword="device",
+    loop_device_position=3,
+    backward_advice="Pass `scaler=True` and ignite scales the loss",
+    clip_advice="Clip in an `Events.ITERATION_COMPLETED` handler only after unscaling",
+    step_advice="Pass `scaler=True` and ignite steps through it",
+)
+
 # The frameworks whose objects the file builds into a variable (accelerate, Fabric,
-# timm's scaler, DeepSpeed's engine), and those that train the file's classes.
+# timm's scaler, DeepSpeed's engine), those that train the file's classes, and those that
+# build a training loop of their own.
 OBJECT_FRAMEWORKS = (ACCELERATE, FABRIC, TIMM, DEEPSPEED)
 CLASS_FRAMEWORKS = (LIGHTNING, HF_TRAINER)
-BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, *CLASS_FRAMEWORKS)}
+LOOP_FRAMEWORKS = (IGNITE,)
+BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, *CLASS_FRAMEWORKS, *LOOP_FRAMEWORKS)}
 # The hooks frameworks call with gradients that still carry their loss scale, and those
 # after which they step through it.
 SCALED_GRADIENT_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.scaled_gradient_hooks)
 STEPPED_AFTER_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.stepped_after_hooks)
+# The functions that build a training loop which may autocast: what the pre-check sees.
+LOOP_BUILDERS = frozenset(name.rsplit(".", 1)[-1] for f in LOOP_FRAMEWORKS for name in f.constructors | f.bare_constructors)
 # The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
 # pre-check and AMP007/AMP008's trigger words see them.
 OWNED_SCALER_CLASSES = frozenset(
