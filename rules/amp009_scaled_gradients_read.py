@@ -274,7 +274,9 @@ def _message(read: Occurrence, how: str, scaler: str, advice: Optional[str] = No
     else:
         effect = "a norm computed from it is 65536x too large, whether it is logged or acted on"
     if advice is not None:  # a framework's hook
-        return Message(f"{quote(read)} reads gradients that still carry the loss scale{when}", f"The loss scale is 65536 at start: {effect}. {advice}.")
+        return Message(
+            f"{quote(read)} reads gradients that still carry the loss scale{when}", f"The loss scale is 65536 at start: {effect}. {advice}."
+        )
     return Message(
         f"{quote(read)} reads gradients that still carry `{scaler}`'s loss scale",
         f"The loss scale is 65536 at start: {effect}. Call `{scaler}.unscale_(optimizer)` first.",

@@ -529,7 +529,8 @@ def test_training_arguments_in_float16_give_the_trainer_subclasses_a_scaler(prec
 
 
 def test_the_trainers_accelerator_scales_and_unscales_in_its_subclasses():
-    source = HF.format(backward="self.accelerator.backward(loss)\n        self.accelerator.clip_grad_norm_(model.parameters(), 1.0)", precision="fp16=True")
+    backward = "self.accelerator.backward(loss)\n        self.accelerator.clip_grad_norm_(model.parameters(), 1.0)"
+    source = HF.format(backward=backward, precision="fp16=True")
     built = model(source)
     events = [o.event for u in built.units for o in built.occurrences_in(u)]
     assert [e.kind.name for e in events] == ["FRAMEWORK_BACKWARD", "UNSCALE"]

@@ -158,7 +158,8 @@ class Classifier:
             # framework trains: its backward, scaled when it may train in float16.
             trained = self._class_scaler(scope)
             if any(on_self in f.self_backward_methods for f in frameworks.CLASS_FRAMEWORKS):
-                return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=Ref(receiver, receiver_key), framework_scaler=trained)
+                ref = Ref(receiver, receiver_key)
+                return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=ref, framework_scaler=trained)
             if trained is not None and on_self in frameworks.BY_NAME[self.scalers.scalers[trained].framework or ""].self_unscaling_methods:
                 return AmpEvent(EventKind.UNSCALE, node, record.unit, receiver=Ref("self", trained))
             if any(on_self in f.self_unscaling_methods for f in frameworks.CLASS_FRAMEWORKS):

@@ -308,10 +308,10 @@ class SemanticModel:
 
     def _names_a_scaler(self, unit: CodeUnit) -> bool:
         """Whether `unit` names a scaler or something like one (`self.scaler`, `amp`)."""
+        names = (name for record in unit.calls for name in [dotted_name(record.node.func)] + [dotted_name(a.value) for a in record.node.args])
         return any(
             name is not None and (vocabulary.named_like_a_scaler(name) or vocabulary.named_like_scaling(name) or name.split(".")[0] == "amp")
-            for record in unit.calls
-            for name in [dotted_name(record.node.func)] + [dotted_name(arg.value) for arg in record.node.args]
+            for name in names
         )
 
     def _framework_hooks(self) -> Iterator[Tuple[CodeUnit, str, frameworks.Framework]]:

@@ -459,10 +459,7 @@ def _config_precisions(
         section = _dict(element.value, table[1], resolver) if precision is not None else None
         if section is None:
             continue
-        enabled = next(
-            (e.value for e in section[0].elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "enabled"),
-            None,
-        )
+        enabled = next((e.value for e in section[0].elements if _keyed(e, "enabled")), None)
         states, known = resolver.settings(enabled, section[1]) if enabled is not None else (frozenset({"False"}), True)
         if "True" in states:
             values.add(precision or "")
@@ -470,6 +467,10 @@ def _config_precisions(
             values.add("32")  # it may be off
         complete = complete and known and states <= {"True", "False"}
     return frozenset(values or {"32"}), complete
+
+
+def _keyed(element: cst.BaseDictElement, key: str) -> bool:
+    return isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) and element.key.evaluated_value == key
 
 
 def _changed_later(name: str, resolver: Resolver) -> bool:
