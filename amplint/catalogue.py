@@ -27,7 +27,7 @@ class RuleEntry(NamedTuple):
 # amplint.semantic.AMP_VOCABULARY: the default triggers.
 VOCABULARY = (
     "autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=",
-    "deepspeed.initialize", "TrainingArguments", "amp_mode",
+    '"fp16": {', "'fp16': {", "TrainingArguments", "amp_mode",
 )
 _OPTIMIZERS = (
     "optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon",

@@ -20,6 +20,7 @@ A precision that cannot be resolved is not float16.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
@@ -31,7 +32,6 @@ from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import Resolver, split_args
-from amplint.semantic.walk import iter_tree
 
 
 @dataclass
@@ -476,18 +476,33 @@ def _keyed(element: cst.BaseDictElement, key: str) -> bool:
 def _changed_later(name: str, resolver: Resolver) -> bool:
     """Whether the file writes into the dict `name` holds after building it (`name[k] = v`,
     `name["fp16"]["enabled"] = flag`, `name.update(...)`, `name.setdefault(...)`)."""
-    for node in iter_tree(resolver.index.scopes[0].node):
-        if isinstance(node, (cst.Assign, cst.AugAssign)):
-            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-            for target in targets:
-                while isinstance(target, cst.Subscript):
-                    target = target.value
-                    if dotted_name(target) == name:
-                        return True
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("update", "setdefault"):
-            if dotted_name(node.func.value) == name:
-                return True
-    return False
+    changed = _WRITTEN_INTO.get(resolver.index)
+    if changed is None:
+        changed = _WRITTEN_INTO[resolver.index] = _written_into(resolver.index)
+    return name in changed
+
+
+# The names each module writes into (one walk of the module per index, on first need).
+_WRITTEN_INTO: "weakref.WeakKeyDictionary[ModuleIndex, FrozenSet[str]]" = weakref.WeakKeyDictionary()
+
+
+def _written_into(index: ModuleIndex) -> FrozenSet[str]:
+    """`name[k] = v` binds `name` in the index (with the assignment as its node);
+    `name.update(...)` and `name.setdefault(...)` are calls."""
+    found: Set[str] = set()
+    for binding in all_bindings(index):
+        node = binding.node
+        if isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Subscript) for t in node.targets):
+            found.add(binding.name)
+        elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Subscript):
+            found.add(binding.name)
+    for record in index.calls:
+        func = record.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("update", "setdefault"):
+            name = dotted_name(func.value)
+            if name is not None:
+                found.add(name)
+    return frozenset(found)
 
 
 def _dict(value: Optional[cst.BaseExpression], scope: Scope, resolver: Resolver) -> Optional[Tuple[cst.Dict, Scope]]:
