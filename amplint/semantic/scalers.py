@@ -217,13 +217,16 @@ class _ScalerFinder:
                 for other in bindings:
                     if other.source is call and _unpacked_from(other, call, framework.returned_optimizer_position) is not None:
                         returned_optimizers[binding_key(other)] = key
+        # None: nothing may train the file's classes in float16.
+        trainers: Dict[str, Optional[bool]] = {trainer.name: None for trainer in frameworks.CLASS_FRAMEWORKS}
+        for record in self.index.calls:
+            trainer = framework_of(record.node, self.resolver)
+            if trainer is not None and trainer.scales_module_classes:
+                may, surely = self.float16(record.node, trainer, record.unit.scope)
+                if may:
+                    trainers[trainer.name] = bool(trainers[trainer.name]) or surely
         for trainer in frameworks.CLASS_FRAMEWORKS:
-            float16: Optional[bool] = None  # None: nothing may train in float16
-            for record in self.index.calls:
-                if framework_of(record.node, self.resolver) is trainer:
-                    may, surely = self.float16(record.node, trainer, record.unit.scope)
-                    if may:
-                        float16 = bool(float16) or surely
+            float16 = trainers[trainer.name]
             if float16 is None:
                 continue
             for name, scope in self.index.classes.items():
@@ -263,6 +266,8 @@ class _ScalerFinder:
         false); a scaler setting the file does not resolve is not taken for off."""
         for record in self.index.calls:
             call = record.node
+            if (dotted_name(call.func) or "").rsplit(".", 1)[-1] not in frameworks.LOOP_BUILDERS:
+                continue  # what is not called by a builder's name (most calls) is none
             loop = loop_framework_of(call, self.resolver)
             if loop is None:
                 continue
