@@ -572,3 +572,42 @@ trainer = create_supervised_trainer(model, optimizer, loss_fn, {arguments})
 def test_ignite_loops_in_float16_autocast_without_a_scaler(arguments, expected):
     built = model(IGNITE.format(arguments=arguments))
     assert [(name, surely) for _, name, surely in built.scaler_facts.unscaled_loops] == expected
+
+
+def test_the_pre_check_knows_what_the_table_adds():
+    # A file that builds or calls what the table models is read: its words are trigger
+    # words, and its calls and hooks give the marks the rules need.
+    import ast
+
+    from amplint import catalogue, evidence
+
+    (amp007,) = [r for r in catalogue.RULES if r.code == "AMP007"]
+    assert all(any(word in name for word in amp007.triggers) for name in frameworks.OWNED_SCALER_CLASSES)
+    marks = evidence.marks(ast.parse("import torch\nloss_scaler(loss, optimizer)\n"))
+    assert {evidence.STEP, evidence.FRAMEWORK_BACKWARD} <= marks
+    marks = evidence.marks(ast.parse("class M(L.LightningModule):\n    def on_after_backward(self):\n        pass\n"))
+    assert evidence.FRAMEWORK_BACKWARD in marks
+    marks = evidence.marks(ast.parse("class T(Trainer):\n    def training_step(self, model, inputs):\n        loss.backward()\n"))
+    assert {evidence.STEP, evidence.BACKWARD} <= marks
+    marks = evidence.marks(ast.parse("t = create_supervised_trainer(m, o, l, 'cuda', amp_mode='amp')\n"))
+    assert {evidence.AUTOCAST, evidence.BACKWARD} <= marks
+    for source in ('c = {"fp16": {"enabled": True}}', "c = {'fp16': {'enabled': True}}", "TrainingArguments(fp16=True)", "amp_mode='amp'"):
+        assert catalogue.might_use_amp(source)
+
+
+def test_a_helper_stepping_an_optimizer_the_framework_prepared_is_its_scalers_step():
+    # Lightning manual optimization with the step in a helper method: not AMP005.
+    source = """
+    import lightning as L
+    class M(L.LightningModule):
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            self.manual_backward(self.loss(batch))
+            self._step(opt)
+        def _step(self, optimizer):
+            optimizer.step()
+    trainer = L.Trainer(precision="16-mixed")
+    """
+    assert codes(source) == []
+    # A plain optimizer of its own, stepped the same way, still is.
+    assert codes(source.replace("opt = self.optimizers()", "opt = torch.optim.SGD(self.parameters())")) == ["9:AMP005"]
