@@ -123,16 +123,34 @@ def result_key(
     """The key of one lint result: the content, the path (summaries and relative imports
     name it), the rules selected for this file, every setting that changes what linting
     reports, the summaries of the imported modules it was linted with, and whether it was
-    analysed whole (the second phase of a run)."""
-    parts = {
-        "digest": digest,
-        "path": path,
-        "codes": list(codes),
-        "settings": settings,
-        "imported": json_digest(imported) if imported else None,
-        "whole": whole,
-    }
-    return json_digest(parts)
+    analysed whole (the second phase of a run).
+
+    The parts are joined with NUL, which no path, rule code, digest or JSON text holds, so
+    different parts never make one text; the settings' JSON is made once per settings
+    object (a run's files share one), not per file."""
+    text = "\0".join(
+        (
+            f"key-{_FORMAT}",
+            digest,
+            path,
+            ",".join(codes),
+            _settings_text(settings),
+            json_digest(imported) if imported else "",
+            "whole" if whole else "",
+        )
+    )
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+_settings_seen: List[Tuple[Dict[str, Any], str]] = []  # the last settings (a copy) and their JSON
+
+
+def _settings_text(settings: Mapping[str, Any]) -> str:
+    if _settings_seen and _settings_seen[0][0] == settings:  # a few keys: cheap to compare
+        return _settings_seen[0][1]
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=repr)
+    _settings_seen[:] = [(dict(settings), text)]
+    return text
 
 
 def json_digest(value: Any) -> str:
@@ -238,6 +256,7 @@ class Cache:
         self.directory = os.path.join(self.root, self.fingerprint) if self.root is not None else None
         self._shards: Dict[int, Dict[str, dict]] = {}
         self._dirty: Dict[int, Dict[str, dict]] = {}  # shard -> the records this run wrote
+        self._places: Dict[str, Tuple[str, int]] = {}  # path -> (record key, shard)
         self.hits = 0
         self.misses = 0
 
@@ -334,13 +353,20 @@ class Cache:
             raise OSError(f"{self.root} is not amplint's cache directory")
         return root
 
+    def _where(self, path: str) -> Tuple[str, int]:
+        """`path`'s record key and shard (asked for twice per file: its digest, its result)."""
+        found = self._places.get(path)
+        if found is None:
+            key = _path_key(path)
+            found = self._places[path] = (key, _shard_of(key))
+        return found
+
     def _record(self, path: str) -> Optional[dict]:
-        key = _path_key(path)
-        return self._shard(_shard_of(key)).get(key)
+        key, shard = self._where(path)
+        return self._shard(shard).get(key)
 
     def _writable(self, path: str) -> dict:
-        key = _path_key(path)
-        shard = _shard_of(key)
+        key, shard = self._where(path)
         records = self._shard(shard)
         record = dict(records.get(key) or {})
         records[key] = record

@@ -25,7 +25,10 @@ class RuleEntry(NamedTuple):
 
 
 # amplint.semantic.AMP_VOCABULARY: the default triggers.
-VOCABULARY = ("autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=")
+VOCABULARY = (
+    "autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=",
+    '"fp16": {', "'fp16': {", "TrainingArguments", "amp_mode",
+)
 _OPTIMIZERS = (
     "optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon",
     "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "*=",
@@ -40,8 +43,8 @@ RULES = (
     RuleEntry("AMP004", "step-inside-autocast", VOCABULARY),
     RuleEntry("AMP005", "scaled-loss-plain-step", VOCABULARY),
     RuleEntry("AMP006", "backward-inside-autocast", VOCABULARY),
-    RuleEntry("AMP007", "scaler-state-not-checkpointed", ("GradScaler",)),
-    RuleEntry("AMP008", "grad-scaler-in-loop", ("GradScaler",)),
+    RuleEntry("AMP007", "scaler-state-not-checkpointed", ("GradScaler", "NativeScaler", "ApexScaler")),
+    RuleEntry("AMP008", "grad-scaler-in-loop", ("GradScaler", "NativeScaler", "ApexScaler")),
     RuleEntry("AMP009", "scaled-gradients-read", VOCABULARY),
     RuleEntry("AMP010", "half-precision-master-weights", (".half(", "float16", "torch.half"), _OPTIMIZERS),
     RuleEntry("AMP011", "autocast-device-mismatch", VOCABULARY, _DEVICES),

@@ -41,6 +41,7 @@ OUTPUT_FORMATS = ("full", "concise", "json", "json-lines", "junit", "github", "g
 # As amplint.cache and amplint.driver define them (a test keeps them equal).
 CACHE_DIR_NAME, ENV_CACHE_DIR = ".amplint_cache", "AMPLINT_CACHE_DIR"
 DEFAULT_BUDGET = 30.0
+DEFAULT_MEMORY = 2048
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -167,6 +168,13 @@ def _check_parser() -> argparse.ArgumentParser:
         help=f"CPU seconds one file may take, a safety net far above the work limit (--analysis-limit); a file over it is an error (default: {DEFAULT_BUDGET:g}; 0: no limit)",
     )
     run.add_argument(
+        "--file-memory",
+        type=_mebibytes,
+        default=DEFAULT_MEMORY,
+        metavar="MIB",
+        help=f"MiB of memory a worker may take beyond what it starts with, a safety net; a file past it is an error (default: {DEFAULT_MEMORY}; 0: no limit)",
+    )
+    run.add_argument(
         "--analysis-limit",
         type=_factor,
         metavar="FACTOR",
@@ -238,7 +246,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
     )
     workers = (options.jobs if options.jobs is not None else config.jobs) or os.cpu_count() or 1
     if options.show_settings:
-        sys.stdout.write(show.settings(config, rules, discovery, paths, options.output_format, workers, target))
+        sys.stdout.write(show.settings(config, rules, discovery, paths, options.output_format, workers, target, fail_level or "error", analysis_limit or 1.0))
         return EXIT_CLEAN
     unsafe = options.unsafe_fixes if options.unsafe_fixes is not None else config.unsafe_fixes
     try:
@@ -257,7 +265,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         stdin_data = sys.stdin.buffer.read()
 
         def lint_all() -> List[FileResult]:
-            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data, analysis_limit, torch_target)] if files else []
+            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data, analysis_limit, torch_target, options.file_memory)] if files else []
 
     else:
         files, errors = discovery.files(paths)
@@ -287,7 +295,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
             try:
                 # --ignore-noqa changes what a file's result is: part of its cache key.
                 settings = {"ignore-noqa": True} if ignoring_directives() else None
-                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit, torch_target=torch_target) as runner:
+                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit, torch_target=torch_target, memory=options.file_memory) as runner:
                     linted = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
                     runner.progress = None
                     # Files that import linted modules, again with what those modules' functions do.
@@ -500,6 +508,7 @@ def lint_stdin(
     data: Optional[bytes] = None,
     analysis_limit: float = 1.0,
     torch_target: Optional[Tuple[int, int]] = None,
+    memory: int = DEFAULT_MEMORY,
 ) -> FileResult:
     """Lint standard input (or `data` read from it) as the file `name`, isolated like any other file."""
     from amplint.diagnostics import FileResult
@@ -510,7 +519,7 @@ def lint_stdin(
     too_large = size_error(name, len(data))
     if too_large:
         return FileResult(name, error=too_large)
-    with Runner(1, budget, target=target, analysis_limit=analysis_limit, torch_target=torch_target) as runner:
+    with Runner(1, budget, target=target, analysis_limit=analysis_limit, torch_target=torch_target, memory=memory) as runner:
         return runner.lint([Job(name, codes, data=data)])[0]
 
 
@@ -521,6 +530,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if value < 0 or value != value:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    return value
+
+
+def _mebibytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}")
     return value
 
 

@@ -100,17 +100,17 @@ class Discovery:
             gitignores = GitIgnores()
             gitignores.named(top)
 
-        def excluded(path: str, is_dir: bool) -> bool:
-            path = os.path.abspath(path)
-            if self._excludes.decide_path(os.path.relpath(path, top), is_dir):
+        def excluded(below: str, is_dir: bool) -> bool:
+            # `below`: the path relative to `top`, as walked (names joined: no `.` or `..`).
+            if self._excludes.decide_path(below, is_dir):
                 return True
-            if rooted and self._excludes.decide_path(os.path.relpath(path, self.root), is_dir):
+            if rooted and self._excludes.decide_path(below if top_in_project == "." else os.path.join(top_in_project, below), is_dir):
                 return True
-            return self.respect_gitignore and gitignores.ignored(path, is_dir)
+            return self.respect_gitignore and gitignores.ignored(os.path.join(top, below), is_dir)
 
-        pending = [given]
+        pending = [(given, "")]
         while pending:
-            directory = pending.pop()
+            directory, below_directory = pending.pop()
             try:
                 with os.scandir(directory) as listing:
                     entries = sorted(listing, key=lambda entry: entry.name)
@@ -120,11 +120,12 @@ class Discovery:
             subdirectories = []
             for entry in entries:
                 path = os.path.join(directory, entry.name)
+                below = os.path.join(below_directory, entry.name) if below_directory else entry.name
                 if entry.is_dir(follow_symlinks=False):
-                    if not excluded(path, True):
-                        subdirectories.append(path)
+                    if not excluded(below, True):
+                        subdirectories.append((path, below))
                     continue
-                if not entry.name.endswith(LINTED_SUFFIXES) or excluded(path, False):
+                if not entry.name.endswith(LINTED_SUFFIXES) or excluded(below, False):
                     continue
                 problem = _file_problem(entry)
                 if problem == "":

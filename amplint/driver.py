@@ -34,14 +34,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import multiprocessing
 import os
 import signal
 import sys
 import time
 from collections import deque
-from multiprocessing.connection import wait
-from typing import Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from amplint.cache import Cache, content_digest, result_key
 from amplint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
@@ -51,10 +49,19 @@ from amplint.progress import Progress
 from amplint.source import decode_notebook, decode_python, read_file, size_error
 from amplint.syntax import PythonVersion
 
+if TYPE_CHECKING:
+    import multiprocessing.process
+
+# multiprocessing is imported when a worker is started: a warm run, all of it cached, starts none.
+
 # CPU seconds one file may take (parse and analysis): a safety net only, about 5 times what
 # the step limit of amplint.work allows on the machine it was measured on, so that no load
 # makes an ordinary machine reach it. --file-budget changes it, 0 lifts it.
 DEFAULT_BUDGET = 30.0
+# MiB of memory a worker may take beyond what it holds when it starts (its address space, the
+# kernel's RLIMIT_AS): a safety net like the CPU one. The costliest real files measured take a
+# worker under 250 MiB in all; a file past it is an error, the worker goes on. 0 lifts it.
+DEFAULT_MEMORY = 2048
 # Cheap files travel in batches of at most this many bytes or files.
 _BATCH_BYTES = 128 * 1024
 _BATCH_FILES = 64
@@ -76,6 +83,8 @@ class Job(NamedTuple):
     data: Optional[bytes] = None
     # Analysed even where the code alone gives no rule what it needs (`engine.lint_bytes`).
     whole: bool = False
+    # Export the module's summary (the second phase reads it); False: not needed, never cached.
+    summary: bool = True
 
 
 class _Task(NamedTuple):
@@ -88,6 +97,7 @@ class _Task(NamedTuple):
     whole: bool = False
     analysis_limit: float = 1.0
     torch_target: Optional[Tuple[int, int]] = None
+    summary: bool = True
 
 
 class Runner:
@@ -108,9 +118,11 @@ class Runner:
         progress: Optional[Progress] = None,
         analysis_limit: float = 1.0,
         torch_target: Optional[Tuple[int, int]] = None,
+        memory: int = DEFAULT_MEMORY,
     ) -> None:
         self.workers = max(1, workers)
         self.budget = budget
+        self.memory = memory  # MiB a worker may grow by (DEFAULT_MEMORY); 0: no limit
         self.cache = cache
         # The Python the code runs on decides what is a syntax error, the factor on the work
         # limits what is analysed, and the torch the project supports which fixes are safe:
@@ -146,7 +158,9 @@ class Runner:
 
     # ------------------------------------------------------------------ one phase
 
-    def lint(self, jobs: Sequence[Job]) -> List[FileResult]:
+    def lint(self, jobs: Sequence[Job], cancel: Optional[Any] = None) -> List[FileResult]:
+        """The jobs' results, in order. `cancel` (a `threading.Event`): once it is set (and
+        `interrupt` called), what is not linted yet is left as "not linted", never cached."""
         results: List[Optional[FileResult]] = [None] * len(jobs)
         tasks: List[_Task] = []
         keys: Dict[int, Tuple[str, str]] = {}  # task index -> (path, cache key)
@@ -159,7 +173,7 @@ class Runner:
                 tasks.append(outcome)
         if tasks:
             self.linted += len(tasks)
-            cacheable = self._execute(tasks, results)
+            cacheable = self._execute(tasks, results, cancel)
             if self.cache is not None:
                 for task in tasks:
                     result = results[task.index]
@@ -176,6 +190,9 @@ class Runner:
         """The file's result when the cache has it or the file cannot be read; else a task."""
         if job.data is not None:
             return self._task(index, job, job.data)
+        if not job.summary:  # a result without its summary is not what the cache holds
+            data = _read(job.path)
+            return data if isinstance(data, FileResult) else self._task(index, job, data)
         read_at = time.time_ns()  # before the stat: see Cache.trusted_digest
         try:
             st = os.stat(job.path)
@@ -215,11 +232,18 @@ class Runner:
         return self._task(index, job, data)
 
     def _task(self, index: int, job: Job, data: bytes) -> _Task:
-        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target)
+        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary)
 
     # ------------------------------------------------------------------ execution
 
-    def _execute(self, tasks: List[_Task], results: List[Optional[FileResult]]) -> Set[int]:
+    def interrupt(self) -> None:
+        """Stop the files being linted now, from another thread, after setting the `cancel`
+        that `lint` was given: their workers are killed (native code too) and not retried."""
+        for worker in list(self._pool):
+            if worker.unit is not None:
+                worker.process.kill()
+
+    def _execute(self, tasks: List[_Task], results: List[Optional[FileResult]], cancel: Optional[Any] = None) -> Set[int]:
         """Lint `tasks` into `results`; the indices whose results may be cached."""
         by_index = {task.index: task for task in tasks}
         units = [[tasks[i].index for i in unit] for unit in plan([_estimate(t) for t in tasks])]
@@ -239,13 +263,19 @@ class Runner:
         retried: Set[int] = set()
         wanted = min(self.workers, len(units))
         while queue or any(w.unit for w in self._pool):
+            if cancel is not None and cancel.is_set():
+                for worker in self._pool:
+                    if worker.unit is not None:
+                        worker.kill()
+                self._pool = [w for w in self._pool if w.unit is None and w.alive()]
+                break
             # A worker that died between units (killed from outside) is replaced, not handed work.
             self._pool = [w for w in self._pool if w.unit is not None or w.alive()]
             for worker in self._pool:
                 if worker.unit is None and queue:
                     worker.assign(queue.popleft(), by_index)
             while queue and len(self._pool) < wanted:
-                worker = _Worker.start(self.budget)
+                worker = _Worker.start(self.budget, self.memory)
                 if worker is None:  # cannot fork: lint here rather than not at all
                     if not self._pool:
                         for index in queue.popleft():
@@ -260,6 +290,8 @@ class Runner:
             busy = [w for w in self._pool if w.unit is not None]
             if not busy:
                 continue
+            from multiprocessing.connection import wait
+
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=1.0)
             for worker in busy:
                 if worker.conn in ready or worker.process.sentinel in ready:
@@ -316,7 +348,11 @@ class Runner:
             retried.add(culprit)
             queue.appendleft([culprit])
         else:
-            results[culprit] = FileResult(path, error=FileError(path, f"crashed while parsing or analysing ({_exit_reason(code)}); not linted"))
+            reason = _exit_reason(code)
+            if code == -getattr(signal, "SIGABRT", -1000) and self.memory:
+                # What LibCST's native parser does when an allocation fails: it cannot raise.
+                reason += f", as the native parser does past the {self.memory} MiB memory safety limit: raise it with --file-memory"
+            results[culprit] = FileResult(path, error=FileError(path, f"crashed while parsing or analysing ({reason}); not linted"))
 
     def _stall_seconds(self) -> float:
         # Wall time with no result from a busy worker: generous, since a loaded machine
@@ -392,7 +428,7 @@ def _syntax_only(task: _Task) -> FileResult:
         from amplint.semantic.exports import ExternalModules
 
         external = ExternalModules(task.path, task.imported) if task.imported else None
-        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target)
+        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target, summary=task.summary)
     with recursion_room(), quiet_collector():
         return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target))
 
@@ -449,10 +485,10 @@ class _Worker:
         self.last_progress = time.monotonic()
 
     @classmethod
-    def start(cls, budget: float) -> Optional["_Worker"]:
+    def start(cls, budget: float, memory: int = DEFAULT_MEMORY) -> Optional["_Worker"]:
         context = _context()
         ours, theirs = context.Pipe()
-        process = context.Process(target=_worker_main, args=(theirs, budget), daemon=True, name="amplint-worker")
+        process = context.Process(target=_worker_main, args=(theirs, budget, memory), daemon=True, name="amplint-worker")
         try:
             process.start()
         except OSError:
@@ -493,6 +529,8 @@ class _Worker:
 
 
 def _context() -> Any:
+    import multiprocessing
+
     # fork is cheap and the child inherits the imported engine; elsewhere the platform's
     # default (spawn) re-imports it once per worker.
     if sys.platform.startswith("linux"):
@@ -511,7 +549,7 @@ def _preload_engine() -> None:
     gc.freeze()
 
 
-def _worker_main(conn: Any, budget: float) -> None:
+def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import faulthandler
 
@@ -523,6 +561,7 @@ def _worker_main(conn: Any, budget: float) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     except (ImportError, ValueError, OSError):
         pass
+    _limit_memory(memory)
     while True:
         try:
             unit = conn.recv()
@@ -531,7 +570,7 @@ def _worker_main(conn: Any, budget: float) -> None:
         if unit is None:
             return
         for task in unit:
-            result, ok, cpu = _lint_task(task, budget)
+            result, ok, cpu = _lint_task(task, budget, memory=memory)
             conn.send((task.index, result, ok, cpu))
 
 
@@ -553,7 +592,7 @@ def _on_cpu_timer(signum: int, frame: Any) -> None:
         raise BudgetExceeded()
 
 
-def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[FileResult, bool, float]:
+def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int = 0) -> Tuple[FileResult, bool, float]:
     """(result, cacheable, CPU seconds): whatever goes wrong becomes this file's error."""
     global _armed, _fired
     started = time.process_time()
@@ -575,7 +614,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[Fi
             _armed = True
             signal.setitimer(signal.ITIMER_PROF, budget)
         try:
-            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target) if engine else _syntax_only(task)
+            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target, task.summary) if engine else _syntax_only(task)
         finally:
             _armed = False
             if timer:
@@ -588,6 +627,8 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False) -> Tuple[Fi
     except Exception as error:  # a bug in amplint must not end the run
         if _fired:  # LibCST turned the interruption into an error of its own
             return FileResult(task.path, error=_budget_error(task.path, budget)), False, time.process_time() - started
+        if memory and _out_of_memory(error):  # past the worker's limit: what the file held is freed by now
+            return FileResult(task.path, error=_memory_error(task.path, memory)), False, time.process_time() - started
         return FileResult(task.path, error=FileError(task.path, internal_error(error))), False, time.process_time() - started
 
 
@@ -597,6 +638,41 @@ def internal_error(error: BaseException) -> str:
     if len(text) > 200:
         text = text[:200].rstrip() + " ..."
     return f"internal error while linting: {type(error).__name__}: {text}"
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is a MemoryError, or an error library code made of one."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, MemoryError):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1  # type: ignore[assignment]
+    return False
+
+
+def _memory_error(path: str, memory: int) -> FileError:
+    return FileError(path, f"analysis exceeded the {memory} MiB memory safety limit; not linted (raise it with --file-memory)")
+
+
+def _limit_memory(memory: int) -> None:
+    """Cap the worker's address space at what it holds now plus `memory` MiB (RLIMIT_AS): an
+    allocation past it fails (MemoryError in Python, the file's error) instead of taking the
+    machine's memory. Where the platform cannot say or set it, there is no cap."""
+    if memory <= 0:
+        return
+    try:
+        import resource
+
+        with open("/proc/self/statm", "rb") as statm:
+            held = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = held + memory * 2**20
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        if soft == resource.RLIM_INFINITY or limit < soft:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, OSError, ValueError, IndexError):
+        pass
 
 
 def _arm_native_limit(budget: float) -> None:
@@ -665,7 +741,7 @@ def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
         deferred=payload.get("deferred", False),
         may_export=payload.get("may_export", False),
         summary=payload.get("summary"),
-        imports=tuple(tuple(i) for i in payload.get("imports") or ()),
+        imports=tuple(map(tuple, payload.get("imports") or ())),
         lookups=tuple(tuple(i) for i in payload["lookups"]) if payload.get("lookups") is not None else None,
         skipped_functions=[NotAnalysed(path, *fields) for fields in payload.get("skipped_functions") or ()],
     )

@@ -39,6 +39,7 @@ def lint_bytes(
     whole: bool = False,
     analysis_limit: Optional[float] = 1.0,
     torch_target: Optional[TorchVersion] = None,
+    summary: bool = True,
 ) -> FileResult:
     """Lint a file's contents, read from disk or standard input: a notebook, or Python source.
     `external`: summaries of the other linted modules it may import (see `amplint.project`).
@@ -47,13 +48,14 @@ def lint_bytes(
     gives no rule what it needs (the second phase of a run: another module decides).
     `analysis_limit`: the factor on the work limits of `amplint.work` (None: no file limit).
     `torch_target`: the oldest torch the project supports (None: `torch_target.ASSUMED`); a
-    fix that needs a newer one is unsafe."""
+    fix that needs a newer one is unsafe. `summary`: export the module's summary for the files
+    that import it (a run's second phase needs it; the editor, linting one file, does not)."""
     if is_notebook(path):
-        return _lint_notebook(data, path, rules, external, target, whole, analysis_limit, torch_target)
+        return _lint_notebook(data, path, rules, external, target, whole, analysis_limit, torch_target, summary)
     source = decode_python(data, path)
     if isinstance(source, FileError):
         return FileResult(path, error=source)
-    return lint_source(source, path, rules, external=external, target=target, whole=whole, analysis_limit=analysis_limit, torch_target=torch_target)
+    return lint_source(source, path, rules, external=external, target=target, whole=whole, analysis_limit=analysis_limit, torch_target=torch_target, summary=summary)
 
 
 def _lint_notebook(
@@ -65,6 +67,7 @@ def _lint_notebook(
     whole: bool,
     analysis_limit: Optional[float] = 1.0,
     torch_target: Optional[TorchVersion] = None,
+    summary: bool = True,
 ) -> FileResult:
     text = decode_notebook(data, path)
     notebook = parse_notebook(text, path) if isinstance(text, str) else text
@@ -75,7 +78,7 @@ def _lint_notebook(
     too_large = size_error(path, len(notebook.python.encode("utf-8")), what="code in notebook")
     if too_large:
         return FileResult(path, error=too_large)
-    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole, analysis_limit, torch_target)
+    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole, analysis_limit, torch_target, summary=summary)
     result.skipped_functions = [
         replace(s, file_row=notebook.file_span(s.row, s.column, s.row, s.column)[0]) for s in result.skipped_functions
     ]
@@ -110,6 +113,7 @@ def lint_source(
     whole: bool = False,
     analysis_limit: Optional[float] = 1.0,
     torch_target: Optional[TorchVersion] = None,
+    summary: bool = True,
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells.
 
@@ -123,7 +127,7 @@ def lint_source(
     with recursion_room(), quiet_collector():
         try:
             with work.metered(analysis_limit):
-                return _lint_source(source, path, rules, cells, external, target, whole, torch_target)
+                return _lint_source(source, path, rules, cells, external, target, whole, torch_target, summary)
         except work.WorkLimitExceeded:
             return FileResult(path, error=FileError(path, work.limit_message(analysis_limit or 1.0)))
 
@@ -137,6 +141,7 @@ def _lint_source(
     target: Optional[PythonVersion] = None,
     whole: bool = False,
     torch_target: Optional[TorchVersion] = None,
+    summary: bool = True,
 ) -> FileResult:
     result = FileResult(path)
     # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
@@ -184,14 +189,15 @@ def _lint_source(
         )
         return result
     # Without other modules' summaries, what the analysis would look up in them is noted:
-    # linted again with summaries that have none of it, the file has this same result.
-    recorder = LookupRecorder(path) if external is None else None
+    # linted again with summaries that have none of it, the file has this same result (not
+    # for a lint that exports no summary: no second phase follows it).
+    recorder = LookupRecorder(path) if external is None and summary else None
     try:
         model = analyze(module, external if recorder is None else recorder, torch_target)
         reports = run_rules(model, parsing_rules)
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
         result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact)
-        result.summary = export_summary(model, path)
+        result.summary = export_summary(model, path) if summary else None
         result.imports = imports_of(model.index)
         if recorder is not None:
             if result.imports:

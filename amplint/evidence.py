@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
-from amplint.semantic.pytorch import vocabulary
+from amplint.semantic.pytorch import frameworks, vocabulary
 from amplint.semantic.pytorch.api import DECAY_METHODS, PARAMETER_METHODS, STATE_METHODS
 from amplint.semantic.pytorch.autocast_ops import LOG_OPS, LOWER_PRECISION_OPS, names_of
 
@@ -52,7 +52,8 @@ OPTIMIZER = "optimizer"  # an optimizer may be built: `torch.optim.*`, `AdamW(..
 AVERAGE = "average"  # a loop over parameters or a state dict decays them in place: `e.mul_(d)`, `v *= d`
 AUTOCAST_OBJECT = "autocast object"  # an `autocast(...)` call that is no `with` item or decorator of its own
 
-_GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
+# With the wrappers of one the user's code owns (timm's NativeScaler).
+_GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"}) | frameworks.OWNED_SCALER_CLASSES
 # Parts of OPTIMIZER, not marks of their own: a name like an optimizer's, and a module's parameters.
 _NAMED_LIKE_OPTIMIZER, _PARAMETERS = "named like an optimizer", "parameters"
 _PARTS = frozenset({_NAMED_LIKE_OPTIMIZER, _PARAMETERS})
@@ -65,6 +66,8 @@ _CALLED = {
     "scale": (SCALE_CALL,),
     "zero_grad": (ZERO_GRAD,),
     "manual_backward": (FRAMEWORK_BACKWARD,),
+    # A training loop the framework runs itself: its autocast and its backward.
+    **{name: (AUTOCAST, BACKWARD) for name in frameworks.LOOP_BUILDERS},
 }
 # Calls whose marks depend on what they are called on.
 _BY_RECEIVER = frozenset({"backward", "step", "update", "clip_grad_norm_", "clip_grad_value_"})
@@ -110,6 +113,10 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             entered.update(id(item.context_expr) for item in node.items)  # type: ignore[attr-defined]
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.ClassDef:
             entered.update(id(decorator) for decorator in node.decorator_list)  # type: ignore[attr-defined]
+            if node.name in frameworks.SCALED_GRADIENT_HOOKS:  # type: ignore[attr-defined]
+                found.add(FRAMEWORK_BACKWARD)  # Lightning's `on_after_backward`: after its scaled backward
+            elif node.name in frameworks.STEPPED_AFTER_HOOKS:  # type: ignore[attr-defined]
+                found.add(STEP)  # a Trainer's `training_step`: the Trainer steps after it
         elif kind is ast.alias:
             names.update(node.name.split("."))  # type: ignore[attr-defined]
             if node.asname is not None and node.name.endswith("autocast"):  # type: ignore[attr-defined]
@@ -136,6 +143,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         found.update(_CALLED.get(method, ()))
         if "scale" in method.lower():
             found.add(SCALE)  # `scaler.scale(loss)`, `self.scale_loss(loss)`: named like scaling
+            if vocabulary.named_like_a_scaler(method):
+                found.update((STEP, FRAMEWORK_BACKWARD))  # timm's `loss_scaler(loss, optimizer)`: backward and step
     for method, receiver, call in receivers:
         _by_receiver(method, receiver, call, found)
     if any(id(call) not in entered for call in autocasts):

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Callable, Collection, Dict, List, Mapping, Opt
 from amplint.diagnostics import FileResult
 
 if TYPE_CHECKING:
-    from amplint.semantic.exports import ExternalModules, PathIndex
+    from amplint.import_paths import PathIndex
+    from amplint.semantic.exports import ExternalModules
 
 # Rounds after the first: each follows imports one module further.
 MAX_ROUNDS = 3
@@ -70,10 +71,12 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
     if not summaries:  # nothing to import (a run whose files mention no AMP code: no LibCST)
         return results
-    from amplint.semantic.exports import PathIndex
+    from amplint.import_paths import PathIndex
 
     paths = PathIndex(summaries)  # the same files every round: only their summaries change
-    done: Dict[str, Set[Tuple[str, str]]] = {}
+    # The summaries each file was last linted with, the objects themselves: a summary that
+    # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
+    done: Dict[str, Dict[str, dict]] = {}
     for _ in range(MAX_ROUNDS):
         jobs: List[Tuple[int, Dict[str, dict]]] = []
         for index, result in enumerate(results):
@@ -82,9 +85,8 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
             used = imported_summaries(result, summaries, paths)
             if used:
                 used = _called_from(read(result.path), used)
-            signature = {(path, repr(summary)) for path, summary in used.items()}
-            if used and done.get(result.path) != signature:
-                done[result.path] = signature
+            if used and not _same(done.get(result.path), used):
+                done[result.path] = used
                 jobs.append((index, used))
         if not jobs:
             break
@@ -127,6 +129,10 @@ def _finds_any(external: "ExternalModules", lookups: Collection[Tuple[Optional[s
     return False
 
 
+def _same(before: Optional[Dict[str, dict]], now: Dict[str, dict]) -> bool:
+    return before is not None and before.keys() == now.keys() and all(before[path] is now[path] for path in now)
+
+
 def _called_from(text: Optional[str], used: Dict[str, dict]) -> Dict[str, dict]:
     """The summaries in `used` with a function that `text` may call: one it names."""
     if text is None:
@@ -149,7 +155,7 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     if not summaries or (len(summaries) == 1 and result.path in summaries):
         return {}
     if index is None:
-        from amplint.semantic.exports import PathIndex
+        from amplint.import_paths import PathIndex
 
         index = PathIndex(summaries)
     found = {}
@@ -169,7 +175,7 @@ def imported_deferred(results: Sequence[FileResult]) -> List[int]:
     deferred = {r.path: index for index, r in enumerate(results) if r.deferred and r.may_export and r.error is None}
     if not deferred:
         return []
-    from amplint.semantic.exports import PathIndex
+    from amplint.import_paths import PathIndex
 
     index = PathIndex(deferred)
     wanted: Set[int] = set()

@@ -26,6 +26,8 @@ def settings(
     output_format: str,
     jobs: int,
     target: Optional[Tuple[int, int]] = None,
+    fail_level: str = "error",
+    analysis_limit: float = 1.0,
 ) -> str:
     values = [
         ("settings-file", config.path),
@@ -41,6 +43,8 @@ def settings(
         ("force-exclude", discovery.force_exclude),
         ("output-format", output_format),
         ("jobs", jobs),
+        ("fail-level", fail_level),
+        ("analysis-limit", analysis_limit),
     ]
     lines = [f"{key} = {_value(value)}" + (f"  # {_torch(config)[1]}" if key == "target-torch-version" else "") for key, value in values]
     if config.path is None:

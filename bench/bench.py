@@ -556,60 +556,120 @@ def _mib(value: Optional[float]) -> str:
 
 
 def print_summary(report: dict) -> None:
-    """The one table issue 27 asks for: per corpus the cold and warm ratios to ruff, the
-    peak memory of amplint's process and of its largest worker, the costliest file; then
-    where the CPU goes, the costliest files, and the editor latency."""
+    """The one table issue 27 asks for, a column per corpus: the cold and warm ratios to ruff
+    (with the targets), the peak memory of amplint's process and of its largest worker
+    (beside the limit each worker has), the costliest file named with its steps and CPU,
+    where the CPU goes, and the editor latency (one measurement, not per corpus)."""
     compared, replayed = report.get("compare") or {}, report.get("replay") or {}
     corpora = list(dict.fromkeys([*compared, *replayed]))
-    if not corpora and "lsp" not in report:
+    lsp = report.get("lsp")
+    if not corpora and lsp is None:
         return
     print("\n== summary (CPU = user+sys of the whole process tree; ratios measured in this one run)")
-    rows = [] if not corpora else [["corpus", "files", "cold CPU s", "ruff cold", "cold ratio", "warm CPU s", "ruff warm", "warm ratio", "RSS MiB main/worker", "costliest file: steps", "CPU s"]]
-    for corpus in corpora:
-        c, r = compared.get(corpus), replayed.get(corpus)
-        row = [corpus, str((c or r)["files"])]
-        if c:
-            res, jobs = c["results"], c["jobs"]
-            cold, warm = res.get(f"amplint cold -j{jobs}"), res.get(f"amplint warm -j{jobs}")
-            rcold, rwarm = res.get("ruff E,F,B cold"), res.get("ruff E,F,B warm")
-            ratio = lambda key: f"{c['ratios'][key]:.2f}x" if c["ratios"].get(key) is not None else "-"  # noqa: E731
-            row += [f"{cold['cpu_s']:.1f}" if cold else "-", f"{rcold['cpu_s']:.1f}" if rcold else "-", ratio("amplint cold CPU / ruff cold CPU"),
-                    f"{warm['cpu_s']:.2f}" if warm else "-", f"{rwarm['cpu_s']:.2f}" if rwarm else "-", ratio("amplint warm CPU / ruff E,F,B warm CPU"),
-                    f"{_mib(cold['main_rss_mib'])}/{_mib(cold['worker_rss_mib'])}" if cold else "-"]
-        else:
-            row += ["-"] * 7
-        if r and r["worst_by_steps"]:
+    columns = corpora or ["-"]
+    rows: List[List[str]] = [["", *columns]]
+
+    def row(label: str, value: Callable[[str], str]) -> None:
+        rows.append([label, *(value(corpus) for corpus in columns)])
+
+    def measured(corpus: str, name: str) -> Optional[dict]:
+        c = compared.get(corpus)
+        return c["results"].get(name.format(jobs=c["jobs"])) if c else None
+
+    def ratio(corpus: str, key: str) -> str:
+        value = (compared.get(corpus) or {}).get("ratios", {}).get(key)
+        return f"{value:.2f}x" if value is not None else "-"
+
+    def cpu(corpus: str, name: str, digits: int) -> str:
+        found = measured(corpus, name)
+        return f"{found['cpu_s']:.{digits}f}" if found else "-"
+
+    if corpora:
+        row("files", lambda c: str((compared.get(c) or replayed.get(c))["files"]))
+    if compared:
+        row("cold: amplint CPU s", lambda c: cpu(c, "amplint cold -j{jobs}", 1))
+        row("cold: ruff E,F,B CPU s", lambda c: cpu(c, "ruff E,F,B cold", 1))
+        row("cold ratio (target <= 5x)", lambda c: ratio(c, "amplint cold CPU / ruff cold CPU"))
+        row("warm: amplint CPU s", lambda c: cpu(c, "amplint warm -j{jobs}", 2))
+        row("warm: ruff E,F,B CPU s", lambda c: cpu(c, "ruff E,F,B warm", 2))
+        row("warm ratio (target <= 0.25x)", lambda c: ratio(c, "amplint warm CPU / ruff E,F,B warm CPU"))
+
+        def rss(c: str) -> str:
+            cold = measured(c, "amplint cold -j{jobs}")
+            return f"{_mib(cold['main_rss_mib'])} / {_mib(cold['worker_rss_mib'])}" if cold else "-"
+
+        row("peak RSS MiB: main / largest worker", rss)
+        row("  worker memory limit (--file-memory)", lambda c: f"+{_default_memory()} MiB")
+    if replayed:
+
+        def worst(c: str, field: str) -> str:
+            r = replayed.get(c)
+            if not r or not r["worst_by_steps"]:
+                return "-"
             top = r["worst_by_steps"][0]
-            row += [f"{top['steps']:,}", f"{top['cpu_s']:.2f}"]
+            if field == "file":
+                return _short(top["file"], (report.get("corpus") or {}).get(c, ())) + (" (phase 2)" if top["phase"] == "phase 2" else "")
+            if field == "steps":
+                return f"{top['steps']:,} of {r['file_step_limit']:,} ({100 * top['steps'] / r['file_step_limit']:.0f}%)"
+            return f"{top['cpu_s']:.2f}"
+
+        row("costliest file", lambda c: worst(c, "file"))
+        row("  its steps (the file limit)", lambda c: worst(c, "steps"))
+        row("  its CPU s", lambda c: worst(c, "cpu"))
+        row("files over the step limit", lambda c: str(replayed[c]["over_limit"]) if c in replayed else "-")
+        shares: Dict[str, Dict[str, float]] = {}
+        for c, r in replayed.items():
+            total = sum(r["phase_seconds"].values()) or 1.0
+            shares[c] = {phase: seconds / total for phase, seconds in r["phase_seconds"].items()}
+        phases = sorted({p for s in shares.values() for p in s}, key=lambda p: -max(s.get(p, 0.0) for s in shares.values()))
+        row("CPU in one process, s", lambda c: f"{sum(replayed[c]['phase_seconds'].values()):.1f}" if c in replayed else "-")
+        for phase in phases:
+            if max(s.get(phase, 0.0) for s in shares.values()) >= 0.01:
+                row(f"  {phase}", lambda c, phase=phase: f"{100 * shares[c].get(phase, 0.0):.0f}%" if c in shares else "-")
+    if lsp is not None:
+        # One measurement of the server: shown once, in the first column.
+        def once(text: str) -> Callable[[str], str]:
+            return lambda c: text if c == columns[0] else ""
+
+        if "missing" in lsp:
+            row("editor latency", once(lsp["missing"]))
         else:
-            row += ["-", "-"]
-        rows.append(row)
-    if rows:
-        print(_table(rows))
+            row("editor: edit -> diagnostics, median ms (target <= 300)", once(f"{lsp.get('median_ms', float('nan')):.0f}"))
+            row("  p90 ms", once(f"{lsp.get('p90_ms', float('nan')):.0f}"))
+            if lsp.get("cpu_ms_per_edit") is not None:
+                row("  server CPU per edit, ms", once(f"{lsp['cpu_ms_per_edit']:.0f}"))
+            if lsp.get("typing_median_ms") is not None:
+                row("  last keystroke of a burst -> diagnostics, ms", once(f"{lsp['typing_median_ms']:.0f}"))
+    print(_table(rows))
     if compared:
         print("  cold: amplint --no-cache -jN beside ruff check --select E,F,B --no-cache; warm: both again on their filled caches")
     for corpus in corpora:
         r = replayed.get(corpus)
         if not r:
             continue
-        spent = r["phase_seconds"]
-        total = sum(spent.values()) or 1.0
-        shares = ", ".join(f"{phase} {100 * seconds / total:.0f}%" for phase, seconds in sorted(spent.items(), key=lambda kv: -kv[1]) if seconds / total >= 0.01)
-        print(f"\n  {corpus}, where the CPU goes ({total:.1f} s in one process): {shares}")
-        print(f"  {corpus}, costliest files (limit {r['file_step_limit']:,} steps a file; {r['over_limit']} over it):")
-        for row in r["worst_by_steps"]:
-            print(f"    {row['steps']:>10,} steps  {row['cpu_s']:6.2f} s CPU  {row['file']}" + (" (phase 2)" if row["phase"] == "phase 2" else ""))
-        slow = [row for row in r["worst_by_cpu"] if row not in r["worst_by_steps"]][:3]
-        for row in slow:
-            print(f"    {row['steps']:>10,} steps  {row['cpu_s']:6.2f} s CPU  {row['file']}  (slowest by CPU)")
-    lsp = report.get("lsp")
-    if lsp is not None:
-        if "missing" in lsp:
-            print(f"\n  editor latency: {lsp['missing']} (issue 27 item 2)")
-        else:
-            typing = lsp.get("typing_median_ms")
-            print(f"\n  editor latency (bench/lsp_latency.py): edit -> diagnostics median {lsp.get('median_ms', float('nan')):.0f} ms"
-                  + (f", last keystroke of a burst -> diagnostics median {typing:.0f} ms" if typing is not None else "") + " (target <= 300 ms)")
+        print(f"\n  {corpus}, costliest files (limit {r['file_step_limit']:,} steps a file; {r['over_limit']} over it):")
+        for found in r["worst_by_steps"]:
+            print(f"    {found['steps']:>10,} steps  {found['cpu_s']:6.2f} s CPU  {found['file']}" + (" (phase 2)" if found["phase"] == "phase 2" else ""))
+        slow = [found for found in r["worst_by_cpu"] if found not in r["worst_by_steps"]][:3]
+        for found in slow:
+            print(f"    {found['steps']:>10,} steps  {found['cpu_s']:6.2f} s CPU  {found['file']}  (slowest by CPU)")
+
+
+def _short(path: str, roots: Sequence[str]) -> str:
+    """`path` below the corpus directory it is in (the repository and the file)."""
+    for root in roots:
+        relative = os.path.relpath(path, root)
+        if not relative.startswith(".."):
+            return relative
+    return path
+
+
+def _default_memory() -> int:
+    try:
+        from amplint.driver import DEFAULT_MEMORY
+    except ImportError:  # another build's amplint
+        return 0
+    return DEFAULT_MEMORY
 
 
 def print_report(report: dict) -> None:

@@ -9,6 +9,7 @@ from amplint.evidence import BACKWARD, STEP
 from amplint.fix import Fix, expression
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import CodeUnit, EventKind, Occurrence, SemanticModel, dotted_name, iter_tree, source_text
+from amplint.semantic.pytorch import frameworks
 
 
 class UnscaledBackward(Rule):
@@ -171,6 +172,10 @@ class UnscaledBackward(Rule):
                 if beside and not _feeds_stepped_optimizer(backward, step, model):
                     continue
                 yield Report(backward.node, _message(backward, step, model, beside), fix=_fix(backward, step, model))
+        # A hook after which the framework steps through its scaler (a Hugging Face Trainer
+        # subclass's `training_step` under fp16 TrainingArguments).
+        for backward, scaler in model.hook_backwards_before_framework_step():
+            yield Report(backward.node, _hook_message(backward, scaler, model))
 
     VALID = (
         # The seed's full training pattern.
@@ -541,12 +546,9 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel, besid
     scaler = step.receiver.text if step.receiver is not None else "scaler"
     optimizer = step.argument.text if step.argument is not None else "optimizer"
     info = model.scalers.get(step.receiver.key) if step.receiver is not None else None
-    if info is not None and info.framework == "accelerate":
-        fix = f"Use `{scaler}.backward({tensor})`, which scales the loss"
-    elif info is not None and info.framework == "lightning":
-        fix = f"Use `self.manual_backward({tensor})`, which scales the loss"
-    elif info is not None and info.framework == "fabric":
-        fix = f"Use `{scaler}.backward({tensor})`, which scales the loss"
+    framework = frameworks.BY_NAME.get(info.framework or "") if info is not None else None
+    if framework is not None:
+        fix = framework.backward_advice.format(owner=scaler, loss=tensor, optimizer=optimizer)
     else:
         fix = f"Use `{scaler}.scale({tensor}).backward()` before stepping `{optimizer}`"
     if beside:
@@ -560,6 +562,20 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel, besid
         f"{quote(backward)} runs on a loss `{scaler}` never scaled",
         f"{quote(step)} still divides the gradients by the loss scale (65536 at start): "
         f"SGD-like updates come out ~65,000x too small (Adam's only slightly). {fix}.",
+    )
+
+
+def _hook_message(backward: Occurrence, scaler: str, model: SemanticModel) -> Message:
+    tensor = source_text(backward.event.tensor) if backward.event.tensor is not None else "loss"
+    info = model.scalers.get(scaler)
+    framework = frameworks.BY_NAME[info.framework or ""] if info is not None else frameworks.HF_TRAINER
+    hook = backward.unit.name.rsplit(".", 1)[-1]
+    when = " when float16 mixed precision is chosen" if info is not None and info.enabled is None else ""
+    return Message(
+        f"{quote(backward)} runs on a loss the Trainer's scaler never scaled{when}",
+        f"After `{hook}` returns, the Trainer steps through its loss scaler, which divides the gradients by "
+        f"the loss scale (65536 at start): SGD-like updates come out ~65,000x too small (Adam's only slightly). "
+        f"{framework.backward_advice.format(owner='self', loss=tensor, optimizer='optimizer')}.",
     )
 
 

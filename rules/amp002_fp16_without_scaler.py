@@ -6,6 +6,7 @@ from amplint.analyses.training import Training
 from amplint.evidence import AUTOCAST, BACKWARD
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import AutocastRegion, SemanticModel, source_text
+from amplint.semantic.pytorch import frameworks
 
 
 class Fp16WithoutScaler(Rule):
@@ -15,7 +16,10 @@ class Fp16WithoutScaler(Rule):
     Flags an enabled `torch.autocast` whose dtype is float16 (explicitly, or by the CUDA
     default) around a forward pass whose loss is backpropagated in the same function, when
     no enabled `GradScaler` serves that step: none is used in the function, the function
-    it is nested in, its class, or the module's top-level code.
+    it is nested in, its class, or the module's top-level code. Also flags a training loop a
+    framework builds and runs itself in float16 autocast with no scaler: ignite's
+    `create_supervised_trainer(..., amp_mode="amp")` without `scaler=True` (not on the CPU,
+    whose autocast is bfloat16).
 
     ## Why is this bad?
     float16 cannot represent magnitudes below ~6e-8 (its smallest subnormal). Without loss
@@ -132,6 +136,9 @@ class Fp16WithoutScaler(Rule):
                 continue
             if any(training.reaches_optimizer(backward) for backward in training.backwards_fed_by(region)):
                 yield Report(region.anchor, _message(region))
+        # A training loop the framework runs itself, in float16 autocast with no scaler.
+        for call, framework, surely in model.scaler_facts.unscaled_loops:
+            yield Report(call, _loop_message(call, framework, surely))
 
     VALID = (
         # bfloat16 needs no scaler.
@@ -297,6 +304,17 @@ for x, y in loader:
 """,
             at=((5, 10),),
         ),
+    )
+
+
+def _loop_message(call, framework: str, surely: bool) -> Message:
+    table = frameworks.BY_NAME[framework]
+    when = "" if surely else " when its amp mode is chosen"
+    return Message(
+        f"`{source_text(call.func)}(...)` builds a loop that runs the forward in float16 autocast on CUDA but scales no loss{when}",
+        f"With `{table.precision_keyword}=\"amp\"` and without `{table.loop_scaler_keyword}=True`, {framework}'s update calls "
+        "`loss.backward()` unscaled: gradients below ~6e-8 flush to zero in backward and those weights silently "
+        f"stop learning. {table.backward_advice}.",
     )
 
 

@@ -8,6 +8,7 @@ from amplint.evidence import CLIP, FRAMEWORK_BACKWARD, SCALE, STEP, UNSCALE
 from amplint.fix import Fix, unscale_before
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
+from amplint.semantic.pytorch import frameworks
 
 
 class ClipBeforeUnscale(Rule):
@@ -16,7 +17,9 @@ class ClipBeforeUnscale(Rule):
     ## What it does
     Flags `clip_grad_norm_` / `clip_grad_value_` (and FSDP's `model.clip_grad_norm_`)
     reached after `scaler.scale(loss).backward()` with no `scaler.unscale_(optimizer)` in
-    between, including when `unscale_` is called only after the clip.
+    between, including when `unscale_` is called only after the clip. Frameworks' scaled
+    backwards count the same way (docs/frameworks.md), and so does a clip in a hook the
+    framework calls before it unscales (Lightning's `on_after_backward` under 16-mixed).
 
     ## Why is this bad?
     After a scaled backward every gradient is multiplied by the loss scale (65536 at the
@@ -125,6 +128,11 @@ class ClipBeforeUnscale(Rule):
                 for clip in state.gradients.entry_uses:
                     if clip.kind is EventKind.CLIP and _clips(clip, model):
                         yield Report(clip.node, _message(clip, step.receiver.key, model))
+        # A hook the framework calls before it unscales (Lightning's `on_after_backward`).
+        for clip, scaler in model.hook_uses_of_scaled_gradients():
+            if clip.kind is EventKind.CLIP and _clips(clip, model):
+                hook = clip.unit.name.rsplit(".", 1)[-1]
+                yield Report(clip.node, _message(clip, scaler, model, frameworks.LIGHTNING.hook_advice.format(hook=hook)))
 
     VALID = (
         """
@@ -215,7 +223,7 @@ def _clips(clip: Occurrence, model: SemanticModel) -> bool:
     return not model.clip_only_measures(clip) and not clip.event.reported_where_written
 
 
-def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> Message:
+def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel, advice: Optional[str] = None) -> Message:
     later_unscale: Optional[str] = None
     optimizer = "optimizer"
     scaler = model.scaler_name(scaler_key)
@@ -228,11 +236,11 @@ def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel) 
         if following.receiver is not None:
             scaler = following.receiver.text
     info = model.scalers.get(scaler_key) if scaler_key is not None else None
-    if info is not None and info.framework in ("accelerate", "fabric"):
-        method = "clip_grad_norm_" if info.framework == "accelerate" else "clip_gradients"
-        fix = f"Clip with `{info.name}.{method}(...)`, which unscales first"
-    elif info is not None and info.framework == "lightning":
-        fix = "Clip with `self.clip_gradients(optimizer, ...)`, which unscales first"
+    framework = frameworks.BY_NAME.get(info.framework or "") if info is not None else None
+    if advice is not None:  # a framework's hook
+        fix = advice
+    elif info is not None and framework is not None and framework.clip_advice:
+        fix = framework.clip_advice.format(owner=info.name, optimizer=optimizer)
     elif later_unscale is not None:
         fix = f"Move `{later_unscale}` before the clip"
     else:

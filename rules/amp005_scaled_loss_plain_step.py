@@ -8,6 +8,7 @@ from amplint.evidence import FRAMEWORK_BACKWARD, SCALE, STEP
 from amplint.fix import Fix, block_of, expression, statement
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
+from amplint.semantic.pytorch import frameworks
 
 
 class ScaledLossPlainStep(Rule):
@@ -178,6 +179,8 @@ class ScaledLossPlainStep(Rule):
         for step, state in model.states_before(EventKind.OPTIMIZER_STEP):
             if _takes_a_closure(step):
                 continue  # `opt.step(closure)` computes its own gradients (LBFGS)
+            if step.receiver is not None and step.receiver.key in model.scaler_facts.prepared:
+                continue  # a helper's `optimizer.step()` on one the framework prepared: its scaler's step
             gradients = state.gradients
             if gradients.scaled_by is None or gradients.last_backward is not gradients.scaled_by:
                 # Nothing scaled, or a plain backward came last (an fp32 critic beside an AMP
@@ -316,14 +319,12 @@ def _message(step: Occurrence, backward: Occurrence, scaler_key: Optional[str], 
     if info is not None and info.framework is not None:
         if info.enabled is None:  # the framework's precision is one of several configured values
             title += " when float16 mixed precision is chosen"
-        prepare = {"accelerate": f"{scaler}.prepare({optimizer})", "fabric": f"{scaler}.setup_optimizers({optimizer})"}.get(
-            info.framework, "self.optimizers()"
-        )
+        advice = frameworks.BY_NAME[info.framework].step_advice.format(owner=scaler, optimizer=optimizer)
         return Message(
             title,
             f"The gradients come from {quote(backward)}, scaled by 65536 at start, and a plain step never "
             f"skips inf/NaN steps: `{optimizer}` is not one the framework prepared, so its step does not "
-            f"unscale. Use `{optimizer} = {prepare}`.",
+            f"unscale. {advice}.",
         )
     return Message(
         title,

@@ -19,7 +19,7 @@ class ScalerStateNotCheckpointed(Rule):
     Flags the checkpoint of a file that checkpoints an optimizer (`optimizer.state_dict()`
     saved, `optimizer.load_state_dict(...)` on resume, or the optimizer handed to another
     module's `save_checkpoint(...)` / `load_checkpoint(...)`) but never saves or restores the
-    state of the `GradScaler(...)` it builds. The finding is on the call that makes the
+    state of the `GradScaler(...)` it builds (or of timm's `NativeScaler()`, which wraps one). The finding is on the call that makes the
     checkpoint, where the scaler's state belongs: `torch.save({...})` around the optimizer's
     `state_dict()`, the save of the variable that holds it (`ckpt = {...}` then
     `torch.save(ckpt, path)`), or the call that hands the optimizer to a checkpointing function;
@@ -96,7 +96,7 @@ class ScalerStateNotCheckpointed(Rule):
     name = "scaler-state-not-checkpointed"
     severity = "warning"
     # A scaler the file builds is what the rule is about.
-    triggers = ("GradScaler",)
+    triggers = ("GradScaler", "NativeScaler", "ApexScaler")
     needs = ({GRAD_SCALER},)
 
     PREDICTIONS = (

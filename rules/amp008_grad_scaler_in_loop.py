@@ -24,8 +24,8 @@ class GradScalerInLoop(Rule):
     """A `GradScaler` built anew in every iteration of the training loop.
 
     ## What it does
-    Flags `GradScaler(...)` that runs once per iteration of a loop whose iterations step an
-    optimizer through that scaler, while the optimizer itself lives on across iterations:
+    Flags `GradScaler(...)` (or timm's `NativeScaler()`, which wraps one) that runs once per
+    iteration of a loop whose iterations step an optimizer through that scaler, while the optimizer itself lives on across iterations:
     - built in the loop's body (the innermost loop around it), with `scaler.step(optimizer)`
       in the same iteration (directly, in a nested loop, or in a helper called there);
     - built in a function that a loop of the file calls in every iteration (a per-step
@@ -91,7 +91,7 @@ class GradScalerInLoop(Rule):
     name = "grad-scaler-in-loop"
     severity = "error"
     # A scaler the file builds is what the rule is about.
-    triggers = ("GradScaler",)
+    triggers = ("GradScaler", "NativeScaler", "ApexScaler")
     needs = ({GRAD_SCALER},)
 
     PREDICTIONS = (

@@ -6,6 +6,7 @@ from amplint.evidence import CLIP, FRAMEWORK_BACKWARD, GRADIENT, SCALE, STEP, UN
 from amplint.fix import unscale_before
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
+from amplint.semantic.pytorch import frameworks
 
 
 class ScaledGradientsRead(Rule):
@@ -14,11 +15,14 @@ class ScaledGradientsRead(Rule):
     ## What it does
     Flags gradient reads between a scaled backward and `scaler.unscale_(optimizer)` (or
     `scaler.step`) that the scale corrupts: a norm of `p.grad` (logged or used for a
-    decision), noise of a fixed size added to `p.grad`, and
+    decision), noise of a fixed size added to `p.grad` (made there or earlier in the function:
+    `noise = torch.randn_like(p.grad) * sigma`, then `p.grad.add_(noise)`), and
     `torch.autograd.grad(scaler.scale(loss), ...)` in a function that never divides by
     `scaler.get_scale()` (a gradient penalty). Clipping is AMP003's; reads only compared with
-    `None`, and linear changes the later unscale divides out (averaging, `all_reduce`,
-    `mul_`), are not flagged.
+    `None`, linear changes the later unscale divides out (averaging, `all_reduce`, `mul_`),
+    and noise sized from the gradients themselves (`* p.grad.std()`, `* grad_norm`), which
+    carries the scale too, are not flagged. Reads in a hook the framework calls before it
+    unscales (Lightning's `on_after_backward` under 16-mixed) count too.
 
     ## Why is this bad?
     After `scaler.scale(loss).backward()` every gradient is multiplied by the loss scale
@@ -139,6 +143,14 @@ class ScaledGradientsRead(Rule):
                 how = _corrupting_use(read, model)
                 if how is not None:
                     yield Report(read.call_site, _message(read, how, step.receiver.text), occurrence=read)
+        # A hook the framework calls before it unscales (Lightning's `on_after_backward`).
+        for read, scaler in model.hook_uses_of_scaled_gradients():
+            how = _corrupting_use(read, model)
+            if how is not None:
+                # A precision that is only one of several configured values scales when it is float16.
+                info = model.scalers.get(scaler)
+                when = " when float16 mixed precision is chosen" if info is not None and info.enabled is None else ""
+                yield Report(read.call_site, _message(read, how, model.scaler_name(scaler), _hook_advice(read), when), occurrence=read)
         for grad, state in model.states_before(EventKind.AUTOGRAD_GRAD):
             scaler = grad.event.scaled_inline_by
             if model.is_live(scaler, state.facts) and not model.divided_by_loss_scale(grad.event):
@@ -255,7 +267,7 @@ def _corrupting_use(read: Occurrence, model: SemanticModel) -> Optional[str]:
     return model.scale_corrupts(read.event)
 
 
-def _message(read: Occurrence, how: str, scaler: str) -> Message:
+def _message(read: Occurrence, how: str, scaler: str, advice: Optional[str] = None, when: str = "") -> Message:
     if how == "noise":
         effect = (
             "noise added to it is divided by the scale together with the gradients when they are "
@@ -263,6 +275,10 @@ def _message(read: Occurrence, how: str, scaler: str) -> Message:
         )
     else:
         effect = "a norm computed from it is 65536x too large, whether it is logged or acted on"
+    if advice is not None:  # a framework's hook
+        return Message(
+            f"{quote(read)} reads gradients that still carry the loss scale{when}", f"The loss scale is 65536 at start: {effect}. {advice}."
+        )
     return Message(
         f"{quote(read)} reads gradients that still carry `{scaler}`'s loss scale",
         f"The loss scale is 65536 at start: {effect}. Call `{scaler}.unscale_(optimizer)` first.",
@@ -275,3 +291,8 @@ def _penalty_message(grad: Occurrence, scaler: str) -> Message:
         "A penalty built on them is 65536x too strong and overflows. Multiply them by "
         f"`1.0 / {scaler}.get_scale()` first (the PyTorch AMP docs' gradient-penalty recipe).",
     )
+
+
+def _hook_advice(use: Occurrence) -> str:
+    """What to do instead, for a use in a hook the framework calls on scaled gradients."""
+    return frameworks.LIGHTNING.hook_advice.format(hook=use.unit.name.rsplit(".", 1)[-1])

@@ -16,7 +16,14 @@ class HalfPrecisionMasterWeights(Rule):
     `unet.to(device, dtype=weight_dtype)` where `weight_dtype` can be float16) when an
     optimizer then updates its parameters, and an EMA copy kept in float16
     (`ema = deepcopy(model).half()`) that a loop then decays in place (`e.mul_(d)`,
-    `v *= d`, `e.lerp_(p, w)`).
+    `v *= d`, `e.lerp_(p, w)`, `ema_params[name].mul_(d).add_(p, alpha=1 - d)`). A copy made
+    after the model was cast has the model's dtype (`ema = deepcopy(model)` or
+    `{n: p.detach().clone() for n, p in model.named_parameters()}` after `model.half()`). A cast
+    in a helper the training loop calls counts before the loop's next steps (a diffusers
+    `log_validation` that casts the trained `unet`, or a pipeline built from it: a pipeline
+    holds the very modules it is handed, so `pipeline.to(dtype=weight_dtype)` casts them; with
+    accelerate's fp16 GradScaler the next `unscale_` then raises "Attempting to unscale FP16
+    gradients", diffusers #13124).
 
     Not flagged: a model cast for inference, evaluation or export (no optimizer trains it, or
     nothing trains after the cast: `model.half()` after the training loop, in a branch that
@@ -28,7 +35,10 @@ class HalfPrecisionMasterWeights(Rule):
     model cast back to float32 afterwards or handed to code that adds or upcasts trainable
     parameters (LoRA adapters, `cast_training_params(unet, dtype=torch.float32)`); a cast of a
     submodule whose rest trains in float32; a checkpoint copy (`'ema': deepcopy(ema).half()`
-    in `torch.save`). bfloat16 is not flagged (see below).
+    in `torch.save`); an EMA copied before the cast, or cast to float32 (`p.detach().clone().float()`);
+    a pipeline built with `from_pretrained(..., unet=unet, torch_dtype=weight_dtype)` (diffusers
+    loads what it is not handed in that dtype and keeps the modules it is handed as they are), or
+    from a deep copy of the trained model. bfloat16 is not flagged (see below).
 
     ## Why is this bad?
     An optimizer updates the parameters in their own dtype. float16 numbers near a weight
@@ -292,6 +302,19 @@ for x in loader:
     model(x).sum().backward()
     optimizer.step()
 """,
+        # An EMA of float32 copies of a float16 model's tensors (apex keeps the model's master weights).
+        """
+import torch
+model = Net().cuda().half()
+optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.01))
+ema = {name: p.detach().clone().float() for name, p in model.named_parameters()}
+for x in loader:
+    optimizer.backward(model(x).sum())
+    optimizer.step()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            ema[name].mul_(0.999).add_(p.float(), alpha=0.001)
+""",
         # Only a frozen backbone is float16; the head trains in float32.
         """
 import torch
@@ -364,6 +387,23 @@ def main():
 """,
             at=((10, 5),),
         ),
+        # An EMA copied from the model after it was cast: the copy is float16 too.
+        Flagged(
+            """
+import copy
+import torch
+model = Net().cuda().half()
+optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.01))
+ema = copy.deepcopy(model)
+for x in loader:
+    optimizer.backward(model(x).sum())
+    optimizer.step()
+    with torch.no_grad():
+        for e, p in zip(ema.parameters(), model.parameters()):
+            e.mul_(0.999).add_(p, alpha=0.001)
+""",
+            at=((6, 7),),
+        ),
         # An EMA kept in float16 (yolov5's `self.ema.half()` before the fix).
         Flagged(
             """
@@ -392,10 +432,40 @@ def _dtype_words(cast: ModuleCast) -> str:
     return "float16 (one of the dtypes it can be)"
 
 
+def _cast_words(cast: ModuleCast, verb: str) -> str:
+    """`model.half()` casts `model` to float16; for a copy made after a cast: `copy.deepcopy(model)`
+    copies `model` after `model.half()` cast it to float16, so `ema` is float16 too."""
+    original = cast.inherits
+    if original is None:
+        return f"`{source_text(cast.node)}` {verb} `{cast.name}` {'to' if verb == 'casts' else 'in'} {_dtype_words(cast)}"
+    return (
+        f"`{source_text(cast.node)}` copies `{cast.copy_of}` after `{source_text(original.node)}` cast it to "
+        f"{_dtype_words(original)}, so `{cast.name}` {'is' if original.dtypes == frozenset({'float16'}) else 'may be'} float16 too"
+    )
+
+
+def _holding(cast: ModuleCast, optimizer: OptimizerBuild) -> str:
+    """` (which holds `unet`, the module being trained)` for a pipeline built from the trained module."""
+    for path, component in cast.held.items():
+        if any(path[0] == root and (path[1][: len(rest)] == rest or rest[: len(path[1])] == path[1]) for root, rest in optimizer.trains):
+            return f" (which holds `{component}`, the module being trained)"
+    return ""
+
+
 def _trained_message(cast: ModuleCast, optimizer: OptimizerBuild) -> str:
     holder = f"`{optimizer.name}`" if optimizer.name else "the optimizer"
+    words = _cast_words(cast, "casts")
+    holding = _holding(cast, optimizer)
+    if holding:
+        words = words.replace(f"`{cast.name}`", f"`{cast.name}`{holding}", 1)
+        return (
+            f"{words}, and {holder} (`{source_text(optimizer.node)}`) then updates its float16 parameters: with "
+            "a GradScaler (accelerate's fp16) the next `unscale_` raises 'Attempting to unscale FP16 gradients', "
+            "without one updates smaller than ~1/4000 of a weight round away. Move the pipeline to the device "
+            f"only (no dtype), or build it from a copy of `{next(iter(cast.held.values()))}`."
+        )
     return (
-        f"`{source_text(cast.node)}` casts `{cast.name}` to {_dtype_words(cast)}, and {holder} "
+        f"{words}, and {holder} "
         f"(`{source_text(optimizer.node)}`) then updates those float16 parameters with no float32 master "
         f"copy: updates smaller than ~1/4000 of a weight round away{_eps_words(optimizer)}. Keep the "
         "parameters float32 and run the forward pass under `torch.autocast(..., dtype=torch.float16)` with a "
@@ -417,7 +487,7 @@ def _eps_words(optimizer: OptimizerBuild) -> str:
 
 def _averaged_message(cast: ModuleCast, average: InPlaceAverage) -> str:
     return (
-        f"`{source_text(cast.node)}` keeps `{cast.name}` in {_dtype_words(cast)}, and "
+        f"{_cast_words(cast, 'keeps')}, and "
         f"`{source_text(average.update)}` then decays it in place: with a decay close to 1 each update is "
         "smaller than float16's spacing, rounds away, and the average stays frozen. Keep the average in "
         "float32 (cast a copy only when saving)."

@@ -176,6 +176,9 @@ def test_output_format_cache_dir_and_jobs_in_the_configuration(amplint, tmp_path
     assert amplint("--output-format", "concise", "train.py", cwd=tmp_path).stdout.startswith("train.py:8:5: AMP003")
     assert amplint("--concise", "train.py", cwd=tmp_path).stdout.startswith("train.py:8:5: AMP003")
     assert "jobs = 3" in amplint("--show-settings", "-j", "3", "train.py", cwd=tmp_path).stdout
+    assert 'fail-level = "error"' in settings and "analysis-limit = 1.0" in settings
+    shown = amplint("--show-settings", "--fail-level", "warning", "--analysis-limit", "2.5", "train.py", cwd=tmp_path).stdout
+    assert 'fail-level = "warning"' in shown and "analysis-limit = 2.5" in shown
     amplint("--cache-dir", "elsewhere", "train.py", cwd=tmp_path)
     assert (tmp_path / "elsewhere").is_dir()
     amplint("train.py", cwd=tmp_path, env={"AMPLINT_CACHE_DIR": str(tmp_path / "from-env")})

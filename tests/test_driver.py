@@ -12,6 +12,7 @@ import pytest
 
 import amplint.engine
 from amplint import driver
+from amplint.cache import Cache
 from amplint.driver import Job, Runner, plan, simulate
 from amplint.rules import ALL_RULES
 
@@ -55,7 +56,7 @@ def _crash_on(name, how="segfault", marker=None):
     path: the crash leaves it behind)."""
     real = amplint.engine.lint_bytes
 
-    def lint_bytes(data, path, rules, external=None, target=None, whole=False, analysis_limit=1.0, torch_target=None):
+    def lint_bytes(data, path, rules, external=None, target=None, whole=False, analysis_limit=1.0, torch_target=None, summary=True):
         if os.path.basename(path) == name and not (marker and os.path.exists(marker)):
             if marker:
                 Path(marker).write_text("crashed once")
@@ -66,6 +67,16 @@ def _crash_on(name, how="segfault", marker=None):
                     pass
             elif how == "native-loop":
                 re.match(r"(a+)+$", "a" * 64 + "b")  # exponential, in C: never returns to Python
+            elif how == "abort":  # LibCST's native parser when an allocation fails
+                os.abort()
+            elif how == "memory":
+                hoard = [bytes(1 << 20) for _ in range(1 << 10)]  # 1 GiB, a MiB at a time
+                del hoard
+            elif how == "memory-caught":
+                try:
+                    hoard = [bytes(1 << 20) for _ in range(1 << 10)]
+                except MemoryError:
+                    raise ValueError("LibCST's own error") from None  # `from None` keeps __context__
             elif how == "library-catches":
                 # Library code that catches the interruption and fails its own way (LibCST's
                 # metadata resolution turned it into a KeyError naming a whole syntax tree).
@@ -74,7 +85,7 @@ def _crash_on(name, how="segfault", marker=None):
                         pass
                 except BaseException:
                     raise KeyError("IndentedBlock(" + "body=[...], " * 500 + ")") from None
-        return real(data, path, rules, external, target, whole, analysis_limit, torch_target)
+        return real(data, path, rules, external, target, whole, analysis_limit, torch_target, summary)
 
     return lint_bytes
 
@@ -114,6 +125,42 @@ def test_a_file_over_its_cpu_budget_is_an_error_and_the_run_goes_on(tmp_path, mo
     assert slow.error.message == "analysis exceeded the 0.5 s CPU safety limit; not linted (raise it with --file-budget)"
     assert [f.code for f in after.findings] == ["AMP003"]
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("how", ["memory", "memory-caught"])
+def test_a_file_over_the_memory_limit_is_an_error_and_the_worker_goes_on(tmp_path, monkeypatch, how):
+    monkeypatch.setattr(amplint.engine, "lint_bytes", _crash_on("hog.py", how=how))
+    paths = write(tmp_path, {"hog.py": BUGGY, "after.py": BUGGY, "last.py": BUGGY})
+    cache = Cache(str(tmp_path / "cache"))
+    with Runner(workers=1, memory=256, cache=cache) as runner:
+        hog, after, last = runner.lint([Job(p, CODES) for p in paths])
+        (worker,) = runner._pool
+        assert worker.alive(), "the worker that ran out is the one that goes on"
+    assert hog.error.message == "analysis exceeded the 256 MiB memory safety limit; not linted (raise it with --file-memory)"
+    assert [f.code for f in after.findings] == [f.code for f in last.findings] == ["AMP003"]
+    with Runner(workers=1, memory=256, cache=Cache(str(tmp_path / "cache"))) as runner:
+        again = runner.lint([Job(p, CODES) for p in paths])
+        assert runner.linted == 1, "a file over the limit is never cached"
+    assert again[0].error.message == hog.error.message
+
+
+def test_a_worker_aborted_names_the_memory_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(amplint.engine, "lint_bytes", _crash_on("big.py", how="abort"))
+    (path,) = write(tmp_path, {"big.py": BUGGY})
+    with Runner(workers=1, memory=512) as runner:
+        (result,) = runner.lint([Job(path, CODES)])
+    assert result.error.message == (
+        "crashed while parsing or analysing (killed by SIGABRT, as the native parser does past the 512 MiB "
+        "memory safety limit: raise it with --file-memory); not linted"
+    )
+
+
+def test_ordinary_files_are_far_below_the_memory_limit(tmp_path):
+    # The largest training script of the cases, with an eighth of the default limit.
+    largest = max((os.path.join(REPO, "tests", "cases", n) for n in os.listdir(os.path.join(REPO, "tests", "cases")) if n.endswith(".py")), key=os.path.getsize)
+    with Runner(workers=1, memory=driver.DEFAULT_MEMORY // 8) as runner:
+        (result,) = runner.lint([Job(largest, CODES)])
+    assert result.error is None or "memory" not in result.error.message
 
 
 def test_an_internal_error_is_reported_short():

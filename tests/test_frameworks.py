@@ -279,8 +279,17 @@ def test_accelerator_autocast_in_its_documented_use_stays_clean():
 
 def test_the_table_is_consistent():
     for framework in frameworks.BY_NAME.values():
-        assert framework.constructors and framework.precision_keyword
+        # Each says how its precision is chosen: a setting, a config dict, or always float16.
+        assert framework.constructors
+        setting = framework.precision_keyword or framework.fp16_flag
+        assert sum(map(bool, (setting, framework.config_keywords, framework.always_float16))) == 1
+        # The frameworks that train the file's classes say which, and how those call them.
+        assert framework.scales_module_classes == bool(framework.module_bases) == bool(framework.self_backward_methods)
         assert not framework.backward_methods & framework.unscaling_methods
+        assert not framework.step_methods & (framework.backward_methods | framework.unscaling_methods)
+        # Each message it advises is spelled for it.
+        assert framework.backward_advice and framework.clip_advice and framework.step_advice
+        assert framework.hold_step_keywords <= frozenset() or framework.called_steps
     assert frameworks.autocast_dtype("fp16") == "float16"
     assert frameworks.autocast_dtype("bf16-mixed") == "bfloat16"
     assert frameworks.autocast_dtype("no") is None
@@ -343,3 +352,262 @@ def test_a_plain_step_after_a_backward_that_may_be_scaled_says_when():
     (finding,) = lint_text(textwrap.dedent(source))
     assert finding.code == "AMP005" and finding.message.endswith("when float16 mixed precision is chosen")
     assert lint_text(textwrap.dedent(source.replace('mixed_precision="fp16"', 'mixed_precision="bf16"'))) == []
+
+
+# --- timm's NativeScaler ---------------------------------------------------------------------
+
+TIMM_LOOP = """
+import torch
+{imports}
+
+def train(model, loader, optimizer, loss_fn):
+    loss_scaler = {build}
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        {call}
+        optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize(
+    "imports, build",
+    [
+        ("from timm.utils import NativeScaler", "NativeScaler()"),
+        ("import timm.utils", "timm.utils.NativeScaler(device='cuda')"),
+        ("from timm.utils import ApexScaler", "ApexScaler()"),
+        # Projects copy it into their own utils (mae, ConvNeXt, Swin).
+        ("from util.misc import NativeScalerWithGradNormCount as NativeScaler", "NativeScaler()"),
+        ("from timm.utils import NativeScaler", "NativeScaler() if use_amp else None"),
+    ],
+)
+def test_a_native_scaler_is_a_float16_loss_scaler(imports, build):
+    source = TIMM_LOOP.format(imports=imports, build=build, call="loss_scaler(loss, optimizer)")
+    assert framework_scalers(source) == {"loss_scaler": ("timm", True)}
+    # Calling it is a step through it (its backward, unscale and update are inside).
+    kinds = [o.kind.name for u in model(source).units for o in model(source).occurrences_in(u) if not o.via]
+    assert "SCALER_STEP" in kinds and "BACKWARD" not in kinds
+
+
+def test_a_native_scaler_holds_its_step_back_for_accumulation():
+    held = TIMM_LOOP.format(
+        imports="from timm.utils import NativeScaler", build="NativeScaler()", call="loss_scaler(loss, optimizer, update_grad=last)"
+    )
+    events = [o.event for u in model(held).units for o in model(held).occurrences_in(u) if not o.via]
+    (backward,) = [e for e in events if e.kind.name == "FRAMEWORK_BACKWARD"]
+    assert backward.framework_scaler is not None
+    # A literal True holds nothing back.
+    stepping = held.replace("update_grad=last", "need_update=True")
+    assert "SCALER_STEP" in [o.kind.name for u in model(stepping).units for o in model(stepping).occurrences_in(u)]
+
+
+def test_a_loss_scaler_parameter_called_on_a_loss_and_an_optimizer_steps_but_is_not_known_live():
+    source = """
+    import torch
+    def train_one_epoch(model, loader, optimizer, loss_fn, loss_scaler):
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(x), y)
+            loss_scaler(loss, optimizer, clip_grad=1.0, parameters=model.parameters())
+            optimizer.zero_grad()
+    """
+    built = model(source)
+    (step,) = [o for u in built.units for o in built.occurrences_in(u) if o.kind.name == "SCALER_STEP"]
+    assert step.receiver.text == "loss_scaler" and step.argument.text == "optimizer"
+    assert not built.is_live(step.receiver.key)
+    assert codes(source) == []
+    # A scaler-like name called on something that is no loss is not the call.
+    other = source.replace("loss_scaler(loss, optimizer,", "loss_scaler(x, optimizer,")
+    assert not [o for u in model(other).units for o in model(other).occurrences_in(u) if o.kind.name == "SCALER_STEP"]
+
+
+def test_sklearn_scalers_are_not_timm_ones():
+    source = """
+    import torch
+    from sklearn.preprocessing import StandardScaler
+    scaler = StandardScaler()
+    features = scaler(loss_values, optimizer_names)
+    """
+    assert framework_scalers(source) == {}
+
+
+# --- DeepSpeed --------------------------------------------------------------------------------
+
+DEEPSPEED = """
+import deepspeed
+import torch
+{config}
+engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), {argument})
+"""
+
+
+@pytest.mark.parametrize(
+    "config, argument, expected",
+    [
+        ('ds_config = {"fp16": {"enabled": True}}', "config=ds_config", {"engine": ("deepspeed", True)}),
+        ("", 'config={"train_batch_size": 8, "fp16": {"enabled": True, "loss_scale": 0}}', {"engine": ("deepspeed", True)}),
+        ('ds_config = {"fp16": {"enabled": True}}', "config_params=ds_config", {"engine": ("deepspeed", True)}),
+        # An argparse flag: either.
+        ('import argparse\np = argparse.ArgumentParser()\np.add_argument("--fp16", action="store_true")\nargs = p.parse_args()\n'
+         'ds_config = {"fp16": {"enabled": args.fp16}}', "config=ds_config", {"engine": ("deepspeed", None)}),
+        # Changed after it is written: it may be anything besides what it says (a section
+        # written into is a value of its own: unknown).
+        ('ds_config = {"fp16": {"enabled": True}}\nds_config["fp16"]["enabled"] = args.fp16', "config=ds_config", {}),
+        ('ds_config = {"fp16": {"enabled": True}}\nds_config.update(extra)', "config=ds_config", {"engine": ("deepspeed", None)}),
+        # No float16: bfloat16, off, absent, DeepSpeed's default for a section without "enabled".
+        ('ds_config = {"bf16": {"enabled": True}}', "config=ds_config", {}),
+        ('ds_config = {"fp16": {"enabled": False}}', "config=ds_config", {}),
+        ('ds_config = {"train_batch_size": 8}', "config=ds_config", {}),
+        ('ds_config = {"fp16": {"loss_scale": 0}}', "config=ds_config", {}),
+        # Unknown, never guessed: a JSON path, the command line's --deepspeed_config, HF's "auto".
+        ("", 'config="ds_config.json"', {}),
+        ("", "args=args", {}),
+        ('ds_config = {"fp16": {"enabled": "auto"}}', "config=ds_config", {}),
+    ],
+)
+def test_deepspeed_precision_comes_from_its_config_dict(config, argument, expected):
+    assert framework_scalers(DEEPSPEED.format(config=config, argument=argument)) == expected
+
+
+def test_deepspeed_engine_methods_and_returned_optimizer():
+    source = DEEPSPEED.format(config='ds_config = {"fp16": {"enabled": True}}', argument="config=ds_config") + textwrap.dedent(
+        """
+        for batch in loader:
+            loss = engine(batch)
+            engine.backward(loss)
+            engine.step()
+            optimizer.step()
+        """
+    )
+    built = model(source)
+    kinds = [(o.kind.name, o.receiver.text) for u in built.units for o in built.occurrences_in(u)]
+    assert kinds == [("FRAMEWORK_BACKWARD", "engine"), ("SCALER_STEP", "engine"), ("SCALER_STEP", "engine")]
+    # Not unpacked into an engine: nothing is assumed.
+    single = source.replace("engine, optimizer, _, _ = deepspeed", "engine = deepspeed")
+    assert framework_scalers(single) == {}
+
+
+def test_a_plain_backward_with_deepspeed_in_float16_says_how_to_scale():
+    source = DEEPSPEED.format(config='ds_config = {"fp16": {"enabled": True}}', argument="config=ds_config") + textwrap.dedent(
+        """
+        for batch in loader:
+            loss = engine(batch)
+            loss.backward()
+            engine.step()
+        """
+    )
+    (finding,) = lint_text(source)
+    assert finding.code == "AMP001" and "Use `engine.backward(loss)`, which scales the loss" in finding.help
+
+
+# --- Hugging Face Trainer ---------------------------------------------------------------------
+
+HF = """
+from transformers import Trainer, TrainingArguments
+
+class MyTrainer(Trainer):
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = self.compute_loss(model, inputs)
+        {backward}
+        return loss.detach()
+
+args = TrainingArguments(output_dir="out", {precision})
+"""
+
+
+@pytest.mark.parametrize(
+    "precision, expected",
+    [
+        ("fp16=True", {"self": ("transformers", True)}),
+        ("fp16=use_fp16", {}),  # unknown: never guessed
+        ("fp16=False, bf16=True", {}),
+        ("bf16=True", {}),
+    ],
+)
+def test_training_arguments_in_float16_give_the_trainer_subclasses_a_scaler(precision, expected):
+    assert framework_scalers(HF.format(backward="loss.backward()", precision=precision)) == expected
+
+
+def test_the_trainers_accelerator_scales_and_unscales_in_its_subclasses():
+    backward = "self.accelerator.backward(loss)\n        self.accelerator.clip_grad_norm_(model.parameters(), 1.0)"
+    source = HF.format(backward=backward, precision="fp16=True")
+    built = model(source)
+    events = [o.event for u in built.units for o in built.occurrences_in(u)]
+    assert [e.kind.name for e in events] == ["FRAMEWORK_BACKWARD", "UNSCALE"]
+    assert events[0].framework_scaler == "cls:MyTrainer:transformers"
+    assert codes(source) == []
+    # A plain backward that the Trainer then steps through its scaler is AMP001.
+    assert codes(HF.format(backward="loss.backward()", precision="fp16=True")) == ["7:AMP001"]
+    # With the hook called by the file itself it is a helper, not the Trainer's hook.
+    called = HF.format(backward="loss.backward()", precision="fp16=True") + "trainer = MyTrainer()\ntrainer.training_step(model, inputs)\n"
+    assert codes(called) == []
+
+
+# --- ignite -----------------------------------------------------------------------------------
+
+IGNITE = """
+import argparse
+from ignite.engine import create_supervised_trainer
+parser = argparse.ArgumentParser()
+parser.add_argument("--amp-mode", default=None, choices=[None, "amp", "apex"])
+args = parser.parse_args()
+trainer = create_supervised_trainer(model, optimizer, loss_fn, {arguments})
+"""
+
+
+@pytest.mark.parametrize(
+    "arguments, expected",
+    [
+        ('"cuda", amp_mode="amp"', [("ignite", True)]),
+        ('device="cuda", amp_mode="amp", scaler=False', [("ignite", True)]),
+        ('device, amp_mode="amp"', [("ignite", True)]),  # an unknown device may be CUDA
+        ("device, amp_mode=args.amp_mode", [("ignite", False)]),  # one of several settings
+        ('"cuda", amp_mode="amp", scaler=True', []),
+        ('"cuda", amp_mode="amp", scaler=scaler', []),  # a GradScaler, or unknown: not off
+        ('"cpu", amp_mode="amp"', []),  # CPU autocast is bfloat16
+        ('"cuda", amp_mode="apex"', []),
+        ('"cuda"', []),
+    ],
+)
+def test_ignite_loops_in_float16_autocast_without_a_scaler(arguments, expected):
+    built = model(IGNITE.format(arguments=arguments))
+    assert [(name, surely) for _, name, surely in built.scaler_facts.unscaled_loops] == expected
+
+
+def test_the_pre_check_knows_what_the_table_adds():
+    # A file that builds or calls what the table models is read: its words are trigger
+    # words, and its calls and hooks give the marks the rules need.
+    import ast
+
+    from amplint import catalogue, evidence
+
+    (amp007,) = [r for r in catalogue.RULES if r.code == "AMP007"]
+    assert all(any(word in name for word in amp007.triggers) for name in frameworks.OWNED_SCALER_CLASSES)
+    marks = evidence.marks(ast.parse("import torch\nloss_scaler(loss, optimizer)\n"))
+    assert {evidence.STEP, evidence.FRAMEWORK_BACKWARD} <= marks
+    marks = evidence.marks(ast.parse("class M(L.LightningModule):\n    def on_after_backward(self):\n        pass\n"))
+    assert evidence.FRAMEWORK_BACKWARD in marks
+    marks = evidence.marks(ast.parse("class T(Trainer):\n    def training_step(self, model, inputs):\n        loss.backward()\n"))
+    assert {evidence.STEP, evidence.BACKWARD} <= marks
+    marks = evidence.marks(ast.parse("t = create_supervised_trainer(m, o, l, 'cuda', amp_mode='amp')\n"))
+    assert {evidence.AUTOCAST, evidence.BACKWARD} <= marks
+    for source in ('c = {"fp16": {"enabled": True}}', "c = {'fp16': {'enabled': True}}", "TrainingArguments(fp16=True)", "amp_mode='amp'"):
+        assert catalogue.might_use_amp(source)
+
+
+def test_a_helper_stepping_an_optimizer_the_framework_prepared_is_its_scalers_step():
+    # Lightning manual optimization with the step in a helper method: not AMP005.
+    source = """
+    import lightning as L
+    class M(L.LightningModule):
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            self.manual_backward(self.loss(batch))
+            self._step(opt)
+        def _step(self, optimizer):
+            optimizer.step()
+    trainer = L.Trainer(precision="16-mixed")
+    """
+    assert codes(source) == []
+    # A plain optimizer of its own, stepped the same way, still is.
+    assert codes(source.replace("opt = self.optimizers()", "opt = torch.optim.SGD(self.parameters())")) == ["9:AMP005"]

@@ -28,7 +28,7 @@ PACKAGES = {"amplint": os.path.join(ROOT, "amplint"), "amplint.rules": os.path.j
 RULE_MODULES = ("amplint.rule", "amplint.semantic", "amplint.evidence", "amplint.fix", "amplint.noqa")
 RULE_PACKAGES = ("amplint.analyses", "amplint.semantic.pytorch")
 # Leaves: they import nothing of amplint, so any layer may use them.
-LEAVES = ("amplint.work", "amplint.escape")
+LEAVES = ("amplint.work", "amplint.escape", "amplint.import_paths")
 
 
 

@@ -131,6 +131,9 @@ def test_pylint_line(amplint, root):
 def test_statistics_count_it(amplint, root):
     result = amplint("--no-cache", "--statistics", "hard.py", cwd=root)
     assert result.stdout == "1\t-\tfunctions too complex to analyse (skipped)\n"
+    # JSON names it as every other format does.
+    shown = json.loads(amplint("--no-cache", "--statistics", "--output-format", "json", "hard.py", cwd=root).stdout)
+    assert [row["name"] for row in shown] == ["function-not-analysed"]
 
 
 def test_a_notebook_function_is_located_in_its_cell_and_in_the_file(amplint, project):

@@ -241,6 +241,155 @@ def test_a_checkpoint_copy_is_no_average():
     assert averaged(source) == []
 
 
+def test_an_optimizer_a_helper_returns_is_wrapped_by_its_caller():
+    # DeepSpeed's engine: the basic optimizer is built in one method, wrapped in another.
+    source = """
+    import torch
+    class Engine:
+        def __init__(self, model, params=None):
+            self.module = model
+            self.module.half()
+            if params is None:
+                params = self.module.parameters()
+            basic = self._basic_optimizer(params)
+            self.optimizer = self._configure_fp16_optimizer(basic)
+        def _basic_optimizer(self, params):
+            optimizer = torch.optim.Adam(params, lr=1e-3)
+            return optimizer
+        def step(self):
+            self.optimizer.step()
+    """
+    assert trained(source) == []
+    assert trained(source.replace("self._configure_fp16_optimizer(basic)", "basic")) == [("self.module", "optimizer")]
+
+
+def test_a_copy_made_after_the_cast_has_the_models_dtype():
+    source = """
+    import copy, torch
+    model.half()
+    ema = copy.deepcopy(model)
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.mul_(0.999).add_(p, alpha=0.001)
+    """
+    assert averaged(source) == ["ema"]
+
+
+def test_a_copy_made_before_the_cast_keeps_float32():
+    source = """
+    import copy, torch
+    ema = copy.deepcopy(model)
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.mul_(0.999).add_(p, alpha=0.001)
+    model.half()
+    """
+    assert averaged(source) == []
+
+
+def test_a_copy_cast_back_first_keeps_float32():
+    source = """
+    import copy, torch
+    model.half()
+    model.float()
+    ema = copy.deepcopy(model)
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.mul_(0.999).add_(p, alpha=0.001)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    """
+    assert averaged(source) == []
+
+
+def test_a_dict_of_copied_tensors_is_decayed_through_its_subscript():
+    source = """
+    import torch
+    model.half()
+    ema = {n: p.detach().clone() for n, p in model.named_parameters()}
+    shadow = {n: p.detach().clone().float() for n, p in model.named_parameters()}
+    for n, p in model.named_parameters():
+        ema[n].mul_(0.999).add_(p, alpha=0.001)
+    for n, p in model.named_parameters():
+        shadow[n].mul_(0.999).add_(p.float(), alpha=0.001)
+    """
+    # The float32 `shadow` is no average of `model` (the loop iterates `model`, it decays `shadow`).
+    assert averaged(source) == ["ema"]
+
+
+def test_a_container_filled_in_a_loop_with_copies():
+    source = """
+    import torch
+    model.half()
+    ema, shadow = {}, []
+    for n, p in model.named_parameters():
+        ema[n] = p.detach().clone()
+        shadow.append(p.detach().clone().float())
+    for n, p in model.named_parameters():
+        ema[n].mul_(0.999).add_(p, alpha=0.001)
+    for s, p in zip(shadow, model.parameters()):
+        s.mul_(0.999).add_(p.float(), alpha=0.001)
+    """
+    assert averaged(source) == ["ema"]
+
+
+def test_a_loop_over_the_container_of_copies():
+    source = """
+    import torch
+    model.half()
+    ema = {n: p.detach().clone() for n, p in model.named_parameters()}
+    params = dict(model.named_parameters())
+    for name, e in ema.items():
+        e.mul_(0.999).add_(params[name], alpha=0.001)
+    """
+    assert averaged(source) == ["ema"]
+
+
+def test_a_decay_through_a_local_alias_of_the_container():
+    source = """
+    import torch
+    model.half()
+    ema = [p.clone() for p in model.parameters()]
+    for i, p in enumerate(model.parameters()):
+        e = ema[i]
+        e.mul_(0.999).add_(p, alpha=0.001)
+    """
+    assert averaged(source) == ["ema"]
+
+
+def test_a_pipeline_cast_casts_the_modules_it_holds():
+    source = """
+    import torch
+    def validate(pipeline, dtype):
+        pipeline.to("cuda", dtype=dtype)
+    def train(unet, vae, loader):
+        optimizer = torch.optim.AdamW(unet.parameters())
+        for step, batch in enumerate(loader):
+            unet(batch).mean().backward()
+            optimizer.step()
+            if step % 100 == 0:
+                pipeline = StableDiffusionPipeline.from_pretrained("x", unet=accelerator.unwrap_model(unet), vae=vae)
+                validate(pipeline, torch.float16)
+    """
+    found = model(source).facts(Precision)
+    cast = next(c for c in found.casts if c.name == "pipeline")
+    assert sorted(cast.held.values()) == ["unet", "vae"]
+    assert trained(source) == [("pipeline", "optimizer")]
+
+
+def test_a_cast_in_a_helper_called_after_training_is_not_trained():
+    source = """
+    import torch
+    def validate(pipeline, dtype):
+        pipeline.to("cuda", dtype=dtype)
+    def train(unet, loader):
+        optimizer = torch.optim.AdamW(unet.parameters())
+        for batch in loader:
+            unet(batch).mean().backward()
+            optimizer.step()
+        validate(StableDiffusionPipeline(unet=unet), torch.float16)
+    if __name__ == "__main__":
+        train(load(), loader)
+    """
+    assert trained(source) == []
+
+
 # --- what runs after a call -----------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ def test_the_command_lines_constants_are_the_modules_own():
     assert HUMAN_FORMATS == frozenset({"full", "concise", "text"})
     assert (cli.CACHE_DIR_NAME, cli.ENV_CACHE_DIR) == (cache.CACHE_DIR_NAME, cache.ENV_CACHE_DIR)
     assert cli.DEFAULT_BUDGET == driver.DEFAULT_BUDGET
+    assert cli.DEFAULT_MEMORY == driver.DEFAULT_MEMORY
 
 
 def imported_by(code, cwd):

@@ -35,7 +35,7 @@ cast with an optimizer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -43,7 +43,7 @@ import libcst as cst
 from amplint.semantic.conditions import Assumption, assumptions
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, ModuleIndex, Scope
 from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, names_read, roots
+from amplint.semantic.names import dotted_name, names_bound, names_read, roots
 from amplint.semantic.pytorch import vocabulary
 from amplint.semantic.pytorch.api import (
     CAST_METHODS,
@@ -53,16 +53,27 @@ from amplint.semantic.pytorch.api import (
     PARAMETER_METHODS,
     STATE_METHODS,
 )
-from amplint.semantic.resolve import Resolver, split_args
+from amplint.semantic.resolve import Resolver, drawn_from, split_args
 from amplint.semantic.scalers import all_bindings
 from amplint.semantic.walk import children, iter_tree
 
-_MAX_DEPTH = 6
+_MAX_DEPTH = 10
 # `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
 _FRAMEWORK_PREPARE = frozenset({"prepare", "setup", "setup_optimizers"})
 # What fills a list of parameters, or an optimizer: `params.append(p)`, `opt.add_param_group(g)`.
 _FILLING = frozenset({"append", "extend", "insert", "add", "add_param_group"})
 _COPIES = frozenset({"copy.deepcopy", "deepcopy"})
+# What returns the module it is handed: `accelerator.unwrap_model(unet)`, diffusers' `unwrap_model(unet)`.
+_UNWRAPPING = frozenset({"unwrap_model"})
+# A pipeline constructor's keywords that are no module it holds.
+_PIPELINE_SETTINGS = frozenset({"torch_dtype", "dtype", "revision", "variant", "safety_checker", "cache_dir", "device_map"})
+
+
+def _builds_pipeline(func: cst.BaseExpression) -> bool:
+    """`StableDiffusionPipeline(...)`, `DiffusionPipeline.from_pretrained(...)`,
+    `AutoPipelineForText2Image.from_pretrained(...)`: a diffusers pipeline built from modules."""
+    parts = (dotted_name(func) or "").split(".")
+    return any(part[:1].isupper() and "Pipeline" in part for part in parts[-2:])
 
 # A module's path: the identity of the variable it starts from, and the attributes after it.
 ModulePath = Tuple[str, Tuple[str, ...]]
@@ -72,13 +83,18 @@ ModulePath = Tuple[str, Tuple[str, ...]]
 class ModuleCast:
     """A cast of a variable's parameters (or values) to other dtypes."""
 
-    node: cst.Call  # the cast: `model.half()`, `unet.to(device, dtype=weight_dtype)`
+    node: cst.BaseExpression  # the cast: `model.half()`, `unet.to(device, dtype=weight_dtype)`; or the copy
     record: CallRecord
     dtypes: FrozenSet[str]  # every dtype it can cast to; empty when unknown
     name: str  # the variable that holds the cast object, as written: `model`, `self.ema`
     paths: FrozenSet[ModulePath]  # every module path that variable can be
     copy_of: Optional[str]  # `deepcopy(model).half()`: the module copied, as written
     facts: FrozenSet[Assumption]  # the branch conditions it runs under
+    # A copy made after another cast, which keeps that cast's dtypes: `ema = deepcopy(model)`
+    # after `model.half()` (`node` is the copy), `{n: p.clone() for n, p in model.named_parameters()}`.
+    inherits: Optional["ModuleCast"] = None
+    # A pipeline's modules, which a cast of the pipeline casts: path -> the component as written.
+    held: Dict[ModulePath, str] = field(default_factory=dict)
 
     @property
     def unit(self) -> CodeUnit:
@@ -198,10 +214,12 @@ class PrecisionFinder:
         for record in index.calls:
             for arg in record.node.args:
                 self.parent_call[id(arg.value)] = record.node
+        self.records: Dict[int, CallRecord] = {id(record.node): record for record in index.calls}
         for record in index.calls:
             self._cast(record)
             self._optimizer(record)
         if self.facts.casts:
+            self._copies()
             self._averages()
 
     # module paths
@@ -222,7 +240,7 @@ class PrecisionFinder:
         if depth > 3:
             return found
         sources = [(value, where) for value, where in self.resolver.values(root, scope)]
-        sources += self.resolver.arguments_for(root, scope)
+        sources += self.resolver.arguments_for(root, scope, constructors=True)
         for value, where in sources:
             source = self._module_source(value)
             if source is not None and (source != root or where is not scope):
@@ -235,9 +253,37 @@ class PrecisionFinder:
         if value is None:
             return None
         _, root = module_chain(value)
-        if isinstance(root, cst.Call) and root.args and (self.resolver.qualified(root.func) or "").startswith("torch."):
-            _, root = module_chain(root.args[0].value)  # DistributedDataParallel(model), torch.compile(model)
+        if isinstance(root, cst.Call) and root.args and (
+            (self.resolver.qualified(root.func) or "").startswith("torch.")
+            or (dotted_name(root.func) or "").rsplit(".", 1)[-1] in _UNWRAPPING
+        ):
+            # DistributedDataParallel(model), torch.compile(model), accelerator.unwrap_model(model)
+            _, root = module_chain(root.args[0].value)
         return dotted_name(root)
+
+    def held(self, name: str, scope: Scope, depth: int = 0, seen: Optional[Set[Tuple[str, int]]] = None) -> Dict[ModulePath, str]:
+        """The modules a pipeline variable holds, each with its component as written: built as
+        `StableDiffusionPipeline(unet=unet, ...)` or `DiffusionPipeline.from_pretrained(...,
+        unet=accelerator.unwrap_model(unet))` (diffusers keeps a module it is handed as it is,
+        the same object), followed through aliases and parameters."""
+        found: Dict[ModulePath, str] = {}
+        seen = set() if seen is None else seen
+        if depth > 3 or (name, id(scope)) in seen:
+            return found
+        seen.add((name, id(scope)))
+        for value, where in list(self.resolver.values(name, scope)) + self.resolver.arguments_for(name, scope, constructors=True):
+            if value is None:
+                continue
+            _, root = module_chain(value)
+            if isinstance(root, cst.Call) and _builds_pipeline(root.func):
+                for arg in root.args:
+                    module = self._module_source(arg.value) if arg.keyword is not None else None
+                    if module is not None and arg.keyword.value not in _PIPELINE_SETTINGS:  # type: ignore[union-attr]
+                        for path in self.paths(module, where):
+                            found.setdefault(path, module)
+            elif dotted_name(root) is not None:
+                found.update(self.held(dotted_name(root), where, depth + 1, seen))  # type: ignore[arg-type]
+        return found
 
     # casts
     def _cast(self, record: CallRecord) -> None:
@@ -263,8 +309,84 @@ class PrecisionFinder:
         if binding is not None:
             names.append(binding.name)
             paths |= self.paths(binding.name, binding.value_scope)
+        held = self.held(name, scope) if name is not None and "." not in name else {}
         if names:
-            self.facts.casts.append(ModuleCast(node, record, dtypes, names[0], frozenset(paths), copy_of, guard_facts(record)))
+            cast = ModuleCast(node, record, dtypes, names[0], frozenset(paths | set(held)), copy_of, guard_facts(record))
+            cast.held.update(held)
+            self.facts.casts.append(cast)
+
+    # copies
+    def _copies(self) -> None:
+        """Copies of a cast module, which have its dtype: `ema = copy.deepcopy(model)` after
+        `model.half()`, and containers of copies of its tensors (`{n: p.detach().clone() for n, p
+        in model.named_parameters()}`, `[p.clone() for p in model.parameters()]`); a copy cast
+        itself (`deepcopy(model).float()`, `p.clone().float()`) has the dtype it is cast to. Each
+        becomes a cast of the variable it is assigned to that `inherits` the original's (whether
+        the copy runs after the original is asked later, of what may run after it)."""
+        originals = list(self.facts.casts)
+        for binding in self.bindings:
+            if binding.kind != "assign" or binding.value is None:
+                continue
+            copied = self._copied(binding.value)
+            if copied is None:
+                continue
+            node, call, source, where = copied
+            record = self.records.get(id(call))
+            if record is None:
+                continue
+            paths = frozenset(self.paths(binding.name, binding.value_scope))
+            self._inherit(originals, node, record, source, where, binding.name, paths)
+        for unit, loop, _ in self.index.loops:
+            # `for n, p in model.named_parameters(): ema[n] = p.detach().clone()` (or `.append(...)`)
+            state = next(_state_calls(loop.iter), None) if isinstance(loop, cst.For) else None
+            if state is None:
+                continue
+            for container, element in _filled(loop):
+                drawn = _tensor_copied(element)
+                source = self._module_source(state.func.value)  # type: ignore[attr-defined]
+                record = self.records.get(id(state))
+                if drawn is None or drawn not in names_bound(loop.target) or source is None or record is None:
+                    continue
+                paths = frozenset(self.paths(container, unit.scope))
+                self._inherit(originals, element, record, source, unit.scope, container, paths)
+
+    def _inherit(self, originals, node, record, source, where, name, paths) -> None:
+        """A cast of the copy `name` for each cast of the module `source` it copies."""
+        sources = self.paths(source, where)
+        for cast in originals:
+            if cast.dtypes and any(cast.covers(path) for path in sources):
+                self.facts.casts.append(ModuleCast(node, record, cast.dtypes, name, paths, source, guard_facts(record), cast))
+
+    def _copied(
+        self, value: cst.BaseExpression
+    ) -> Optional[Tuple[cst.BaseExpression, cst.Call, str, Scope]]:
+        """When `value` copies a module or its tensors without casting them: (the copy, a call
+        that evaluates it, the module copied as written, the scope it is read in)."""
+        calls, root = module_chain(value)
+        if any(cast_dtypes_of(call) for call in calls):
+            return None  # `deepcopy(model).half()` is a cast of its own
+        if isinstance(root, cst.Call) and root.args and (self.resolver.qualified(root.func) or dotted_name(root.func)) in _COPIES:
+            copied = root.args[0].value
+            state = next(_state_calls(copied), None)
+            source = self._module_source(state.func.value if state is not None else copied)  # type: ignore[attr-defined]
+            record = self.records.get(id(root))
+            if source is None or record is None:
+                return None
+            return root, root, source, record.unit.scope
+        if isinstance(value, (cst.DictComp, cst.ListComp)):
+            element = value.value if isinstance(value, cst.DictComp) else value.elt
+            drawn = _tensor_copied(element)
+            state = next(_state_calls(value.for_in.iter), None)
+            if drawn is None or state is None or value.for_in.inner_for_in is not None:
+                return None
+            if drawn not in names_bound(value.for_in.target):
+                return None
+            source = self._module_source(state.func.value)  # type: ignore[attr-defined]
+            record = self.records.get(id(state))
+            if source is None or record is None:
+                return None
+            return value, state, source, record.unit.scope
+        return None
 
     # optimizers
     def _optimizer(self, record: CallRecord) -> None:
@@ -414,7 +536,7 @@ class PrecisionFinder:
                     self._appended.setdefault(key, []).append((binding.node.value, binding.value_scope, when))
         return self._appended
 
-    def _master_weights(self, node: cst.Call, bound: Optional[Binding]) -> Optional[cst.Call]:
+    def _master_weights(self, node: cst.Call, bound: Optional[Binding], depth: int = 0) -> Optional[cst.Call]:
         """A call that takes the optimizer and may keep float32 master weights for it: one
         built around it (`FP16_Optimizer(torch.optim.SGD(...))`), one named like such a
         wrapper (`amp.initialize`, `deepspeed.initialize`), or an unknown one whose result
@@ -440,6 +562,16 @@ class PrecisionFinder:
             binding = self.bound_from().get(id(call))
             if binding is not None and self.resolver.identity(binding.name, binding.value_scope) == key:
                 return call  # `optimizer = Wrapper(optimizer)`: an unknown wrapper may keep them
+        # An optimizer a helper returns: what its callers wrap the result in (DeepSpeed's
+        # `basic_optimizer = self._configure_basic_optimizer(params)`, then
+        # `self._configure_fp16_optimizer(basic_optimizer)`).
+        scope = bound.value_scope
+        if depth < 2 and scope.kind == "function" and _returns(scope.node, bound.name):
+            for record in self.index.calls_to(scope.name.rsplit(".", 1)[-1]):
+                outer = self.bound_from().get(id(record.node))
+                wrapper = self._master_weights(record.node, outer, depth + 1)
+                if wrapper is not None:
+                    return wrapper
         return None
 
     def bound_from(self) -> Dict[int, Binding]:
@@ -456,21 +588,51 @@ class PrecisionFinder:
 
     # averages
     def _averages(self) -> None:
+        # The containers of copied tensors (`ema_params`), last part of their names.
+        copies = {cast.name.rsplit(".", 1)[-1] for cast in self.facts.casts if cast.inherits is not None}
         for unit, loop, _ in self.index.loops:
             # What a decayed variable is drawn from is part of the iterable: a loop over no
-            # module's parameters or state (a data loader, a range) averages nothing, and its
-            # body is not walked (nested loops would walk it again and again).
-            if not isinstance(loop, cst.For) or not _iterates_state(loop.iter):
+            # module's parameters or state (a data loader, a range) nor a container of copies
+            # (`ema_params.items()`) averages nothing, and its body is not walked (nested loops
+            # would walk it again and again).
+            if not isinstance(loop, cst.For) or not (_iterates_state(loop.iter) or _container(loop.iter) in copies):
                 continue
             found = _decaying_update(loop.body)
             if found is None:
                 continue
             update, decayed = found
-            source = _iterated_for(loop, decayed)
-            for path in self._state_owners(source, unit.scope):
+            # Every module it can be (a helper's parameter is what each caller passes).
+            for path in sorted(set(self._decayed_paths(loop, decayed, unit.scope))):
                 if any(cast.covers(path) for cast in self.facts.casts):
                     self.facts.averages.append(InPlaceAverage(loop, unit, path, update))
-                    break
+
+    def _decayed_paths(self, loop: cst.For, decayed: cst.BaseExpression, scope: Scope) -> Iterator[ModulePath]:
+        """What the tensor a loop decays belongs to: the module whose parameters or state the
+        loop draws it from (`for e, p in zip(ema.parameters(), model.parameters())`), or the
+        container it is taken from (`ema_params[name]`, `for e, p in zip(ema_list, ...)`, through
+        a local alias `e = ema_params[name]`); nothing when it comes from elsewhere."""
+        for _ in range(3):
+            if isinstance(decayed, cst.Subscript):
+                container = dotted_name(decayed.value)
+                if container is not None:
+                    yield from self.paths(container, scope)
+                return
+            name = dotted_name(decayed)
+            if name is None:
+                return
+            root = name.split(".")[0]
+            if root in names_bound(loop.target):
+                source = drawn_from(loop, root)
+                container = _container(source, full=True)
+                if _iterates_state(source):
+                    yield from self._state_owners(source, scope)
+                elif container is not None:
+                    yield from self.paths(container, scope)  # `ema_list`, `ema_params.values()`
+                return
+            aliases = [b.value for b in self.resolver.bindings(root, scope) if b.value is not None and b.value_scope is scope and b.kind == "assign"]
+            if len(aliases) != 1 or root != name:
+                return
+            decayed = aliases[0]  # `e = ema_params[name]`, then `e.mul_(d)`
 
     def _state_owners(self, expression: cst.BaseExpression, scope: Scope) -> Iterator[ModulePath]:
         """The modules whose parameters or state an expression iterates:
@@ -481,6 +643,15 @@ class PrecisionFinder:
                 yield from self.paths(owner, scope)
 
 
+def _returns(function: cst.CSTNode, name: str) -> bool:
+    """Whether a function returns the variable `name` (`return optimizer`), not in a nested one."""
+
+    def descend(node: cst.CSTNode) -> bool:
+        return node is function or not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+    return any(isinstance(node, cst.Return) and dotted_name(node.value) == name for node in iter_tree(function, descend) if isinstance(node, cst.Return) and node.value is not None)
+
+
 def _state_calls(expression: cst.BaseExpression) -> Iterator[cst.Call]:
     """The calls of STATE_METHODS in `expression` (`ema.parameters()`, `m.state_dict()`)."""
     for node in iter_tree(expression):
@@ -488,43 +659,111 @@ def _state_calls(expression: cst.BaseExpression) -> Iterator[cst.Call]:
             yield node
 
 
+# What copies a tensor without changing its dtype: `p.detach().clone()`, `p.data.clone()`.
+_TENSOR_COPIES = frozenset({"clone", "detach", "detach_", "contiguous", "requires_grad_", "to", "cuda", "cpu"})
+
+
+def cast_dtypes_of(call: cst.Call) -> bool:
+    """Whether a call of a module chain may change the dtype: `.half()`, `.float()`, a
+    `.to(...)` given a dtype (or anything but a plain device)."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value in CAST_METHODS:
+        return True
+    if func.attr.value != "to":
+        return False
+    positional, keywords = split_args(call.args)
+    if "dtype" in keywords:
+        return True
+    # `.to(device)`, `.to(accelerator.device)`, `.to("cuda")`: a device; anything else may be a dtype
+    return any(not _device_like(value) for value in positional)
+
+
+def _device_like(value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.SimpleString):
+        return True
+    name = (dotted_name(value) or "").lower()
+    return name.rsplit(".", 1)[-1] in ("device", "local_rank", "rank", "gpu", "dev") or name.endswith("device")
+
+
+def _container(iterable: cst.BaseExpression, full: bool = False) -> Optional[str]:
+    """The container a loop draws from: `ema_list`, `self.shadow`, `ema.values()`,
+    `ema.items()` -> its name (the last part of it unless `full`)."""
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute) and iterable.func.attr.value in ("values", "items") and not iterable.args:
+        iterable = iterable.func.value
+    name = dotted_name(iterable)
+    if name is None:
+        return None
+    return name if full else name.rsplit(".", 1)[-1]
+
+
+def _filled(loop: cst.For) -> Iterator[Tuple[str, cst.BaseExpression]]:
+    """What a loop's own statements put into containers: `ema[n] = v` and `ema.append(v)` ->
+    (`ema`, `v`); not in nested loops or functions."""
+    for statement in _block(loop.body):
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Subscript):
+                container = dotted_name(small.targets[0].target.value)
+                if container is not None:
+                    yield container, small.value
+            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                call = small.value
+                if isinstance(call.func, cst.Attribute) and call.func.attr.value == "append" and len(call.args) == 1:
+                    container = dotted_name(call.func.value)
+                    if container is not None:
+                        yield container, call.args[0].value
+
+
+def _tensor_copied(element: cst.BaseExpression) -> Optional[str]:
+    """The variable a comprehension's element copies without casting: `p.detach().clone()` ->
+    `p`; None for anything else (`p.float()`, `p * 0`, `f(p)`)."""
+    node = element
+    copied = False
+    while True:
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _TENSOR_COPIES:
+            if cast_dtypes_of(node):
+                return None
+            copied = copied or node.func.attr.value == "clone"
+            node = node.func.value
+        elif isinstance(node, cst.Attribute) and node.attr.value == "data":
+            node = node.value
+        else:
+            break
+    return node.value if copied and isinstance(node, cst.Name) else None
+
+
 def _iterates_state(iterable: cst.BaseExpression) -> bool:
     return next(_state_calls(iterable), None) is not None
 
 
-def _decaying_update(body: cst.CSTNode) -> Optional[Tuple[cst.CSTNode, Optional[str]]]:
-    """The first in-place decay in a loop body (`e.mul_(d)`, `v *= d`, `e.lerp_(p, w)`) and the
-    variable it decays."""
+def _decaying_update(body: cst.CSTNode) -> Optional[Tuple[cst.CSTNode, cst.BaseExpression]]:
+    """The first in-place decay in a loop body (`e.mul_(d)`, `v *= d`, `e.lerp_(p, w)`,
+    `ema_params[name].mul_(d).add_(p, alpha=1 - d)`) and the tensor it decays (`e`,
+    `ema_params[name]`; `.data`, `.detach()` left out)."""
 
     def descend(node: cst.CSTNode) -> bool:
         return not isinstance(node, (cst.FunctionDef, cst.ClassDef))
 
     for node in iter_tree(body, descend):
         if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.MultiplyAssign):
-            return node, dotted_name(node.target)
+            return node, _decayed_tensor(node.target)
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in DECAY_METHODS:
-            _, receiver = module_chain(node.func.value)
-            while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
-                receiver = receiver.func.value  # `e.data.mul_(d)`, `e.detach().mul_(d)`
-            name = dotted_name(receiver)
-            return node, name.split(".")[0] if name is not None else None
+            return node, _decayed_tensor(node.func.value)
     return None
 
 
-def _iterated_for(loop: cst.For, name: Optional[str]) -> cst.BaseExpression:
-    """What the loop variable `name` is drawn from: `for e, p in zip(ema.parameters(),
-    model.parameters())` -> `ema.parameters()` for `e`; the whole iterable otherwise."""
-    target, iterable = loop.target, loop.iter
-    if (
-        name is not None
-        and isinstance(target, (cst.Tuple, cst.List))
-        and isinstance(iterable, cst.Call)
-        and dotted_name(iterable.func) == "zip"
-    ):
-        for element, arg in zip(target.elements, iterable.args):
-            if dotted_name(element.value) == name:
-                return arg.value
-    return iterable
+def _decayed_tensor(receiver: cst.BaseExpression) -> cst.BaseExpression:
+    """`e.data`, `e.detach()`, `ema[k].data` -> `e`, `ema[k]`."""
+    while True:
+        if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+            receiver = receiver.func.value  # `e.detach().mul_(d)`, `e.to(x).mul_(d)`
+        elif isinstance(receiver, cst.Attribute) and receiver.attr.value == "data":
+            receiver = receiver.value
+        else:
+            return receiver
 
 
 # What cuts a tensor off the graph: `x.detach()`, `x.item()`, `x.data`.
@@ -579,12 +818,41 @@ def _branches(value: Optional[cst.BaseExpression]) -> List[cst.BaseExpression]:
 
 
 class Successors:
-    """The statements that may run after a call in its unit."""
+    """The statements that may run after a call in its unit; the helpers and constructors of
+    the file a call runs, and the calls of each helper."""
 
     def __init__(self, index: ModuleIndex) -> None:
         self.index = index
         self._parents: Dict[int, Dict[int, Tuple[Optional[cst.CSTNode], List[cst.CSTNode], int]]] = {}
         self._statement_of: Dict[int, Dict[int, cst.CSTNode]] = {}
+        self._callers: Optional[Dict[int, List[CallRecord]]] = None
+        # `calls_after`, asked again and again of the same calls (each cast, each cast back)
+        self.after: Dict[Tuple[int, int, int], List[CallRecord]] = {}
+        self._constructors: Optional[Dict[str, CodeUnit]] = None
+
+    def callee(self, model, record: CallRecord) -> Optional[CodeUnit]:
+        """The unit of the file a call runs: a helper's, or a class's `__init__` (`EMA(model)`)."""
+        callee = getattr(model.classify(record), "callee", None)
+        if callee is not None:
+            return callee
+        if self._constructors is None:
+            self._constructors = {
+                unit.class_name: unit
+                for unit in model.units
+                if unit.class_name is not None and unit.name == f"{unit.class_name}.__init__"
+            }
+        name = dotted_name(record.node.func)
+        return self._constructors.get(name) if name is not None and name in self.index.classes else None
+
+    def callers(self, model, unit: CodeUnit) -> List[CallRecord]:
+        """The calls of the file that run `unit`."""
+        if self._callers is None:
+            self._callers = {}
+            for record in model.index.calls:
+                callee = self.callee(model, record)
+                if callee is not None and record.immediate:
+                    self._callers.setdefault(id(callee), []).append(record)
+        return self._callers.get(id(unit), [])
 
     def statements_after(self, record: CallRecord) -> List[cst.CSTNode]:
         """The statement holding the call, then every statement of its unit that may run
@@ -816,37 +1084,58 @@ class Precision(Analysis):
         that may keep float32 master weights takes it (apex, DeepSpeed, accelerate), it is
         built or some optimizer steps after the cast, and nothing after the cast casts the
         module back to float32 or hands it to code that may (adapters, `cast_training_params`)."""
-        return trained_in(self, dtype)
+        return _direct_first(trained_in(self, dtype))
 
     def averaged_in_low_precision(self, dtype: str = "float16") -> Iterator[Tuple[ModuleCast, InPlaceAverage]]:
         """Casts that may cast a module to `dtype` whose parameters a loop that runs after the
         cast decays in place: an EMA kept in that dtype (`ema = deepcopy(model).half()`,
         then `e.mul_(d).add_(p, alpha=1 - d)`)."""
-        return averaged_in(self, dtype)
+        return _direct_first(averaged_in(self, dtype))
 
 
 # --------------------------------------------------------------------------- queries
 
 
-def calls_after(model, record: CallRecord, successors: "Successors") -> List[CallRecord]:
+def calls_after(
+    model, record: CallRecord, successors: "Successors", depth: int = 0, came_from: Optional[CodeUnit] = None
+) -> List[CallRecord]:
     """The calls that may run after `record` (itself included): in the statements of its unit
-    that may follow it, in the helpers of the file those call, and, for a call in
-    `__init__`, in every other method of the class (the instance exists only after it)."""
+    that may follow it, in the helpers of the file those call (a class of the file constructed
+    runs its `__init__`), for a call in `__init__`, in every other method of the class (the
+    instance exists only after it), and, for a call in a helper of the file, what may follow
+    each call of that helper in its callers (a validation helper called in a training loop:
+    the loop's next steps)."""
+    key = (id(record.node), depth, id(came_from))
+    known = successors.after.get(key)
+    if known is None:
+        known = successors.after[key] = _calls_after(model, record, successors, depth, came_from)
+    return known
+
+
+def _calls_after(model, record: CallRecord, successors: "Successors", depth: int, came_from: Optional[CodeUnit]) -> List[CallRecord]:
     unit = record.unit
     ids = calls_within(successors.statements_after(record))
     found = [r for r in unit.calls if id(r.node) in ids and r.immediate]
     if unit.name.rsplit(".", 1)[-1] == "__init__" and unit.class_name is not None:
         found += [r for u in model.units if u.class_name == unit.class_name and u is not unit for r in u.calls]
-    seen = {id(unit)}
+    # The helper a caller's call site is followed up from: what runs in it after the call was
+    # counted already (not its whole body again).
+    seen = {id(unit)} | ({id(came_from)} if came_from is not None else set())
     pending = list(found)
     while pending:
-        item = model.classify(pending.pop())
-        callee = getattr(item, "callee", None)
+        callee = successors.callee(model, pending.pop())
         if callee is not None and id(callee) not in seen and len(seen) < 32:
             seen.add(id(callee))
             found += callee.calls
             pending += callee.calls
+    if depth < _MAX_CALLERS and not unit.is_module:
+        for call in successors.callers(model, unit):
+            if call.unit is not unit:
+                found += calls_after(model, call, successors, depth + 1, came_from=unit)
     return found
+
+
+_MAX_CALLERS = 2  # callers of callers followed up from a helper
 
 
 def trained_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast, OptimizerBuild]]:
@@ -855,7 +1144,7 @@ def trained_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast,
     facts: PrecisionFacts = precision.found
     optimizers = [o for o in facts.optimizers if o.wrapped_by is None and o.trains]
     for cast in facts.casts:
-        if dtype not in cast.dtypes:
+        if dtype not in cast.dtypes or not _copied_after(precision, cast):
             continue
         candidates = [
             optimizer
@@ -869,7 +1158,20 @@ def trained_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast,
         if not candidates:
             continue
         after = calls_after(precision.model, cast.record, precision.successors)
-        if _undone(precision, cast, after):
+        if cast.held:
+            # A pipeline's cast casts each module it holds: one trained module not cast back
+            # is enough (a text encoder cast back to float32 undoes nothing for the unet).
+            trained = [path for optimizer in candidates for path in optimizer.trains]
+            own = frozenset(p for p in cast.paths if p not in cast.held)
+            kept = [
+                path
+                for path in cast.held
+                if any(_nested(path, t) for t in trained) and not _undone(precision, cast, after, own | {path})
+            ]
+            if not kept:
+                continue
+            cast = replace(cast, held={kept[0]: cast.held[kept[0]]})
+        elif _undone(precision, cast, after):
             continue
         ids = {id(r.node) for r in after}
         steps = any(_is_step(precision.model.classify(r)) for r in after)
@@ -887,7 +1189,7 @@ def averaged_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast
         if dtype not in cast.dtypes:
             continue
         averages = [a for a in facts.averages if cast.covers(a.module)]
-        if not averages:
+        if not averages or not _copied_after(precision, cast):
             continue
         after = calls_after(precision.model, cast.record, precision.successors)
         if _undone(precision, cast, after):
@@ -898,6 +1200,41 @@ def averaged_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast
             if ids & calls_within([average.loop]):
                 yield cast, average
                 break
+
+
+def _direct_first(found: Iterator[Tuple[ModuleCast, object]]) -> Iterator[Tuple[ModuleCast, object]]:
+    """One finding per mistake: a copy that inherits a cast is left out where a cast of its
+    own is reported with the same optimizer or average (`self.ema = deepcopy(model)` after
+    `model.half()`, then `self.ema.half()`)."""
+    pairs = list(found)
+
+    def key(other) -> int:
+        return id(other.loop) if isinstance(other, InPlaceAverage) else id(other.node)
+
+    direct = {key(other) for cast, other in pairs if cast.inherits is None}
+    for cast, other in pairs:
+        if cast.inherits is None or key(other) not in direct:
+            yield cast, other
+
+
+def _copied_after(precision: "Precision", cast: ModuleCast) -> bool:
+    """For a copy that inherits a cast (`ema = deepcopy(model)` after `model.half()`): whether
+    the copy may run after the cast it inherits, and the module is not cast back to float32
+    (or to an unknown dtype) on the way; True for any other cast."""
+    original = cast.inherits
+    if original is None:
+        return True
+    after = calls_after(precision.model, original.record, precision.successors)
+    if not any(r.node is cast.record.node for r in after):
+        return False
+    ids = {id(r.node) for r in after}
+    for other in precision.found.casts:
+        if other.inherits is None and other is not original and id(other.node) in ids and ("float32" in other.dtypes or not other.dtypes):
+            if any(other.covers(path) for path in original.paths):
+                if not any(r.node is cast.record.node for r in calls_after(precision.model, other.record, precision.successors)):
+                    continue  # cast back only after the copy
+                return False
+    return True
 
 
 def _trains_after(precision: "Precision", record: CallRecord) -> bool:
@@ -917,7 +1254,9 @@ def _fresh_object(precision: "Precision", cast: ModuleCast, optimizer: Optimizer
     successors: Successors = precision.successors
     after_optimizer = calls_within(successors.statements_after(optimizer.record))
     records = {id(r.node): r for r in cast.unit.calls}
-    root = dotted_name(module_chain(cast.node.func.value)[1])  # type: ignore[attr-defined]
+    if cast.inherits is not None or not isinstance(cast.node, cst.Call) or not isinstance(cast.node.func, cst.Attribute):
+        return False
+    root = dotted_name(module_chain(cast.node.func.value)[1])
     if root is None:
         return False
     for binding in finder.resolver.bindings(root, cast.unit.scope):
@@ -937,16 +1276,23 @@ def _is_step(item) -> bool:
     return kind is not None and kind.name in ("OPTIMIZER_STEP", "SCALER_STEP")
 
 
-def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord]) -> bool:
-    """Whether, after the cast, the module may be cast back to float32 (`model.float()`), or
-    handed to code that may change its trainable parameters' precision (adapters, upcasting
-    helpers: `vocabulary.may_change_parameter_precision`)."""
+def _nested(one: ModulePath, other: ModulePath) -> bool:
+    """Whether one module path contains the other."""
+    return one[0] == other[0] and (one[1][: len(other[1])] == other[1] or other[1][: len(one[1])] == one[1])
+
+
+def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord], paths: Optional[FrozenSet[ModulePath]] = None) -> bool:
+    """Whether, after the cast, the module (those of its `paths` that matter, all by default)
+    may be cast back to float32 (`model.float()`), or handed to code that may change its
+    trainable parameters' precision (adapters, upcasting helpers:
+    `vocabulary.may_change_parameter_precision`)."""
     facts: PrecisionFacts = precision.found
+    paths = cast.paths if paths is None else paths
     ids = {id(r.node) for r in after}
     for other in facts.casts:
         if other is not cast and id(other.node) in ids and ("float32" in other.dtypes or not other.dtypes):
             # not `model.bn.float()`, nor `model.float()` for saving once training is over
-            if any(other.covers(path) for path in cast.paths) and _trains_after(precision, other.record):
+            if any(other.covers(path) for path in paths) and _trains_after(precision, other.record):
                 return True
     finder: PrecisionFinder = precision.finder
     for record in after:
@@ -960,7 +1306,10 @@ def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord]) -
         if isinstance(call.func, cst.Attribute):
             handed.append(dotted_name(call.func.value))
         for name in handed:
-            if name is not None and any(cast.covers(path) for path in finder.paths(name, record.unit.scope)):
+            if name is None:
+                continue
+            handed_paths = finder.paths(name, record.unit.scope)
+            if any(root == path[0] and path[1][: len(rest)] == rest for path in handed_paths for root, rest in paths):
                 if _trains_after(precision, record):
                     return True
     return False

@@ -12,6 +12,12 @@ a few documents at a time, off the event loop.
   what a long session leaves in it. A document that takes its whole budget holds one lane
   while the others go on; the server lints each document one version at a time
   (`amplint.lsp.server`), so one document never holds more than one lane.
+- **Cancelling.** A lint of a version the editor has since changed is worth nothing: its
+  `Ticket` stops it (`Runner.interrupt`: the lane's worker is killed, native code too, and
+  the next lint of that lane forks a fresh one), and `lint` answers None, never an outcome
+  to publish.
+- **Summaries.** A document is linted alone, so the summary a run's second phase reads
+  (`amplint.semantic.exports`, a fifth of a lint) is not exported.
 - **Fix all.** `fix_all` runs the `--fix` loop on a document's text, in a lane, as
   `amplint --fix` does after its lint pass: only for a version whose lint, in a worker
   within the budget, found a safe fix.
@@ -31,7 +37,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import amplint.engine  # noqa: F401
 import amplint.rules  # noqa: F401
 from amplint.config import ConfigError
-from amplint.diagnostics import FileResult, Finding
+from amplint.diagnostics import FileError, FileResult, Finding
 from amplint.driver import DEFAULT_BUDGET, Job, Runner, internal_error
 from amplint.fixer import fix_source
 from amplint.lsp.settings import rules_for, safe_fixes_for
@@ -59,15 +65,47 @@ class Linter:
     def __init__(self, lanes: int = LANES) -> None:
         self.executor = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="amplint-lint")
 
-    async def lint(self, name: str, path: Optional[str], data: bytes) -> Outcome:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, lint_document, name, path, data)
+    async def lint(self, name: str, path: Optional[str], data: bytes, ticket: Optional["Ticket"] = None) -> Optional[Outcome]:
+        """The document's outcome; None when `ticket` was cancelled meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, lint_document, name, path, data, ticket)
 
     async def fix_all(self, name: str, path: Optional[str], text: str) -> Optional[str]:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fix_all, name, path, text)
 
 
-def lint_document(name: str, path: Optional[str], data: bytes) -> Outcome:
-    """What `amplint NAME` would report for `data`, linted in a worker process."""
+class Ticket:
+    """One lint's handle: `cancel` (from any thread) stops it wherever it is: before it
+    starts, or in its worker."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._runner: Optional[Runner] = None
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled.set()
+            if self._runner is not None:
+                self._runner.interrupt()
+
+    def attach(self, runner: Runner) -> bool:
+        """`runner` is about to lint for this ticket; False if it is cancelled already."""
+        with self._lock:
+            self._runner = None if self.cancelled.is_set() else runner
+            return self._runner is not None
+
+    def detach(self) -> None:
+        # Under the lock: once `lint` has returned, a late `cancel` must not interrupt the
+        # lane's next lint, which may already use the same runner.
+        with self._lock:
+            self._runner = None
+
+
+def lint_document(name: str, path: Optional[str], data: bytes, ticket: Optional[Ticket] = None) -> Optional[Outcome]:
+    """What `amplint NAME` would report for `data`, linted in a worker process; None when
+    `ticket` is cancelled before the lint is done."""
+    if ticket is not None and ticket.cancelled.is_set():
+        return None
     try:
         rules, target, torch_target = rules_for(path)
     except (ConfigError, SelectionError) as error:
@@ -75,10 +113,12 @@ def lint_document(name: str, path: Optional[str], data: bytes) -> Outcome:
     if not rules:
         return Outcome([])
     try:
-        result = lint_isolated(name, tuple(rule.code for rule in rules), data, target, torch_target)
+        result = lint_isolated(name, tuple(rule.code for rule in rules), data, target, torch_target, ticket)
     except Exception as error:  # a bug in starting the worker: the server goes on
         logger.exception("amplint: linting %s failed", name)
         return Outcome([], f"{name}: {internal_error(error)}")
+    if ticket is not None and ticket.cancelled.is_set():
+        return None
     if result.error is not None:
         if result.error.message.startswith("syntax error"):
             # Typing: the editor's Python support says where. The findings of the last
@@ -94,10 +134,12 @@ def lint_isolated(
     data: bytes,
     target: Optional[PythonVersion],
     torch_target: Optional[Tuple[int, int]] = None,
+    ticket: Optional[Ticket] = None,
 ) -> FileResult:
     """`data` linted as the file `name` in this lane's worker process, with the command's
     per-file budget: the server's one way into the driver. `target`: the Python the code runs
-    on; `torch_target`: the oldest torch its fixes must work on."""
+    on; `torch_target`: the oldest torch its fixes must work on; `ticket`: stops it when
+    cancelled (the result is then "not linted")."""
     too_large = size_error(name, len(data))
     if too_large:
         return FileResult(name, error=too_large)
@@ -109,13 +151,18 @@ def lint_isolated(
             runner.close()
         # The command's budget; the Python and torch the code runs on are the runner's.
         runner = runners[key] = Runner(1, DEFAULT_BUDGET, target=target, torch_target=torch_target)
+    if ticket is not None and not ticket.attach(runner):
+        return FileResult(name, error=FileError(name, "not linted"))
     try:
-        return runner.lint([Job(name, codes, data=data)])[0]
+        cancel = ticket.cancelled if ticket is not None else None
+        return runner.lint([Job(name, codes, data=data, summary=False)], cancel)[0]
     except BaseException:
         del runners[key]
         runner.close()
         raise
     finally:
+        if ticket is not None:
+            ticket.detach()
         # The driver freezes the collector's view of the process before forking workers (a
         # run's whole life); a server lives on, and its later garbage must stay collectable.
         gc.unfreeze()

@@ -3,10 +3,11 @@
 Diagnostics are published on open, change and save. Each lint runs in a worker process with
 the command's per-file budget, a few at a time (`amplint.lsp.linting`), so the server keeps
 answering and one slow document never stalls the others. A document is linted one version
-at a time: a change starts a lint at once when none is in flight for the document, else it
-waits for the one in flight, and only the newest waiting version is linted next (a burst of
-typing costs two lints: its first version and its last). A result for a version the editor
-has since changed is dropped, never published. A document that cannot be linted
+at a time, the newest: a change stops the lint of an older version still in flight (its
+worker is killed: `amplint.lsp.linting.Ticket`), and a change that comes within `DEBOUNCE`
+of the one before waits until the typing pauses for that long, so a burst of keystrokes costs
+one finished lint, of its last version; a change after a pause is linted at once. A result
+for a version the editor has since changed is dropped, never published. A document that cannot be linted
 (over the budget, a crash, not text) gets no diagnostics and a message saying why.
 Severities are the rules' (`error` -> Error, `warning` -> Warning); AMP100's stale `# noqa`
 is also tagged Unnecessary, which editors grey out.
@@ -43,13 +44,17 @@ from pygls.workspace import TextDocument
 from amplint import __version__
 from amplint.diagnostics import Finding
 from amplint.fix import edits as line_edits
-from amplint.lsp.linting import Linter, Outcome
+from amplint.lsp.linting import Linter, Outcome, Ticket
 from amplint.noqa import UNUSED_NOQA, edit_adding_code
 from amplint.notebook import is_notebook
 
 SOURCE = "amplint"
 FIX_ALL = "source.fixAll.amplint"
 logger = logging.getLogger(__name__)
+
+# Seconds: a change this soon after the document's previous one is typing, linted once the
+# typing pauses this long (keystrokes come 80 to 200 ms apart; a lint takes longer).
+DEBOUNCE = 0.15
 
 SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning}
 
@@ -78,10 +83,12 @@ class AmplintLanguageServer(LanguageServer):
             ),
         )
         # Per document: the lint waiting to start (cancelled when a newer version comes),
-        # and the one in flight (never cancelled: its worker finishes within the budget, and
-        # its result is dropped if the document changed meanwhile).
+        # the one in flight with its ticket (cancelled by a change: its version is old), and
+        # when the document last changed (event loop time), for the debounce.
         self.pending: Dict[str, "asyncio.Task[None]"] = {}
         self.running: Dict[str, "asyncio.Future[None]"] = {}
+        self.tickets: Dict[str, Ticket] = {}
+        self.changed_at: Dict[str, float] = {}
         self.linter = Linter()
         self.reported_errors: Dict[str, str] = {}
         # Python documents: (version, whether its lint found a safe fix), for source.fixAll.
@@ -89,31 +96,56 @@ class AmplintLanguageServer(LanguageServer):
 
     # ------------------------------------------------------------------ scheduling
 
-    def schedule(self, uri: str) -> None:
+    def schedule(self, uri: str, changed: bool = False) -> None:
+        """Lint `uri`'s current version. `changed`: its text changed (the lint in flight is
+        of an older version, and a change hard on the heels of another waits for a pause)."""
+        loop = asyncio.get_running_loop()
         task = self.pending.pop(uri, None)
         if task is not None:
             task.cancel()
-        self.pending[uri] = asyncio.get_running_loop().create_task(self._lint_when_free(uri))
+        delay = 0.0
+        if changed:
+            ticket = self.tickets.get(uri)
+            if ticket is not None:
+                ticket.cancel()
+            now = loop.time()
+            last = self.changed_at.get(uri)
+            self.changed_at[uri] = now
+            if last is not None and now - last < DEBOUNCE:
+                delay = DEBOUNCE
+        self.pending[uri] = loop.create_task(self._lint_when_free(uri, delay))
 
-    async def _lint_when_free(self, uri: str) -> None:
+    async def _lint_when_free(self, uri: str, delay: float = 0.0) -> None:
         try:
-            # One version of a document at a time: wait for the one in flight.
+            if delay:
+                await asyncio.sleep(delay)
+            # One version of a document at a time: wait for the one in flight (stopped
+            # already if the text changed since).
             while uri in self.running:
                 await asyncio.wait([self.running[uri]])
         except asyncio.CancelledError:
             return  # superseded by a newer version, or closed, before it started
         if self.pending.get(uri) is asyncio.current_task():
             del self.pending[uri]
-        job = asyncio.ensure_future(self._lint(uri))
+        ticket = Ticket()
+        job = asyncio.ensure_future(self._lint(uri, ticket))
         self.running[uri] = job
-        job.add_done_callback(lambda done: self.running.pop(uri) if self.running.get(uri) is done else None)
+        self.tickets[uri] = ticket
 
-    async def _lint(self, uri: str) -> None:
+        def finished(done: "asyncio.Future[None]") -> None:
+            if self.running.get(uri) is done:
+                del self.running[uri]
+            if self.tickets.get(uri) is ticket:
+                del self.tickets[uri]
+
+        job.add_done_callback(finished)
+
+    async def _lint(self, uri: str, ticket: Optional[Ticket] = None) -> None:
         try:
             if self.workspace.get_notebook_document(notebook_uri=uri) is not None:
-                await self.lint_notebook(uri)
+                await self.lint_notebook(uri, ticket)
             else:
-                await self.lint_text_document(uri)
+                await self.lint_text_document(uri, ticket)
         except Exception as error:  # a bug must not take the editor's server down with it
             logger.exception("amplint: linting %s failed", uri)
             self._give_up(uri, f"{_path(uri) or uri}: internal error: {type(error).__name__}: {error}")
@@ -127,7 +159,7 @@ class AmplintLanguageServer(LanguageServer):
 
     # ------------------------------------------------------------------ text documents
 
-    async def lint_text_document(self, uri: str) -> None:
+    async def lint_text_document(self, uri: str, ticket: Optional[Ticket] = None) -> None:
         document = self._open_document(uri)
         if document is None:
             return
@@ -144,7 +176,10 @@ class AmplintLanguageServer(LanguageServer):
             line = text.count("\n", 0, error.start) + 1
             outcome = Outcome([], f"{name}: not text: a lone surrogate ({text[error.start]!a}) on line {line}; not linted")
         else:
-            outcome = await self.linter.lint(name, path, data)
+            linted = await self.linter.lint(name, path, data, ticket)
+            if linted is None:
+                return  # a newer version is on its way, or the document was closed
+            outcome = linted
         current = self._open_document(uri)
         if current is None or current.version != version:
             return
@@ -163,7 +198,7 @@ class AmplintLanguageServer(LanguageServer):
 
     # ------------------------------------------------------------------ notebooks
 
-    async def lint_notebook(self, uri: str) -> None:
+    async def lint_notebook(self, uri: str, ticket: Optional[Ticket] = None) -> None:
         notebook = self.workspace.get_notebook_document(notebook_uri=uri)
         if notebook is None:
             return
@@ -176,7 +211,9 @@ class AmplintLanguageServer(LanguageServer):
             cells.append(CellText(cell.document, cell.kind, language, text))
         path = _path(uri)
         name = path if path and is_notebook(path) else "notebook.ipynb"
-        outcome = await self.linter.lint(name, path, _ipynb(cells, notebook.metadata))
+        outcome = await self.linter.lint(name, path, _ipynb(cells, notebook.metadata), ticket)
+        if outcome is None:
+            return  # a newer version is on its way, or the notebook was closed
         current = self.workspace.get_notebook_document(notebook_uri=uri)
         if current is None or current.version != version:
             return
@@ -220,6 +257,10 @@ class AmplintLanguageServer(LanguageServer):
             task = self.pending.pop(uri, None)
             if task is not None:
                 task.cancel()
+            ticket = self.tickets.get(uri)
+            if ticket is not None:
+                ticket.cancel()
+            self.changed_at.pop(uri, None)
             self.fixable.pop(uri, None)
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
@@ -402,7 +443,7 @@ def build() -> AmplintLanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     async def did_change(ls: AmplintLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri)
+        ls.schedule(params.text_document.uri, changed=True)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     async def did_save(ls: AmplintLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
@@ -424,7 +465,7 @@ def build() -> AmplintLanguageServer:
         removed = params.change.cells.structure.did_close if params.change.cells and params.change.cells.structure else None
         if removed:
             ls.clear([cell.uri for cell in removed])
-        ls.schedule(params.notebook_document.uri)
+        ls.schedule(params.notebook_document.uri, changed=True)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
     async def notebook_save(ls: AmplintLanguageServer, params: types.DidSaveNotebookDocumentParams) -> None:

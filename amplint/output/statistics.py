@@ -27,7 +27,7 @@ def items(report: RunReport) -> List[Dict[str, Any]]:
         found.append({"code": None, "name": "files-not-linted", "count": len(report.errors), "fixable": False})
     if report.skipped_functions:
         found.append(
-            {"code": None, "name": "functions-too-complex", "count": len(report.skipped_functions), "fixable": False}
+            {"code": None, "name": "function-not-analysed", "count": len(report.skipped_functions), "fixable": False}
         )
     return found
 

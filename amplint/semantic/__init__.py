@@ -77,5 +77,9 @@ __all__ = [
 # What a file must mention for the model to find an autocast region, a GradScaler or a
 # framework's loss scaling in it: a scaler is known by its construction, by `unscale_`, by
 # `.scale(loss)` feeding a backward, or by `scaler.step(optimizer)`; frameworks by their
-# `mixed_precision=` / `precision=` settings.
-AMP_VOCABULARY = ("autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=")
+# `mixed_precision=` / `precision=` settings, a DeepSpeed config dict's float16 section,
+# Hugging Face's TrainingArguments, ignite's `amp_mode=` (`amplint.semantic.pytorch.frameworks`).
+AMP_VOCABULARY = (
+    "autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=",
+    '"fp16": {', "'fp16': {", "TrainingArguments", "amp_mode",
+)

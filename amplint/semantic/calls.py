@@ -22,7 +22,7 @@ from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
 from amplint.semantic.types import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
 from amplint.semantic.names import dotted_name, names_read, roots, source_text
 from amplint.semantic.resolve import Resolver, argument
-from amplint.semantic.scalers import ScalerFacts
+from amplint.semantic.scalers import ScalerFacts, class_scaler_key
 from amplint.semantic.walk import iter_tree, post_order
 
 _SCALER_METHODS = {
@@ -124,7 +124,7 @@ class Classifier:
                 tensor_reads=frozenset(roots(names_read(outputs))),
             )
         if not isinstance(func, cst.Attribute):
-            return self._helper(record)
+            return self._helper(record) or self._called_scaler(record)
         method = func.attr.value
         receiver = dotted_name(func.value)
         if method == "backward" and receiver is None:
@@ -147,16 +147,23 @@ class Classifier:
         helper = self._helper(record)
         if helper is not None:
             return helper
-        if info is not None:  # a framework in float16: accelerate, Fabric, Lightning
+        called = self._called_scaler(record)
+        if called is not None:
+            return called
+        if info is not None:  # a framework in float16: accelerate, Fabric, Lightning, DeepSpeed
             return self._framework(record, method, receiver, receiver_key, info.framework or "")
-        if method == frameworks.LIGHTNING_SELF_BACKWARD and receiver == "self":
-            lightning = self._lightning_scaler(scope)
-            return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=Ref(receiver, receiver_key), framework_scaler=lightning)
-        if method == frameworks.LIGHTNING_SELF_UNSCALING_CLIP and receiver == "self":
-            lightning = self._lightning_scaler(scope)
-            if lightning is not None:
-                return AmpEvent(EventKind.UNSCALE, node, record.unit, receiver=Ref("self", lightning))
-            return None
+        on_self = _on_self(receiver, method)
+        if on_self is not None:
+            # `self.manual_backward(loss)`, `self.accelerator.backward(loss)` in a class the
+            # framework trains: its backward, scaled when it may train in float16.
+            trained = self._class_scaler(scope)
+            if any(on_self in f.self_backward_methods for f in frameworks.CLASS_FRAMEWORKS):
+                ref = Ref(receiver, receiver_key)
+                return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=ref, framework_scaler=trained)
+            if trained is not None and on_self in frameworks.BY_NAME[self.scalers.scalers[trained].framework or ""].self_unscaling_methods:
+                return AmpEvent(EventKind.UNSCALE, node, record.unit, receiver=Ref("self", trained))
+            if any(on_self in f.self_unscaling_methods for f in frameworks.CLASS_FRAMEWORKS):
+                return None
         if method == "backward":
             if self._is_framework_backward(receiver, node):
                 return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=Ref(receiver, receiver_key))
@@ -193,13 +200,54 @@ class Classifier:
             return AmpEvent(EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=ref, framework_scaler=key)
         if method in framework.unscaling_methods:
             return AmpEvent(EventKind.UNSCALE, node, record.unit, receiver=ref)
+        if method in framework.step_methods:
+            return AmpEvent(EventKind.SCALER_STEP, node, record.unit, receiver=ref)
         return None
 
-    def _lightning_scaler(self, scope: Scope) -> Optional[str]:
+    def _called_scaler(self, record: CallRecord) -> Optional[AmpEvent]:
+        """`loss_scaler(loss, optimizer, clip_grad=...)`: an object that scales the loss, runs
+        its backward, unscales before its own clip, steps and updates when called (timm's
+        NativeScaler, `frameworks.TIMM`): a step through it, or, where a keyword holds the
+        step back (`update_grad=(i + 1) % accum == 0`), a scaled backward only. The object
+        is one the file builds, or a name like a scaler's called on a loss and an optimizer
+        (a parameter `loss_scaler`), whose scaler the file does not show (not live)."""
+        node = record.node
+        callee = dotted_name(node.func)
+        if callee is None:
+            return None
+        scope = record.unit.scope
+        key = self.key(callee, scope)
+        info = self.scalers.scalers.get(key)
+        framework = frameworks.BY_NAME.get(info.framework or "") if info is not None else None
+        if framework is None or not framework.called_steps:
+            framework = frameworks.TIMM
+            loss = argument(node, 0, "loss")
+            optimizer = argument(node, 1, "optimizer")
+            loss_name = dotted_name(loss) if loss is not None else None
+            if info is not None or not vocabulary.named_like_a_scaler(callee) or optimizer is None:
+                return None
+            if loss_name is None or not vocabulary.named_like_a_loss(loss_name):
+                return None
+        ref = Ref(callee, key)
+        held = any(
+            arg.keyword is not None
+            and arg.keyword.value in framework.hold_step_keywords
+            and self.resolver.boolean(arg.value, scope) is not True
+            for arg in node.args
+        )
+        if held:
+            return AmpEvent(
+                EventKind.FRAMEWORK_BACKWARD, node, record.unit, receiver=ref, framework_scaler=key if info is not None else None
+            )
+        return AmpEvent(EventKind.SCALER_STEP, node, record.unit, receiver=ref, argument=self.ref(argument(node, 1, "optimizer"), scope))
+
+    def _class_scaler(self, scope: Scope) -> Optional[str]:
+        """The scaler of the framework that may train the class `scope` is in, in float16."""
         owner = self.resolver.owning_class(scope)
-        if owner is not None and owner.name in self.scalers.lightning_fp16_classes:
-            return f"{owner.key}:lightning"
-        return None
+        name = self.scalers.fp16_classes.get(owner.name) if owner is not None else None
+        if owner is None or name is None:
+            return None
+        return class_scaler_key(owner, frameworks.BY_NAME[name])
 
     def _is_framework_backward(self, receiver: str, call: cst.Call) -> bool:
         """`accelerator.backward(loss)`, fairseq's/apex's `optimizer.backward(loss)`: a method
@@ -228,7 +276,11 @@ class Classifier:
         key = id(read)
         if key not in self._reads:
             self._reads[key] = None if _only_tests_for_none(read, statement) else AmpEvent(
-                EventKind.GRADIENT_READ, read, unit, statement=statement, gradient_use=gradient_use(read, statement)
+                EventKind.GRADIENT_READ,
+                read,
+                unit,
+                statement=statement,
+                gradient_use=gradient_use(read, statement, lambda name: self.resolver.local_values(name, unit.scope)),
             )
         return self._reads[key]
 
@@ -338,6 +390,16 @@ class Classifier:
         if function is None:
             return None
         return HelperCall(record, None, bound_self=bound_self or function.method and attribute is not None, foreign=function)
+
+
+def _on_self(receiver: str, method: str) -> Optional[str]:
+    """`self.manual_backward` -> "manual_backward", `self.accelerator.backward` ->
+    "accelerator.backward"; None for a call not on `self`."""
+    if receiver == "self":
+        return method
+    if receiver.startswith("self."):
+        return f"{receiver[5:]}.{method}"
+    return None
 
 
 def _only_tests_for_none(read: cst.Attribute, statement: cst.CSTNode) -> bool:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
 
+from amplint.import_paths import PathIndex
 from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.types import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
@@ -232,47 +233,6 @@ class ExternalModules:
         if self._index is None:
             self._index = PathIndex(self.summaries)
         return self._index.path_of(self.path, name, level)
-
-
-class PathIndex:
-    """The linted files by absolute path and by last name, so that finding the file an import
-    names costs the few files of that name, not a pass over every linted file."""
-
-    def __init__(self, paths: Iterable[str]) -> None:
-        self.by_absolute: Dict[str, str] = {}
-        self.by_name: Dict[str, List[Tuple[str, str]]] = {}
-        for path in paths:
-            absolute = os.path.abspath(path)
-            self.by_absolute[absolute] = path
-            head, tail = os.path.split(absolute)
-            name = os.path.basename(head) if tail == "__init__.py" else tail[:-3] if tail.endswith(".py") else tail
-            self.by_name.setdefault(name, []).append(("/" + absolute.lstrip("/"), path))
-
-    def path_of(self, importer: str, name: Optional[str], level: int, exclude: Optional[str] = None) -> Optional[str]:
-        """The linted file (not `exclude`) that `importer`'s `from <level dots><name> import
-        ...` refers to: relative imports beside it, absolute ones as the one linted file whose
-        path ends in `name`'s path (`.py` or `/__init__.py`)."""
-        matches = self.paths_of(importer, name, level, exclude)
-        return matches[0] if len(matches) == 1 else None
-
-    def paths_of(self, importer: str, name: Optional[str], level: int, exclude: Optional[str] = None) -> List[str]:
-        """Every linted file (not `exclude`) the import may name: the first that exists
-        beside the importer for a relative import; each whose path ends in `name`'s path
-        for an absolute one (`path_of` takes it only when it is the one)."""
-        parts = name.split(".") if name else []
-        if level:
-            base = os.path.dirname(os.path.abspath(importer))
-            for _ in range(level - 1):
-                base = os.path.dirname(base)
-            for candidate in (os.path.join(base, *parts) + ".py", os.path.join(base, *parts, "__init__.py")):
-                found = self.by_absolute.get(candidate)
-                if found is not None and found != exclude:
-                    return [found]
-            return []
-        if not parts:
-            return []
-        suffixes = (os.sep + os.path.join(*parts) + ".py", os.sep + os.path.join(*parts, "__init__.py"))
-        return [path for absolute, path in self.by_name.get(parts[-1], ()) if path != exclude and absolute.endswith(suffixes)]
 
 
 # What a file asks of other modules: (module, relative level, the function or method looked

@@ -18,10 +18,11 @@ from amplint.semantic.conditions import Assumption, StandIn, alternatives, assum
 from amplint.semantic.exports import ExternalModules
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
-from amplint.semantic.names import names_bound, names_read, names_used, roots, source_text
+from amplint.semantic.pytorch import frameworks, vocabulary
+from amplint.semantic.names import dotted_name, names_bound, names_read, names_used, roots, source_text
 from amplint.semantic.regions import Regions
 from amplint.semantic.resolve import Resolver, argument, is_infinity
-from amplint.semantic.scalers import ScalerFacts, binding_key, find_scalers
+from amplint.semantic.scalers import ScalerFacts, binding_key, class_scaler_key, find_scalers
 from amplint.semantic.types import (
     AmpEvent,
     AutocastRegion,
@@ -193,11 +194,14 @@ class SemanticModel:
 
     def grad_scalers_built(self) -> Iterator[Tuple[ScalerInfo, CallRecord]]:
         """Each `GradScaler(...)` the file builds into a variable, with the scaler it fills;
-        not one built with a literal `enabled=False` (whatever else the variable holds)."""
+        not one built with a literal `enabled=False` (whatever else the variable holds).
+        A framework's scaler the user's code owns (timm's `NativeScaler()`) counts too."""
         for binding, call in self.scaler_facts.constructions:
             info = self.scalers.get(binding_key(binding))
             record = self.call_record(call)
-            if info is None or info.framework is not None or record is None:
+            if info is None or record is None:
+                continue
+            if info.framework is not None and not frameworks.BY_NAME[info.framework].user_owns_state:
                 continue
             enabled = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "enabled"), None)
             if enabled is not None and self.resolver.boolean(enabled, binding.value_scope) is False:
@@ -250,6 +254,76 @@ class SemanticModel:
             if occurrence.receiver is not None and self.is_live(occurrence.receiver.key, state.facts):
                 found.update(id(use.event) for use in state.gradients.entry_uses)
         return found
+
+    def hook_uses_of_scaled_gradients(self) -> List[Tuple[Occurrence, str]]:
+        """Clips and gradient reads in a hook the framework calls while the gradients still
+        carry its loss scale (Lightning's `on_after_backward` in a LightningModule trained in
+        float16: `frameworks.Framework.scaled_gradient_hooks`), made on those gradients
+        before anything in the hook unscales them; each with the framework scaler's key."""
+        found: List[Tuple[Occurrence, str]] = []
+        for unit, key, framework in self._framework_hooks():
+            if unit.name.rsplit(".", 1)[-1] not in framework.scaled_gradient_hooks:
+                continue
+            flow = self.flow.unit_flow(unit)
+            if flow is None:
+                continue
+            seen: Set[int] = set()
+            for state in sorted(flow.exits, key=self._state_key):
+                if self.is_live(key, state.facts):
+                    for use in sorted(state.gradients.entry_uses, key=self._occurrence_key):
+                        if id(use) not in seen:
+                            seen.add(id(use))
+                            found.append((use, key))
+        return found
+
+    def hook_backwards_before_framework_step(self) -> List[Tuple[Occurrence, str]]:
+        """Plain backwards a hook runs that the framework then steps through its scaler
+        (`loss.backward()` in a Hugging Face Trainer subclass's `training_step` under fp16
+        TrainingArguments: `frameworks.Framework.stepped_after_hooks`), pending when the hook
+        returns; each with the framework scaler's key. A hook that scales some way of its own
+        (a scaler, `self.accelerator.backward`, apex's `scale_loss`) is left alone: its
+        plain backward is the branch for when scaling is off."""
+        found: List[Tuple[Occurrence, str]] = []
+        for unit, key, framework in self._framework_hooks():
+            if unit.name.rsplit(".", 1)[-1] not in framework.stepped_after_hooks:
+                continue
+            flow = self.flow.unit_flow(unit)
+            occurrences = self.occurrences_in(unit)
+            if flow is None or any(
+                o.kind in (EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD, EventKind.SCALER_STEP, EventKind.UNSCALE)
+                or (o.kind is EventKind.BACKWARD and o.event.scaled_inline_by is not None)
+                for o in occurrences
+            ):
+                continue
+            if self._names_a_scaler(unit):
+                continue
+            seen: Set[int] = set()
+            for state in sorted(flow.exits, key=self._state_key):
+                if self.is_live(key, state.facts):
+                    for backward in sorted(state.gradients.plain_backwards, key=self._occurrence_key):
+                        if id(backward) not in seen:
+                            seen.add(id(backward))
+                            found.append((backward, key))
+        return found
+
+    def _names_a_scaler(self, unit: CodeUnit) -> bool:
+        """Whether `unit` names a scaler or something like one (`self.scaler`, `amp`)."""
+        names = (name for record in unit.calls for name in [dotted_name(record.node.func)] + [dotted_name(a.value) for a in record.node.args])
+        return any(
+            name is not None and (vocabulary.named_like_a_scaler(name) or vocabulary.named_like_scaling(name) or name.split(".")[0] == "amp")
+            for name in names
+        )
+
+    def _framework_hooks(self) -> Iterator[Tuple[CodeUnit, str, frameworks.Framework]]:
+        """The methods of the classes a framework may train in float16 that the framework
+        calls itself (no caller in the file): each with the framework's scaler key."""
+        for unit in self.units:
+            name = self.scaler_facts.fp16_classes.get(unit.class_name or "")
+            owner = self.resolver.owning_class(unit.scope) if name is not None else None
+            if owner is None or self.flow.has_visible_callers(unit):
+                continue
+            framework = frameworks.BY_NAME[name]
+            yield unit, class_scaler_key(owner, framework), framework
 
     def divided_by_loss_scale(self, event: AmpEvent) -> bool:
         """Whether what `occurrence` computes (gradients from `autograd.grad` of a scaled

@@ -104,6 +104,25 @@ class Resolver:
         """Every value `name` is given, each with the scope its names are read in."""
         return [(b.value, b.value_scope) for b in self.bindings(name, scope)]
 
+    def local_values(self, name: str, scope: Scope) -> List[cst.BaseExpression]:
+        """What a plain variable of `scope` is given in `scope` itself, wherever in it: each
+        assigned value, the right side of `x *= s`, and for a `for` target what it is drawn from
+        (its own argument of a `zip(...)`). Empty for a parameter, a global or an unpacking:
+        value flow inside one function, nothing guessed."""
+        found: List[cst.BaseExpression] = []
+        if "." in name:
+            return found
+        for binding in scope.bindings.get(name, ()):
+            if binding.value_scope is not scope:
+                continue
+            if binding.value is not None:
+                found.append(binding.value)
+            elif binding.kind == "augassign" and isinstance(binding.node, cst.AugAssign):
+                found += [binding.node.target, binding.node.value]
+            elif binding.kind == "for" and isinstance(binding.node, cst.For):
+                found.append(drawn_from(binding.node, name))
+        return found
+
     def constant(self, name: str, scope: Scope) -> Optional[Tuple[cst.BaseExpression, Scope]]:
         """The one value `name` is ever given; None if unsure."""
         values = self.values(name, scope)
@@ -111,9 +130,11 @@ class Resolver:
             return values[0]  # type: ignore[return-value]
         return None
 
-    def arguments_for(self, name: str, scope: Scope) -> List[Tuple[cst.BaseExpression, Scope]]:
+    def arguments_for(self, name: str, scope: Scope, constructors: bool = False) -> List[Tuple[cst.BaseExpression, Scope]]:
         """When `name` is a parameter: what the calls in this file pass for it, each with the
-        caller's scope. `train(args.device, amp_dtype)` -> (amp_dtype, main's scope)."""
+        caller's scope. `train(args.device, amp_dtype)` -> (amp_dtype, main's scope). With
+        `constructors`, an `__init__`'s parameter is also what the file constructs its class
+        with (`EMA(model)`)."""
         bound = self.binding_scope(name, scope)
         if bound is None or bound.kind != "function" or name not in bound.params:
             return []
@@ -121,12 +142,21 @@ class Resolver:
         params = bound.params
         index = params.index(name)
         found = []
-        for record in self.index.calls_to(function):
+        records = list(self.index.calls_to(function))
+        owner = bound.parent
+        constructed = []
+        if constructors and function == "__init__" and owner is not None and owner.kind == "class" and params[:1] == ["self"]:
+            # `EMA(model)` calls `EMA.__init__(self, model)`: what the file constructs the class with.
+            cls = owner.name.rsplit(".", 1)[-1]
+            constructed = [r for r in self.index.calls_to(cls) if dotted_name(r.node.func) in (cls, owner.name)]
+        for record in records + constructed:
             call = record.node
             positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
             keyword = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
-            # `self.train(x)` or `trainer.train(x)` binds the method's first parameter itself.
-            shift = 1 if isinstance(call.func, cst.Attribute) and params[:1] in (["self"], ["cls"]) else 0
+            # `self.train(x)` or `trainer.train(x)` binds the method's first parameter itself, as
+            # constructing the class does.
+            method = isinstance(call.func, cst.Attribute) and params[:1] in (["self"], ["cls"])
+            shift = 1 if method or record in constructed else 0
             if name in keyword:
                 found.append((keyword[name], record.unit.scope))
             elif 0 <= index - shift < len(positional):
@@ -416,6 +446,17 @@ def bool_literal(node: Optional[cst.BaseExpression]) -> Optional[bool]:
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
     return None
+
+
+def drawn_from(loop: cst.For, name: str) -> cst.BaseExpression:
+    """What the loop variable `name` is drawn from: `for e, p in zip(ema_params, model.parameters())`
+    -> `ema_params` for `e`; the whole iterable otherwise."""
+    target, iterable = loop.target, loop.iter
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(iterable, cst.Call) and dotted_name(iterable.func) == "zip":
+        for element, arg in zip(target.elements, iterable.args):
+            if dotted_name(element.value) == name and not arg.star:
+                return arg.value
+    return iterable
 
 
 def split_args(args) -> Tuple[List[cst.BaseExpression], dict]:

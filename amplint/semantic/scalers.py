@@ -20,6 +20,7 @@ A precision that cannot be resolved is not float16.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
@@ -44,9 +45,16 @@ class ScalerFacts:
     # Optimizer variable -> the framework scaler whose step it is (accelerate.prepare,
     # Fabric.setup, Lightning's self.optimizers()).
     prepared: Dict[str, str] = field(default_factory=dict)
-    # Classes of the file whose instances are Lightning modules trained in float16.
-    lightning_fp16_classes: Set[str] = field(default_factory=set)
-    # Every GradScaler construction: (the binding it fills, the call).
+    # Classes of the file that a framework may train in float16 (LightningModule classes
+    # under a float16 Trainer, Trainer subclasses under float16 TrainingArguments): class
+    # name -> the framework's name. Their scaler's key is `class_scaler_key`.
+    fp16_classes: Dict[str, str] = field(default_factory=dict)
+    # Training loops a framework builds that may autocast in float16 with no scaler
+    # (ignite's `create_supervised_trainer(..., amp_mode="amp")`): (the call, the
+    # framework's name, whether float16 is sure rather than one of several settings).
+    unscaled_loops: List[Tuple[cst.Call, str, bool]] = field(default_factory=list)
+    # Every GradScaler construction (and of a framework's scaler the user's code owns,
+    # `frameworks.Framework.user_owns_state`): (the binding it fills, the call).
     constructions: List[Tuple[Binding, cst.Call]] = field(default_factory=list)
 
 
@@ -192,28 +200,43 @@ class _ScalerFinder:
 
     # frameworks (amplint.semantic.pytorch.frameworks)
     def _frameworks(self, bindings: List[Binding]) -> None:
+        returned_optimizers: Dict[str, str] = {}  # optimizer binding key -> the object's key
         for binding in bindings:
-            value = binding.value
-            if not isinstance(value, cst.Call):
+            found = self._framework_built(binding)
+            if found is None:
                 continue
-            framework = framework_of(value, self.resolver)
-            if framework is not None and not framework.scales_module_classes:
-                may, surely = self.float16(value, framework, binding.value_scope)
-                if may:
-                    self._framework_scaler(binding, framework.name, True if surely else None)
-        lightning: Optional[bool] = None  # None: no Trainer may train in float16
+            framework, call = found
+            may, surely = self.float16(call, framework, binding.value_scope)
+            if not may:
+                continue
+            owner = _unpacked_from(binding, call, framework.returned_position)
+            if framework.returned_position >= 0 and owner is None:
+                continue
+            key = self._framework_scaler(binding, framework, True if surely else None, call)
+            if framework.returned_optimizer_position >= 0:
+                for other in bindings:
+                    if other.source is call and _unpacked_from(other, call, framework.returned_optimizer_position) is not None:
+                        returned_optimizers[binding_key(other)] = key
+        # None: nothing may train the file's classes in float16.
+        trainers: Dict[str, Optional[bool]] = {trainer.name: None for trainer in frameworks.CLASS_FRAMEWORKS}
         for record in self.index.calls:
-            if framework_of(record.node, self.resolver) is frameworks.LIGHTNING:
-                may, surely = self.float16(record.node, frameworks.LIGHTNING, record.unit.scope)
+            trainer = framework_of(record.node, self.resolver)
+            if trainer is not None and trainer.scales_module_classes:
+                may, surely = self.float16(record.node, trainer, record.unit.scope)
                 if may:
-                    lightning = bool(lightning) or surely
-        if lightning is not None:
+                    trainers[trainer.name] = bool(trainers[trainer.name]) or surely
+        for trainer in frameworks.CLASS_FRAMEWORKS:
+            float16 = trainers[trainer.name]
+            if float16 is None:
+                continue
             for name, scope in self.index.classes.items():
-                if any(base.rsplit(".", 1)[-1] == frameworks.LIGHTNING_MODULE_BASE for base in scope.bases):
-                    self.facts.lightning_fp16_classes.add(name)
-                    key = f"{scope.key}:lightning"
-                    self.facts.scalers[key] = ScalerInfo(key, "self", True if lightning else None, (), "lightning")
-        # What these frameworks prepare steps through their scaler.
+                if name not in self.facts.fp16_classes and any(base.rsplit(".", 1)[-1] in trainer.module_bases for base in scope.bases):
+                    self.facts.fp16_classes[name] = trainer.name
+                    key = class_scaler_key(scope, trainer)
+                    self.facts.scalers[key] = ScalerInfo(key, "self", True if float16 else None, (), trainer.name)
+        self._loops()
+        # What these frameworks prepare (or hand back) steps through their scaler.
+        self.facts.prepared.update(returned_optimizers)
         framework_keys = {k: info for k, info in self.facts.scalers.items() if info.framework}
         for binding in bindings:
             source = binding.source
@@ -223,10 +246,11 @@ class _ScalerFinder:
             receiver = dotted_name(source.func.value)
             if receiver is None:
                 continue
-            if method == frameworks.LIGHTNING_SELF_OPTIMIZERS and receiver == "self":
+            if receiver == "self":
                 owner_class = self.resolver.owning_class(binding.value_scope)
-                if owner_class is not None and owner_class.name in self.facts.lightning_fp16_classes:
-                    self.facts.prepared[binding_key(binding)] = f"{owner_class.key}:lightning"
+                trainer = frameworks.BY_NAME.get(self.facts.fp16_classes.get(owner_class.name, "")) if owner_class is not None else None
+                if owner_class is not None and trainer is not None and method in trainer.self_optimizer_methods:
+                    self.facts.prepared[binding_key(binding)] = class_scaler_key(owner_class, trainer)
                 continue
             owner = self.resolver.identity(receiver, binding.value_scope)
             info = framework_keys.get(owner)
@@ -234,6 +258,35 @@ class _ScalerFinder:
                 continue
             if vocabulary.looks_like_optimizer(binding.name):
                 self.facts.prepared[binding_key(binding)] = owner
+
+    def _loops(self) -> None:
+        """Training loops a framework builds and runs (`frameworks.LOOP_FRAMEWORKS`) whose
+        precision may autocast in float16 (not on a device known to be the CPU, whose
+        autocast is bfloat16) while its scaler setting is surely off (absent, or only ever
+        false); a scaler setting the file does not resolve is not taken for off."""
+        for record in self.index.calls:
+            call = record.node
+            if (dotted_name(call.func) or "").rsplit(".", 1)[-1] not in frameworks.LOOP_BUILDERS:
+                continue  # what is not called by a builder's name (most calls) is none
+            loop = loop_framework_of(call, self.resolver)
+            if loop is None:
+                continue
+            scope = record.unit.scope
+            values, complete = precisions(call, loop, scope, self.resolver)
+            if not values & loop.loop_autocast_values:
+                continue
+            positional, keywords = split_args(call.args)
+            scaler = keywords.get(loop.loop_scaler_keyword)
+            if scaler is not None:
+                states, known = self.resolver.settings(scaler, scope)
+                if not known or states != {"False"}:
+                    continue
+            device = keywords.get(loop.loop_device_keyword)
+            if device is None and 0 <= loop.loop_device_position < len(positional):
+                device = positional[loop.loop_device_position]
+            if device is not None and self.resolver.devices(device, scope) == {"cpu"}:
+                continue
+            self.facts.unscaled_loops.append((call, loop.name, complete and values <= loop.loop_autocast_values))
 
     def float16(self, call: cst.Call, framework: frameworks.Framework, scope: Scope) -> Tuple[bool, bool]:
         """Whether the framework object `call` builds may be in float16 mixed precision (one
@@ -243,9 +296,34 @@ class _ScalerFinder:
         may = bool(values & frameworks.FP16_PRECISIONS)
         return may, may and complete and values <= frameworks.FP16_PRECISIONS
 
-    def _framework_scaler(self, binding: Binding, framework: str, float16: Optional[bool]) -> None:
+    def _framework_built(self, binding: Binding) -> Optional[Tuple[frameworks.Framework, cst.Call]]:
+        """The framework object `binding` is filled with, and the call that builds it:
+        `accelerator = Accelerator(...)`, `loss_scaler = NativeScaler() if amp else None`,
+        `engine, optimizer, _, _ = deepspeed.initialize(...)` (the call is its `source`)."""
+        value = binding.value if binding.value is not None else binding.source
+        branches = (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,)
+        for branch in branches:
+            if isinstance(branch, cst.Call):
+                framework = framework_of(branch, self.resolver)
+                if framework is not None and not framework.scales_module_classes:
+                    return framework, branch
+        return None
+
+    def _framework_scaler(self, binding: Binding, framework: frameworks.Framework, float16: Optional[bool], call: cst.Call) -> str:
         key = binding_key(binding)
-        self.facts.scalers[key] = ScalerInfo(key, binding.name, float16, (), framework)
+        # An object that may be None (`loss_scaler = NativeScaler() if amp else None`) is
+        # live only where the code has not found it None.
+        requirements = _requirements(binding.name) if framework.always_float16 else ()
+        calls: Tuple[cst.Call, ...] = ()
+        if framework.user_owns_state:
+            # Its construction counts as a GradScaler's (checkpointed, never rebuilt).
+            self.facts.constructions.append((binding, call))
+            calls = tuple(c for b, c in self.facts.constructions if binding_key(b) == key)
+            previous = self.facts.scalers.get(key)
+            if previous is not None and previous.framework == framework.name and previous.enabled != float16:
+                float16 = None
+        self.facts.scalers[key] = ScalerInfo(key, binding.name, float16, requirements, framework.name, calls)
+        return key
 
     # scaler-like names and optimizers
     def _scaler_like(self) -> None:
@@ -293,20 +371,60 @@ class _ScalerFinder:
         return last in vocabulary.OPTIMIZER_CLASSES or last.lower() in vocabulary.OPTIMIZER_FACTORIES
 
 
+def class_scaler_key(scope: Scope, framework: frameworks.Framework) -> str:
+    """The key of the scaler a framework keeps for a class of the file it trains."""
+    return f"{scope.key}:{framework.name}"
+
+
 def framework_of(call: cst.Call, resolver: Resolver) -> Optional[frameworks.Framework]:
-    """The framework whose object `call` builds (`Accelerator(...)`, `Trainer(...)`), if any."""
+    """The framework whose object `call` builds (`Accelerator(...)`, `Trainer(...)`,
+    `NativeScaler()`, `deepspeed.initialize(...)`), if any."""
     qualified = resolver.qualified(call.func)
     bare = dotted_name(call.func) or ""
-    for framework in (*frameworks.OBJECT_FRAMEWORKS, frameworks.LIGHTNING):
+    last = (qualified or bare).rsplit(".", 1)[-1]
+    for framework in (*frameworks.OBJECT_FRAMEWORKS, *frameworks.CLASS_FRAMEWORKS):
+        if qualified in framework.constructors or (not qualified and bare in framework.bare_constructors):
+            return framework
+        if last in framework.class_names:
+            return framework
+    return None
+
+
+def loop_framework_of(call: cst.Call, resolver: Resolver) -> Optional[frameworks.Framework]:
+    """The framework whose training loop `call` builds (`create_supervised_trainer(...)`), if any."""
+    qualified = resolver.qualified(call.func)
+    bare = dotted_name(call.func) or ""
+    for framework in frameworks.LOOP_FRAMEWORKS:
         if qualified in framework.constructors or (not qualified and bare in framework.bare_constructors):
             return framework
     return None
 
 
+def _unpacked_from(binding: Binding, call: cst.Call, position: int) -> Optional[str]:
+    """The name `binding` gives element `position` of what `call` returns, when it unpacks
+    it there (`engine, optimizer, _, _ = deepspeed.initialize(...)`)."""
+    node = binding.node
+    if position < 0 or binding.source is not call or not isinstance(node, cst.Assign) or len(node.targets) != 1:
+        return None
+    target = node.targets[0].target
+    if not isinstance(target, (cst.Tuple, cst.List)) or position >= len(target.elements):
+        return None
+    element = target.elements[position]
+    if isinstance(element, cst.StarredElement):
+        return None
+    name = dotted_name(element.value)
+    return name if name == binding.name else None
+
+
 def precisions(call: cst.Call, framework: frameworks.Framework, scope: Scope, resolver: Resolver) -> Tuple[FrozenSet[str], bool]:
     """The values the precision of the framework object `call` builds may take (`"fp16"`,
     `"16-mixed"`, `"no"`), and whether that is all of them (`Resolver.settings`)."""
+    if framework.always_float16:
+        return frozenset({"fp16"}), True
     positional, keywords = split_args(call.args)
+    if framework.config_keywords:
+        config = next((keywords[k] for k in framework.config_keywords if k in keywords), None)
+        return _config_precisions(config, framework, scope, resolver)
     value = keywords.get(framework.precision_keyword)
     if value is None and 0 <= framework.precision_position < len(positional):
         value = positional[framework.precision_position]
@@ -320,6 +438,83 @@ def precisions(call: cst.Call, framework: frameworks.Framework, scope: Scope, re
         if value is None:
             complete = flags_complete and flags == {"True"}
     return values, complete
+
+
+def _config_precisions(
+    config: Optional[cst.BaseExpression], framework: frameworks.Framework, scope: Scope, resolver: Resolver
+) -> Tuple[FrozenSet[str], bool]:
+    """The precisions a config dict may turn on (`{"fp16": {"enabled": True}}` -> fp16; a
+    section that is absent, or not enabled, is off). A config the file does not show as a
+    dict literal (a JSON path, `args.deepspeed_config`) is unknown, and one the file changes
+    after writing it (`ds_config["fp16"]["enabled"] = args.fp16`, `ds_config.update(...)`)
+    may be anything besides what it says."""
+    table = _dict(config, scope, resolver)
+    if table is None:
+        return frozenset(), False
+    name = dotted_name(config) if config is not None else None
+    complete = name is None or not _changed_later(name, resolver)
+    values: Set[str] = set()
+    sections = dict(framework.config_sections)
+    for element in table[0].elements:
+        if not isinstance(element, cst.DictElement):
+            complete = False  # `**other`: sections we cannot see
+            continue
+        key = element.key.evaluated_value if isinstance(element.key, cst.SimpleString) else None
+        precision = sections.get(str(key))
+        section = _dict(element.value, table[1], resolver) if precision is not None else None
+        if section is None:
+            continue
+        enabled = next((e.value for e in section[0].elements if _keyed(e, "enabled")), None)
+        states, known = resolver.settings(enabled, section[1]) if enabled is not None else (frozenset({"False"}), True)
+        if "True" in states:
+            values.add(precision or "")
+        if states - {"True"} or not known:
+            values.add("32")  # it may be off
+        complete = complete and known and states <= {"True", "False"}
+    return frozenset(values or {"32"}), complete
+
+
+def _keyed(element: cst.BaseDictElement, key: str) -> bool:
+    return isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) and element.key.evaluated_value == key
+
+
+def _changed_later(name: str, resolver: Resolver) -> bool:
+    """Whether the file writes into the dict `name` holds after building it (`name[k] = v`,
+    `name["fp16"]["enabled"] = flag`, `name.update(...)`, `name.setdefault(...)`)."""
+    changed = _WRITTEN_INTO.get(resolver.index)
+    if changed is None:
+        changed = _WRITTEN_INTO[resolver.index] = _written_into(resolver.index)
+    return name in changed
+
+
+# The names each module writes into (one walk of the module per index, on first need).
+_WRITTEN_INTO: "weakref.WeakKeyDictionary[ModuleIndex, FrozenSet[str]]" = weakref.WeakKeyDictionary()
+
+
+def _written_into(index: ModuleIndex) -> FrozenSet[str]:
+    """`name[k] = v` binds `name` in the index (with the assignment as its node);
+    `name.update(...)` and `name.setdefault(...)` are calls."""
+    found: Set[str] = set()
+    for binding in all_bindings(index):
+        node = binding.node
+        if isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Subscript) for t in node.targets):
+            found.add(binding.name)
+        elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Subscript):
+            found.add(binding.name)
+    for record in index.calls:
+        func = record.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("update", "setdefault"):
+            name = dotted_name(func.value)
+            if name is not None:
+                found.add(name)
+    return frozenset(found)
+
+
+def _dict(value: Optional[cst.BaseExpression], scope: Scope, resolver: Resolver) -> Optional[Tuple[cst.Dict, Scope]]:
+    resolved = resolver.resolve(value, scope) if value is not None else None
+    if resolved is not None and isinstance(resolved[0], cst.Dict):
+        return resolved  # type: ignore[return-value]
+    return None
 
 
 def _requirements(name: str) -> Tuple[Assumption, ...]:

@@ -14,7 +14,7 @@ unknown, and the framework is not taken to scale.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Optional
+from typing import Dict, FrozenSet, Optional, Tuple
 
 # Precision values, lower-cased, as `str()` of the argument would write them.
 FP16_PRECISIONS = frozenset({"fp16", "16", "16-mixed", "16_mixed"})
@@ -27,11 +27,11 @@ FULL_PRECISIONS = frozenset({"no", "32", "32-true", "64", "64-true", "fp32"})
 class Framework:
     """One framework object that may own a loss scaler."""
 
-    name: str  # "accelerate", "fabric", "lightning": `ScalerInfo.framework`
+    name: str  # "accelerate", "fabric", "lightning", "timm", "deepspeed": `ScalerInfo.framework`
     # Qualified names of its constructor, and the bare names trusted without a visible import.
     constructors: FrozenSet[str]
     bare_constructors: FrozenSet[str]
-    # The argument that chooses its precision: keyword, and position (-1: keyword only).
+    # The argument that chooses its precision: keyword ("" for none), and position (-1: keyword only).
     precision_keyword: str
     precision_position: int = -1
     # A deprecated boolean keyword that means float16 when true (`Accelerator(fp16=True)`).
@@ -46,9 +46,67 @@ class Framework:
     # What a variable holding the object is named, where the file does not show it built
     # (`self.accelerator` set by a base class): its autocast() is still the framework's.
     receiver_fragment: str = ""
-    # Whether the scaler is the object's own (accelerate, Fabric) or belongs to the
-    # LightningModule classes of the file that a float16 Trainer trains (Lightning).
+    # Whether the scaler is the object's own (accelerate, Fabric) or belongs to the classes
+    # of the file that the framework trains (Lightning's Trainer trains the LightningModule
+    # classes, Hugging Face's TrainingArguments configure the Trainer subclasses): those
+    # whose base is one of `module_bases`. Their methods call the framework on `self`:
+    # `self.<m>(...)` for each `m` below (`"accelerator.backward"`: `self.accelerator.backward`).
     scales_module_classes: bool = False
+    module_bases: FrozenSet[str] = frozenset()
+    self_backward_methods: FrozenSet[str] = frozenset()
+    self_unscaling_methods: FrozenSet[str] = frozenset()
+    self_optimizer_methods: FrozenSet[str] = frozenset()
+    # Hooks after which the framework steps through its scaler (Hugging Face's Trainer runs
+    # `training_step`, then unscales, clips and steps): a backward they run must be scaled.
+    stepped_after_hooks: FrozenSet[str] = frozenset()
+    # Class names matched whatever module defines them: projects copy timm's scaler into
+    # their own utils (`from util.misc import NativeScalerWithGradNormCount as NativeScaler`).
+    class_names: FrozenSet[str] = frozenset()
+    # Precision from a config dict instead of a setting (DeepSpeed): the keywords that pass
+    # it, and its sections whose `"enabled"` turns a precision on (`"fp16": {"enabled": True}`).
+    # A config the file does not show as a dict literal (a JSON path) is unknown.
+    config_keywords: Tuple[str, ...] = ()
+    config_sections: Tuple[Tuple[str, str], ...] = ()
+    # No precision setting at all: the object is a float16 loss scaler whenever it is built.
+    always_float16: bool = False
+    # The constructor returns a tuple: the object is this element, and this one an
+    # optimizer that steps through its scaler (`engine, optimizer, _, _ = deepspeed.initialize(...)`).
+    returned_position: int = -1
+    returned_optimizer_position: int = -1
+    # Methods that step the optimizer through the object's scaler (`engine.step()`).
+    step_methods: FrozenSet[str] = frozenset()
+    # Calling the object itself (`loss_scaler(loss, optimizer, clip_grad=...)`) scales the loss,
+    # runs its backward, unscales before its own clip, steps the optimizer and updates the
+    # scale; unless one of these keywords, given and not literally True, holds the step back
+    # (an accumulation micro-batch: a scaled backward only).
+    called_steps: bool = False
+    hold_step_keywords: FrozenSet[str] = frozenset()
+    # Hooks the framework calls on the user's classes, by what the gradients hold when it
+    # calls them: still scaled (Lightning's `on_after_backward`, called between the scaled
+    # backward and the unscale), or already unscaled (`on_before_optimizer_step`,
+    # `configure_gradient_clipping`, called after it). Reading or clipping them in a scaled
+    # hook sees the loss scale.
+    scaled_gradient_hooks: FrozenSet[str] = frozenset()
+    unscaled_gradient_hooks: FrozenSet[str] = frozenset()
+    hook_advice: str = ""  # `{hook}`: the scaled hook
+    # A training loop the framework builds and runs itself (ignite's
+    # `create_supervised_trainer(..., amp_mode="amp", scaler=False)`): the precision values
+    # at which its loop autocasts (float16 on CUDA), the keyword that gives it a scaler (true
+    # or a GradScaler), and its device argument (keyword, position).
+    loop_autocast_values: FrozenSet[str] = frozenset()
+    loop_scaler_keyword: str = ""
+    loop_device_keyword: str = ""
+    loop_device_position: int = -1
+    # A wrapper of a GradScaler the user's code builds and owns (timm's NativeScaler): its
+    # state belongs in the checkpoint beside the optimizer's, and building it again resets
+    # the scale, as for a `GradScaler(...)` (AMP007, AMP008).
+    user_owns_state: bool = False
+    # What a message advises, spelled for the framework (`{owner}`: the object as written,
+    # `{loss}`, `{optimizer}`): the backward that scales, the clip that unscales first,
+    # and the step through its scaler.
+    backward_advice: str = "Use `{owner}.backward({loss})`, which scales the loss"
+    clip_advice: str = ""
+    step_advice: str = ""
 
 
 ACCELERATE = Framework(
@@ -62,6 +120,8 @@ ACCELERATE = Framework(
     prepare_methods=frozenset({"prepare", "prepare_optimizer"}),
     autocast_methods=frozenset({"autocast"}),
     receiver_fragment="accelerator",
+    clip_advice="Clip with `{owner}.clip_grad_norm_(...)`, which unscales first",
+    step_advice="Use `{optimizer} = {owner}.prepare({optimizer})`",
 )
 
 FABRIC = Framework(
@@ -74,6 +134,8 @@ FABRIC = Framework(
     prepare_methods=frozenset({"setup", "setup_optimizers"}),
     autocast_methods=frozenset({"autocast"}),
     receiver_fragment="fabric",
+    clip_advice="Clip with `{owner}.clip_gradients(...)`, which unscales first",
+    step_advice="Use `{optimizer} = {owner}.setup_optimizers({optimizer})`",
 )
 
 LIGHTNING = Framework(
@@ -84,18 +146,111 @@ LIGHTNING = Framework(
     bare_constructors=frozenset({"Trainer", "pl.Trainer", "L.Trainer"}),
     precision_keyword="precision",
     scales_module_classes=True,
+    module_bases=frozenset({"LightningModule"}),
+    self_backward_methods=frozenset({"manual_backward"}),
+    self_unscaling_methods=frozenset({"clip_gradients"}),
+    self_optimizer_methods=frozenset({"optimizers"}),
+    scaled_gradient_hooks=frozenset({"on_after_backward"}),
+    unscaled_gradient_hooks=frozenset({"on_before_optimizer_step", "configure_gradient_clipping"}),
+    hook_advice=(
+        "Lightning calls `{hook}` before it unscales them; do this in `on_before_optimizer_step` "
+        "(or clip in `configure_gradient_clipping`), which it calls after"
+    ),
+    backward_advice="Use `self.manual_backward({loss})`, which scales the loss",
+    clip_advice="Clip with `self.clip_gradients({optimizer}, ...)`, which unscales first",
+    step_advice="Use `{optimizer} = self.optimizers()`",
 )
 
-# Methods a LightningModule calls on itself (`self.manual_backward(loss)`,
-# `self.clip_gradients(opt, ...)`, `self.optimizers()`) and the base class that has them.
-LIGHTNING_MODULE_BASE = "LightningModule"
-LIGHTNING_SELF_BACKWARD = "manual_backward"
-LIGHTNING_SELF_UNSCALING_CLIP = "clip_gradients"
-LIGHTNING_SELF_OPTIMIZERS = "optimizers"
+TIMM = Framework(
+    name="timm",
+    constructors=frozenset(
+        {"timm.utils.NativeScaler", "timm.utils.cuda.NativeScaler", "timm.utils.ApexScaler", "timm.utils.cuda.ApexScaler"}
+    ),
+    bare_constructors=frozenset({"NativeScaler", "ApexScaler"}),
+    class_names=frozenset({"NativeScaler", "NativeScalerWithGradNormCount"}),
+    precision_keyword="",
+    always_float16=True,
+    user_owns_state=True,
+    called_steps=True,
+    hold_step_keywords=frozenset({"need_update", "update_grad"}),
+    backward_advice="Call `{owner}({loss}, {optimizer})`, which scales the loss, unscales and steps",
+    clip_advice="Pass the threshold to `{owner}(loss, {optimizer}, clip_grad=...)`, which unscales before it clips",
+    step_advice="Step with `{owner}(loss, {optimizer})`",
+)
 
-# The frameworks whose objects the file builds into a variable (accelerate, Fabric).
-OBJECT_FRAMEWORKS = (ACCELERATE, FABRIC)
-BY_NAME: Dict[str, Framework] = {f.name: f for f in (ACCELERATE, FABRIC, LIGHTNING)}
+DEEPSPEED = Framework(
+    name="deepspeed",
+    constructors=frozenset({"deepspeed.initialize"}),
+    bare_constructors=frozenset(),
+    precision_keyword="",
+    config_keywords=("config", "config_params"),
+    config_sections=(("fp16", "fp16"), ("bf16", "bf16"), ("bfloat16", "bf16")),
+    returned_position=0,
+    returned_optimizer_position=1,
+    backward_methods=frozenset({"backward"}),
+    step_methods=frozenset({"step"}),
+    clip_advice='Clip with `"gradient_clipping"` in the DeepSpeed config, which unscales first',
+    step_advice="Step with `{owner}.step()`",
+)
+
+HF_TRAINER = Framework(
+    name="transformers",
+    constructors=frozenset(
+        {
+            "transformers.TrainingArguments",
+            "transformers.Seq2SeqTrainingArguments",
+            "transformers.training_args.TrainingArguments",
+            "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+        }
+    ),
+    bare_constructors=frozenset({"TrainingArguments", "Seq2SeqTrainingArguments"}),
+    precision_keyword="",
+    fp16_flag="fp16",
+    scales_module_classes=True,
+    module_bases=frozenset({"Trainer", "Seq2SeqTrainer"}),
+    self_backward_methods=frozenset({"accelerator.backward"}),
+    self_unscaling_methods=frozenset({"accelerator.clip_grad_norm_", "accelerator.unscale_gradients"}),
+    stepped_after_hooks=frozenset({"training_step"}),
+    backward_advice="Use `self.accelerator.backward({loss})`, which scales the loss",
+    clip_advice="Leave clipping to the Trainer (`max_grad_norm=`), which unscales first",
+    step_advice="Leave the step to the Trainer, which steps through its scaler",
+)
+
+IGNITE = Framework(
+    name="ignite",
+    constructors=frozenset({"ignite.engine.create_supervised_trainer"}),
+    bare_constructors=frozenset({"create_supervised_trainer"}),
+    precision_keyword="amp_mode",
+    loop_autocast_values=frozenset({"amp"}),
+    loop_scaler_keyword="scaler",
+    loop_device_keyword="device",
+    loop_device_position=3,
+    backward_advice="Pass `scaler=True` and ignite scales the loss",
+    clip_advice="Clip in an `Events.ITERATION_COMPLETED` handler only after unscaling",
+    step_advice="Pass `scaler=True` and ignite steps through it",
+)
+
+# The frameworks whose objects the file builds into a variable (accelerate, Fabric,
+# timm's scaler, DeepSpeed's engine), those that train the file's classes, and those that
+# build a training loop of their own.
+OBJECT_FRAMEWORKS = (ACCELERATE, FABRIC, TIMM, DEEPSPEED)
+CLASS_FRAMEWORKS = (LIGHTNING, HF_TRAINER)
+LOOP_FRAMEWORKS = (IGNITE,)
+BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, *CLASS_FRAMEWORKS, *LOOP_FRAMEWORKS)}
+# The hooks frameworks call with gradients that still carry their loss scale, and those
+# after which they step through it.
+SCALED_GRADIENT_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.scaled_gradient_hooks)
+STEPPED_AFTER_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.stepped_after_hooks)
+# The functions that build a training loop which may autocast: what the pre-check sees.
+LOOP_BUILDERS = frozenset(name.rsplit(".", 1)[-1] for f in LOOP_FRAMEWORKS for name in f.constructors | f.bare_constructors)
+# The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
+# pre-check and AMP007/AMP008's trigger words see them.
+OWNED_SCALER_CLASSES = frozenset(
+    name.rsplit(".", 1)[-1]
+    for f in BY_NAME.values()
+    if f.user_owns_state
+    for name in f.constructors | f.bare_constructors | f.class_names
+)
 
 
 def autocast_dtype(precision: str) -> Optional[str]:

@@ -1,0 +1,217 @@
+"""How the server schedules lints while the user types (issue 27): a change stops the lint of
+an older version, a burst of changes is linted once, after it, and the last version's
+diagnostics always come. The server runs in this process with a linter that waits to be told
+to finish, so the order of events is the test's, not the machine's; and a real lint in a
+worker is cancelled through its ticket."""
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+pytest.importorskip("pygls")
+
+from lsprotocol import types  # noqa: E402
+from pygls.workspace import Workspace  # noqa: E402
+
+import amplint.engine  # noqa: E402
+from amplint.driver import Job, Runner  # noqa: E402
+from amplint.lsp import server as server_module  # noqa: E402
+from amplint.lsp.linting import Outcome, Ticket, lint_document, lint_isolated  # noqa: E402
+from amplint.rules import ALL_RULES  # noqa: E402
+
+from conftest import BUGGY  # noqa: E402
+
+CODES = tuple(rule.code for rule in ALL_RULES)
+
+
+class HeldLinter:
+    """Stands for `Linter`: each lint waits until the test finishes it or its ticket is
+    cancelled (then, as the real one, it answers None)."""
+
+    def __init__(self):
+        self.started = []  # (text, ticket), in the order the lints began
+        self.finish = {}  # text -> asyncio.Event
+
+    async def lint(self, name, path, data, ticket=None):
+        text = data.decode()
+        self.started.append((text, ticket))
+        finish = self.finish.setdefault(text, asyncio.Event())
+        while not finish.is_set():
+            if ticket is not None and ticket.cancelled.is_set():
+                return None
+            await asyncio.sleep(0.01)
+        return Outcome([])
+
+
+@pytest.fixture
+def server(monkeypatch):
+    # Generous: the quick changes of a test come far closer together than this.
+    monkeypatch.setattr(server_module, "DEBOUNCE", 2.0)
+    ls = server_module.AmplintLanguageServer()
+    ls.protocol._workspace = Workspace(None)
+    ls.linter = HeldLinter()
+    ls.published = []
+    ls.text_document_publish_diagnostics = lambda params: ls.published.append(params)
+    ls.window_log_message = lambda params: None
+    ls.window_show_message = lambda params: None
+    return ls
+
+
+URI = "file:///project/train.py"
+
+
+def open_document(ls, text, version=1):
+    ls.workspace.put_text_document(types.TextDocumentItem(uri=URI, language_id="python", version=version, text=text))
+    ls.schedule(URI)
+
+
+def change(ls, text, version):
+    ls.workspace.update_text_document(
+        types.VersionedTextDocumentIdentifier(uri=URI, version=version), types.TextDocumentContentChangeWholeDocument(text=text)
+    )
+    ls.schedule(URI, changed=True)
+
+
+async def until(condition, what):
+    for _ in range(3000):  # 30 s: the loop is this test's; nothing else delays it much
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+def finish(ls, text):
+    ls.linter.finish.setdefault(text, asyncio.Event()).set()
+
+
+@pytest.mark.asyncio
+async def test_a_change_stops_the_lint_of_the_older_version(server):
+    open_document(server, "v1")
+    await until(lambda: len(server.linter.started) == 1, "the first lint starts")
+    change(server, "v2", 2)  # the first change after opening: linted at once
+    await until(lambda: len(server.linter.started) == 2, "the change is linted")
+    (_, first), (text, second) = server.linter.started
+    assert first.cancelled.is_set(), "the lint of version 1 is stopped, not waited for"
+    assert text == "v2" and not second.cancelled.is_set()
+    finish(server, "v2")
+    await until(lambda: server.published, "diagnostics")
+    assert [p.version for p in server.published] == [2], "version 1 is never published"
+
+
+@pytest.mark.asyncio
+async def test_a_burst_of_changes_is_linted_once_after_it(server):
+    open_document(server, "v1")
+    finish(server, "v1")
+    await until(lambda: [p.version for p in server.published] == [1], "the first diagnostics")
+    change(server, "v2", 2)  # after a pause: linted at once
+    await until(lambda: len(server.linter.started) == 2, "the lint of the burst's first change")
+    for version in range(3, 7):  # typing: each change hard on the heels of the one before
+        change(server, f"v{version}", version)
+    for text in ("v2", "v3", "v4", "v5", "v6"):
+        finish(server, text)
+    await until(lambda: len(server.published) == 2, "the burst's diagnostics")
+    linted = [text for text, _ in server.linter.started]
+    # The burst's first change is linted at once (it came after a pause) and stopped by the
+    # second; the others wait for the typing to pause, and only the last is linted.
+    assert linted == ["v1", "v2", "v6"]
+    assert server.linter.started[1][1].cancelled.is_set()
+    assert [p.version for p in server.published] == [1, 6]
+
+
+@pytest.mark.asyncio
+async def test_a_change_after_a_pause_is_linted_at_once(server, monkeypatch):
+    # A debounce far longer than the test waits: a change it delayed would never be linted.
+    monkeypatch.setattr(server_module, "DEBOUNCE", 1000.0)
+    open_document(server, "v1")
+    finish(server, "v1")
+    await until(lambda: server.published, "the first diagnostics")
+    change(server, "v2", 2)
+    finish(server, "v2")
+    await until(lambda: [p.version for p in server.published] == [1, 2], "diagnostics of both")
+    server.changed_at[URI] -= 2 * server_module.DEBOUNCE  # the user paused
+    change(server, "v3", 3)
+    await until(lambda: len(server.linter.started) == 3, "the lint starts at once")
+
+
+@pytest.mark.asyncio
+async def test_closing_a_document_stops_its_lint(server):
+    open_document(server, "v1")
+    await until(lambda: server.linter.started, "the lint starts")
+    server.clear([URI])
+    assert server.linter.started[0][1].cancelled.is_set()
+    await until(lambda: URI not in server.running, "the lint ends")
+    assert [list(p.diagnostics) for p in server.published] == [[]]  # the clearing only
+
+
+@pytest.mark.asyncio
+async def test_saving_does_not_stop_the_lint_of_the_same_version(server):
+    open_document(server, "v1")
+    await until(lambda: server.linter.started, "the lint starts")
+    server.schedule(URI)  # as didSave does
+    assert not server.linter.started[0][1].cancelled.is_set()
+    finish(server, "v1")
+    await until(lambda: len(server.published) == 2, "both lints published")
+
+
+# --------------------------------------------------------------------------- a real lint
+
+
+def _hang_on(marker):
+    real = amplint.engine.lint_bytes
+
+    def lint_bytes(data, *args, **kwargs):
+        if marker in data:
+            while True:  # a lint far longer than the test waits
+                pass
+        return real(data, *args, **kwargs)
+
+    return lint_bytes
+
+
+def test_a_cancelled_lint_stops_its_worker_and_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(amplint.engine, "lint_bytes", _hang_on(b"HANG"))
+    cancel = threading.Event()
+    runner = Runner(1)
+    results = []
+    lint = threading.Thread(target=lambda: results.extend(runner.lint([Job("hang.py", CODES, data=b"# HANG\n" + BUGGY.encode())], cancel)))
+    lint.start()
+    try:
+        for _ in range(3000):
+            if any(w.unit is not None for w in runner._pool):
+                break
+            lint.join(0.01)
+        (worker,) = runner._pool
+        cancel.set()
+        runner.interrupt()
+        lint.join(60)
+        assert not lint.is_alive()
+        (result,) = results
+        assert result.error is not None and result.error.message == "not linted"
+        assert not worker.alive() and runner._pool == []
+        # The runner goes on with a fresh worker.
+        (after,) = runner.lint([Job("train.py", CODES, data=BUGGY.encode())])
+        assert [f.code for f in after.findings] == ["AMP003"]
+    finally:
+        runner.close()
+
+
+def test_a_ticket_cancelled_before_its_lint_starts_lints_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(amplint.engine, "lint_bytes", _hang_on(b"HANG"))
+    ticket = Ticket()
+    ticket.cancel()
+    path = str(tmp_path / "train.py")
+    assert lint_document(path, path, b"# HANG\n" + BUGGY.encode(), ticket) is None
+
+
+def test_the_editor_lints_without_exporting_a_summary(tmp_path):
+    # A module whose function a training script elsewhere could call: it has a summary.
+    text = BUGGY + "\n\ndef train_step(scaler, loss, optimizer):\n    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n"
+    path = str(tmp_path / "train.py")
+    result = lint_isolated(path, CODES, text.encode(), None)
+    assert [f.code for f in result.findings] == ["AMP003"]
+    assert result.summary is None
+    (whole,) = Runner(1, isolate=False).lint([Job(path, CODES, data=text.encode())])
+    assert whole.summary is not None and [f.code for f in whole.findings] == ["AMP003"]
+    assert os.listdir(tmp_path) == []  # nothing was cached or written
