@@ -772,6 +772,7 @@ _RESULT_CHECKS: Dict[str, Tuple[bool, Callable[[Any], bool]]] = {  # name: (requ
     "may_export": (False, lambda v: type(v) is bool),
     "summary": (False, _optional(_SUMMARY)),
     "imports": (False, _optional(_list_of(_row_of(_optional(_is_str), _is_int)))),
+    "lookups": (False, _optional(_list_of(_row_of(_optional(_is_str), _is_int, _optional(_is_str))))),
     # amplint.diagnostics: where a file's error is (FileError.row, .column), and each
     # NotAnalysed's row, column, name, cell, cell row and line in the file.
     "error_at": (False, _optional(_row_of(_optional(_is_int), _optional(_is_int)))),

@@ -125,5 +125,8 @@ class FileResult:
     # (JSON; `amplint.semantic.exports`), and the modules it imports: (module, level).
     summary: Optional[Dict[str, Any]] = None
     imports: Tuple[Tuple[str, int], ...] = ()
+    # What its analysis looked up in other modules' summaries (`exports.Lookup`), in a lint
+    # without them; None: not known (amplint.project then lints it again with them).
+    lookups: Optional[Tuple[Tuple[Optional[str], int, Optional[str]], ...]] = None
     # Functions too complex to follow within the analysis limit: analysed no further, and reported.
     skipped_functions: List[NotAnalysed] = field(default_factory=list)

@@ -708,6 +708,7 @@ def _to_payload(result: FileResult) -> Dict[str, Any]:
         "may_export": result.may_export,
         "summary": result.summary,
         "imports": [list(i) for i in result.imports],
+        "lookups": [list(i) for i in result.lookups] if result.lookups is not None else None,
         "skipped_functions": [[s.row, s.column, s.name, s.cell, s.cell_row, s.file_row] for s in result.skipped_functions],
     }
 
@@ -741,6 +742,7 @@ def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
         may_export=payload.get("may_export", False),
         summary=payload.get("summary"),
         imports=tuple(map(tuple, payload.get("imports") or ())),
+        lookups=tuple(tuple(i) for i in payload["lookups"]) if payload.get("lookups") is not None else None,
         skipped_functions=[NotAnalysed(path, *fields) for fields in payload.get("skipped_functions") or ()],
     )
 

@@ -24,7 +24,7 @@ from amplint.parse_guard import parse_hazard
 from amplint.positions import code_ranges
 from amplint.rule import Report, Rule
 from amplint.semantic import CodeUnit, SemanticModel, analyze
-from amplint.semantic.exports import ExternalModules, export_summary, imports_of
+from amplint.semantic.exports import ExternalModules, LookupRecorder, export_summary, imports_of
 from amplint.source import decode_notebook, decode_python, size_error
 from amplint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, recursion_room, syntax_error, where
 from amplint.torch_target import TorchVersion
@@ -188,13 +188,22 @@ def _lint_source(
             f"(at {where(module.raw_line, module.raw_column + 1, cells)}: {module.message.splitlines()[0]})",
         )
         return result
+    # Without other modules' summaries, what the analysis would look up in them is noted:
+    # linted again with summaries that have none of it, the file has this same result (not
+    # for a lint that exports no summary: no second phase follows it).
+    recorder = LookupRecorder(path) if external is None and summary else None
     try:
-        model = analyze(module, external, torch_target)
+        model = analyze(module, external if recorder is None else recorder, torch_target)
         reports = run_rules(model, parsing_rules)
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
         result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact)
         result.summary = export_summary(model, path) if summary else None
         result.imports = imports_of(model.index)
+        if recorder is not None:
+            if result.imports:
+                for record in model.index.calls:  # the calls no rule asked about, too
+                    model.classify(record)
+            result.lookups = tuple(sorted(recorder.lookups, key=repr))
         result.skipped_functions = _not_analysed(module, model.skipped_units, path, cells)
         if result.findings:
             result.source = source

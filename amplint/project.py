@@ -17,6 +17,15 @@ functions, and every such call names the function (or method) in the file's text
 `u.f()`, `from m import f as g`, `self.train_step()`. A file that names none of them is not
 linted again: its first result stands (a rule whose needs the file's own code lacks cannot
 fire without the other module's events).
+
+Nor is a file whose analysis looks up nothing the summaries have. Linted without summaries,
+each file notes what its analysis would look up in another module's (`FileResult.lookups`:
+the module as imported, and the function or method asked for; every call is classified for
+it, whether a rule asked or not). Linted again with summaries in which none of these is
+found, its analysis would be the same as without them, and so would its result: it keeps its
+first one (the phase-1 result, or for a deferred file the one it was analysed for its summary
+with). Only a file without noted lookups (deferred and not yet analysed, or a result from an
+older cache) is linted again whenever its text names a function of a summary it imports.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from amplint.diagnostics import FileResult
 
 if TYPE_CHECKING:
     from amplint.import_paths import PathIndex
+    from amplint.semantic.exports import ExternalModules
 
 # Rounds after the first: each follows imports one module further.
 MAX_ROUNDS = 3
@@ -57,6 +67,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
             results[index] = result
+    first = list(results)  # each file's result without summaries
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
     if not summaries:  # nothing to import (a run whose files mention no AMP code: no LibCST)
         return results
@@ -79,7 +90,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
                 jobs.append((index, used))
         if not jobs:
             break
-        relinted = relint([(results[index].path, used) for index, used in jobs])
+        relinted = _relint_finding(jobs, results, first, relint)
         changed = False
         for (index, _), result in zip(jobs, relinted):
             results[index] = result
@@ -89,6 +100,33 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         if not changed:
             break
     return results
+
+
+def _relint_finding(jobs: Sequence[Tuple[int, Dict[str, dict]]], results: Sequence[FileResult], first: Sequence[FileResult], relint: Relint) -> List[FileResult]:
+    """The results of `jobs` (index, summaries): linted again only where the file's analysis
+    looks up something the summaries have; elsewhere its first result (`first`, linted
+    without summaries), which is the one it would get."""
+    from amplint.semantic.exports import ExternalModules
+
+    out = [first[index] for index, _ in jobs]
+    wanted = [
+        position
+        for position, (index, used) in enumerate(jobs)
+        if first[index].lookups is None or _finds_any(ExternalModules(first[index].path, used), first[index].lookups)
+    ]
+    if wanted:
+        for position, result in zip(wanted, relint([(results[jobs[p][0]].path, jobs[p][1]) for p in wanted])):
+            out[position] = result
+    return out
+
+
+def _finds_any(external: "ExternalModules", lookups: Collection[Tuple[Optional[str], int, Optional[str]]]) -> bool:
+    """Whether one of `lookups` (`exports.Lookup`) finds something in `external`'s summaries."""
+    for module, level, function in lookups:
+        path = external.path_of(module, level)
+        if path is not None and (function is None or function in external.summaries[path].get("functions", {})):
+            return True
+    return False
 
 
 def _same(before: Optional[Dict[str, dict]], now: Dict[str, dict]) -> bool:

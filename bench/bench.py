@@ -261,7 +261,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
     from amplint.project import link
     from amplint.rules import ALL_RULES
     from amplint.semantic import analyze
-    from amplint.semantic.exports import ExternalModules, export_summary, imports_of
+    from amplint.semantic.exports import ExternalModules, LookupRecorder, export_summary, imports_of
     from amplint.source import decode_python
     from amplint.syntax import parse_module_exactly, python_tree, quiet_collector, syntax_error
 
@@ -317,7 +317,8 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
             marks.append(clock())
             module, _ = parse_module_exactly(source, cpython_accepts=built)
             marks.append(clock())
-            model = analyze(module)
+            recorder = LookupRecorder(path)  # what the model looks up in other modules, as the engine notes it
+            model = analyze(module, recorder)
             marks.append(clock())
             reports = engine.run_rules(model, active)
             marks.append(clock())
@@ -325,8 +326,10 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
             marks.append(clock())
             summary, imports = export_summary(model, path), imports_of(model.index)
             model.skipped_units
+            for record in model.index.calls if imports else ():
+                model.classify(record)
             marks.append(clock())
-            results.append((FileResult(path, summary=summary, imports=imports), source))
+            results.append((FileResult(path, summary=summary, imports=imports, lookups=tuple(recorder.lookups)), source))
         except Exception:
             marks.append(clock())
         for phase, (a, b) in zip(phases[3:], zip(marks, marks[1:])):

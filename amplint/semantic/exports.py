@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -233,6 +233,85 @@ class ExternalModules:
         if self._index is None:
             self._index = PathIndex(self.summaries)
         return self._index.path_of(self.path, name, level)
+
+
+# What a file asks of other modules: (module, relative level, the function or method looked
+# up in its summary; None: the summary as a whole).
+Lookup = Tuple[Optional[str], int, Optional[str]]
+
+
+class _Asked(dict):
+    """A summary's functions that has none, and notes each name looked up in it."""
+
+    def __init__(self, noted: Callable[[Optional[str]], None]) -> None:
+        super().__init__()
+        self._noted = noted
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._noted(key if isinstance(key, str) else None)
+        return default
+
+    def __contains__(self, key: object) -> bool:
+        self._noted(key if isinstance(key, str) else None)
+        return False
+
+    def __getitem__(self, key: Any) -> Any:
+        self._noted(key if isinstance(key, str) else None)
+        raise KeyError(key)
+
+    # Read whole: every function counts.
+    def __iter__(self) -> Any:
+        self._noted(None)
+        return iter(())
+
+    def __len__(self) -> int:
+        self._noted(None)
+        return 0
+
+    def keys(self) -> Any:
+        self._noted(None)
+        return {}.keys()
+
+    def values(self) -> Any:
+        self._noted(None)
+        return {}.values()
+
+    def items(self) -> Any:
+        self._noted(None)
+        return {}.items()
+
+
+class _NoSummaries(Mapping):
+    """Every module's summary, empty."""
+
+    def __getitem__(self, path: str) -> Mapping[str, Any]:
+        return {}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class LookupRecorder(ExternalModules):
+    """Stands in for `ExternalModules` in a file's lint without other modules' summaries: every
+    module it looks up has nothing, so the analysis is the one without summaries, and what it
+    looked up is noted (`lookups`). Linted again with summaries in which none of these is
+    found, the file's analysis would be that same one (`amplint.project` then keeps its first
+    result). Every way the analysis reads another module's summary goes through `module` or
+    `path_of`, and so is noted here."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, _NoSummaries())
+        self.lookups: Set[Lookup] = set()
+
+    def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
+        return ForeignModule("", _Asked(lambda function: self.lookups.add((name, level, function))), {})
+
+    def path_of(self, name: Optional[str], level: int) -> Optional[str]:
+        self.lookups.add((name, level, None))
+        return None
 
 
 def imported_module(binding_node: cst.CSTNode, local: str) -> Optional[Tuple[Optional[str], int, Optional[str]]]:

@@ -1,0 +1,218 @@
+"""The rounds of the second phase (`amplint.project.link`): a file is linted again only where
+its analysis looks up something an imported summary has; elsewhere it keeps its first result,
+which is the one a relint would give. A summary that changes is passed on round after round
+(a chain of modules, a cycle of imports)."""
+
+import json
+import os
+import textwrap
+
+from amplint.diagnostics import FileResult
+from amplint.engine import lint_source
+from amplint.project import link
+from amplint.rules import ALL_RULES
+from amplint.semantic.exports import ExternalModules
+
+STEPS = """
+def scaled_step(scaler, optimizer):
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+# Deferred (no rule needs its code alone), analysed for the module that imports it. What
+# `scaled_step` does it learns in the first round, so its summary changes then.
+UPDATE = """
+from .steps import scaled_step
+
+
+def update(scaler, optimizer, loss):
+    scaler.scale(loss).backward()
+    scaled_step(scaler, optimizer)
+"""
+
+TRAIN = """
+import torch
+
+from .update import update
+
+
+def train(model, optimizer, x):
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda"):
+        loss = model(x)
+        update(scaler, optimizer, loss)
+"""
+
+
+def _write(tmp_path, files):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    paths = []
+    for name, text in files.items():
+        (package / name).write_text(textwrap.dedent(text))
+        paths.append(str(package / name))
+    return paths
+
+
+class _Relint:
+    """Lints jobs as the driver does (whole, with the summaries), and notes each round."""
+
+    def __init__(self):
+        self.rounds = []
+
+    def __call__(self, jobs):
+        self.rounds.append(sorted(os.path.basename(path) for path, _ in jobs))
+        return [
+            lint_source(open(path).read(), path, ALL_RULES, external=ExternalModules(path, used) if used else None, whole=True)
+            for path, used in jobs
+        ]
+
+
+def _first(paths):
+    return [lint_source(open(path).read(), path, ALL_RULES) for path in paths]
+
+
+def _codes(result: FileResult):
+    return [(f.row, f.code) for f in result.findings]
+
+
+def test_a_summary_that_changes_reaches_the_next_module_in_a_later_round(tmp_path):
+    paths = _write(tmp_path, {"steps.py": STEPS, "update.py": UPDATE, "train.py": TRAIN})
+    relint = _Relint()
+    results = link(_first(paths), relint)
+    # The deferred modules first, for their summaries; train.py's update() runs backward()
+    # (round 1) and, once update.py knows what scaled_step does, a step too (round 2): both
+    # under autocast.
+    assert relint.rounds == [["steps.py", "update.py"], ["train.py", "update.py"], ["train.py"]]
+    assert _codes(results[2]) == [(11, "AMP004"), (11, "AMP006")]
+
+
+def test_an_import_cycle_ends(tmp_path):
+    first = """
+    import torch
+
+    from . import second
+
+
+    def scaled_step(scaler, optimizer):
+        scaler.step(optimizer)
+        scaler.update()
+
+
+    def train(model, optimizer, x):
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.autocast("cuda"):
+            loss = model(x)
+            second.update(scaler, optimizer, loss)
+    """
+    second = """
+    from .first import scaled_step
+
+
+    def update(scaler, optimizer, loss):
+        scaler.scale(loss).backward()
+        scaled_step(scaler, optimizer)
+    """
+    paths = _write(tmp_path, {"first.py": first, "second.py": second})
+    relint = _Relint()
+    results = link(_first(paths), relint)
+    # Each learns from the other, round after round, and the rounds stop.
+    assert 2 <= len(relint.rounds) <= 4
+    assert _codes(results[0]) == [(16, "AMP004"), (16, "AMP006")]
+
+
+def test_a_file_whose_analysis_looks_up_nothing_a_summary_has_keeps_its_first_result(tmp_path):
+    # It imports the module and names `scaled_step` (its own method, a comment), but calls
+    # none of the module's functions: by its text alone it would be linted again.
+    evaluate = """
+    import torch
+
+    from .steps import scaled_step as _unused  # scaled_step
+
+
+    class Loop:
+        def scaled_step(self, optimizer):
+            optimizer.step()
+
+        def run(self, model, x, optimizer):
+            with torch.autocast("cuda"):
+                loss = model(x)
+                loss.backward()
+            self.scaled_step(optimizer)
+    """
+    paths = _write(tmp_path, {"steps.py": STEPS, "evaluate.py": evaluate})
+    first = _first(paths)
+    assert first[1].lookups is not None and not any(function == "scaled_step" for _, _, function in first[1].lookups)
+    relint = _Relint()
+    results = link(first, relint)
+    assert relint.rounds == [["steps.py"]]  # deferred: analysed for its summary, which evaluate.py imports
+    assert results[0].summary is not None
+    assert results[1] is first[1] and _codes(first[1]) == [(12, "AMP002"), (14, "AMP006")]
+    # ... which is what linting it again gives, to the last field.
+    again = relint([(paths[1], {paths[0]: results[0].summary})])[0]
+    assert (again.findings, again.summary, again.skipped_functions, again.error) == (first[1].findings, first[1].summary, first[1].skipped_functions, first[1].error)
+
+
+def test_a_result_whose_lookups_are_unknown_is_linted_again(tmp_path):
+    # A result from elsewhere (an older cache) does not say what its analysis looks up.
+    paths = _write(tmp_path, {"steps.py": STEPS, "train.py": TRAIN.replace(".update import update", ".steps import scaled_step as update")})
+    first = _first(paths)
+    first[1].lookups = None
+    relint = _Relint()
+    link(first, relint)
+    assert relint.rounds == [["steps.py"], ["train.py"]]
+
+
+def test_the_lookups_are_what_the_analysis_asks_of_other_modules():
+    source = textwrap.dedent(
+        """
+        import torch
+        import pkg.utils as u
+        from .loops import Looper
+        from .steps import clip, LIMIT
+
+
+        def train(model, optimizer, scaler, x):
+            with torch.autocast("cuda"):
+                loss = model(x)
+            scaler.scale(loss).backward()
+            clip(model)
+            u.sync(optimizer)
+            loop = Looper(model)
+            loop.fit(LIMIT)
+            scaler.step(optimizer)
+            scaler.update()
+        """
+    )
+    result = lint_source(source, "pkg/train.py", ALL_RULES)
+    assert {("steps", 1, "clip"), ("pkg.utils", 0, "sync"), ("loops", 1, "Looper.fit")} <= set(result.lookups)
+    assert not any(function == "LIMIT" for _, _, function in result.lookups)
+    # Linted with summaries, a file's lookups are not noted (the first lint's stand).
+    assert lint_source(source, "pkg/train.py", ALL_RULES, external=ExternalModules("pkg/train.py", {})).lookups is None
+
+
+def test_the_lookups_are_kept_in_the_cache_with_the_result(tmp_path):
+    from amplint import cache
+    from amplint.driver import _from_payload, _to_payload
+
+    paths = _write(tmp_path, {"steps.py": STEPS, "train.py": TRAIN.replace(".update import update", ".steps import scaled_step as update")})
+    result = _first(paths)[1]
+    assert result.lookups
+    payload = json.loads(json.dumps(_to_payload(result)))
+    assert cache.valid_result(payload) and _from_payload(result.path, payload).lookups == result.lookups
+    assert not cache.valid_result(dict(payload, lookups=[["steps", "1", None]]))
+    unknown = dict(payload)
+    del unknown["lookups"]
+    assert cache.valid_result(unknown) and _from_payload(result.path, unknown).lookups is None
+
+
+def test_the_recorder_has_nothing_and_notes_every_way_a_summary_is_read():
+    from amplint.semantic.exports import LookupRecorder
+
+    recorder = LookupRecorder("pkg/train.py")
+    functions = recorder.module("steps", 1).functions
+    assert functions.get("scaled_step") is None and "Looper.fit" not in functions
+    assert recorder.summaries[recorder.path_of("trainers", 1) or ""] == {}  # a summary read whole
+    assert list(functions.items()) == [] and recorder.scaler("ext:pkg/steps.py:scaler") is None
+    assert recorder.lookups == {("steps", 1, "scaled_step"), ("steps", 1, "Looper.fit"), ("trainers", 1, None), ("steps", 1, None)}
