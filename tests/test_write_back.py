@@ -208,7 +208,7 @@ def test_ctrl_c_while_writing_waits_until_the_file_is_whole(tmp_path, monkeypatc
 
     def interrupted(real):
         def call(*args):
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, just before the file is written
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C, just before the file is written (to this thread)
             return real(*args)
 
         return call
