@@ -68,6 +68,17 @@ def might_use_amp(source: str, rules: Optional[Sequence[object]] = None) -> bool
     return any(_has_words(source, triggers, requires, seen) for triggers, requires in sets)
 
 
+# What a function with none of the rules' words may still do that a module's summary exports
+# (`amplint.evidence.EVENTS`): a backward, an optimizer's step or zero_grad, a gradient read, a
+# clip. A module of such helpers (`utils.grad_norm`) is analysed when a linted module imports it.
+HELPER_WORDS = (".backward(", ".grad", "clip_grad", ".step(", "zero_grad")
+
+
+def might_export(source: str) -> bool:
+    """Whether a file with no AMP words may still have functions that do AMP work."""
+    return any(word in source for word in HELPER_WORDS)
+
+
 def rules_matching_words(source: str, rules: Sequence[R]) -> List[R]:
     """The rules whose words (`triggers`, and `requires` if any) the source has."""
     seen: Dict[str, bool] = {}

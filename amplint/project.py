@@ -53,7 +53,7 @@ def read_text(path: str) -> Optional[str]:
 def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) -> List[FileResult]:
     """`results` of the first phase, with the files that import linted modules linted again."""
     results = list(results)
-    wanted = imported_deferred(results)
+    wanted = imported_deferred(results, read)
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
             results[index] = result
@@ -62,7 +62,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         return results
     from amplint.semantic.exports import PathIndex
 
-    paths = PathIndex(summaries)  # the same files every round: only their summaries change
+    paths = PathIndex(summaries)  # the same files every round, but for one that exports only once linted with another's
     done: Dict[str, Set[Tuple[str, str]]] = {}
     for _ in range(MAX_ROUNDS):
         jobs: List[Tuple[int, Dict[str, dict]]] = []
@@ -83,6 +83,8 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         for (index, _), result in zip(jobs, relinted):
             results[index] = result
             if result.summary and summaries.get(result.path) != result.summary:
+                if result.path not in summaries:  # a module that exports only now (a subclass of an imported class)
+                    paths = PathIndex([*summaries, result.path])
                 summaries[result.path] = result.summary
                 changed = True
         if not changed:
@@ -100,8 +102,9 @@ def _called_from(text: Optional[str], used: Dict[str, dict]) -> Dict[str, dict]:
 def _names_one_of(text: str, functions: Collection[str]) -> bool:
     for qualified in functions:
         name = qualified.rsplit(".", 1)[-1]
-        # `model(x)` runs `__call__` without naming it: dunder methods always count.
-        if name.startswith("__") or name in text:
+        # `model(x)` runs `__call__` without naming it: dunder methods always count. A class
+        # named counts for its methods: a subclass inherits them (`class Mine(Trainer)`).
+        if name.startswith("__") or name in text or ("." in qualified and qualified.split(".", 1)[0] in text):
             return True
     return False
 
@@ -123,22 +126,25 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     return found
 
 
-def imported_deferred(results: Sequence[FileResult]) -> List[int]:
+def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text) -> List[int]:
     """The indices of the deferred results whose functions may do AMP work (a summary to
     export) that a result which may use a summary imports: every file an import may name
     (`PathIndex.paths_of`), so that which imports resolve, and to what, is what it would be
     had they all been analysed. (A deferred file without such code exports nothing on its
-    own; if it imports a module with a summary, the rounds lint it with it.)"""
-    deferred = {r.path: index for index, r in enumerate(results) if r.deferred and r.may_export and r.error is None}
-    if not deferred:
+    own; if it imports a module with a summary, the rounds lint it with it.) A file skipped
+    for having no AMP words counts when its text has helper words (`catalogue.might_export`):
+    `utils.py`'s `grad_norm(model)` reads `p.grad` wherever it is called."""
+    importers = [r for r in results if r.error is None and r.imports and not (r.skipped and not r.deferred)]
+    deferred = {r.path: index for index, r in enumerate(results) if r.error is None and (r.deferred and r.may_export or r.skipped and not r.deferred)}
+    if not deferred or not importers:
         return []
     from amplint.semantic.exports import PathIndex
 
     index = PathIndex(deferred)
     wanted: Set[int] = set()
-    for result in results:
-        if result.error is not None or (result.skipped and not result.deferred):
-            continue
+    for result in importers:
         for module, level in result.imports:
             wanted.update(deferred[path] for path in index.paths_of(result.path, module or None, level, exclude=result.path))
-    return sorted(wanted)
+    from amplint.catalogue import might_export
+
+    return sorted(i for i in wanted if results[i].deferred or might_export(read(results[i].path) or ""))

@@ -156,6 +156,12 @@ class GradScalerInLoop(Rule):
                 if lasting:
                     yield Report(record.node, Message.split(_message(scaler.name, record, loop, lasting[0])), fix=_hoist(record, loop, model))
                     break
+        # A function of another linted module that builds one on every call (its summary says so).
+        for record, built, optimizer in model.grad_scalers_built_by_calls():
+            for loop in model.facts(Repetitions).iterations_of(record):
+                if model.facts(Repetitions).outlives(optimizer, record.unit, loop):
+                    yield Report(record.node, Message.split(_message_for_call(built, record, loop, optimizer.text)))
+                    break
 
     VALID = (
         # Built once, before the loop.
@@ -391,6 +397,20 @@ def _message(name: str, record: CallRecord, loop: Repetition, step: Occurrence) 
     return (
         f"{where}: each starts again at the initial scale (65536 by default) while `{optimizer}` carries on, so the "
         f"scale never adapts and, whenever 65536 overflows float16, the same steps are skipped again. {fix}"
+    )
+
+
+def _message_for_call(built: str, record: CallRecord, loop: Repetition, optimizer: str) -> str:
+    call = f"`{source_text(record.node)}`"
+    where = f"{call} builds a new GradScaler on every call ({built})"
+    if loop.via:
+        where += f", and `{source_text(loop.via[0].node)}` runs it in every iteration of `{loop.header}`"
+    else:
+        where += f", and runs in every iteration of `{loop.header}`"
+    return (
+        f"{where}: each starts again at the initial scale (65536 by default) while `{optimizer}` carries on, so the "
+        f"scale never adapts and, whenever 65536 overflows float16, the same steps are skipped again. "
+        f"Build the scaler once, outside the loop, and pass it in."
     )
 
 
