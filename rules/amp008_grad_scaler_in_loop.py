@@ -29,7 +29,9 @@ class GradScalerInLoop(Rule):
     - built in the loop's body (the innermost loop around it), with `scaler.step(optimizer)`
       in the same iteration (directly, in a nested loop, or in a helper called there);
     - built in a function that a loop of the file calls in every iteration (a per-step
-      `train_step`, a per-epoch `train_one_epoch`), with the step in that function.
+      `train_step`, a per-epoch `train_one_epoch`), with the step in that function;
+    - built the same way in a function or method of another linted module (its summary says
+      so), reported at the call in the loop.
 
     It is not flagged when the optimizer is built in the same iteration too (a loop over
     folds or experiments, each a fresh training run), when an `if` between the loop and the
