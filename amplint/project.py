@@ -101,12 +101,24 @@ def _called_from(text: Optional[str], used: Dict[str, dict]) -> Dict[str, dict]:
 
 def _names_one_of(text: str, functions: Collection[str]) -> bool:
     for qualified in functions:
-        name = qualified.rsplit(".", 1)[-1]
-        # `model(x)` runs `__call__` without naming it: dunder methods always count. A class
-        # named counts for its methods: a subclass inherits them (`class Mine(Trainer)`).
-        if name.startswith("__") or name in text or ("." in qualified and qualified.split(".", 1)[0] in text):
+        owner, _, name = qualified.rpartition(".")
+        cls = owner.split(".", 1)[0]
+        # A method runs on an instance of its class, made or subclassed where the class is
+        # named (`Trainer(...)`): `model(x)` runs `__call__` without naming it, so dunder
+        # methods count wherever their class is named. A subclass (`class Mine(Trainer)`)
+        # inherits every method, named or not.
+        if cls not in text:
+            continue
+        if name.startswith("__") or name in text or (cls and _subclasses(text, cls)):
             return True
     return False
+
+
+def _subclasses(text: str, cls: str) -> bool:
+    """Whether `text` defines a class with `cls` among its bases (`class A(pkg.Trainer, B):`)."""
+    import re
+
+    return re.search(r"\bclass\s+\w+\s*\([^)]*\b" + re.escape(cls) + r"\b", text) is not None
 
 
 def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index: Optional[PathIndex] = None) -> Dict[str, dict]:

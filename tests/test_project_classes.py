@@ -422,3 +422,15 @@ def test_a_summary_of_another_version_is_not_used():
     summary = lint_source(textwrap.dedent(BASE), "base.py", ALL_RULES).summary
     assert load_summary("base.py", summary) is not None
     assert load_summary("base.py", {**summary, "version": SUMMARY_VERSION - 1}) is None
+
+
+def test_a_file_is_linted_again_for_a_method_only_where_its_class_is_named():
+    from amplint.project import _names_one_of
+
+    functions = ["clip_and_step", "Trainer.step", "Probe.__init__"]
+    assert _names_one_of("clip_and_step(model)", functions)
+    assert not _names_one_of("scheduler.step()", functions)  # `step`, but no Trainer
+    assert _names_one_of("t = Trainer(m)\nt.step()", functions)
+    assert _names_one_of("class Mine(base.Trainer):\n    pass", functions)  # inherits every method
+    assert not _names_one_of("trainer = make_trainer()\nTrainer", ["Trainer.step"])
+    assert _names_one_of("Probe(model, batch)", functions)  # its constructor
