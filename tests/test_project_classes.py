@@ -434,3 +434,9 @@ def test_a_file_is_linted_again_for_a_method_only_where_its_class_is_named():
     assert _names_one_of("class Mine(base.Trainer):\n    pass", functions)  # inherits every method
     assert not _names_one_of("trainer = make_trainer()\nTrainer", ["Trainer.step"])
     assert _names_one_of("Probe(model, batch)", functions)  # its constructor
+
+
+def test_a_scaler_built_per_call_for_bfloat16_only_is_not_exported():
+    engine = ENGINE.replace('torch.autocast("cuda")', 'torch.autocast("cuda", dtype=torch.bfloat16)')
+    summary = lint_source(textwrap.dedent(engine), "engine.py", ALL_RULES).summary
+    assert not any("fresh_scalers" in function for function in summary["functions"].values())

@@ -175,8 +175,11 @@ def _local_chain(name: str, classes: Mapping[str, Mapping[str, Any]]) -> List[st
 def _fresh_scalers(model: "SemanticModel") -> Dict[int, List[Dict[str, str]]]:
     """For each exported function: the GradScalers it builds on every call (in no loop, under
     no `if`) and steps, in the same call, an optimizer that outlives the call: one of its
-    parameters (`param:optimizer`) or an attribute of the instance (`self`)."""
+    parameters (`param:optimizer`) or an attribute of the instance (`self`). None in a module
+    whose autocast is only bfloat16 (as AMP008 has it)."""
     found: Dict[int, List[Dict[str, str]]] = {}
+    if not model.float16_possible:
+        return found  # a scaler that serves bfloat16 only never overflows at its initial scale
     for info, record in model.grad_scalers_built():
         unit = record.unit
         if unit.is_module or not _exported(unit) or record.frames:
