@@ -144,8 +144,9 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
     (`PathIndex.paths_of`), so that which imports resolve, and to what, is what it would be
     had they all been analysed. (A deferred file without such code exports nothing on its
     own; if it imports a module with a summary, the rounds lint it with it.) A file skipped
-    for having no AMP words counts when its text has helper words (`catalogue.might_export`):
-    `utils.py`'s `grad_norm(model)` reads `p.grad` wherever it is called."""
+    for having no AMP words counts when a function whose text has helper words
+    (`catalogue.helper_names`) is named by a file that imports it: `utils.py`'s
+    `grad_norm(model)` reads `p.grad` wherever it is called."""
     importers = [r for r in results if r.error is None and r.imports and not (r.skipped and not r.deferred)]
     deferred = {r.path: index for index, r in enumerate(results) if r.error is None and (r.deferred and r.may_export or r.skipped and not r.deferred)}
     if not deferred or not importers:
@@ -153,10 +154,20 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
     from amplint.semantic.exports import PathIndex
 
     index = PathIndex(deferred)
-    wanted: Set[int] = set()
+    wanted: Dict[int, List[str]] = {}  # -> the files that import it
     for result in importers:
         for module, level in result.imports:
-            wanted.update(deferred[path] for path in index.paths_of(result.path, module or None, level, exclude=result.path))
-    from amplint.catalogue import might_export
+            for path in index.paths_of(result.path, module or None, level, exclude=result.path):
+                wanted.setdefault(deferred[path], []).append(result.path)
+    from amplint.catalogue import helper_names
 
-    return sorted(i for i in wanted if results[i].deferred or might_export(read(results[i].path) or ""))
+    found = []
+    for i, importing in sorted(wanted.items()):
+        if results[i].deferred:
+            found.append(i)
+            continue
+        # No AMP words: only if a file that imports it names one of its functions that may do AMP work.
+        names = helper_names(read(results[i].path) or "")
+        if names and any(name in (read(path) or "") for path in dict.fromkeys(importing) for name in names):
+            found.append(i)
+    return found

@@ -224,6 +224,7 @@ class GradientProbe:
     def __init__(self, model, batch):
         self.loss = model(batch)
         self.loss.backward()
+        self.norms = [p.grad.norm() for p in model.parameters()]
 """
 
 PROBE_MAIN = """
@@ -440,3 +441,11 @@ def test_a_scaler_built_per_call_for_bfloat16_only_is_not_exported():
     engine = ENGINE.replace('torch.autocast("cuda")', 'torch.autocast("cuda", dtype=torch.bfloat16)')
     summary = lint_source(textwrap.dedent(engine), "engine.py", ALL_RULES).summary
     assert not any("fresh_scalers" in function for function in summary["functions"].values())
+
+
+def test_the_helpers_of_a_module_without_amp_words_are_found_by_their_text():
+    from amplint.catalogue import helper_names
+
+    assert helper_names(textwrap.dedent(GRAD_UTILS)) == {"grad_norm", "log_norm", "Monitor"}
+    assert helper_names("def f(x):\n    return torch.autograd.grad(x, y)\n") == frozenset()  # not a `.grad` read
+    assert helper_names("def clip(m):\n    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)\n") == {"clip"}
