@@ -71,6 +71,38 @@ def might_use_amp(source: str, rules: Optional[Sequence[object]] = None) -> bool
     return any(_has_words(source, triggers, requires, seen) for triggers, requires in sets)
 
 
+# What a function with none of the rules' words may still do that a module's summary exports
+# and another module's code decides: a read of the gradients (`p.grad.norm()`, `p.grad ** 2`)
+# or a clip. A module of such helpers (`utils.grad_norm`) is analysed when a linted module that
+# imports it names one (`amplint.project`). (A backward or a step alone is left out: it is in
+# most files without AMP code, and analysing them all would cost a fifth of a run.)
+HELPER_WORDS = (".grad.", ".grad ", ".grad)", ".grad,", ".grad\n", "clip_grad_")
+
+
+def helper_names(source: str) -> FrozenSet[str]:
+    """The functions (and the classes of the methods) whose text holds a helper word, by a
+    text search: `grad_norm` for `def grad_norm(model): ... p.grad ...`. What another module
+    must name to call one of them (a helper that calls another is found by the outer name
+    only if that one holds a word too)."""
+    import re
+
+    names = set()
+    definitions = [(m.start(), m.group(1), m.group(2)) for m in re.finditer(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", source, re.M)]
+    classes = [(m.start(), m.group(1)) for m in re.finditer(r"^class[ \t]+(\w+)", source, re.M)]
+    for word in HELPER_WORDS:
+        start = source.find(word)
+        while start != -1:
+            before = [d for d in definitions if d[0] < start]
+            if before:
+                _, indent, name = before[-1]
+                names.add(name)
+                owner = [c for c in classes if c[0] < before[-1][0]]
+                if indent and owner:
+                    names.add(owner[-1][1])
+            start = source.find(word, start + 1)
+    return frozenset(names)
+
+
 def rules_matching_words(source: str, rules: Sequence[R]) -> List[R]:
     """The rules whose words (`triggers`, and `requires` if any) the source has."""
     seen: Dict[str, bool] = {}

@@ -399,7 +399,8 @@ def _will_parse(task: _Task) -> bool:
 
     # The unused-noqa check reads comments: it alone never has a file parsed.
     rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
-    return bool(rules) and might_use_amp(task.data.decode("latin-1"), rules)
+    # Linted whole, a file is analysed whatever its words (a helper module another imports).
+    return bool(rules) and (task.whole or might_use_amp(task.data.decode("latin-1"), rules))
 
 
 def _needs_engine(task: _Task) -> bool:

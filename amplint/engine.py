@@ -146,11 +146,16 @@ def _lint_source(
     result = FileResult(path)
     # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
     parsing_rules = [rule for rule in rules if rule.code != UNUSED_NOQA]
-    matching = rules_matching_words(source, parsing_rules)
+    # The words of the code it runs in other linted modules count too (their summaries' calls).
+    matching = rules_matching_words(source if external is None else source + external.words(), parsing_rules)
     # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax);
-    # only a file with the words needs CPython's tree too.
-    tree, result.error = python_tree(source, path, target, cells) if matching else (None, syntax_error(source, path, target, cells))
-    if not matching:
+    # only a file with the words needs CPython's tree too. A file linted whole without them
+    # (a helper module another module imports: amplint.project) is analysed for its summary
+    # alone: no rule runs on it.
+    tree, result.error = python_tree(source, path, target, cells) if matching or whole else (None, syntax_error(source, path, target, cells))
+    if not matching and whole:
+        parsing_rules = []
+    if not matching and not whole:
         result.skipped = True  # not worth a LibCST parse: no rule can match
     elif result.error is None and not whole and external is None and tree is not None:
         # The words are there; does the code have what some rule needs (amplint.evidence)?

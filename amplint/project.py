@@ -30,7 +30,7 @@ older cache) is linted again whenever its text names a function of a summary it 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from amplint.diagnostics import FileResult
 
@@ -63,7 +63,7 @@ def read_text(path: str) -> Optional[str]:
 def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) -> List[FileResult]:
     """`results` of the first phase, with the files that import linted modules linted again."""
     results = list(results)
-    wanted = imported_deferred(results)
+    wanted = imported_deferred(results, read)
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
             results[index] = result
@@ -73,7 +73,8 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         return results
     from amplint.import_paths import PathIndex
 
-    paths = PathIndex(summaries)  # the same files every round: only their summaries change
+    # The same files every round, but for one that exports only once linted with another's.
+    paths = PathIndex(summaries)
     # The summaries each file was last linted with, the objects themselves: a summary that
     # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
     done: Dict[str, Dict[str, dict]] = {}
@@ -95,6 +96,8 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         for (index, _), result in zip(jobs, relinted):
             results[index] = result
             if result.summary and summaries.get(result.path) != result.summary:
+                if result.path not in summaries:  # a module that exports only now (a subclass of an imported class)
+                    paths = PathIndex([*summaries, result.path])
                 summaries[result.path] = result.summary
                 changed = True
         if not changed:
@@ -142,11 +145,24 @@ def _called_from(text: Optional[str], used: Dict[str, dict]) -> Dict[str, dict]:
 
 def _names_one_of(text: str, functions: Collection[str]) -> bool:
     for qualified in functions:
-        name = qualified.rsplit(".", 1)[-1]
-        # `model(x)` runs `__call__` without naming it: dunder methods always count.
-        if name.startswith("__") or name in text:
+        owner, _, name = qualified.rpartition(".")
+        cls = owner.split(".", 1)[0]
+        # A method runs on an instance of its class, made or subclassed where the class is
+        # named (`Trainer(...)`): `model(x)` runs `__call__` without naming it, so dunder
+        # methods count wherever their class is named. A subclass (`class Mine(Trainer)`)
+        # inherits every method, named or not.
+        if cls not in text:
+            continue
+        if name.startswith("__") or name in text or (cls and _subclasses(text, cls)):
             return True
     return False
+
+
+def _subclasses(text: str, cls: str) -> bool:
+    """Whether `text` defines a class with `cls` among its bases (`class A(pkg.Trainer, B):`)."""
+    import re
+
+    return re.search(r"\bclass\s+\w+\s*\([^)]*\b" + re.escape(cls) + r"\b", text) is not None
 
 
 def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index: Optional[PathIndex] = None) -> Dict[str, dict]:
@@ -166,22 +182,36 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     return found
 
 
-def imported_deferred(results: Sequence[FileResult]) -> List[int]:
+def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text) -> List[int]:
     """The indices of the deferred results whose functions may do AMP work (a summary to
     export) that a result which may use a summary imports: every file an import may name
     (`PathIndex.paths_of`), so that which imports resolve, and to what, is what it would be
     had they all been analysed. (A deferred file without such code exports nothing on its
-    own; if it imports a module with a summary, the rounds lint it with it.)"""
-    deferred = {r.path: index for index, r in enumerate(results) if r.deferred and r.may_export and r.error is None}
-    if not deferred:
+    own; if it imports a module with a summary, the rounds lint it with it.) A file skipped
+    for having no AMP words counts when a function whose text has helper words
+    (`catalogue.helper_names`) is named by a file that imports it: `utils.py`'s
+    `grad_norm(model)` reads `p.grad` wherever it is called."""
+    importers = [r for r in results if r.error is None and r.imports and not (r.skipped and not r.deferred)]
+    deferred = {r.path: index for index, r in enumerate(results) if r.error is None and (r.deferred and r.may_export or r.skipped and not r.deferred)}
+    if not deferred or not importers:
         return []
     from amplint.import_paths import PathIndex
 
     index = PathIndex(deferred)
-    wanted: Set[int] = set()
-    for result in results:
-        if result.error is not None or (result.skipped and not result.deferred):
-            continue
+    wanted: Dict[int, List[str]] = {}  # -> the files that import it
+    for result in importers:
         for module, level in result.imports:
-            wanted.update(deferred[path] for path in index.paths_of(result.path, module or None, level, exclude=result.path))
-    return sorted(wanted)
+            for path in index.paths_of(result.path, module or None, level, exclude=result.path):
+                wanted.setdefault(deferred[path], []).append(result.path)
+    from amplint.catalogue import helper_names
+
+    found = []
+    for i, importing in sorted(wanted.items()):
+        if results[i].deferred:
+            found.append(i)
+            continue
+        # No AMP words: only if a file that imports it names one of its functions that may do AMP work.
+        names = helper_names(read(results[i].path) or "")
+        if names and any(name in (read(path) or "") for path in dict.fromkeys(importing) for name in names):
+            found.append(i)
+    return found

@@ -29,7 +29,9 @@ class GradScalerInLoop(Rule):
     - built in the loop's body (the innermost loop around it), with `scaler.step(optimizer)`
       in the same iteration (directly, in a nested loop, or in a helper called there);
     - built in a function that a loop of the file calls in every iteration (a per-step
-      `train_step`, a per-epoch `train_one_epoch`), with the step in that function.
+      `train_step`, a per-epoch `train_one_epoch`), with the step in that function;
+    - built the same way in a function or method of another linted module (its summary says
+      so), reported at the call in the loop.
 
     It is not flagged when the optimizer is built in the same iteration too (a loop over
     folds or experiments, each a fresh training run), when an `if` between the loop and the
@@ -155,6 +157,12 @@ class GradScalerInLoop(Rule):
                 lasting = [step for step in steps if model.facts(Repetitions).outlives(step.argument, record.unit, loop)]
                 if lasting:
                     yield Report(record.node, Message.split(_message(scaler.name, record, loop, lasting[0])), fix=_hoist(record, loop, model))
+                    break
+        # A function of another linted module that builds one on every call (its summary says so).
+        for record, built, optimizer in model.grad_scalers_built_by_calls():
+            for loop in model.facts(Repetitions).iterations_of(record):
+                if model.facts(Repetitions).outlives(optimizer, record.unit, loop):
+                    yield Report(record.node, Message.split(_message_for_call(built, record, loop, optimizer.text)))
                     break
 
     VALID = (
@@ -391,6 +399,20 @@ def _message(name: str, record: CallRecord, loop: Repetition, step: Occurrence) 
     return (
         f"{where}: each starts again at the initial scale (65536 by default) while `{optimizer}` carries on, so the "
         f"scale never adapts and, whenever 65536 overflows float16, the same steps are skipped again. {fix}"
+    )
+
+
+def _message_for_call(built: str, record: CallRecord, loop: Repetition, optimizer: str) -> str:
+    call = f"`{source_text(record.node)}`"
+    where = f"{call} builds a new GradScaler on every call ({built})"
+    if loop.via:
+        where += f", and `{source_text(loop.via[0].node)}` runs it in every iteration of `{loop.header}`"
+    else:
+        where += f", and runs in every iteration of `{loop.header}`"
+    return (
+        f"{where}: each starts again at the initial scale (65536 by default) while `{optimizer}` carries on, so the "
+        f"scale never adapts and, whenever 65536 overflows float16, the same steps are skipped again. "
+        f"Build the scaler once, outside the loop, and pass it in."
     )
 
 

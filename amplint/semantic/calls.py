@@ -349,6 +349,9 @@ class Classifier:
                     callee = self._functions[id(binding.node)]
                     bound_self = bool(callee.parameters[:1]) and callee.parameters[0] in ("self", "cls")
                     return HelperCall(record, callee, bound_self=bound_self)
+        inherited = self._inherited(record, classes, method)
+        if inherited is not None:
+            return inherited
         if owner not in ("self", "cls") and not vocabulary.is_framework_receiver(owner):
             # `trainer.fit()` where `trainer = Trainer(...)`, a class another linted module
             # exports. Not into a framework's own source (linting accelerate with its tests):
@@ -362,6 +365,30 @@ class Classifier:
                                 return found
         return None
 
+    def _inherited(self, record: CallRecord, classes: List[Scope], method: str) -> Optional[HelperCall]:
+        """`self.step()` in (or `trainer.step()` on) a class of this file whose base another
+        linted module exports: that base's method (or one it inherits in turn)."""
+        if self.external is None:
+            return None
+        module_scope = self.index.module_scope
+        for cls in classes:
+            for owner in self.resolver.class_and_bases(cls):
+                for base in owner.bases:
+                    if base.rsplit(".", 1)[-1] in self.index.classes:
+                        continue  # a class of this file: its methods were looked at
+                    head, _, rest = base.partition(".")
+                    for binding in self.resolver.bindings(head, module_scope):
+                        if binding.kind != "import":
+                            continue
+                        if rest:  # `class A(trainers.Base)`
+                            module, _, name = rest.rpartition(".")
+                            found = self._foreign(record, binding.node, head, f"{name}.{method}", module_attribute=True, bound_self=True, submodule=module)
+                        else:
+                            found = self._foreign(record, binding.node, head, method, bound_self=True)
+                        if found is not None:
+                            return found
+        return None
+
     def _foreign(
         self,
         record: CallRecord,
@@ -370,8 +397,10 @@ class Classifier:
         attribute: Optional[str],
         module_attribute: bool = False,
         bound_self: bool = False,
+        submodule: str = "",
     ) -> Optional[HelperCall]:
-        """A call to a function (or method) another linted module exports."""
+        """A call to a function (or method) another linted module exports; a call to a class
+        it exports runs its constructor (`Class.__init__`)."""
         if self.external is None:
             return None
         found = imported_module(import_node, local)
@@ -381,12 +410,21 @@ class Classifier:
         if module_attribute:
             # `import pkg.utils as u; u.f()`, `from pkg import utils; utils.f()`.
             target = module if name is None else (f"{module}.{name}" if module else name)
+            if submodule:  # `import pkg as p; class A(p.trainers.Base)`
+                target = f"{target}.{submodule}" if target else submodule
             foreign = self.external.module(target, level)
-            function = foreign.functions.get(attribute or "") if foreign is not None else None
+            qualified = attribute or ""
         else:
             foreign = self.external.module(module, level)
-            qualified = name if attribute is None else f"{name}.{attribute}"
-            function = foreign.functions.get(qualified or "") if foreign is not None else None
+            qualified = (name if attribute is None else f"{name}.{attribute}") or ""
+        if foreign is None:
+            return None
+        function = foreign.functions.get(qualified)
+        if function is None and not bound_self and "." not in qualified:
+            # `ModelEMA(model)`: the class's constructor, its first parameter the new instance.
+            function = foreign.functions.get(f"{qualified}.__init__")
+            if function is not None:
+                return HelperCall(record, None, bound_self=True, foreign=function)
         if function is None:
             return None
         return HelperCall(record, None, bound_self=bound_self or function.method and attribute is not None, foreign=function)

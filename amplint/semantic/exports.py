@@ -7,6 +7,16 @@ with parameters left symbolic (`param:scaler`) and everything else the module's 
 findings. Then each file that imports a linted module whose summary has AMP events is linted
 again with those summaries (`ExternalModules`): a call to `clip_and_step(...)` imported from
 `.optim_utils` stands for its events there, reported at the call.
+
+Classes are indexed too (`classes`: each top-level class with its bases, as the module
+resolves them, and its methods). A method is exported as `Class.method`, a constructor as
+`Class.__init__`: `ema = ModelEMA(model)` runs `ModelEMA.__init__` there, `self.step()` in a
+subclass of an imported class runs the base's `step`. A class whose base is another linted
+module's exports the methods it inherits from it under its own name (with the scalers they
+name), so a chain of imported bases resolves one module at a time, like calls between
+functions do. A function that builds a new GradScaler on every call and steps an optimizer
+that outlives the call with it says so (`fresh_scalers`): a loop of an importing module that
+calls it every iteration restarts the scale each time (AMP008).
 """
 
 from __future__ import annotations
@@ -25,18 +35,19 @@ from amplint.semantic.names import dotted_name, source_text
 if TYPE_CHECKING:
     from amplint.semantic.model import SemanticModel
 
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 
 
 # --------------------------------------------------------------------------- export
 
 
 def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]]:
-    """The JSON summary of the module's top-level functions and methods that do AMP work;
-    None when none does."""
+    """The JSON summary of the module's top-level functions and methods that do AMP work,
+    and of its classes; None when no function does."""
     functions: Dict[str, Any] = {}
     origin = os.path.basename(path)
     confirmed = model.confirmed_entry_uses()
+    fresh = _fresh_scalers(model)
 
     def export(event) -> Dict[str, Any]:
         return _event(event, path, origin, referenced, confirmed, model.scale_corrupts(event.event))
@@ -69,6 +80,12 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
             "events": exported_events,
             "sequences": sequences,
         }
+        if id(unit) in fresh:
+            functions[unit.name]["fresh_scalers"] = fresh[id(unit)]
+    classes = _classes(model)
+    inherited, inherited_scalers = _inherited(model, classes)
+    for name, function in inherited.items():
+        functions.setdefault(name, function)
     if not functions:
         return None
     scalers = {}
@@ -76,7 +93,128 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
         exported_key = _key(key, path)
         if exported_key in referenced or info.framework is not None:
             scalers[exported_key] = {"name": info.name, "enabled": info.enabled, "framework": info.framework}
-    return {"version": SUMMARY_VERSION, "functions": functions, "scalers": scalers}
+    for key, raw in inherited_scalers.items():
+        scalers.setdefault(key, raw)
+    exported_classes = {name: {"bases": [[base, list(imported) if imported else None] for base, imported in entry["bases"]], "methods": entry["methods"]} for name, entry in classes.items()}
+    return {"version": SUMMARY_VERSION, "functions": functions, "scalers": scalers, "classes": exported_classes}
+
+
+def _classes(model: "SemanticModel") -> Dict[str, Dict[str, Any]]:
+    """The module's top-level classes: each with its bases (as written, and where an import
+    names one: (module, level, name) of the class it imports) and the methods it defines."""
+    found: Dict[str, Dict[str, Any]] = {}
+    module_scope = model.index.module_scope
+    for scope in model.index.scopes:
+        if scope.kind != "class" or scope.parent is not module_scope:
+            continue
+        bases = []
+        for base in scope.bases:
+            head = base.split(".", 1)[0]
+            imported = None
+            for binding in module_scope.bindings.get(head, ()):
+                if binding.kind == "import":
+                    found_import = imported_module(binding.node, head)
+                    if found_import is not None:
+                        module, level, name = found_import
+                        rest = base.split(".")[1:]
+                        if name is None:  # `import pkg.trainers as t; class A(t.Base)`
+                            imported = (".".join([module or "", *rest[:-1]]).strip("."), level, rest[-1]) if rest else None
+                        elif not rest:  # `from .base import Base`
+                            imported = (module, level, name)
+                        else:  # `from pkg import trainers; class A(trainers.Base)`
+                            imported = (".".join(filter(None, [module, name, *rest[:-1]])), level, rest[-1])
+            bases.append((base, imported))
+        methods = sorted(name for name, bindings in scope.bindings.items() if any(b.kind == "def" for b in bindings))
+        found[scope.name] = {"bases": bases, "methods": methods}
+    return found
+
+
+def _inherited(model: "SemanticModel", classes: Mapping[str, Mapping[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The methods each class inherits from a base another linted module exports, under the
+    class's own name (`Sub.fit` for `Base.fit`), and the scalers those methods name. Bases in
+    this module come first, as Python's method order has them for single inheritance."""
+    external = model.external
+    functions: Dict[str, Any] = {}
+    scalers: Dict[str, Any] = {}
+    if external is None:
+        return functions, scalers
+    for name in classes:
+        defined = set()
+        for owner in _local_chain(name, classes):
+            defined.update(classes[owner]["methods"])
+            for _, imported in classes[owner]["bases"]:
+                if imported is None:
+                    continue
+                module, level, base = imported
+                raw = external.raw(module, level)
+                if raw is None:
+                    continue
+                prefix = base + "."
+                for qualified, function in raw.get("functions", {}).items():
+                    method = qualified[len(prefix) :] if qualified.startswith(prefix) else None
+                    if method is None or "." in method or method in defined:
+                        continue
+                    functions.setdefault(f"{name}.{method}", function)
+                    text = repr(function)
+                    scalers.update((key, value) for key, value in raw.get("scalers", {}).items() if key in text)
+    return functions, scalers
+
+
+def _local_chain(name: str, classes: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """`name`, then its bases that are classes of this module, depth first."""
+    chain: List[str] = []
+    pending = [name]
+    while pending:
+        current = pending.pop(0)
+        if current in chain or current not in classes:
+            continue
+        chain.append(current)
+        pending.extend(base for base, imported in classes[current]["bases"] if imported is None)
+    return chain
+
+
+def _fresh_scalers(model: "SemanticModel") -> Dict[int, List[Dict[str, str]]]:
+    """For each exported function: the GradScalers it builds on every call (in no loop, under
+    no `if`) and steps, in the same call, an optimizer that outlives the call: one of its
+    parameters (`param:optimizer`) or an attribute of the instance (`self`). None in a module
+    whose autocast is only bfloat16 (as AMP008 has it)."""
+    found: Dict[int, List[Dict[str, str]]] = {}
+    if not model.float16_possible:
+        return found  # a scaler that serves bfloat16 only never overflows at its initial scale
+    for info, record in model.grad_scalers_built():
+        unit = record.unit
+        if unit.is_module or not _exported(unit) or record.frames:
+            continue
+        for occurrence in model.occurrences_in(unit):
+            if occurrence.kind is not EventKind.SCALER_STEP or occurrence.receiver is None or occurrence.receiver.key != info.key:
+                continue
+            lasting = _outlives_the_call(occurrence.argument, unit)
+            if lasting is not None:
+                found.setdefault(id(unit), []).append(
+                    {"name": info.name, "text": f"`{source_text(record.node)}`", "optimizer": lasting, "optimizer_text": occurrence.argument.text}
+                )
+                break
+    return found
+
+
+def _outlives_the_call(ref: Optional[Ref], unit) -> Optional[str]:
+    """`param:<name>` for an optimizer the function is handed (and never rebinds), `self` for
+    one its instance holds and it does not set; None for anything else."""
+    if ref is None or ref.key.startswith("expr:"):
+        return None
+    parts = ref.text.split(".")
+    scope = unit.scope
+    if len(parts) == 1 and parts[0] in unit.parameters and parts[0] not in ("self", "cls"):
+        if all(binding.kind == "param" for binding in scope.bindings.get(parts[0], ())):
+            return f"param:{parts[0]}"
+        return None
+    owner = scope.class_scope
+    if len(parts) >= 2 and parts[0] == "self" and owner is not None and unit.parameters[:1] == ["self"]:
+        attribute = "self." + parts[1]
+        if any(binding.home is scope for binding in owner.attributes.get(attribute, ())):
+            return None  # set in this very call
+        return "self"
+    return None
 
 
 def _event(event, path: str, origin: str, referenced: set, confirmed, use: Optional[str]) -> Dict[str, Any]:
@@ -138,6 +276,16 @@ class ForeignEvent:
 
 
 @dataclass(frozen=True)
+class FreshScaler:
+    """A GradScaler a function builds on every call and steps `optimizer` with (see `_fresh_scalers`)."""
+
+    name: str  # the variable it fills: `scaler`
+    text: str  # the construction, quoted: "`torch.amp.GradScaler(\"cuda\")`"
+    optimizer: str  # `param:<name>`, or `self`: the instance holds it
+    optimizer_text: str  # as the function names it: `optimizer`, `self.optimizer`
+
+
+@dataclass(frozen=True)
 class ForeignFunction:
     name: str
     params: Tuple[str, ...]
@@ -145,6 +293,8 @@ class ForeignFunction:
     events: Tuple[ForeignEvent, ...]
     # Each way through: (the conditions it assumed, its events).
     sequences: Optional[Tuple[Tuple[FrozenSet[Assumption], Tuple[ForeignEvent, ...]], ...]]
+    fresh_scalers: Tuple[FreshScaler, ...] = ()
+    origin: str = ""  # the file it is in: `engine.py`
 
 
 def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
@@ -190,6 +340,8 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
             )
             if sequences is not None
             else None,
+            tuple(FreshScaler(f["name"], f["text"], f["optimizer"], f.get("optimizer_text", "the optimizer")) for f in raw.get("fresh_scalers", ())),
+            os.path.basename(path),
         )
     return ForeignModule(path, functions, dict(data.get("scalers", {})))
 
@@ -215,6 +367,24 @@ class ExternalModules:
         if target not in self._loaded:
             self._loaded[target] = load_summary(target, self.summaries[target])
         return self._loaded[target]
+
+    def raw(self, name: Optional[str], level: int) -> Optional[Mapping[str, Any]]:
+        """The summary, as exported, of the linted module `from <level dots><name> import`
+        refers to (when this file is linted with it): its functions copied as they are."""
+        if self.module(name, level) is None:
+            return None
+        return self.summaries[self.path_of(name, level) or ""]
+
+    def words(self) -> str:
+        """The code the summaries quote (each event's call, each scaler built), for the words
+        a rule looks for before a file is parsed: a file that calls a helper which builds a
+        GradScaler runs a GradScaler."""
+        texts = []
+        for summary in self.summaries.values():
+            for function in summary.get("functions", {}).values():
+                texts.extend(event.get("text", "") for event in function.get("events", ()))
+                texts.extend(fresh.get("text", "") for fresh in function.get("fresh_scalers", ()))
+        return "\n" + "\n".join(texts)
 
     def scaler(self, key: str) -> Optional[ScalerInfo]:
         """A scaler another module holds (`ext:<path>:<key>`), as its summary describes it."""

@@ -29,6 +29,7 @@ from amplint.semantic.types import (
     EventKind,
     FlowState,
     Occurrence,
+    Ref,
     ScalerInfo,
 )
 from amplint.semantic.walk import iter_tree
@@ -191,6 +192,27 @@ class SemanticModel:
         if key not in self._scaling:
             self._scaling[key] = (self.classifier.scaling_of(value, unit), frozenset(roots(names_read(value))))
         return self._scaling[key]
+
+    def grad_scalers_built_by_calls(self) -> Iterator[Tuple[CallRecord, str, Optional[Ref]]]:
+        """Each call to a function of another linted module that builds a new GradScaler on
+        every call and steps, with it, an optimizer that outlives the call (its summary's
+        `fresh_scalers`): the call, the construction as quoted there (with the module's
+        name), and the optimizer as this file names it: the argument passed for the
+        function's parameter, or the instance a method is called on (None when not known)."""
+        if self.external is None:
+            return
+        for record in self.index.calls:
+            item = self.classify(record) if record.immediate else None
+            if not isinstance(item, HelperCall) or item.foreign is None:
+                continue
+            for fresh in item.foreign.fresh_scalers:
+                optimizer: Optional[Ref] = None
+                if fresh.optimizer.startswith("param:"):
+                    passed = item.argument_for(fresh.optimizer[len("param:") :])
+                    optimizer = self.classifier.ref(passed, record.unit.scope)
+                elif fresh.optimizer == "self" and isinstance(record.node.func, cst.Attribute):
+                    optimizer = self.classifier.ref(record.node.func.value, record.unit.scope)
+                yield record, f"{fresh.text} in {item.foreign.origin}", optimizer
 
     def grad_scalers_built(self) -> Iterator[Tuple[ScalerInfo, CallRecord]]:
         """Each `GradScaler(...)` the file builds into a variable, with the scaler it fills;

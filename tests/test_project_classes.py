@@ -1,0 +1,451 @@
+"""Classes across linted modules: constructors, methods called on instances and inheritance,
+resolved through imports, so that what a method or a constructor of another module does
+counts where it is called (`amplint.semantic.exports`: the class index of a summary)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from amplint.engine import lint_source
+from amplint.rules import ALL_RULES
+from amplint.semantic.exports import SUMMARY_VERSION, ExternalModules, load_summary
+
+
+def _write(root, files):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+
+
+def _lint(root, files):
+    """(file, row, code) of each finding of `amplint` run on `files`, written under `root`."""
+    _write(root, files)
+    done = subprocess.run(
+        [sys.executable, "-m", "amplint", "--isolated", "--no-cache", "--output-format", "json", "."],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    findings = json.loads(done.stdout)
+    return sorted((os.path.relpath(f["filename"], root).replace(os.sep, "/"), f["location"]["row"], f["code"]) for f in findings), findings
+
+
+# --------------------------------------------------------------------------- gradient-norm helpers
+
+# No AMP word in it: parsed because a linted module imports it.
+GRAD_UTILS = """
+import torch
+
+
+def grad_norm(model):
+    total = 0.0
+    for p in model.parameters():
+        if p.grad is not None:
+            total += p.grad.norm(2).item() ** 2
+    return total ** 0.5
+
+
+class Monitor:
+    def log_norm(self, model):
+        total = 0.0
+        for p in model.parameters():
+            if p.grad is not None:
+                total += p.grad.norm(2).item() ** 2
+        return total
+"""
+
+GRAD_MAIN = """
+import torch
+from utils import grad_norm, Monitor
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    monitor = Monitor()
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        {before}
+        scaler.unscale_(optimizer)
+        {after}
+        scaler.step(optimizer)
+        scaler.update()
+"""
+
+
+def test_a_gradient_norm_helper_of_another_module_read_before_unscale(tmp_path):
+    reads = "norm = grad_norm(model); logged = monitor.log_norm(model)"
+    found, findings = _lint(tmp_path, {"utils.py": GRAD_UTILS, "main.py": GRAD_MAIN.format(before=reads, after="pass")})
+    assert found == [("main.py", 12, "AMP009"), ("main.py", 12, "AMP009")]
+    assert all("in utils.py" in f["message"] for f in findings)
+
+
+def test_the_same_helpers_after_unscale_are_clean(tmp_path):
+    reads = "norm = grad_norm(model); logged = monitor.log_norm(model)"
+    found, _ = _lint(tmp_path, {"utils.py": GRAD_UTILS, "main.py": GRAD_MAIN.format(before="pass", after=reads)})
+    assert found == []
+
+
+def test_a_module_without_amp_words_is_analysed_only_when_a_linted_module_imports_it(tmp_path):
+    from amplint.project import imported_deferred
+
+    _write(tmp_path, {"utils.py": GRAD_UTILS, "other.py": "def f():\n    return 1\n", "main.py": GRAD_MAIN.format(before="pass", after="pass")})
+    paths = [str(tmp_path / name) for name in ("utils.py", "other.py", "main.py")]
+    first = [lint_source(open(path).read(), path, ALL_RULES) for path in paths]
+    assert first[0].skipped and first[0].summary is None
+    assert imported_deferred(first) == [0]  # not other.py: no helper words; not when nothing imports it
+    assert imported_deferred(first[:2]) == []
+    alone = lint_source(open(paths[0]).read(), paths[0], ALL_RULES, whole=True)
+    assert alone.findings == [] and set(alone.summary["functions"]) == {"grad_norm", "Monitor.log_norm"}
+
+
+# --------------------------------------------------------------------------- inheritance
+
+BASE = """
+import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer, amp=True):
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda", enabled=amp)
+
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def optimizer_step(self):
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad()
+
+    def train_step(self, x):
+        with torch.autocast("cuda"):
+            loss = self.model(x)
+        self.backward(loss)
+        self.optimizer_step()
+"""
+
+SUBCLASSES = """
+import torch
+from trainers.base import Trainer
+
+
+class ClipTrainer(Trainer):
+    def train_step(self, x):
+        with torch.autocast("cuda"):
+            loss = self.model(x)
+        self.backward(loss)
+        {unscale}
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer_step()
+
+
+class LoggingTrainer(Trainer):
+    def train_step(self, x):
+        with torch.autocast("cuda"):
+            loss = self.model(x)
+        {indent}self.backward(loss)
+        self.optimizer_step()
+"""
+
+
+def test_a_subclass_in_another_module_runs_the_methods_of_its_base(tmp_path):
+    files = {"trainers/__init__.py": "", "trainers/base.py": BASE, "custom.py": SUBCLASSES.format(unscale="pass", indent="    ")}
+    found, findings = _lint(tmp_path, files)
+    # The clip between the base's scaled backward and its step; the base's backward under autocast.
+    assert found == [("custom.py", 11, "AMP003"), ("custom.py", 19, "AMP006")]
+    message = next(f["message"] for f in findings if f["code"] == "AMP006")
+    assert "`self.scaler.scale(loss).backward()` in base.py" in message
+
+
+def test_a_subclass_that_unscales_before_clipping_is_clean(tmp_path):
+    files = {
+        "trainers/__init__.py": "",
+        "trainers/base.py": BASE,
+        "custom.py": SUBCLASSES.format(unscale="self.scaler.unscale_(self.optimizer)", indent=""),
+    }
+    found, _ = _lint(tmp_path, files)
+    assert found == []
+
+
+MIDDLE = """
+import torch
+from base import Trainer
+
+
+class MyTrainer(Trainer):
+    def evaluate(self, x):
+        with torch.no_grad(), torch.autocast("cuda"):
+            return self.model(x)
+"""
+
+RUN = """
+import torch
+from custom import MyTrainer
+
+
+def run(model, optimizer, loader):
+    worker = MyTrainer(model, optimizer)
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+            {inside}
+        {outside}
+        worker.optimizer_step()
+"""
+
+
+def test_methods_inherited_through_a_module_in_between(tmp_path):
+    # custom.py's own code exports nothing: it exports what MyTrainer inherits once it is
+    # linted with base.py's summary, and run.py finds it there. (A module with no AMP words
+    # at all is not parsed, so it exports nothing: amplint.project.)
+    files = {"base.py": BASE, "custom.py": MIDDLE, "run.py": RUN.format(inside="worker.backward(loss)", outside="pass")}
+    found, _ = _lint(tmp_path, files)
+    assert found == [("run.py", 10, "AMP006")]
+    (tmp_path / "run.py").unlink()
+    found, _ = _lint(tmp_path, {"run.py": RUN.format(inside="pass", outside="worker.backward(loss)")})
+    assert found == []
+
+
+# --------------------------------------------------------------------------- constructors
+
+PROBE = """
+import torch
+
+
+class GradientProbe:
+    # Measures the gradients of one batch when built.
+    def __init__(self, model, batch):
+        self.loss = model(batch)
+        self.loss.backward()
+        self.norms = [p.grad.norm() for p in model.parameters()]
+"""
+
+PROBE_MAIN = """
+import torch
+from probe import GradientProbe
+
+
+def check(model, batch):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        {inside}
+    {outside}
+"""
+
+
+def test_a_constructor_of_another_module_runs_where_the_class_is_called(tmp_path):
+    found, findings = _lint(tmp_path, {"probe.py": PROBE, "main.py": PROBE_MAIN.format(inside="GradientProbe(model, batch)", outside="pass")})
+    assert found == [("main.py", 7, "AMP006")]
+    assert "in probe.py" in findings[0]["message"]
+    found, _ = _lint(tmp_path, {"main.py": PROBE_MAIN.format(inside="pass", outside="GradientProbe(model, batch)")})
+    assert found == []
+
+
+# --------------------------------------------------------------------------- a GradScaler per call
+
+ENGINE = """
+import torch
+
+
+def train_one_epoch(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_with(model, loader, optimizer, scaler):
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+class Loop:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def run_epoch(self, loader):
+        scaler = torch.amp.GradScaler("cuda")
+        for x in loader:
+            with torch.autocast("cuda"):
+                loss = self.model(x)
+            scaler.scale(loss).backward()
+            scaler.step(self.optimizer)
+            scaler.update()
+"""
+
+EPOCHS = """
+import torch
+from engine import train_one_epoch, train_with, Loop
+
+
+def main(model, loader, epochs):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loop = Loop(model, optimizer)
+    for epoch in range(epochs):
+        train_one_epoch(model, loader, optimizer)
+        loop.run_epoch(loader)
+
+
+def evaluate(model, loader):
+    with torch.no_grad(), torch.autocast("cuda"):
+        return [model(x) for x in loader]
+"""
+
+FOLDS = """
+import torch
+from engine import train_one_epoch, train_with, Loop
+
+
+def main(model, loader, epochs):
+    # Right: one scaler for the whole run.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    for epoch in range(epochs):
+        train_with(model, loader, optimizer, scaler)
+    # A fresh run per fold: the optimizer (and the loop holding it) is new too.
+    for fold in range(5):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_one_epoch(model, loader, optimizer)
+        Loop(model, optimizer).run_epoch(loader)
+    # Called once.
+    train_one_epoch(model, loader, optimizer)
+"""
+
+
+def test_a_grad_scaler_built_by_another_modules_function_every_epoch(tmp_path):
+    found, findings = _lint(tmp_path, {"engine.py": ENGINE, "main.py": EPOCHS})
+    assert found == [("main.py", 9, "AMP008"), ("main.py", 10, "AMP008")]
+    assert '(`torch.amp.GradScaler("cuda")` in engine.py)' in findings[0]["message"]
+
+
+def test_a_scaler_built_once_or_per_fresh_run_is_clean(tmp_path):
+    found, _ = _lint(tmp_path, {"engine.py": ENGINE, "main.py": FOLDS})
+    assert found == []
+
+
+# --------------------------------------------------------------------------- checkpointers
+
+CHECKPOINTER = """
+import torch
+
+
+class Checkpointer:
+    def __init__(self, model, optimizer, path{scaler_param}):
+        self.model = model
+        self.optimizer = optimizer
+        self.path = path{scaler_attribute}
+
+    def save(self, epoch):
+        torch.save({{"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(){scaler_state}, "epoch": epoch}}, self.path)
+"""
+
+CHECKPOINTED = """
+import torch
+from checkpoint import Checkpointer
+
+
+def train(model, loader, optimizer, epochs):
+    scaler = torch.amp.GradScaler("cuda")
+    ckpt = Checkpointer(model, optimizer, "ckpt.pt"{scaler})
+    for epoch in range(epochs):
+        for x in loader:
+            with torch.autocast("cuda"):
+                loss = model(x)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+        ckpt.save(epoch)
+"""
+
+
+def test_a_checkpointer_of_another_module_handed_the_optimizer_but_not_the_scaler(tmp_path):
+    files = {
+        "checkpoint.py": CHECKPOINTER.format(scaler_param="", scaler_attribute="", scaler_state=""),
+        "train.py": CHECKPOINTED.format(scaler=""),
+    }
+    found, _ = _lint(tmp_path, files)
+    assert found == [("train.py", 7, "AMP007")]
+    files = {
+        "checkpoint.py": CHECKPOINTER.format(
+            scaler_param=", scaler=None", scaler_attribute="\n        self.scaler = scaler", scaler_state=', "scaler": self.scaler.state_dict()'
+        ),
+        "train.py": CHECKPOINTED.format(scaler=", scaler=scaler"),
+    }
+    found, _ = _lint(tmp_path, files)
+    assert found == []
+
+
+# --------------------------------------------------------------------------- the summary
+
+
+def test_a_summary_indexes_classes_their_bases_and_what_they_inherit(tmp_path):
+    _write(tmp_path, {"base.py": BASE, "custom.py": MIDDLE, "engine.py": ENGINE})
+    base_path, custom_path, engine_path = (str(tmp_path / name) for name in ("base.py", "custom.py", "engine.py"))
+    base = lint_source((tmp_path / "base.py").read_text(), base_path, ALL_RULES).summary
+    assert base["version"] == SUMMARY_VERSION
+    assert base["classes"] == {"Trainer": {"bases": [], "methods": ["__init__", "backward", "optimizer_step", "train_step"]}}
+    # Alone, custom.py exports nothing; linted with base.py's summary, what MyTrainer inherits.
+    assert lint_source((tmp_path / "custom.py").read_text(), custom_path, ALL_RULES, whole=True).summary is None
+    custom = lint_source(
+        (tmp_path / "custom.py").read_text(), custom_path, ALL_RULES, external=ExternalModules(custom_path, {base_path: base}), whole=True
+    ).summary
+    custom = json.loads(json.dumps(custom))  # plain JSON, for a cache
+    assert custom["classes"] == {"MyTrainer": {"bases": [["Trainer", ["base", 0, "Trainer"]]], "methods": ["evaluate"]}}
+    assert set(custom["functions"]) == {"MyTrainer.backward", "MyTrainer.optimizer_step", "MyTrainer.train_step"}
+    assert custom["functions"]["MyTrainer.backward"] == base["functions"]["Trainer.backward"]
+    # ... with the scaler those methods name, so that modules importing custom.py know it.
+    assert set(custom["scalers"]) == set(base["scalers"])
+    engine = lint_source((tmp_path / "engine.py").read_text(), engine_path, ALL_RULES).summary
+    functions = engine["functions"]
+    assert functions["train_one_epoch"]["fresh_scalers"] == [
+        {"name": "scaler", "text": '`torch.amp.GradScaler("cuda")`', "optimizer": "param:optimizer", "optimizer_text": "optimizer"}
+    ]
+    assert functions["Loop.run_epoch"]["fresh_scalers"][0]["optimizer"] == "self"
+    assert "fresh_scalers" not in functions["train_with"]  # handed its scaler
+
+
+def test_a_summary_of_another_version_is_not_used():
+    summary = lint_source(textwrap.dedent(BASE), "base.py", ALL_RULES).summary
+    assert load_summary("base.py", summary) is not None
+    assert load_summary("base.py", {**summary, "version": SUMMARY_VERSION - 1}) is None
+
+
+def test_a_file_is_linted_again_for_a_method_only_where_its_class_is_named():
+    from amplint.project import _names_one_of
+
+    functions = ["clip_and_step", "Trainer.step", "Probe.__init__"]
+    assert _names_one_of("clip_and_step(model)", functions)
+    assert not _names_one_of("scheduler.step()", functions)  # `step`, but no Trainer
+    assert _names_one_of("t = Trainer(m)\nt.step()", functions)
+    assert _names_one_of("class Mine(base.Trainer):\n    pass", functions)  # inherits every method
+    assert not _names_one_of("trainer = make_trainer()\nTrainer", ["Trainer.step"])
+    assert _names_one_of("Probe(model, batch)", functions)  # its constructor
+
+
+def test_a_scaler_built_per_call_for_bfloat16_only_is_not_exported():
+    engine = ENGINE.replace('torch.autocast("cuda")', 'torch.autocast("cuda", dtype=torch.bfloat16)')
+    summary = lint_source(textwrap.dedent(engine), "engine.py", ALL_RULES).summary
+    assert not any("fresh_scalers" in function for function in summary["functions"].values())
+
+
+def test_the_helpers_of_a_module_without_amp_words_are_found_by_their_text():
+    from amplint.catalogue import helper_names
+
+    assert helper_names(textwrap.dedent(GRAD_UTILS)) == {"grad_norm", "log_norm", "Monitor"}
+    assert helper_names("def f(x):\n    return torch.autograd.grad(x, y)\n") == frozenset()  # not a `.grad` read
+    assert helper_names("def clip(m):\n    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)\n") == {"clip"}
