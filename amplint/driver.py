@@ -135,6 +135,9 @@ class Runner:
             target=str(target) if target is not None else None,
             analysis_limit=analysis_limit,
             torch_target=list(torch_target) if torch_target is not None else None,
+            # A parser that runs out of memory may report what it could not finish as the
+            # file's verdict ("nested too deeply"): a result is only as good as its limit.
+            file_memory=memory,
         )
         self.progress = progress  # advanced once per file whose result is in
         # Tests and benchmarks only: lint in this process, unprotected.
@@ -561,6 +564,10 @@ def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY) -> None
         # A crash must not leave a core file in the user's project.
         resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     except (ImportError, ValueError, OSError):
+        pass
+    try:  # mapped before the cap: loading it past the cap would fail as a parse error
+        from libcst import native  # noqa: F401
+    except ImportError:
         pass
     _limit_memory(memory)
     while True:

@@ -144,6 +144,18 @@ def test_a_file_over_the_memory_limit_is_an_error_and_the_worker_goes_on(tmp_pat
     assert again[0].error.message == hog.error.message
 
 
+def test_a_result_is_cached_for_its_memory_limit_only(tmp_path):
+    # A parser short of memory may give its verdict on what it could not finish ("nested too
+    # deeply"): such a result must not be replayed to a run with another limit.
+    paths = write(tmp_path, {"train.py": BUGGY})
+    runs = []
+    for memory in (256, 256, 512, driver.DEFAULT_MEMORY):
+        with Runner(workers=1, memory=memory, cache=Cache(str(tmp_path / "cache"))) as runner:
+            runner.lint([Job(p, CODES) for p in paths])
+            runs.append(runner.linted)
+    assert runs == [1, 0, 1, 1]
+
+
 def test_a_worker_aborted_names_the_memory_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(amplint.engine, "lint_bytes", _crash_on("big.py", how="abort"))
     (path,) = write(tmp_path, {"big.py": BUGGY})
