@@ -36,7 +36,7 @@ cast with an optimizer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
+from typing import Collection, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -140,6 +140,9 @@ class PrecisionFacts:
     casts: List[ModuleCast] = field(default_factory=list)
     optimizers: List[OptimizerBuild] = field(default_factory=list)
     averages: List[InPlaceAverage] = field(default_factory=list)
+    # Loops that assign each parameter of a module anew (`for p in ema.parameters(): p.data =
+    # p.data.float()`): the loop and the module; its parameters may have any dtype after it.
+    reassigned: List[Tuple[cst.For, ModulePath]] = field(default_factory=list)
 
 
 def find_precision(index: ModuleIndex, resolver: Resolver) -> "PrecisionFinder":
@@ -221,6 +224,7 @@ class PrecisionFinder:
         if self.facts.casts:
             self._copies()
             self._averages()
+            self._reassigned()
 
     # module paths
     def paths(self, name: str, scope: Scope, depth: int = 0) -> Set[ModulePath]:
@@ -606,6 +610,15 @@ class PrecisionFinder:
                 if any(cast.covers(path) for cast in self.facts.casts):
                     self.facts.averages.append(InPlaceAverage(loop, unit, path, update))
 
+    def _reassigned(self) -> None:
+        for unit, loop, _ in self.index.loops:
+            if not isinstance(loop, cst.For) or not _iterates_state(loop.iter):
+                continue
+            bound = names_bound(loop.target)
+            if any(_assigns_data_of(node, bound) for node in iter_tree(loop.body)):
+                for path in sorted(set(self._state_owners(loop.iter, unit.scope))):
+                    self.facts.reassigned.append((loop, path))
+
     def _decayed_paths(self, loop: cst.For, decayed: cst.BaseExpression, scope: Scope) -> Iterator[ModulePath]:
         """What the tensor a loop decays belongs to: the module whose parameters or state the
         loop draws it from (`for e, p in zip(ema.parameters(), model.parameters())`), or the
@@ -733,6 +746,17 @@ def _tensor_copied(element: cst.BaseExpression) -> Optional[str]:
         else:
             break
     return node.value if copied and isinstance(node, cst.Name) else None
+
+
+def _assigns_data_of(node: cst.CSTNode, names: Collection[str]) -> bool:
+    """Whether `node` assigns a new tensor to one of `names`' `.data` (`p.data = p.data.float()`)."""
+    if not isinstance(node, cst.Assign):
+        return False
+    for target in node.targets:
+        name = dotted_name(target.target)
+        if name is not None and name.endswith(".data") and name[: -len(".data")] in names:
+            return True
+    return False
 
 
 def _iterates_state(iterable: cst.BaseExpression) -> bool:
@@ -1294,6 +1318,11 @@ def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord], p
             # not `model.bn.float()`, nor `model.float()` for saving once training is over
             if any(other.covers(path) for path in paths) and _trains_after(precision, other.record):
                 return True
+    # Each parameter assigned anew in a loop over the module's parameters after the cast:
+    # `p.data = p.data.float()` may undo it, whatever the loop casts to.
+    for loop, path in facts.reassigned:
+        if any(_nested(path, own) for own in paths) and ids & calls_within([loop.iter]):
+            return True
     finder: PrecisionFinder = precision.finder
     for record in after:
         call = record.node

@@ -113,3 +113,29 @@ def float32_dict_ema(model, loader, decay=0.999):
         with torch.no_grad():
             for name, param in model.named_parameters():
                 ema_params[name].mul_(decay).add_(param, alpha=1 - decay)
+
+
+class ParametersMadeFloat32EMA:
+    # Each parameter of the copy assigned a float32 tensor (`p.data = p.data.float()`): the
+    # copy is float32 whatever the model was.
+    def __init__(self, model, decay=0.9999):
+        self.ema = copy.deepcopy(model)
+        for p in self.ema.parameters():
+            p.data = p.data.float()
+            p.requires_grad_(False)
+        self.decay = decay
+
+    def update(self, model):
+        with torch.no_grad():
+            for e, p in zip(self.ema.parameters(), model.parameters()):
+                e.mul_(self.decay).add_(p.float(), alpha=1 - self.decay)
+
+
+def ema_made_float32_parameter_by_parameter(model, loader):
+    model = model.cuda().half()
+    optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    ema = ParametersMadeFloat32EMA(model)
+    for x in loader:
+        optimizer.backward(model(x).sum())
+        optimizer.step()
+        ema.update(model)
