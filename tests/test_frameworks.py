@@ -454,6 +454,9 @@ engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=mod
         # written into is a value of its own: unknown).
         ('ds_config = {"fp16": {"enabled": True}}\nds_config["fp16"]["enabled"] = args.fp16', "config=ds_config", {}),
         ('ds_config = {"fp16": {"enabled": True}}\nds_config.update(extra)', "config=ds_config", {"engine": ("deepspeed", None)}),
+        # Handed to a helper that may write into it; printed or serialised only, it stays.
+        ('ds_config = {"fp16": {"enabled": True}}\nset_precision(ds_config, args)', "config=ds_config", {"engine": ("deepspeed", None)}),
+        ('ds_config = {"fp16": {"enabled": True}}\nprint(json.dumps(ds_config))\nlogger.info(ds_config)', "config=ds_config", {"engine": ("deepspeed", True)}),
         # No float16: bfloat16, off, absent, DeepSpeed's default for a section without "enabled".
         ('ds_config = {"bf16": {"enabled": True}}', "config=ds_config", {}),
         ('ds_config = {"fp16": {"enabled": False}}', "config=ds_config", {}),

@@ -480,7 +480,8 @@ def _keyed(element: cst.BaseDictElement, key: str) -> bool:
 
 def _changed_later(name: str, resolver: Resolver) -> bool:
     """Whether the file writes into the dict `name` holds after building it (`name[k] = v`,
-    `name["fp16"]["enabled"] = flag`, `name.update(...)`, `name.setdefault(...)`)."""
+    `name["fp16"]["enabled"] = flag`, `name.update(...)`, `name.setdefault(...)`), or may:
+    hands it to a function (`set_precision(name, args)`) other than one that only reads it."""
     changed = _WRITTEN_INTO.get(resolver.index)
     if changed is None:
         changed = _WRITTEN_INTO[resolver.index] = _written_into(resolver.index)
@@ -507,7 +508,15 @@ def _written_into(index: ModuleIndex) -> FrozenSet[str]:
             name = dotted_name(func.value)
             if name is not None:
                 found.add(name)
+        callee = (dotted_name(func) or "").rsplit(".", 1)[-1]
+        if callee not in _READS_ONLY and not callee.startswith(("log", "print")):
+            found.update(name for name in (dotted_name(arg.value) for arg in record.node.args) if name is not None)
     return frozenset(found)
+
+
+# Callees known to read a dict they are handed, never to write into it: the framework's own
+# constructors and what prints, copies or serialises it.
+_READS_ONLY = frozenset({"initialize", "init_inference", "dumps", "dump", "deepcopy", "copy", "dict", "len", "str", "repr", "pprint", "info", "debug", "warning"})
 
 
 def _dict(value: Optional[cst.BaseExpression], scope: Scope, resolver: Resolver) -> Optional[Tuple[cst.Dict, Scope]]:
