@@ -81,13 +81,11 @@ class Framework:
     # (an accumulation micro-batch: a scaled backward only).
     called_steps: bool = False
     hold_step_keywords: FrozenSet[str] = frozenset()
-    # Hooks the framework calls on the user's classes, by what the gradients hold when it
-    # calls them: still scaled (Lightning's `on_after_backward`, called between the scaled
-    # backward and the unscale), or already unscaled (`on_before_optimizer_step`,
-    # `configure_gradient_clipping`, called after it). Reading or clipping them in a scaled
-    # hook sees the loss scale.
+    # Hooks the framework calls on the user's classes while the gradients are still scaled
+    # (Lightning's `on_after_backward`, called between the scaled backward and the unscale):
+    # reading or clipping them there sees the loss scale. The advice names the hooks called
+    # after the unscale (`on_before_optimizer_step`, `configure_gradient_clipping`).
     scaled_gradient_hooks: FrozenSet[str] = frozenset()
-    unscaled_gradient_hooks: FrozenSet[str] = frozenset()
     hook_advice: str = ""  # `{hook}`: the scaled hook
     # A training loop the framework builds and runs itself (ignite's
     # `create_supervised_trainer(..., amp_mode="amp", scaler=False)`): the precision values
@@ -151,7 +149,6 @@ LIGHTNING = Framework(
     self_unscaling_methods=frozenset({"clip_gradients"}),
     self_optimizer_methods=frozenset({"optimizers"}),
     scaled_gradient_hooks=frozenset({"on_after_backward"}),
-    unscaled_gradient_hooks=frozenset({"on_before_optimizer_step", "configure_gradient_clipping"}),
     hook_advice=(
         "Lightning calls `{hook}` before it unscales them; do this in `on_before_optimizer_step` "
         "(or clip in `configure_gradient_clipping`), which it calls after"
