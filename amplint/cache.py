@@ -66,9 +66,11 @@ ENV_CACHE_DIR = "AMPLINT_CACHE_DIR"
 ENV_KEY_FILE = "AMPLINT_CACHE_KEY_FILE"
 _FORMAT = 2  # bump when the record layout changes
 _SHARDS = 256
-# Results kept per file: switching between a few selections (pre-commit's, the editor's,
-# CI's) keeps hitting.
-_RESULTS_PER_FILE = 4
+# Results kept per file. One run may store several for a file (its own lint, a whole lint
+# for its summary, one per round of the second phase: amplint.project.MAX_ROUNDS), and
+# switching between a few selections (pre-commit's, CI's) should keep hitting: fewer, and
+# each of a run's results would push out the one the next run asks for first.
+_RESULTS_PER_FILE = 12
 # A stat is trusted only for content read at least this long after the file's last change:
 # coarse file-system clocks (FAT: 2 s) cannot then hide an edit made right after the read.
 _RACY_NS = 2_000_000_000

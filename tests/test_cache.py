@@ -597,3 +597,44 @@ def test_a_read_only_home_means_no_cache_and_one_note(amplint, project, tmp_path
     assert result.returncode == 1 and "AMP003" in result.stdout
     assert result.stderr.count("amplint: note: not caching: cannot use the cache key") == 1
     assert not (project / ".amplint_cache").exists()
+
+
+def test_a_file_linted_in_every_round_of_the_second_phase_is_warm_the_next_run(tmp_path, monkeypatch):
+    # A chain of modules: each learns what the next one does a round later, so the file at
+    # its head is linted once on its own and again in every round, each time under a key of
+    # its own. Every one of those results must be kept, or the next run lints it again
+    # (each result pushed out by the one after it, run after run).
+    from amplint import cli
+    from amplint import driver as driver_module
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "s0.py").write_text("def step0(scaler, optimizer):\n    scaler.step(optimizer)\n    scaler.update()\n")
+    for level in range(1, 5):
+        (package / f"s{level}.py").write_text(
+            f"from .s{level - 1} import step{level - 1}\n\n\ndef step{level}(scaler, optimizer, loss):\n"
+            f"    scaler.scale(loss).backward()\n    step{level - 1}(scaler, optimizer)\n"
+        )
+    (package / "train.py").write_text(
+        "import torch\n\nfrom .s4 import step4\n\n\ndef train(model, optimizer, x):\n"
+        '    scaler = torch.amp.GradScaler("cuda")\n    with torch.autocast("cuda"):\n'
+        "        loss = model(x)\n        step4(scaler, optimizer, loss)\n"
+    )
+    linted = []
+    real = driver_module.Runner.lint
+
+    def counting(self, jobs, *args, **kwargs):
+        before = self.linted
+        results = real(self, jobs, *args, **kwargs)
+        linted.append(self.linted - before)
+        return results
+
+    monkeypatch.setattr(driver_module.Runner, "lint", counting)
+    monkeypatch.chdir(tmp_path)
+    args = ["--cache-dir", str(tmp_path / "cache"), "-j", "1", "-q", "--exit-zero", "pkg"]
+    assert cli.main(args) == 0
+    assert sum(linted) > len(list(package.iterdir())), "the second phase linted files again"
+    linted.clear()
+    assert cli.main(args) == 0
+    assert sum(linted) == 0
