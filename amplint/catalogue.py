@@ -84,21 +84,26 @@ def helper_names(source: str) -> FrozenSet[str]:
     text search: `grad_norm` for `def grad_norm(model): ... p.grad ...`. What another module
     must name to call one of them (a helper that calls another is found by the outer name
     only if that one holds a word too)."""
+    if not any(word in source for word in HELPER_WORDS):
+        return frozenset()
+    import bisect
     import re
 
     names = set()
     definitions = [(m.start(), m.group(1), m.group(2)) for m in re.finditer(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", source, re.M)]
+    starts = [d[0] for d in definitions]
     classes = [(m.start(), m.group(1)) for m in re.finditer(r"^class[ \t]+(\w+)", source, re.M)]
+    class_starts = [c[0] for c in classes]
     for word in HELPER_WORDS:
         start = source.find(word)
         while start != -1:
-            before = [d for d in definitions if d[0] < start]
-            if before:
-                _, indent, name = before[-1]
+            at = bisect.bisect_left(starts, start)  # the definitions that begin before it
+            if at:
+                where, indent, name = definitions[at - 1]
                 names.add(name)
-                owner = [c for c in classes if c[0] < before[-1][0]]
+                owner = bisect.bisect_left(class_starts, where)
                 if indent and owner:
-                    names.add(owner[-1][1])
+                    names.add(classes[owner - 1][1])
             start = source.find(word, start + 1)
     return frozenset(names)
 

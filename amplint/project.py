@@ -30,13 +30,13 @@ older cache) is linted again whenever its text names a function of a summary it 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+import functools
+from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from amplint.diagnostics import FileResult
 
 if TYPE_CHECKING:
     from amplint.import_paths import PathIndex
-    from amplint.semantic.exports import ExternalModules
 
 # Rounds after the first: each follows imports one module further.
 MAX_ROUNDS = 3
@@ -109,25 +109,24 @@ def _relint_finding(jobs: Sequence[Tuple[int, Dict[str, dict]]], results: Sequen
     """The results of `jobs` (index, summaries): linted again only where the file's analysis
     looks up something the summaries have; elsewhere its first result (`first`, linted
     without summaries), which is the one it would get."""
-    from amplint.semantic.exports import ExternalModules
-
     out = [first[index] for index, _ in jobs]
-    wanted = [
-        position
-        for position, (index, used) in enumerate(jobs)
-        if first[index].lookups is None or _finds_any(ExternalModules(first[index].path, used), first[index].lookups)
-    ]
+    wanted = [position for position, (index, used) in enumerate(jobs) if first[index].lookups is None or _finds_any(first[index].path, used, first[index].lookups)]
     if wanted:
         for position, result in zip(wanted, relint([(results[jobs[p][0]].path, jobs[p][1]) for p in wanted])):
             out[position] = result
     return out
 
 
-def _finds_any(external: "ExternalModules", lookups: Collection[Tuple[Optional[str], int, Optional[str]]]) -> bool:
-    """Whether one of `lookups` (`exports.Lookup`) finds something in `external`'s summaries."""
+def _finds_any(importer: str, used: Mapping[str, dict], lookups: Collection[Tuple[Optional[str], int, Optional[str]]]) -> bool:
+    """Whether one of `importer`'s `lookups` (`exports.Lookup`) finds something in the
+    summaries `used`, resolved as `exports.ExternalModules` resolves them (without importing
+    the semantic core: a warm run decides this for every cached file)."""
+    from amplint.import_paths import PathIndex
+
+    index = PathIndex(used)
     for module, level, function in lookups:
-        path = external.path_of(module, level)
-        if path is not None and (function is None or function in external.summaries[path].get("functions", {})):
+        path = index.path_of(importer, module, level)
+        if path is not None and (function is None or function in used[path].get("functions", {})):
             return True
     return False
 
@@ -160,9 +159,15 @@ def _names_one_of(text: str, functions: Collection[str]) -> bool:
 
 def _subclasses(text: str, cls: str) -> bool:
     """Whether `text` defines a class with `cls` among its bases (`class A(pkg.Trainer, B):`)."""
+    return cls in _base_names(text)
+
+
+@functools.lru_cache(maxsize=4)  # the same file's text, asked of each summary it imports
+def _base_names(text: str) -> FrozenSet[str]:
+    """Every identifier in the bases of the classes `text` defines."""
     import re
 
-    return re.search(r"\bclass\s+\w+\s*\([^)]*\b" + re.escape(cls) + r"\b", text) is not None
+    return frozenset(name for bases in re.findall(r"\bclass\s+\w+\s*\(([^)]*)", text) for name in re.findall(r"\w+", bases))
 
 
 def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index: Optional[PathIndex] = None) -> Dict[str, dict]:
