@@ -847,6 +847,18 @@ class Successors:
         # `calls_after`, asked again and again of the same calls (each cast, each cast back)
         self.after: Dict[Tuple[int, int, int], List[CallRecord]] = {}
         self._constructors: Optional[Dict[str, CodeUnit]] = None
+        self._calls_in: Dict[int, FrozenSet[int]] = {}  # id(statement) -> `calls_within` it
+
+    def calls_within(self, statements: List[cst.CSTNode]) -> Set[int]:
+        """`calls_within`, each statement walked once: the statements after one call are
+        mostly those after another (the rest of a long training function)."""
+        found: Set[int] = set()
+        for statement in statements:
+            known = self._calls_in.get(id(statement))
+            if known is None:
+                known = self._calls_in[id(statement)] = frozenset(calls_within([statement]))
+            found |= known
+        return found
 
     def callee(self, model, record: CallRecord) -> Optional[CodeUnit]:
         """The unit of the file a call runs: a helper's, or a class's `__init__` (`EMA(model)`)."""
@@ -1132,7 +1144,7 @@ def calls_after(
 
 def _calls_after(model, record: CallRecord, successors: "Successors", depth: int, came_from: Optional[CodeUnit]) -> List[CallRecord]:
     unit = record.unit
-    ids = calls_within(successors.statements_after(record))
+    ids = successors.calls_within(successors.statements_after(record))
     found = [r for r in unit.calls if id(r.node) in ids and r.immediate]
     if unit.name.rsplit(".", 1)[-1] == "__init__" and unit.class_name is not None:
         found += [r for u in model.units if u.class_name == unit.class_name and u is not unit for r in u.calls]
@@ -1215,7 +1227,7 @@ def averaged_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast
         ids = {id(r.node) for r in after}
         for average in averages:
             # The loop runs after the cast (its `.parameters()`/`.state_dict()` call does).
-            if ids & calls_within([average.loop]):
+            if ids & precision.successors.calls_within([average.loop]):
                 yield cast, average
                 break
 
@@ -1270,7 +1282,7 @@ def _fresh_object(precision: "Precision", cast: ModuleCast, optimizer: Optimizer
         return False
     finder: PrecisionFinder = precision.finder
     successors: Successors = precision.successors
-    after_optimizer = calls_within(successors.statements_after(optimizer.record))
+    after_optimizer = successors.calls_within(successors.statements_after(optimizer.record))
     records = {id(r.node): r for r in cast.unit.calls}
     if cast.inherits is not None or not isinstance(cast.node, cst.Call) or not isinstance(cast.node.func, cst.Attribute):
         return False
@@ -1284,7 +1296,7 @@ def _fresh_object(precision: "Precision", cast: ModuleCast, optimizer: Optimizer
         record = records.get(id(source))
         if record is None or id(source) not in after_optimizer:
             continue
-        if id(cast.node) in calls_within(successors.statements_after(record)):
+        if id(cast.node) in successors.calls_within(successors.statements_after(record)):
             return True
     return False
 
