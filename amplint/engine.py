@@ -278,8 +278,9 @@ def _locate(
         assert module is not None
         # Positions only for files with findings, and only of the nodes that are shown: the
         # reported ones, and what fix suggestions read (the statements they rewrite).
-        positions = code_ranges(module, _shown(module, reports, fixes), source if fixes else None)
-        suggest = Suggestions(module, positions)
+        printed: Dict[int, str] = {}  # the code of the statements printed: what suggestions compare with
+        positions = code_ranges(module, _shown(module, reports, fixes), source if fixes else None, printed)
+        suggest = Suggestions(module, positions, printed)
         for rule, node, report in reports:
             span = positions[node]
             row, column = span.start.line, span.start.column + 1

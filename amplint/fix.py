@@ -362,10 +362,11 @@ class Suggestions:
     the nodes on the way down to what it changes are visited. A statement's code and the
     way to each node in it are worked out once for all the module's fixes."""
 
-    def __init__(self, module: cst.Module, positions: Mapping[cst.CSTNode, CodeRange]) -> None:
+    def __init__(self, module: cst.Module, positions: Mapping[cst.CSTNode, CodeRange], codes: Optional[Mapping[int, str]] = None) -> None:
+        """`codes`: the code of top-level statements already printed (id -> `code_for_node`)."""
         self.module = module
         self.positions = positions
-        self._codes: Dict[int, str] = {}
+        self._codes: Dict[int, str] = dict(codes or {})
         self._parents: Dict[int, Dict[int, cst.CSTNode]] = {}
 
     @staticmethod

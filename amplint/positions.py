@@ -31,16 +31,19 @@ from amplint.semantic.walk import iter_tree
 _NEWLINE = re.compile(r"\r\n?|\n")
 
 
-def code_ranges(module: cst.Module, nodes: Iterable[cst.CSTNode], source: Optional[str] = None) -> Dict[cst.CSTNode, CodeRange]:
+def code_ranges(
+    module: cst.Module, nodes: Iterable[cst.CSTNode], source: Optional[str] = None, printed: Optional[Dict[int, str]] = None
+) -> Dict[cst.CSTNode, CodeRange]:
     """The ranges of `nodes` (nodes of `module`), as `PositionProvider` gives them.
     `source`: the text `module` was parsed from as written (LibCST prints it back exactly):
-    then only the top-level statements that hold `nodes` are printed."""
+    then only the top-level statements that hold `nodes` are printed, and their code is
+    added to `printed` (id of the statement -> `module.code_for_node` of it), if given."""
     wanted = {id(node): node for node in nodes}
     if not wanted:
         return {}
     if source is not None:
         try:
-            found = _in_statements(module, wanted, source)
+            found = _in_statements(module, wanted, source, printed)
         except Exception:  # LibCST's printing changed under this private hook: print all, as below
             found = None
         if found is not None:
@@ -56,7 +59,9 @@ def code_ranges(module: cst.Module, nodes: Iterable[cst.CSTNode], source: Option
     return state.ranges(wanted)
 
 
-def _in_statements(module: cst.Module, wanted: Dict[int, cst.CSTNode], source: str) -> Optional[Dict[cst.CSTNode, CodeRange]]:
+def _in_statements(
+    module: cst.Module, wanted: Dict[int, cst.CSTNode], source: str, printed: Optional[Dict[int, str]] = None
+) -> Optional[Dict[cst.CSTNode, CodeRange]]:
     """The ranges, printing only the top-level statements that hold wanted nodes; None where
     that cannot say (a node outside the statements, a hoisted child unprinted): print all.
 
@@ -86,6 +91,7 @@ def _in_statements(module: cst.Module, wanted: Dict[int, cst.CSTNode], source: s
     placed, last = len("".join(header.tokens)), -1  # where the statement after `last` starts
     segments = []  # (first token, source offset of that token)
     segment_of: Dict[int, int] = {}  # node id -> its segment
+    codes: Dict[int, str] = {}  # id(statement) -> its code
     for index in holding:
         first, noted = len(state.tokens), len(state.spans)
         body[index]._codegen(state)
@@ -106,6 +112,7 @@ def _in_statements(module: cst.Module, wanted: Dict[int, cst.CSTNode], source: s
         for key in itertools.islice(state.spans, noted, None):
             segment_of[key] = len(segments)
         segments.append((first, offset))
+        codes[id(body[index])] = text
         placed, last = offset + len(text), index
     lengths = list(itertools.accumulate(map(len, state.tokens), initial=0))
     row_starts = [0] + [match.end() for match in _NEWLINE.finditer(source, 0, placed)]
@@ -116,6 +123,8 @@ def _in_statements(module: cst.Module, wanted: Dict[int, cst.CSTNode], source: s
         row = bisect.bisect_right(row_starts, offset)
         return CodePosition(row, offset - row_starts[row - 1])
 
+    if printed is not None:
+        printed.update(codes)
     ranges = {}
     for key, node in wanted.items():
         if key in state.spans:

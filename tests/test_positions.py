@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Iterator, List
+from typing import Dict, Iterator, List
 
 import libcst as cst
 import pytest
@@ -12,6 +12,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint import positions
 from amplint.positions import code_ranges
+from amplint.semantic.walk import iter_tree
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -47,6 +48,13 @@ def _same_as_provider(source: str) -> None:
     assert code_ranges(module, nodes) == {node: expected[node] for node in nodes}
     # Given the source, only the statements that hold the nodes are printed: the same ranges.
     assert code_ranges(module, nodes, source) == {node: expected[node] for node in nodes}
+    # The code of each statement printed, as `code_for_node` prints it (what fix suggestions compare).
+    printed: Dict[int, str] = {}
+    in_statements = [node for statement in module.body for node in iter_tree(statement)]  # the code-carrying nodes
+    assert code_ranges(module, in_statements, source, printed) == {node: expected[node] for node in in_statements}
+    assert printed == {id(statement): module.code_for_node(statement) for statement in module.body if id(statement) in printed}
+    if module.has_trailing_newline:
+        assert len(printed) == len(module.body)
     # A few nodes alone: what is recorded for one must not depend on what else is asked for.
     for node in nodes[:: max(1, len(nodes) // 25)]:
         assert code_ranges(module, [node]) == {node: expected[node]}
