@@ -209,7 +209,7 @@ def _lint_source(
                 for record in model.index.calls:  # the calls no rule asked about, too
                     model.classify(record)
             result.lookups = tuple(sorted(recorder.lookups, key=repr))
-        result.skipped_functions = _not_analysed(module, model.skipped_units, path, cells)
+        result.skipped_functions = _not_analysed(module, model.skipped_units, path, cells, source if exact else None)
         if result.findings:
             result.source = source
     except RecursionError:
@@ -217,10 +217,10 @@ def _lint_source(
     return result
 
 
-def _not_analysed(module: cst.Module, units: Sequence[CodeUnit], path: str, cells: Optional[CellMap]) -> List[NotAnalysed]:
+def _not_analysed(module: cst.Module, units: Sequence[CodeUnit], path: str, cells: Optional[CellMap], source: Optional[str] = None) -> List[NotAnalysed]:
     """Where the functions too complex to follow are: the line and column of their name."""
     names = {id(unit): unit.node.name for unit in units if isinstance(unit.node, cst.FunctionDef)}
-    positions = code_ranges(module, names.values()) if names else {}
+    positions = code_ranges(module, names.values(), source) if names else {}
     found = []
     for unit in units:
         name = names.get(id(unit))
@@ -283,8 +283,9 @@ def _locate(
         assert module is not None
         # Positions only for files with findings, and only of the nodes that are shown: the
         # reported ones, and what fix suggestions read (the statements they rewrite).
-        positions = code_ranges(module, _shown(module, reports, fixes))
-        suggest = Suggestions(module, positions)
+        printed: Dict[int, str] = {}  # the code of the statements printed: what suggestions compare with
+        positions = code_ranges(module, _shown(module, reports, fixes), source if fixes else None, printed)
+        suggest = Suggestions(module, positions, printed)
         for rule, node, report in reports:
             span = positions[node]
             row, column = span.start.line, span.start.column + 1
@@ -315,7 +316,7 @@ def _shown(module: cst.Module, reports: Sequence[Tuple[Type[Rule], cst.CSTNode, 
     for fix in suggested:
         yield from fix.nodes()
     if suggested:
-        yield from Suggestions.anchors(module)
+        yield from Suggestions.anchors(module, {id(node) for fix in suggested for node in fix.nodes()})
 
 
 def _finding(

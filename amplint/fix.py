@@ -362,17 +362,26 @@ class Suggestions:
     the nodes on the way down to what it changes are visited. A statement's code and the
     way to each node in it are worked out once for all the module's fixes."""
 
-    def __init__(self, module: cst.Module, positions: Mapping[cst.CSTNode, CodeRange]) -> None:
+    def __init__(self, module: cst.Module, positions: Mapping[cst.CSTNode, CodeRange], codes: Optional[Mapping[int, str]] = None) -> None:
+        """`codes`: the code of top-level statements already printed (id -> `code_for_node`)."""
         self.module = module
         self.positions = positions
-        self._codes: Dict[int, str] = {}
+        self._codes: Dict[int, str] = dict(codes or {})
         self._parents: Dict[int, Dict[int, cst.CSTNode]] = {}
 
     @staticmethod
-    def anchors(module: cst.Module) -> Iterator[cst.CSTNode]:
+    def anchors(module: cst.Module, changed: Optional[Set[int]] = None) -> Iterator[cst.CSTNode]:
         """The nodes whose positions suggestions read besides the fixes' own: each top-level
-        statement, and the first decorator of a decorated one."""
-        for item in module.body:
+        statement, and the first decorator of a decorated one; given the ids of the nodes the
+        fixes change, only the statements that hold them (the others are never rewritten), or
+        all where one is outside every statement."""
+        items: Sequence[cst.CSTNode] = module.body
+        if changed:
+            remaining = set(changed)
+            items = [item for item in module.body if remaining and _holds(item, remaining)]
+            if remaining:
+                items = module.body
+        for item in items:
             yield item
             decorators = getattr(item, "decorators", ())
             if decorators:
@@ -428,6 +437,16 @@ class Suggestions:
         decorators = getattr(item, "decorators", ())
         first = self.positions[decorators[0]].start.line if decorators else outer.start.line
         return span.end.line < first or span.start.line > outer.end.line
+
+
+def _holds(item: cst.CSTNode, remaining: Set[int]) -> bool:
+    """Whether `item` holds nodes of `remaining` (ids), which are taken out of it."""
+    held = False
+    for node in iter_tree(item):
+        if id(node) in remaining:
+            remaining.discard(id(node))
+            held = True
+    return held
 
 
 def diff(original: str, fixed: str, path: str) -> str:

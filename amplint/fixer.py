@@ -162,7 +162,7 @@ def _wanted_fixes(
     if not reports:
         return []
     suppressions = parse_suppressions(source)
-    positions = code_ranges(module, [report.node for _, report in reports])
+    positions = code_ranges(module, [report.node for _, report in reports], source)
     found = []
     for rule, report in reports:
         if not suppressions.suppresses(positions[report.node].start.line, rule.code):

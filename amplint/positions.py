@@ -25,15 +25,29 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
+from amplint.semantic.walk import iter_tree
+
 # LibCST's own newline pattern (libcst._nodes.internal): rows are counted where it counts them.
 _NEWLINE = re.compile(r"\r\n?|\n")
 
 
-def code_ranges(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Dict[cst.CSTNode, CodeRange]:
-    """The ranges of `nodes` (nodes of `module`), as `PositionProvider` gives them."""
+def code_ranges(
+    module: cst.Module, nodes: Iterable[cst.CSTNode], source: Optional[str] = None, printed: Optional[Dict[int, str]] = None
+) -> Dict[cst.CSTNode, CodeRange]:
+    """The ranges of `nodes` (nodes of `module`), as `PositionProvider` gives them.
+    `source`: the text `module` was parsed from as written (LibCST prints it back exactly):
+    then only the top-level statements that hold `nodes` are printed, and their code is
+    added to `printed` (id of the statement -> `module.code_for_node` of it), if given."""
     wanted = {id(node): node for node in nodes}
     if not wanted:
         return {}
+    if source is not None:
+        try:
+            found = _in_statements(module, wanted, source, printed)
+        except Exception:  # LibCST's printing changed under this private hook: print all, as below
+            found = None
+        if found is not None:
+            return found
     state = _Recorder(module, set(wanted))
     try:
         module._codegen(state)
@@ -43,6 +57,80 @@ def code_ranges(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Dict[cst.CS
         full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
         return {node: full[node] for node in wanted.values() if node in full}
     return state.ranges(wanted)
+
+
+def _in_statements(
+    module: cst.Module, wanted: Dict[int, cst.CSTNode], source: str, printed: Optional[Dict[int, str]] = None
+) -> Optional[Dict[cst.CSTNode, CodeRange]]:
+    """The ranges, printing only the top-level statements that hold wanted nodes; None where
+    that cannot say (a node outside the statements, a hoisted child unprinted): print all.
+
+    A top-level statement starts at column 0 and its printed text is the source's from there.
+    Where it starts: right after the last statement placed, if it is the next one; else at the
+    only place its text occurs in the rest of the source (the statement is somewhere there);
+    else after the statements between, printed to count their length."""
+    remaining = set(wanted)
+    holding = []
+    body = module.body
+    for index, statement in enumerate(body):
+        if not remaining:
+            break
+        hit = False
+        for node in iter_tree(statement):
+            if id(node) in remaining:
+                remaining.discard(id(node))
+                hit = True
+        if hit:
+            holding.append(index)
+    if remaining or (not module.has_trailing_newline and holding[-1] == len(body) - 1):
+        return None  # the module, its header or footer; or a last line printed without its newline
+    state = _Recorder(module, set(wanted))
+    header = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    for line in module.header:
+        line._codegen(header)
+    placed, last = len("".join(header.tokens)), -1  # where the statement after `last` starts
+    segments = []  # (first token, source offset of that token)
+    segment_of: Dict[int, int] = {}  # node id -> its segment
+    codes: Dict[int, str] = {}  # id(statement) -> its code
+    for index in holding:
+        first, noted = len(state.tokens), len(state.spans)
+        body[index]._codegen(state)
+        if state.missing:
+            return None
+        text = "".join(state.tokens[first:])
+        if index == last + 1:
+            offset = placed
+        else:
+            offset = source.find(text, placed)
+            if offset < 0 or source.find(text, offset + 1) >= 0:
+                between = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+                for statement in body[last + 1 : index]:
+                    statement._codegen(between)
+                offset = placed + len("".join(between.tokens))
+        if not source.startswith(text, offset):
+            return None
+        for key in itertools.islice(state.spans, noted, None):
+            segment_of[key] = len(segments)
+        segments.append((first, offset))
+        codes[id(body[index])] = text
+        placed, last = offset + len(text), index
+    lengths = list(itertools.accumulate(map(len, state.tokens), initial=0))
+    row_starts = [0] + [match.end() for match in _NEWLINE.finditer(source, 0, placed)]
+
+    def position(index: int, segment: int) -> CodePosition:
+        first, start = segments[segment]
+        offset = start + lengths[index] - lengths[first]
+        row = bisect.bisect_right(row_starts, offset)
+        return CodePosition(row, offset - row_starts[row - 1])
+
+    if printed is not None:
+        printed.update(codes)
+    ranges = {}
+    for key, node in wanted.items():
+        if key in state.spans:
+            start, end = state.spans[key]
+            ranges[node] = CodeRange(position(start, segment_of[key]), position(end, segment_of[key]))
+    return ranges
 
 
 class _Recorder(CodegenState):

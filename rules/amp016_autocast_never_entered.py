@@ -319,7 +319,8 @@ def _blocks(module: cst.Module) -> Tuple[Set[int], Set[int]]:
     body of a `try` that has an `except`."""
     class_bodies: Set[int] = set()
     probes: Set[int] = set()
-    for node in iter_tree(module):
+    # Both are statements: the walk does not go into expressions or small statements.
+    for node in iter_tree(module, lambda node: not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement))):
         if isinstance(node, cst.ClassDef) and isinstance(node.body, cst.IndentedBlock):
             class_bodies.update(id(statement) for statement in node.body.body)
         elif isinstance(node, (cst.Try, cst.TryStar)) and node.handlers and isinstance(node.body, cst.IndentedBlock):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Iterator, List
+from typing import Dict, Iterator, List
 
 import libcst as cst
 import pytest
@@ -12,6 +12,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint import positions
 from amplint.positions import code_ranges
+from amplint.semantic.walk import iter_tree
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -27,6 +28,8 @@ TRICKY = {
     "comments only": "# one\n\n# two\n",
     "async and with": "async def f():\n    async with a as b, c:\n        async for x in y:\n            await z\n    with (open(p) as h,\n          open(q) as g):\n        pass\n",
     "lambda and comprehension": "f = lambda *a, b=1, **k: [i for i in a if i if b]\ng = {k: v for k, v in d.items()}\n",
+    "repeated statements": "# h\nx = 1\ny = 2\nx = 1\n\nx = 1\ndef f():\n    x = 1\n# t\nx = 1\n",
+    "footer and header": "#!/usr/bin/env python\n# header\n\nimport a\n\n\n# footer\n",
 }
 
 
@@ -43,9 +46,25 @@ def _same_as_provider(source: str) -> None:
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     nodes = list(every_node(module))
     assert code_ranges(module, nodes) == {node: expected[node] for node in nodes}
+    # Given the source, only the statements that hold the nodes are printed: the same ranges.
+    assert code_ranges(module, nodes, source) == {node: expected[node] for node in nodes}
+    # The code of each statement printed, as `code_for_node` prints it (what fix suggestions compare).
+    printed: Dict[int, str] = {}
+    in_statements = [node for statement in module.body for node in iter_tree(statement)]  # the code-carrying nodes
+    assert code_ranges(module, in_statements, source, printed) == {node: expected[node] for node in in_statements}
+    assert printed == {id(statement): module.code_for_node(statement) for statement in module.body if id(statement) in printed}
+    if module.has_trailing_newline:
+        assert len(printed) == len(module.body)
     # A few nodes alone: what is recorded for one must not depend on what else is asked for.
     for node in nodes[:: max(1, len(nodes) // 25)]:
         assert code_ranges(module, [node]) == {node: expected[node]}
+        assert code_ranges(module, [node], source) == {node: expected[node]}
+    # Nodes of statements far apart, each found by its text or by counting the ones between.
+    sparse = [node for index, node in enumerate(nodes) if index % 7 == 3]
+    assert code_ranges(module, sparse, source) == {node: expected[node] for node in sparse}
+    for statement in module.body[1::2]:
+        inner = list(every_node(statement))[-1:]
+        assert code_ranges(module, inner, source) == {node: expected[node] for node in inner}
 
 
 @pytest.mark.parametrize("name", sorted(TRICKY))
@@ -105,3 +124,4 @@ def test_a_printing_that_fails_under_the_private_hook_falls_back_to_the_provider
 
     monkeypatch.setattr(positions._Recorder, "before_codegen", broken)
     assert code_ranges(module, nodes) == {node: expected[node] for node in nodes}
+    assert code_ranges(module, nodes, TRICKY["decorated class"]) == {node: expected[node] for node in nodes}

@@ -263,6 +263,39 @@ def test_an_optimizer_a_helper_returns_is_wrapped_by_its_caller():
     assert trained(source.replace("self._configure_fp16_optimizer(basic)", "basic")) == [("self.module", "optimizer")]
 
 
+def test_the_names_a_function_returns_are_its_own():
+    # Looked for among its statements, under any control flow; not in nested definitions.
+    from amplint.analyses.precision import _returned
+
+    function = cst.parse_module(
+        textwrap.dedent(
+            """
+            def f(a):
+                if a: return a.b
+                for x in a:
+                    with x:
+                        try:
+                            return x
+                        except E:
+                            return
+                        else:
+                            return (y)
+                match a:
+                    case 1:
+                        return z
+                def g():
+                    return nested
+                class C:
+                    def h(self):
+                        return method
+                k = lambda: lam
+                return w if a else v
+            """
+        )
+    ).body[0]
+    assert _returned(function) == {"a.b", "x", "y", "z", None}
+
+
 def test_a_copy_made_after_the_cast_has_the_models_dtype():
     source = """
     import copy, torch

@@ -213,6 +213,8 @@ class PrecisionFinder:
         # list or optimizer identity -> (what is appended, its scope, the branch conditions it is appended under)
         self._appended: Optional[Dict[str, List[Tuple[cst.BaseExpression, Scope, FrozenSet[Assumption]]]]] = None
         self._bound_from: Optional[Dict[int, Binding]] = None
+        self._passing: Optional[Dict[str, List[CallRecord]]] = None  # see calls_passing
+        self._returned: Dict[int, Set[Optional[str]]] = {}  # id(function) -> see returned
         self.parent_call: Dict[int, cst.Call] = {}
         for record in index.calls:
             for arg in record.node.args:
@@ -552,11 +554,8 @@ class PrecisionFinder:
         if bound is None:
             return None
         key = self.resolver.identity(bound.name, bound.value_scope)
-        for record in self.index.calls:
+        for record in self.calls_passing().get(key, ()):
             call = record.node
-            names = [dotted_name(arg.value) for arg in call.args]
-            if not any(name is not None and self.resolver.identity(name, record.unit.scope) == key for name in names):
-                continue
             callee = dotted_name(call.func) or ""
             owner, _, method = callee.rpartition(".")
             if method in _FRAMEWORK_PREPARE and vocabulary.is_framework_receiver(owner):
@@ -570,13 +569,31 @@ class PrecisionFinder:
         # `basic_optimizer = self._configure_basic_optimizer(params)`, then
         # `self._configure_fp16_optimizer(basic_optimizer)`).
         scope = bound.value_scope
-        if depth < 2 and scope.kind == "function" and _returns(scope.node, bound.name):
+        if depth < 2 and scope.kind == "function" and bound.name in self.returned(scope.node):
             for record in self.index.calls_to(scope.name.rsplit(".", 1)[-1]):
                 outer = self.bound_from().get(id(record.node))
                 wrapper = self._master_weights(record.node, outer, depth + 1)
                 if wrapper is not None:
                     return wrapper
         return None
+
+    def returned(self, function: cst.CSTNode) -> Set[Optional[str]]:
+        """`_returned`, once a function."""
+        found = self._returned.get(id(function))
+        if found is None:
+            found = self._returned[id(function)] = _returned(function)
+        return found
+
+    def calls_passing(self) -> Dict[str, List[CallRecord]]:
+        """Variable identity -> the calls of the file that pass it as an argument, in order."""
+        if self._passing is None:
+            self._passing = {}
+            for record in self.index.calls:
+                scope = record.unit.scope
+                keys = {self.resolver.identity(name, scope) for name in map(dotted_name, (arg.value for arg in record.node.args)) if name is not None}
+                for key in keys:
+                    self._passing.setdefault(key, []).append(record)
+        return self._passing
 
     def bound_from(self) -> Dict[int, Binding]:
         """id(call) -> the binding of the optimizer-like name among those its whole result
@@ -656,13 +673,14 @@ class PrecisionFinder:
                 yield from self.paths(owner, scope)
 
 
-def _returns(function: cst.CSTNode, name: str) -> bool:
-    """Whether a function returns the variable `name` (`return optimizer`), not in a nested one."""
+def _returned(function: cst.CSTNode) -> Set[Optional[str]]:
+    """The names a function returns (`return optimizer`), not in a nested one. A `return` is
+    a statement: the walk does not go into expressions or into the other small statements."""
 
     def descend(node: cst.CSTNode) -> bool:
-        return node is function or not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+        return node is function or not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.BaseExpression, cst.BaseSmallStatement))
 
-    return any(isinstance(node, cst.Return) and dotted_name(node.value) == name for node in iter_tree(function, descend) if isinstance(node, cst.Return) and node.value is not None)
+    return {dotted_name(node.value) for node in iter_tree(function, descend) if isinstance(node, cst.Return) and node.value is not None}
 
 
 def _state_calls(expression: cst.BaseExpression) -> Iterator[cst.Call]:
@@ -853,6 +871,18 @@ class Successors:
         # `calls_after`, asked again and again of the same calls (each cast, each cast back)
         self.after: Dict[Tuple[int, int, int], List[CallRecord]] = {}
         self._constructors: Optional[Dict[str, CodeUnit]] = None
+        self._calls_in: Dict[int, FrozenSet[int]] = {}  # id(statement) -> `calls_within` it
+
+    def calls_within(self, statements: List[cst.CSTNode]) -> Set[int]:
+        """`calls_within`, each statement walked once: the statements after one call are
+        mostly those after another (the rest of a long training function)."""
+        found: Set[int] = set()
+        for statement in statements:
+            known = self._calls_in.get(id(statement))
+            if known is None:
+                known = self._calls_in[id(statement)] = frozenset(calls_within([statement]))
+            found |= known
+        return found
 
     def callee(self, model, record: CallRecord) -> Optional[CodeUnit]:
         """The unit of the file a call runs: a helper's, or a class's `__init__` (`EMA(model)`)."""
@@ -1138,7 +1168,7 @@ def calls_after(
 
 def _calls_after(model, record: CallRecord, successors: "Successors", depth: int, came_from: Optional[CodeUnit]) -> List[CallRecord]:
     unit = record.unit
-    ids = calls_within(successors.statements_after(record))
+    ids = successors.calls_within(successors.statements_after(record))
     found = [r for r in unit.calls if id(r.node) in ids and r.immediate]
     if unit.name.rsplit(".", 1)[-1] == "__init__" and unit.class_name is not None:
         found += [r for u in model.units if u.class_name == unit.class_name and u is not unit for r in u.calls]
@@ -1221,7 +1251,7 @@ def averaged_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast
         ids = {id(r.node) for r in after}
         for average in averages:
             # The loop runs after the cast (its `.parameters()`/`.state_dict()` call does).
-            if ids & calls_within([average.loop]):
+            if ids & precision.successors.calls_within([average.loop]):
                 yield cast, average
                 break
 
@@ -1276,7 +1306,7 @@ def _fresh_object(precision: "Precision", cast: ModuleCast, optimizer: Optimizer
         return False
     finder: PrecisionFinder = precision.finder
     successors: Successors = precision.successors
-    after_optimizer = calls_within(successors.statements_after(optimizer.record))
+    after_optimizer = successors.calls_within(successors.statements_after(optimizer.record))
     records = {id(r.node): r for r in cast.unit.calls}
     if cast.inherits is not None or not isinstance(cast.node, cst.Call) or not isinstance(cast.node.func, cst.Attribute):
         return False
@@ -1290,7 +1320,7 @@ def _fresh_object(precision: "Precision", cast: ModuleCast, optimizer: Optimizer
         record = records.get(id(source))
         if record is None or id(source) not in after_optimizer:
             continue
-        if id(cast.node) in calls_within(successors.statements_after(record)):
+        if id(cast.node) in successors.calls_within(successors.statements_after(record)):
             return True
     return False
 
