@@ -63,6 +63,7 @@ def read_text(path: str) -> Optional[str]:
 def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) -> List[FileResult]:
     """`results` of the first phase, with the files that import linted modules linted again."""
     results = list(results)
+    read = functools.lru_cache(maxsize=None)(read)  # each text read once a run, however often asked
     wanted = imported_deferred(results, read)
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
