@@ -63,7 +63,9 @@ def read_text(path: str) -> Optional[str]:
 def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) -> List[FileResult]:
     """`results` of the first phase, with the files that import linted modules linted again."""
     results = list(results)
-    read = functools.lru_cache(maxsize=None)(read)  # each text read once a run, however often asked
+    # The texts read lately kept (a file is asked for once per module it imports), not every
+    # text of a large repository at once.
+    read = functools.lru_cache(maxsize=512)(read)
     wanted = imported_deferred(results, read)
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
