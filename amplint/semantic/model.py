@@ -9,7 +9,7 @@ regions, the AMP events a unit runs (`occurrences_in`) and the state before each
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Type, TypeVar
 
 import libcst as cst
 
@@ -289,13 +289,7 @@ class SemanticModel:
             flow = self.flow.unit_flow(unit)
             if flow is None:
                 continue
-            seen: Set[int] = set()
-            for state in sorted(flow.exits, key=self._state_key):
-                if self.is_live(key, state.facts):
-                    for use in sorted(state.gradients.entry_uses, key=self._occurrence_key):
-                        if id(use) not in seen:
-                            seen.add(id(use))
-                            found.append((use, key))
+            found.extend((use, key) for use in self._at_exits_where_live(flow, key, lambda state: state.gradients.entry_uses))
         return found
 
     def hook_backwards_before_framework_step(self) -> List[Tuple[Occurrence, str]]:
@@ -319,14 +313,18 @@ class SemanticModel:
                 continue
             if self._names_a_scaler(unit):
                 continue
-            seen: Set[int] = set()
-            for state in sorted(flow.exits, key=self._state_key):
-                if self.is_live(key, state.facts):
-                    for backward in sorted(state.gradients.plain_backwards, key=self._occurrence_key):
-                        if id(backward) not in seen:
-                            seen.add(id(backward))
-                            found.append((backward, key))
+            found.extend((backward, key) for backward in self._at_exits_where_live(flow, key, lambda state: state.gradients.plain_backwards))
         return found
+
+    def _at_exits_where_live(self, flow, key: str, pick: Callable[[Any], Iterable[Occurrence]]) -> List[Occurrence]:
+        """What `pick` gives of each state a unit's flow exits with while the scaler `key` is
+        live, each once, in a stable order."""
+        found: Dict[int, Occurrence] = {}
+        for state in sorted(flow.exits, key=self._state_key):
+            if self.is_live(key, state.facts):
+                for occurrence in sorted(pick(state), key=self._occurrence_key):
+                    found.setdefault(id(occurrence), occurrence)
+        return list(found.values())
 
     def _names_a_scaler(self, unit: CodeUnit) -> bool:
         """Whether `unit` names a scaler or something like one (`self.scaler`, `amp`)."""
