@@ -21,6 +21,7 @@ calls it every iteration restarts the scale each time (AMP008).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Set, Tuple
@@ -35,7 +36,7 @@ from amplint.semantic.names import dotted_name, source_text
 if TYPE_CHECKING:
     from amplint.semantic.model import SemanticModel
 
-SUMMARY_VERSION = 3
+SUMMARY_VERSION = 4
 
 
 # --------------------------------------------------------------------------- export
@@ -61,10 +62,25 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
             continue
         exported_events = [export(event) for event in summary.events]
         sequences = None
+        only_in_sequences: List[Dict[str, Any]] = []
         if summary.sequences is not None:
             # Each way through: the conditions it assumed on the function's parameters and
-            # on names its callers share (rewritten with the caller's arguments), its events.
-            sequences = sorted(
+            # on names its callers share (rewritten with the caller's arguments), its events,
+            # each by its place in the function's events (then `sequence_events`): a way
+            # through repeats events the function's list has, and written out in full they
+            # were four fifths of a summary.
+            places: Dict[str, int] = {}
+            for place, exported in enumerate(exported_events):
+                places.setdefault(_event_key(exported), place)
+
+            def place_of(exported: Dict[str, Any]) -> int:
+                key = _event_key(exported)
+                if key not in places:
+                    places[key] = len(exported_events) + len(only_in_sequences)
+                    only_in_sequences.append(exported)
+                return places[key]
+
+            written_out = sorted(
                 (
                     {
                         "facts": sorted([cond.text, sorted(cond.names), value] for cond, value in sequence.facts),
@@ -74,12 +90,15 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
                 ),
                 key=repr,
             )
+            sequences = [{"facts": way["facts"], "events": [place_of(event) for event in way["events"]]} for way in written_out]
         functions[unit.name] = {
             "params": unit.parameters,
             "method": unit.scope.class_scope is not None,
             "events": exported_events,
             "sequences": sequences,
         }
+        if only_in_sequences:
+            functions[unit.name]["sequence_events"] = only_in_sequences
         if id(unit) in fresh:
             functions[unit.name]["fresh_scalers"] = fresh[id(unit)]
     classes = _classes(model)
@@ -239,6 +258,10 @@ def _event(event, path: str, origin: str, referenced: set, confirmed, use: Optio
     return exported
 
 
+def _event_key(exported: Mapping[str, Any]) -> str:
+    return json.dumps(exported, sort_keys=True)
+
+
 def _exported(unit) -> bool:
     """Top-level functions and methods of top-level classes: what another module can import."""
     parent = unit.scope.parent
@@ -326,6 +349,7 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
     functions = {}
     for name, raw in data.get("functions", {}).items():
         sequences = raw.get("sequences")
+        table = [*raw["events"], *raw.get("sequence_events", ())]
         functions[name] = ForeignFunction(
             name,
             tuple(raw["params"]),
@@ -334,7 +358,8 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
             tuple(
                 (
                     frozenset((Condition(text, frozenset(names)), bool(value)) for text, names, value in s["facts"]),
-                    tuple(_foreign_event(e, path) for e in s["events"]),
+                    # an event of its own in each way through, as each was written out before
+                    tuple(_foreign_event(table[_place(place, len(table))], path) for place in s["events"]),
                 )
                 for s in sequences
             )
@@ -344,6 +369,14 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
             os.path.basename(path),
         )
     return ForeignModule(path, functions, dict(data.get("scalers", {})))
+
+
+def _place(place: Any, size: int) -> int:
+    """An event's place in its function's table, as a summary gives it (ValueError when it
+    has none there: the summary is not one amplint wrote)."""
+    if type(place) is not int or not 0 <= place < size:
+        raise ValueError(f"no event at {place!r}")
+    return place
 
 
 @dataclass
