@@ -21,7 +21,6 @@ calls it every iteration restarts the scale each time (AMP008).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Set, Tuple
@@ -259,7 +258,8 @@ def _event(event, path: str, origin: str, referenced: set, confirmed, use: Optio
 
 
 def _event_key(exported: Mapping[str, Any]) -> str:
-    return json.dumps(exported, sort_keys=True)
+    # `_event` makes every event's dict with the same keys in the same order, of plain values.
+    return repr(exported)
 
 
 def _exported(unit) -> bool:
