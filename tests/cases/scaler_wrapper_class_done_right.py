@@ -49,3 +49,39 @@ def train_every_step(model, loader, optimizer):
             loss = model(x).sum()
         stepper(loss, optimizer, model.parameters())
         optimizer.zero_grad()
+
+
+# A plain function of the file that unscales under the same condition as the update, and
+# one called with a condition that is the same in every iteration.
+def scaler_step(scaler, loss, optimizer, parameters, need_update):
+    scaler.scale(loss).backward()
+    if need_update:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def eager_step(scaler, loss, optimizer, parameters, need_update):
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+    if need_update:
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def train_with_a_function(model, loader, optimizer, accum_steps=4):
+    scaler = torch.amp.GradScaler("cuda")
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).sum() / accum_steps
+        scaler_step(scaler, loss, optimizer, model.parameters(), need_update=(i + 1) % accum_steps == 0)
+
+
+def train_every_iteration(model, loader, optimizer, always=True):
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).sum()
+        eager_step(scaler, loss, optimizer, model.parameters(), need_update=always)
