@@ -3,7 +3,9 @@ whose AMP work it stands for, or nothing.
 
 A method called on a variable that holds a GradScaler is the scaler's; a call that resolves
 to a function of the file (`train_step(...)`, `self._run_step(...)`, `trainer.fit(...)` with
-`trainer = Trainer()` a class of the file) is a helper call, followed by the flow analysis;
+`trainer = Trainer()` a class of the file) is a helper call, followed by the flow analysis,
+and so is a call of an instance whose class is certain (`loss_scaler(loss, opt)`,
+`self.rotary(pos)`: its `__call__`, or an nn.Module's `forward`);
 everything else is classified from the PyTorch API and, where the code does not say, from
 naming conventions (`amplint.semantic.pytorch.vocabulary`).
 """
