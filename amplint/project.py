@@ -150,12 +150,12 @@ def _names_one_of(text: str, functions: Collection[str]) -> bool:
         owner, _, name = qualified.rpartition(".")
         cls = owner.split(".", 1)[0]
         # A method runs on an instance of its class, made or subclassed where the class is
-        # named (`Trainer(...)`): `model(x)` runs `__call__` without naming it, so dunder
-        # methods count wherever their class is named. A subclass (`class Mine(Trainer)`)
-        # inherits every method, named or not.
+        # named (`Trainer(...)`): `model(x)` runs `__call__` (an nn.Module's `forward`)
+        # without naming it, so dunder methods and `forward` count wherever their class is
+        # named. A subclass (`class Mine(Trainer)`) inherits every method, named or not.
         if cls not in text:
             continue
-        if name.startswith("__") or name in text or (cls and _subclasses(text, cls)):
+        if name.startswith("__") or name == "forward" or name in text or (cls and _subclasses(text, cls)):
             return True
     return False
 

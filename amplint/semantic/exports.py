@@ -178,6 +178,17 @@ def _inherited(model: "SemanticModel", classes: Mapping[str, Mapping[str, Any]])
     return functions, scalers
 
 
+def is_module_class(summary: Optional[Mapping[str, Any]], name: str) -> bool:
+    """Whether the class `name` a summary indexes derives from `torch.nn.Module` (itself or
+    through bases of its module): calling an instance runs its `forward`."""
+    classes = (summary or {}).get("classes", {})
+    for owner in _local_chain(name, classes):
+        for _, imported in classes[owner]["bases"]:
+            if imported is not None and list(imported) in (["torch.nn", 0, "Module"], ["torch.nn.modules.module", 0, "Module"]):
+                return True
+    return False
+
+
 def _local_chain(name: str, classes: Mapping[str, Mapping[str, Any]]) -> List[str]:
     """`name`, then its bases that are classes of this module, depth first."""
     chain: List[str] = []

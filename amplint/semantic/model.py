@@ -133,6 +133,8 @@ class SemanticModel:
         unit's `occurrences` scale a loss with (an object known only by its `.step(optimizer)`
         may be a wrapper that updates inside)."""
         info = self.scalers.get(key) if key is not None else None
+        if info is None and key is not None and key.startswith("ext:") and self.external is not None:
+            info = self.external.scaler(key)  # held by an instance of another module's class
         if info is None or info.framework is not None or info.known_disabled:
             return False
         return bool(info.constructions) or any(
