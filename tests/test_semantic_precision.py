@@ -706,6 +706,12 @@ def test_adapters_added_before_the_cast_are_cast_with_it():
     assert adapters_added(precision, cast) is None  # the message of a plain cast
 
 
+def test_an_add_adapter_not_given_a_config_first_is_not_peft():
+    # AdapterHub's `add_adapter(name, config=...)`: what it builds is not known here
+    source = lora("unet.requires_grad_(False)", "unet.half()", "unet.add_adapter(task_name, config='seq_bn')")
+    assert trained(source) == []
+
+
 def test_adapters_of_an_inference_model_are_not_trained():
     source = "import torch\ndef main(unet, x):\n    unet.half()\n    unet.add_adapter(cfg)\n    with torch.no_grad():\n        return unet(x)\n"
     assert trained(source) == []

@@ -1387,15 +1387,26 @@ def adapter_entry(call: cst.Call) -> Optional[AdapterCall]:
     if name is None:
         return None
     last = name.rsplit(".", 1)[-1]
-    positional, _ = split_args(call.args)
-    named_first = bool(positional) and isinstance(positional[0], (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+    positional, keywords = split_args(call.args)
+    first = positional[0] if positional else None
+    named_first = isinstance(first, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
     for entry in ADAPTER_CALLS:
         if last not in entry.names or (entry.method and "." not in name):
             continue
-        if entry.name_first is not None and entry.name_first != named_first:
+        if entry.name_first is True and not named_first:
             continue
+        if entry.name_first is False and not ("adapter_config" in keywords or _config_like(first)):
+            continue  # AdapterHub's `model.add_adapter(task_name, config="seq_bn")` is none of peft's
         return entry
     return None
+
+
+def _config_like(value: Optional[cst.BaseExpression]) -> bool:
+    """An adapter's config: `LoraConfig(r=4)`, `unet_lora_config`, `cfg`."""
+    if isinstance(value, cst.Call):
+        return "config" in (dotted_name(value.func) or "").lower()
+    name = (dotted_name(value) or "").rsplit(".", 1)[-1].lower() if value is not None else ""
+    return "config" in name or "cfg" in name
 
 
 def adapter_effect(call: cst.Call) -> Optional[str]:

@@ -287,9 +287,11 @@ class AdapterCall:
     # A keyword that, given a literal False, keeps an upcasting call from upcasting
     # (`get_peft_model(model, config, autocast_adapter_dtype=False)`): it then creates.
     upcast_keyword: str = ""
-    # Matches only where the first argument is (True) or is not (False) a string literal:
-    # peft's `PeftModel.add_adapter("name", config)` upcasts like `get_peft_model`, diffusers'
-    # and transformers' `model.add_adapter(config, adapter_name="name")` do not.
+    # Matches only where the first argument is a string literal (True), or an adapter's config
+    # (False: `LoraConfig(...)`, a name like `unet_lora_config`, or `adapter_config=`): peft's
+    # `PeftModel.add_adapter("name", config)` upcasts like `get_peft_model`, diffusers' and
+    # transformers' `model.add_adapter(config, adapter_name="name")` do not, and AdapterHub's
+    # `model.add_adapter(task_name, config=...)` is neither.
     name_first: Optional[bool] = None
 
 
