@@ -744,3 +744,12 @@ def test_a_frozen_module_cast_to_float16_with_nothing_trainable_is_not_trained()
 )
 def test_a_module_that_may_be_trainable_again_is_still_trained(lines):
     assert trained(lora(*lines)) != []
+
+
+def test_every_adapter_call_says_where_its_module_is_and_what_it_does():
+    from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS
+
+    for entry in ADAPTER_CALLS:
+        assert entry.effect in ("creates", "upcasts"), entry
+        assert entry.method or entry.module_keywords or entry.module_position >= 0, entry
+        assert not entry.upcast_keyword or entry.effect == "upcasts", entry

@@ -45,7 +45,6 @@ from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, Mo
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, names_bound, names_read, roots
 from amplint.semantic.pytorch import vocabulary
-from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS, AdapterCall
 from amplint.semantic.pytorch.api import (
     CAST_METHODS,
     DECAY_METHODS,
@@ -54,6 +53,7 @@ from amplint.semantic.pytorch.api import (
     PARAMETER_METHODS,
     STATE_METHODS,
 )
+from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS, AdapterCall
 from amplint.semantic.resolve import Resolver, drawn_from, split_args
 from amplint.semantic.scalers import all_bindings
 from amplint.semantic.walk import children, iter_tree
