@@ -706,6 +706,19 @@ def test_adapters_added_before_the_cast_are_cast_with_it():
     assert adapters_added(precision, cast) is None  # the message of a plain cast
 
 
+def test_reading_or_loading_adapter_state_changes_no_dtype():
+    # diffusers' checkpoint hooks read the trained adapters every few steps
+    source = lora(
+        "unet.requires_grad_(False)",
+        "unet.half()",
+        "unet.add_adapter(LoraConfig(r=4))",
+        "state = get_peft_model_state_dict(accelerator.unwrap_model(unet))",
+        "set_peft_model_state_dict(unet, state)",
+        "unet.set_adapters(['default'])",
+    )
+    assert trained(source) == [("unet", "optimizer")]
+
+
 def test_an_add_adapter_not_given_a_config_first_is_not_peft():
     # AdapterHub's `add_adapter(name, config=...)`: what it builds is not known here
     source = lora("unet.requires_grad_(False)", "unet.half()", "unet.add_adapter(task_name, config='seq_bn')")
@@ -750,6 +763,6 @@ def test_every_adapter_call_says_where_its_module_is_and_what_it_does():
     from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS
 
     for entry in ADAPTER_CALLS:
-        assert entry.effect in ("creates", "upcasts"), entry
+        assert entry.effect in ("creates", "upcasts", "keeps"), entry
         assert entry.method or entry.module_keywords or entry.module_position >= 0, entry
         assert not entry.upcast_keyword or entry.effect == "upcasts", entry

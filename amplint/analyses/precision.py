@@ -1360,8 +1360,8 @@ def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord], p
         callee = dotted_name(call.func) or ""
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_CHAIN:
             continue  # `model.bn.float()` is a cast, weighed above
-        if adapter_effect(call) == "creates":
-            continue  # adapters in the cast dtype: see `adapters_added`
+        if adapter_effect(call) in ("creates", "keeps"):
+            continue  # adapters in the cast dtype (see `adapters_added`), or no dtype changed
         if not vocabulary.may_change_parameter_precision(callee):
             continue
         handed = handed_modules(finder, call, record.unit.scope)
@@ -1412,7 +1412,7 @@ def _config_like(value: Optional[cst.BaseExpression]) -> bool:
 def adapter_effect(call: cst.Call) -> Optional[str]:
     """"creates" for a call that creates adapters in its module's current dtype and makes them
     its only trainable parameters; "upcasts" for one that makes its trainable parameters
-    float32; None for any other call. An upcasting call told not to (`get_peft_model(model,
+    float32; "keeps" for one that changes no dtype; None for any other call. An upcasting call told not to (`get_peft_model(model,
     config, autocast_adapter_dtype=False)`) creates."""
     entry = adapter_entry(call)
     if entry is None:
@@ -1568,6 +1568,8 @@ def _handed_away(precision: "Precision", path: ModulePath) -> bool:
         call = record.node
         callee = dotted_name(call.func) or ""
         last = callee.rsplit(".", 1)[-1].lower()
+        if adapter_effect(call) == "keeps":
+            continue
         if adapter_entry(call) is None and not vocabulary.may_change_parameter_precision(callee) and not any(
             fragment in last for fragment in _UNFREEZING_FRAGMENTS
         ):

@@ -282,7 +282,9 @@ class AdapterCall:
     module_keywords: Tuple[str, ...] = ()
     module_position: int = -1
     # "creates": adapters in the module's current dtype, its only trainable parameters;
-    # "upcasts": its trainable parameters become float32.
+    # "upcasts": its trainable parameters become float32; "keeps": reads or loads their values,
+    # or picks the active adapter, leaving every dtype as it is (no precision change, whatever
+    # its name: `get_peft_model_state_dict(unet)` in a checkpoint hook undoes no cast).
     effect: str = "creates"
     # A keyword that, given a literal False, keeps an upcasting call from upcasting
     # (`get_peft_model(model, config, autocast_adapter_dtype=False)`): it then creates.
@@ -314,4 +316,17 @@ ADAPTER_CALLS = (
     ),
     AdapterCall("peft", frozenset({"add_adapter"}), method=True, effect="upcasts", upcast_keyword="autocast_adapter_dtype", name_first=True),
     AdapterCall("diffusers", frozenset({"cast_training_params"}), module_keywords=("model",), module_position=0, effect="upcasts"),
+    AdapterCall(
+        "peft",
+        frozenset({"get_peft_model_state_dict", "set_peft_model_state_dict"}),
+        module_keywords=("model",),
+        module_position=0,
+        effect="keeps",
+    ),
+    AdapterCall(
+        "diffusers",
+        frozenset({"set_adapter", "set_adapters", "enable_adapters", "disable_adapters", "get_adapter_state_dict"}),
+        method=True,
+        effect="keeps",
+    ),
 )
