@@ -257,3 +257,76 @@ def autocast_dtype(precision: str) -> Optional[str]:
     if precision in BF16_PRECISIONS:
         return "bfloat16"
     return None
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+@dataclass(frozen=True)
+class AdapterCall:
+    """A library call that adds trainable adapter parameters to a module, or upcasts its
+    trainable parameters (`amplint.analyses.precision`, AMP010).
+
+    peft's `inject_adapter_in_model` (and what calls it: diffusers' and transformers'
+    `model.add_adapter(config)`, diffusers' LoRA loaders) creates each adapter in the dtype of
+    the layer it wraps and marks only the adapters trainable: after a cast of the module to
+    float16 they are its only trainable parameters, in float16. peft's `get_peft_model` does
+    the same, then upcasts float16 and bfloat16 adapters to float32 (`autocast_adapter_dtype=True`,
+    its default since peft 0.12); diffusers' `cast_training_params(model)` upcasts every
+    trainable parameter to float32."""
+
+    library: str  # "peft", "diffusers"
+    names: FrozenSet[str]  # the callee's last name: `add_adapter`, `inject_adapter_in_model`
+    # Where the module is: the receiver (`unet.add_adapter(config)`), or an argument (keyword, position).
+    method: bool = False
+    module_keywords: Tuple[str, ...] = ()
+    module_position: int = -1
+    # "creates": adapters in the module's current dtype, its only trainable parameters;
+    # "upcasts": its trainable parameters become float32; "keeps": reads or loads their values,
+    # or picks the active adapter, leaving every dtype as it is (no precision change, whatever
+    # its name: `get_peft_model_state_dict(unet)` in a checkpoint hook undoes no cast).
+    effect: str = "creates"
+    # A keyword that, given a literal False, keeps an upcasting call from upcasting
+    # (`get_peft_model(model, config, autocast_adapter_dtype=False)`): it then creates.
+    upcast_keyword: str = ""
+    # Matches only where the first argument is a string literal (True), or an adapter's config
+    # (False: `LoraConfig(...)`, a name like `unet_lora_config`, or `adapter_config=`): peft's
+    # `PeftModel.add_adapter("name", config)` upcasts like `get_peft_model`, diffusers' and
+    # transformers' `model.add_adapter(config, adapter_name="name")` do not, and AdapterHub's
+    # `model.add_adapter(task_name, config=...)` is neither.
+    name_first: Optional[bool] = None
+
+
+ADAPTER_CALLS = (
+    AdapterCall("peft", frozenset({"inject_adapter_in_model"}), module_keywords=("model",), module_position=1),
+    AdapterCall("diffusers", frozenset({"add_adapter", "load_lora_adapter"}), method=True, name_first=False),
+    AdapterCall(
+        "diffusers",
+        frozenset({"load_lora_into_unet", "load_lora_into_text_encoder", "load_lora_into_transformer"}),
+        module_keywords=("unet", "text_encoder", "transformer"),
+        module_position=2,
+    ),
+    AdapterCall(
+        "peft",
+        frozenset({"get_peft_model"}),
+        module_keywords=("model",),
+        module_position=0,
+        effect="upcasts",
+        upcast_keyword="autocast_adapter_dtype",
+    ),
+    AdapterCall("peft", frozenset({"add_adapter"}), method=True, effect="upcasts", upcast_keyword="autocast_adapter_dtype", name_first=True),
+    AdapterCall("diffusers", frozenset({"cast_training_params"}), module_keywords=("model",), module_position=0, effect="upcasts"),
+    AdapterCall(
+        "peft",
+        frozenset({"get_peft_model_state_dict", "set_peft_model_state_dict"}),
+        module_keywords=("model",),
+        module_position=0,
+        effect="keeps",
+    ),
+    AdapterCall(
+        "diffusers",
+        frozenset({"set_adapter", "set_adapters", "enable_adapters", "disable_adapters", "get_adapter_state_dict"}),
+        method=True,
+        effect="keeps",
+    ),
+)
