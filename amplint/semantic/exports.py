@@ -83,6 +83,9 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
         if id(unit) in fresh:
             functions[unit.name]["fresh_scalers"] = fresh[id(unit)]
     classes = _classes(model)
+    for name, hooks in _framework_hooks(model, origin, classes).items():
+        constructor = functions.setdefault(f"{name}.__init__", {"params": ["self"], "method": True, "events": [], "sequences": None})
+        constructor["framework_hooks"] = hooks
     inherited, inherited_scalers = _inherited(model, classes)
     for name, function in inherited.items():
         functions.setdefault(name, function)
@@ -129,6 +132,67 @@ def _classes(model: "SemanticModel") -> Dict[str, Dict[str, Any]]:
     return found
 
 
+def _framework_hooks(model: "SemanticModel", origin: str, classes: Mapping[str, Mapping[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+    """For each class a framework trains whose hooks leave a plain backward pending for the
+    framework's scaler (`SemanticModel.trained_class_hooks`: a Trainer subclass whose
+    `training_step` runs `loss.backward()`), what a module that builds the class with its
+    settings needs to report it there: the framework, the hook, the backward as written and
+    its line, and where the constructor takes the settings (-1: by keyword only, for a class
+    with an `__init__` of its own)."""
+    trained = model.trained_class_hooks()
+    if not trained:
+        return {}
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    # Rare (a Trainer subclass with an unscaled backward): the whole module's positions, once.
+    positions = MetadataWrapper(model.module, unsafe_skip_copy=True).resolve(PositionProvider)
+    found: Dict[str, List[Dict[str, Any]]] = {}
+    for name, pending in trained.items():
+        found[name] = [
+            {
+                "framework": framework.name,
+                "owner": name,
+                "hook": backward.unit.name.rsplit(".", 1)[-1],
+                "text": f"`{source_text(backward.event.node)}`",
+                "tensor": source_text(backward.event.tensor) if backward.event.tensor is not None else "loss",
+                "origin": origin,
+                "line": positions[backward.event.node].start.line if backward.event.node in positions else 0,
+                "position": _settings_position(model, name, framework),
+            }
+            for backward, framework in pending
+        ]
+    return found
+
+
+def _settings_position(model: "SemanticModel", name: str, framework) -> int:
+    """Where the constructor of the class `name` takes the framework's settings: the
+    framework's own position (`Trainer(model, args)`) when the class has no `__init__`, or
+    one that hands its `*args` on to `super().__init__(*args, ...)`; the position of a
+    parameter named like the keyword in one of its own; else -1 (by keyword only)."""
+    init = next((unit for unit in model.units if unit.name == f"{name}.__init__" and unit.scope.class_scope is not None), None)
+    if init is None or not isinstance(init.node, cst.FunctionDef):
+        return framework.settings_position
+    params = init.node.params
+    positional = [param.name.value for param in (*params.posonly_params, *params.params)][1:]
+    if framework.settings_keyword in positional:
+        return positional.index(framework.settings_keyword)
+    star = params.star_arg.name.value if isinstance(params.star_arg, cst.Param) else None
+    if not positional and star is not None:
+        for record in init.calls:
+            func = record.node.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "__init__"
+                and isinstance(func.value, cst.Call)
+                and dotted_name(func.value.func) == "super"
+                and record.node.args[:1]
+                and record.node.args[0].star == "*"
+                and dotted_name(record.node.args[0].value) == star
+            ):
+                return framework.settings_position
+    return -1
+
+
 def _inherited(model: "SemanticModel", classes: Mapping[str, Mapping[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """The methods each class inherits from a base another linted module exports, under the
     class's own name (`Sub.fit` for `Base.fit`), and the scalers those methods name. Bases in
@@ -154,6 +218,12 @@ def _inherited(model: "SemanticModel", classes: Mapping[str, Mapping[str, Any]])
                     method = qualified[len(prefix) :] if qualified.startswith(prefix) else None
                     if method is None or "." in method or method in defined:
                         continue
+                    if function.get("framework_hooks"):
+                        # A hook the subclass overrides is its own, not the base's.
+                        hooks = [hook for hook in function["framework_hooks"] if hook.get("hook") not in defined]
+                        if not hooks and not function.get("events"):
+                            continue
+                        function = {**function, "framework_hooks": hooks}
                     functions.setdefault(f"{name}.{method}", function)
                     text = repr(function)
                     scalers.update((key, value) for key, value in raw.get("scalers", {}).items() if key in text)
@@ -286,6 +356,22 @@ class FreshScaler:
 
 
 @dataclass(frozen=True)
+class ForeignHook:
+    """A plain backward a hook of a class leaves pending for the framework that trains the
+    class to step through its scaler (see `_framework_hooks`): exported with the class's
+    constructor, reported where the class is built with settings that may be float16."""
+
+    framework: str  # `frameworks.Framework.name`: "transformers"
+    owner: str  # the class that defines the hook: `DistillTrainer`
+    hook: str  # `training_step`
+    text: str  # the backward as written, quoted: "`loss.backward()`"
+    tensor: str  # what it runs on: `loss`
+    origin: str  # the file it is in: `trainer.py`
+    line: int
+    position: int  # where the constructor takes the settings; -1: by keyword only
+
+
+@dataclass(frozen=True)
 class ForeignFunction:
     name: str
     params: Tuple[str, ...]
@@ -295,6 +381,7 @@ class ForeignFunction:
     sequences: Optional[Tuple[Tuple[FrozenSet[Assumption], Tuple[ForeignEvent, ...]], ...]]
     fresh_scalers: Tuple[FreshScaler, ...] = ()
     origin: str = ""  # the file it is in: `engine.py`
+    framework_hooks: Tuple[ForeignHook, ...] = ()  # a constructor's (see `ForeignHook`)
 
 
 def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
@@ -342,6 +429,10 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
             else None,
             tuple(FreshScaler(f["name"], f["text"], f["optimizer"], f.get("optimizer_text", "the optimizer")) for f in raw.get("fresh_scalers", ())),
             os.path.basename(path),
+            tuple(
+                ForeignHook(h["framework"], h["owner"], h["hook"], h["text"], h["tensor"], h["origin"], int(h["line"]), int(h["position"]))
+                for h in raw.get("framework_hooks", ())
+            ),
         )
     return ForeignModule(path, functions, dict(data.get("scalers", {})))
 

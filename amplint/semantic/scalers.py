@@ -289,12 +289,7 @@ class _ScalerFinder:
             self.facts.unscaled_loops.append((call, loop.name, complete and values <= loop.loop_autocast_values))
 
     def float16(self, call: cst.Call, framework: frameworks.Framework, scope: Scope) -> Tuple[bool, bool]:
-        """Whether the framework object `call` builds may be in float16 mixed precision (one
-        of the values its precision setting may take is float16), and whether it surely is.
-        An unknown precision is neither."""
-        values, complete = precisions(call, framework, scope, self.resolver)
-        may = bool(values & frameworks.FP16_PRECISIONS)
-        return may, may and complete and values <= frameworks.FP16_PRECISIONS
+        return float16_of(call, framework, scope, self.resolver)
 
     def _framework_built(self, binding: Binding) -> Optional[Tuple[frameworks.Framework, cst.Call]]:
         """The framework object `binding` is filled with, and the call that builds it:
@@ -398,6 +393,40 @@ def loop_framework_of(call: cst.Call, resolver: Resolver) -> Optional[frameworks
         if qualified in framework.constructors or (not qualified and bare in framework.bare_constructors):
             return framework
     return None
+
+
+def float16_of(call: cst.Call, framework: frameworks.Framework, scope: Scope, resolver: Resolver) -> Tuple[bool, bool]:
+    """Whether the framework object `call` builds may be in float16 mixed precision (one
+    of the values its precision setting may take is float16), and whether it surely is.
+    An unknown precision is neither."""
+    values, complete = precisions(call, framework, scope, resolver)
+    may = bool(values & frameworks.FP16_PRECISIONS)
+    return may, may and complete and values <= frameworks.FP16_PRECISIONS
+
+
+def settings_float16(
+    value: Optional[cst.BaseExpression], framework: frameworks.Framework, scope: Scope, resolver: Resolver
+) -> Tuple[bool, bool]:
+    """Whether the settings `value` holds (`TrainingArguments(fp16=args.fp16)`, written there
+    or assigned to a name) may be float16, and whether they surely are. Settings the file
+    does not show built by the framework's constructor (a parameter, `HfArgumentParser`'s
+    output) are unknown: neither; a name given them on one way and something unknown on
+    another may be float16, never surely."""
+    if value is None:
+        return False, False
+    if isinstance(value, cst.Call):
+        candidates: List[Tuple[Optional[cst.BaseExpression], Scope]] = [(value, scope)]
+    else:
+        name = dotted_name(value)
+        candidates = resolver.values(name, scope) if name is not None else []
+    may, surely = False, bool(candidates)
+    for built, where in candidates:
+        if isinstance(built, cst.Call) and framework_of(built, resolver) is framework:
+            one_may, one_surely = float16_of(built, framework, where, resolver)
+            may, surely = may or one_may, surely and one_surely
+        else:
+            surely = False
+    return may, may and surely
 
 
 def _unpacked_from(binding: Binding, call: cst.Call, position: int) -> Optional[str]:

@@ -59,6 +59,12 @@ class Framework:
     # Hooks after which the framework steps through its scaler (Hugging Face's Trainer runs
     # `training_step`, then unscales, clips and steps): a backward they run must be scaled.
     stepped_after_hooks: FrozenSet[str] = frozenset()
+    # The argument of a trained class's constructor that takes the settings built by
+    # `constructors` (Hugging Face's `Trainer(model, args, ...)`: `args=`, or the second
+    # positional argument of a subclass without an `__init__` of its own): a module that
+    # imports the class and builds both decides its precision.
+    settings_keyword: str = ""
+    settings_position: int = -1
     # Class names matched whatever module defines them: projects copy timm's scaler into
     # their own utils (`from util.misc import NativeScalerWithGradNormCount as NativeScaler`).
     class_names: FrozenSet[str] = frozenset()
@@ -208,6 +214,8 @@ HF_TRAINER = Framework(
     self_backward_methods=frozenset({"accelerator.backward"}),
     self_unscaling_methods=frozenset({"accelerator.clip_grad_norm_", "accelerator.unscale_gradients"}),
     stepped_after_hooks=frozenset({"training_step"}),
+    settings_keyword="args",
+    settings_position=1,
     backward_advice="Use `self.accelerator.backward({loss})`, which scales the loss",
     clip_advice="Leave clipping to the Trainer (`max_grad_norm=`), which unscales first",
     step_advice="Leave the step to the Trainer, which steps through its scaler",
