@@ -200,3 +200,105 @@ def test_a_training_step_that_leaves_the_backward_to_the_trainer_is_clean(tmp_pa
     train = TRAIN.replace("from trainer import DistillationTrainer, PlainTrainer", "from sft import SFTTrainer")
     found, _ = _lint(tmp_path, {"sft.py": TRL_LIKE, "train.py": train.format(precision="fp16=True", construction="SFTTrainer(model=m, args=training_args)")})
     assert found == []
+
+
+# --------------------------------------------------------------------------- framework objects built by a function
+
+FACTORY = """
+from accelerate import Accelerator
+
+
+def build_accelerator(cfg):
+    return Accelerator(mixed_precision={precision}, gradient_accumulation_steps=cfg.accumulation)
+
+
+def accelerator_for(mixed_precision="no", log_with=None):
+    accelerator = Accelerator(mixed_precision=mixed_precision, log_with=log_with)
+    return accelerator
+"""
+
+FACTORY_TRAIN = """
+import argparse
+
+import torch
+
+from utils import accelerator_for, build_accelerator
+
+
+def train(cfg, model, loader):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mixed_precision", choices=["no", "fp16", "bf16"], default="no")
+    args = parser.parse_args()
+    accelerator = {accelerator}
+    weight_dtype = torch.float16 if accelerator.mixed_precision == "fp16" else torch.float32
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(weight_dtype)), y)
+        {backward}
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_an_accelerator_built_by_a_function_of_another_module(tmp_path):
+    # Its precision is in the summary of the function that builds and returns it.
+    files = {"utils.py": FACTORY.format(precision='"fp16"'), "train.py": FACTORY_TRAIN.format(accelerator="build_accelerator(cfg)", backward="loss.backward()")}
+    found, findings = _lint(tmp_path, files)
+    assert found == [("train.py", 18, "AMP001")]
+    assert "`accelerator` never scaled" in findings[0]["message"]
+    # The precision handed over as a parameter: each caller's argument decides (argparse's choices may be fp16).
+    found, _ = _lint(tmp_path, {"train.py": FACTORY_TRAIN.format(accelerator="accelerator_for(args.mixed_precision)", backward="loss.backward()")})
+    assert found == [("train.py", 18, "AMP001")]
+
+
+def test_accelerators_built_by_a_function_of_another_module_that_stay_clean(tmp_path):
+    cases = [
+        # The backward that scales.
+        ('"fp16"', "build_accelerator(cfg)", "accelerator.backward(loss)"),
+        # bfloat16, and a precision read from the caller's config: unknown, never guessed.
+        ('"bf16"', "build_accelerator(cfg)", "loss.backward()"),
+        ("cfg.mixed_precision", "build_accelerator(cfg)", "loss.backward()"),
+        # The parameter's default ("no"), and an argument that is not float16.
+        ('"fp16"', "accelerator_for()", "loss.backward()"),
+        ('"fp16"', 'accelerator_for("bf16")', "loss.backward()"),
+    ]
+    for precision, accelerator, backward in cases:
+        files = {"utils.py": FACTORY.format(precision=precision), "train.py": FACTORY_TRAIN.format(accelerator=accelerator, backward=backward)}
+        found, _ = _lint(tmp_path, files)
+        assert found == [], (precision, accelerator, backward)
+
+
+ARGUMENTS_FACTORY = """
+from transformers import TrainingArguments
+
+
+def build_training_args(output_dir):
+    return TrainingArguments(output_dir=output_dir, {precision}, gradient_accumulation_steps=4)
+"""
+
+TRAINER_AND_MAIN = """
+from transformers import Trainer, TrainingArguments
+
+from config import build_training_args
+
+
+class DistillationTrainer(Trainer):
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = self.compute_loss(model, self._prepare_inputs(inputs))
+        loss.backward()
+        return loss.detach()
+
+
+def main(model, data):
+    training_args: TrainingArguments = build_training_args("out")
+    DistillationTrainer(model=model, args=training_args, train_dataset=data).train()
+"""
+
+
+def test_training_arguments_built_by_a_function_of_another_module(tmp_path):
+    # The subclass and its construction in one module, the arguments built in another.
+    found, _ = _lint(tmp_path, {"config.py": ARGUMENTS_FACTORY.format(precision="fp16=True"), "trainer.py": TRAINER_AND_MAIN})
+    assert found == [("trainer.py", 9, "AMP001")]
+    found, _ = _lint(tmp_path, {"config.py": ARGUMENTS_FACTORY.format(precision="bf16=True")})
+    assert found == []

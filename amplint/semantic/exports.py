@@ -82,6 +82,16 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
         }
         if id(unit) in fresh:
             functions[unit.name]["fresh_scalers"] = fresh[id(unit)]
+    for name, factory in model.scaler_facts.factories.items():
+        # A function that builds and returns a framework object: its callers' object's precision.
+        entry = functions.setdefault(name, {"params": _params_of(model, name), "method": False, "events": [], "sequences": None})
+        entry["returns_framework"] = {
+            "framework": factory.framework,
+            "precisions": sorted(factory.precisions),
+            "complete": factory.complete,
+            "parameter": factory.parameter,
+            "position": factory.position,
+        }
     classes = _classes(model)
     for name, hooks in _framework_hooks(model, origin, classes).items():
         constructor = functions.setdefault(f"{name}.__init__", {"params": ["self"], "method": True, "events": [], "sequences": None})
@@ -130,6 +140,11 @@ def _classes(model: "SemanticModel") -> Dict[str, Dict[str, Any]]:
         methods = sorted(name for name, bindings in scope.bindings.items() if any(b.kind == "def" for b in bindings))
         found[scope.name] = {"bases": bases, "methods": methods}
     return found
+
+
+def _params_of(model: "SemanticModel", name: str) -> List[str]:
+    unit = next((unit for unit in model.units if unit.name == name and not unit.is_module), None)
+    return unit.parameters if unit is not None else []
 
 
 def _framework_hooks(model: "SemanticModel", origin: str, classes: Mapping[str, Mapping[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
@@ -356,6 +371,23 @@ class FreshScaler:
 
 
 @dataclass(frozen=True)
+class FactoryReturn:
+    """A framework object a top-level function builds and returns (`def build_accelerator(cfg):
+    return Accelerator(mixed_precision="fp16")`), for the modules that call the function: the
+    framework, the values its precision may take and whether that is all of them. A function
+    that hands one of its parameters over as the precision (`Accelerator(mixed_precision=mp)`)
+    names it (`parameter`, `position`): each caller's argument decides, else the default's
+    values. A precision read from anything else of the caller's (`cfg.mixed_precision`) is
+    not exported: it is unknown there."""
+
+    framework: str
+    precisions: FrozenSet[str]
+    complete: bool
+    parameter: Optional[str] = None
+    position: int = -1
+
+
+@dataclass(frozen=True)
 class ForeignHook:
     """A plain backward a hook of a class leaves pending for the framework that trains the
     class to step through its scaler (see `_framework_hooks`): exported with the class's
@@ -382,6 +414,7 @@ class ForeignFunction:
     fresh_scalers: Tuple[FreshScaler, ...] = ()
     origin: str = ""  # the file it is in: `engine.py`
     framework_hooks: Tuple[ForeignHook, ...] = ()  # a constructor's (see `ForeignHook`)
+    returns_framework: Optional[FactoryReturn] = None  # a framework object it builds and returns
 
 
 def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
@@ -398,6 +431,12 @@ def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
         reported=bool(e.get("reported")),
         use=e.get("use"),
     )
+
+
+def _factory_return(raw: Optional[Mapping[str, Any]]) -> Optional[FactoryReturn]:
+    if not raw:
+        return None
+    return FactoryReturn(raw["framework"], frozenset(raw["precisions"]), bool(raw["complete"]), raw.get("parameter"), int(raw.get("position", -1)))
 
 
 @dataclass
@@ -433,6 +472,7 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
                 ForeignHook(h["framework"], h["owner"], h["hook"], h["text"], h["tensor"], h["origin"], int(h["line"]), int(h["position"]))
                 for h in raw.get("framework_hooks", ())
             ),
+            _factory_return(raw.get("returns_framework")),
         )
     return ForeignModule(path, functions, dict(data.get("scalers", {})))
 

@@ -60,7 +60,7 @@ class SemanticModel:
         self.torch_target = torch_target  # None: amplint.torch_target.ASSUMED
         self.index: ModuleIndex = build_index(module)
         self.resolver = Resolver(self.index)
-        self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver)
+        self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver, external)
         self.scalers: Dict[str, ScalerInfo] = self.scaler_facts.scalers
         self.classifier = Classifier(self.index, self.resolver, self.scaler_facts, external)
         self.regions = Regions(self.index, self.resolver)

@@ -248,6 +248,12 @@ SCALED_GRADIENT_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.s
 STEPPED_AFTER_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.stepped_after_hooks)
 # The functions that build a training loop which may autocast: what the pre-check sees.
 LOOP_BUILDERS = frozenset(name.rsplit(".", 1)[-1] for f in LOOP_FRAMEWORKS for name in f.constructors | f.bare_constructors)
+# The constructors of the framework objects a function may build and return for its callers
+# (`def build_accelerator(cfg): return Accelerator(...)`), by name: what the pre-check sees of a
+# module that exports one. Lightning's `Trainer`, a name too common to tell, is left out.
+FACTORY_CONSTRUCTORS = frozenset(
+    name.rsplit(".", 1)[-1] for f in (*OBJECT_FRAMEWORKS, *CLASS_FRAMEWORKS) if f is not LIGHTNING for name in f.bare_constructors
+)
 # The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
 # pre-check and AMP007/AMP008's trigger words see them.
 OWNED_SCALER_CLASSES = frozenset(
