@@ -38,6 +38,12 @@ class UnscaledBackward(Rule):
     off or `None` (`if not use_amp:`), and an optimizer or loss amplint cannot trace are not
     flagged.
 
+    A Hugging Face `Trainer` subclass whose `training_step` leaves a plain `loss.backward()`
+    is flagged when `TrainingArguments(fp16=...)` that may be true train it: the Trainer steps
+    through its loss scaler after `training_step` returns. With the subclass in one module
+    and the arguments in another, the finding is at the construction
+    (`MyTrainer(model, args=training_args)`), naming the backward's file and line.
+
     ## Why is this bad?
     `scaler.step()` divides every gradient by the current scale (65536 at the start) before
     the update, because it assumes `backward()` ran on `scaler.scale(loss)`. If it did not,
