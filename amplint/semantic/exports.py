@@ -94,7 +94,7 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
         }
     classes = _classes(model)
     for name, hooks in _framework_hooks(model, origin, classes).items():
-        constructor = functions.setdefault(f"{name}.__init__", {"params": ["self"], "method": True, "events": [], "sequences": None})
+        constructor = functions.setdefault(f"{name}.__init__", {"params": _params_of(model, f"{name}.__init__") or ["self"], "method": True, "events": [], "sequences": None})
         constructor["framework_hooks"] = hooks
     inherited, inherited_scalers = _inherited(model, classes)
     for name, function in inherited.items():

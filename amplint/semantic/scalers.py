@@ -236,8 +236,10 @@ class _ScalerFinder:
                 may, surely = self.float16(record.node, trainer, record.unit.scope)
                 if may:
                     trainers[trainer.name] = bool(trainers[trainer.name]) or surely
-        if local_factories or self.external is not None:
-            # Settings a function builds and returns (`training_args = build_training_args(cfg)`).
+        trained = {trainer.name for trainer in frameworks.CLASS_FRAMEWORKS for scope in self.index.classes.values() if any(base.rsplit(".", 1)[-1] in trainer.module_bases for base in scope.bases)}
+        if trained and (local_factories or self.external is not None):
+            # Settings a function builds and returns (`training_args = build_training_args(cfg)`)
+            # for the classes of the file a framework trains.
             for record in self.index.calls:
                 made = self._made_by_factory(record.node, record.unit.scope, local_factories)
                 if made is not None and made[0].scales_module_classes and made[2]:
