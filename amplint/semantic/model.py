@@ -22,7 +22,7 @@ from amplint.semantic.pytorch import frameworks, vocabulary
 from amplint.semantic.names import dotted_name, names_bound, names_read, names_used, roots, source_text
 from amplint.semantic.regions import Regions
 from amplint.semantic.resolve import Resolver, argument, is_infinity
-from amplint.semantic.scalers import ScalerFacts, binding_key, class_scaler_key, find_scalers, settings_float16
+from amplint.semantic.scalers import ScalerFacts, binding_key, class_scaler_key, find_scalers, passed_for, settings_float16
 from amplint.semantic.types import (
     AmpEvent,
     AutocastRegion,
@@ -346,7 +346,7 @@ class SemanticModel:
                 framework = frameworks.BY_NAME.get(hook.framework)
                 if framework is None:
                     continue
-                settings = _settings_argument(record.node, hook.position, framework.settings_keyword)
+                settings = passed_for(record.node, framework.settings_keyword, hook.position)
                 may, surely = settings_float16(settings, framework, record.unit.scope, self.resolver)
                 if may:
                     found.append((record, hook, surely))
@@ -607,15 +607,3 @@ def values_derived_from(unit: CodeUnit, names: Set[str]) -> Set[str]:
                 derived |= targets
                 changed = True
     return derived
-
-
-def _settings_argument(call: cst.Call, position: int, keyword: str) -> Optional[cst.BaseExpression]:
-    """What `call` passes as the framework's settings: by keyword, or at `position` (-1: by
-    keyword only) when no `*args` before it could move it."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg.value
-    positional = [arg for arg in call.args if arg.keyword is None]
-    if 0 <= position < len(positional) and not any(arg.star for arg in positional[: position + 1]):
-        return positional[position].value
-    return None

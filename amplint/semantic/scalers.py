@@ -338,7 +338,7 @@ class _ScalerFinder:
             return None
         values, complete = factory.precisions, factory.complete
         if factory.parameter is not None:
-            passed = _passed_for(value, factory.parameter, factory.position)
+            passed = passed_for(value, factory.parameter, factory.position)
             if passed is not None:
                 values, complete = self.resolver.settings(passed, scope)
         may = bool(values & frameworks.FP16_PRECISIONS)
@@ -586,8 +586,9 @@ def _reads_parameter(value: Optional[cst.BaseExpression], scope: Scope, resolver
     return False
 
 
-def _passed_for(call: cst.Call, parameter: str, position: int) -> Optional[cst.BaseExpression]:
-    """What `call` passes for `parameter` (by keyword, or at `position` with no `*args` before)."""
+def passed_for(call: cst.Call, parameter: str, position: int) -> Optional[cst.BaseExpression]:
+    """What `call` passes for `parameter`: by keyword, or at `position` (-1: by keyword only)
+    when no `*args` before it could move it."""
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == parameter:
             return arg.value
