@@ -23,9 +23,11 @@ class HalfPrecisionMasterWeights(Rule):
     `{n: p.detach().clone() for n, p in model.named_parameters()}` after `model.half()`). A cast
     in a helper the training loop calls counts before the loop's next steps (a diffusers
     `log_validation` that casts the trained `unet`, or a pipeline built from it: a pipeline
-    holds the very modules it is handed, so `pipeline.to(dtype=weight_dtype)` casts them; with
-    accelerate's fp16 GradScaler the next `unscale_` then raises "Attempting to unscale FP16
-    gradients", diffusers #13124). Adapters added after the cast (`unet.add_adapter(config)`,
+    holds the very modules it is handed, so `pipeline.to(dtype=weight_dtype)` casts them, and so
+    does `AutoPipelineForImage2Image.from_pipe(pipeline, torch_dtype=weight_dtype)`, which casts
+    the modules the new pipeline shares with `pipeline` in place; with accelerate's fp16
+    GradScaler the next `unscale_` then raises "Attempting to unscale FP16 gradients", diffusers
+    #13124). Adapters added after the cast (`unet.add_adapter(config)`,
     peft's `inject_adapter_in_model`, diffusers' `load_lora_into_unet`, `get_peft_model(...,
     autocast_adapter_dtype=False)`) are built in the dtype of the layers they wrap and are the
     only trainable parameters: a LoRA script that trains them as they are trains float16

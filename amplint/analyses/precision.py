@@ -70,6 +70,10 @@ _UNWRAPPING = frozenset({"unwrap_model"})
 _PIPELINE_SETTINGS = frozenset({"torch_dtype", "dtype", "revision", "variant", "safety_checker", "cache_dir", "device_map"})
 
 
+# What builds a pipeline from another one's modules, cast in place to its `torch_dtype=`.
+_FROM_PIPE = frozenset({"from_pipe"})
+
+
 def _builds_pipeline(func: cst.BaseExpression) -> bool:
     """`StableDiffusionPipeline(...)`, `DiffusionPipeline.from_pretrained(...)`,
     `AutoPipelineForText2Image.from_pretrained(...)`: a diffusers pipeline built from modules."""
@@ -296,6 +300,9 @@ class PrecisionFinder:
     def _cast(self, record: CallRecord) -> None:
         node = record.node
         func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _FROM_PIPE and _builds_pipeline(func):
+            self._pipe_cast(record)
+            return
         if not isinstance(func, cst.Attribute) or (func.attr.value not in CAST_METHODS and func.attr.value != "to"):
             return
         scope = record.unit.scope
@@ -319,6 +326,33 @@ class PrecisionFinder:
         held = self.held(name, scope) if name is not None and "." not in name else {}
         if names:
             cast = ModuleCast(node, record, dtypes, names[0], frozenset(paths | set(held)), copy_of, guard_facts(record))
+            cast.held.update(held)
+            self.facts.casts.append(cast)
+
+    def _pipe_cast(self, record: CallRecord) -> None:
+        """`AutoPipelineForImage2Image.from_pipe(pipeline, torch_dtype=weight_dtype)`: the new
+        pipeline shares the modules of `pipeline` (and holds those handed to it by keyword),
+        and diffusers casts them all in place to `torch_dtype` (`dtype=`). Without a dtype,
+        no cast to a lower precision."""
+        node = record.node
+        scope = record.unit.scope
+        positional, keywords = split_args(node.args)
+        setting = keywords.get("torch_dtype", keywords.get("dtype"))
+        if setting is None:
+            return
+        source = positional[0] if positional else keywords.get("pipeline")
+        name = dotted_name(source) if source is not None else None
+        held: Dict[ModulePath, str] = self.held(name, scope) if name is not None and "." not in name else {}
+        for keyword, value in keywords.items():
+            module = self._module_source(value) if keyword not in _PIPELINE_SETTINGS and keyword != "pipeline" else None
+            if module is not None:
+                for path in self.paths(module, scope):
+                    held.setdefault(path, module)
+        if held:
+            # Named as the new pipeline, which holds them all.
+            binding = self.assigned.get(id(node))
+            built = binding.name if binding is not None else name or "the pipeline"
+            cast = ModuleCast(node, record, self.resolver.dtypes(setting, scope), built, frozenset(held), None, guard_facts(record))
             cast.held.update(held)
             self.facts.casts.append(cast)
 

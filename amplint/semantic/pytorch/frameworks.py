@@ -59,6 +59,12 @@ class Framework:
     # Hooks after which the framework steps through its scaler (Hugging Face's Trainer runs
     # `training_step`, then unscales, clips and steps): a backward they run must be scaled.
     stepped_after_hooks: FrozenSet[str] = frozenset()
+    # The argument of a trained class's constructor that takes the settings built by
+    # `constructors` (Hugging Face's `Trainer(model, args, ...)`: `args=`, or the second
+    # positional argument of a subclass without an `__init__` of its own): a module that
+    # imports the class and builds both decides its precision.
+    settings_keyword: str = ""
+    settings_position: int = -1
     # Class names matched whatever module defines them: projects copy timm's scaler into
     # their own utils (`from util.misc import NativeScalerWithGradNormCount as NativeScaler`).
     class_names: FrozenSet[str] = frozenset()
@@ -208,6 +214,8 @@ HF_TRAINER = Framework(
     self_backward_methods=frozenset({"accelerator.backward"}),
     self_unscaling_methods=frozenset({"accelerator.clip_grad_norm_", "accelerator.unscale_gradients"}),
     stepped_after_hooks=frozenset({"training_step"}),
+    settings_keyword="args",
+    settings_position=1,
     backward_advice="Use `self.accelerator.backward({loss})`, which scales the loss",
     clip_advice="Leave clipping to the Trainer (`max_grad_norm=`), which unscales first",
     step_advice="Leave the step to the Trainer, which steps through its scaler",
@@ -240,6 +248,12 @@ SCALED_GRADIENT_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.s
 STEPPED_AFTER_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.stepped_after_hooks)
 # The functions that build a training loop which may autocast: what the pre-check sees.
 LOOP_BUILDERS = frozenset(name.rsplit(".", 1)[-1] for f in LOOP_FRAMEWORKS for name in f.constructors | f.bare_constructors)
+# The constructors of the framework objects a function may build and return for its callers
+# (`def build_accelerator(cfg): return Accelerator(...)`), by name: what the pre-check sees of a
+# module that exports one. Lightning's `Trainer`, a name too common to tell, is left out.
+FACTORY_CONSTRUCTORS = frozenset(
+    name.rsplit(".", 1)[-1] for f in (*OBJECT_FRAMEWORKS, *CLASS_FRAMEWORKS) if f is not LIGHTNING for name in f.bare_constructors
+)
 # The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
 # pre-check and AMP007/AMP008's trigger words see them.
 OWNED_SCALER_CLASSES = frozenset(
