@@ -84,7 +84,27 @@ def helper_names(source: str) -> FrozenSet[str]:
     text search: `grad_norm` for `def grad_norm(model): ... p.grad ...`. What another module
     must name to call one of them (a helper that calls another is found by the outer name
     only if that one holds a word too)."""
-    if not any(word in source for word in HELPER_WORDS):
+    return _defining(source, HELPER_WORDS, methods=True)
+
+
+# What a checkpointing helper does that a module's summary exports (its `state` table,
+# `amplint.semantic.saved_state`): it saves or restores an object's state. Such a module
+# (`checkpoint.py` with a `Checkpointer` class) has no AMP word; it is analysed when a
+# linted module that imports it names the class or the top-level function, never for a
+# method's name alone (`save` and `load` are in most files).
+STATE_WORDS = (".state_dict()", ".load_state_dict(")
+
+
+def state_names(source: str) -> FrozenSet[str]:
+    """The top-level functions and classes whose code saves or restores an object's state,
+    by a text search: `Checkpointer` for a method of it that calls `self.optimizer.state_dict()`."""
+    return _defining(source, STATE_WORDS, methods=False)
+
+
+def _defining(source: str, words: Sequence[str], methods: bool) -> FrozenSet[str]:
+    """The functions whose text holds one of `words`, and the top-level classes of the
+    methods that do (with the methods' own names when `methods`)."""
+    if not any(word in source for word in words):
         return frozenset()
     import bisect
     import re
@@ -94,13 +114,14 @@ def helper_names(source: str) -> FrozenSet[str]:
     starts = [d[0] for d in definitions]
     classes = [(m.start(), m.group(1)) for m in re.finditer(r"^class[ \t]+(\w+)", source, re.M)]
     class_starts = [c[0] for c in classes]
-    for word in HELPER_WORDS:
+    for word in words:
         start = source.find(word)
         while start != -1:
             at = bisect.bisect_left(starts, start)  # the definitions that begin before it
             if at:
                 where, indent, name = definitions[at - 1]
-                names.add(name)
+                if methods or not indent:
+                    names.add(name)
                 owner = bisect.bisect_left(class_starts, where)
                 if indent and owner:
                     names.add(classes[owner - 1][1])
