@@ -594,7 +594,7 @@ def test_a_summary_says_what_state_functions_and_methods_save():
                 self.lr_scheduler = lr_scheduler
 
             def reset(self):
-                self.lr_scheduler = None
+                self.optimizer = None
 
             def load(self, state):
                 self.optimizer.load_state_dict(state["optimizer"])
@@ -609,14 +609,15 @@ def test_a_summary_says_what_state_functions_and_methods_save():
         """
     ) + textwrap.dedent(SCALERS)
     state = lint_source(source, "ckpt.py", ALL_RULES, whole=True).summary["state"]
-    assert state["RunState.write"]["saves"] == ["self.model", "self.optimizer", "self.scaler"]
-    # `self.optimizer = optimizer or default` holds what is passed; `self.lr_scheduler` is
-    # also set to None elsewhere, so it is not said to hold the parameter.
-    assert state["RunState.__init__"]["sets"] == {"model": "model", "optimizer": "optimizer", "scaler": "scaler"}
-    assert state["Resumer.__init__"]["sets"] == {"optimizer": "optimizer"}
-    assert state["Resumer.load"]["restores"] == ["self.lr_scheduler", "self.optimizer"]
+    # The optimizers' state only: no other object's decides a finding.
+    assert state["RunState.write"]["saves"] == ["self.optimizer"]
+    # `self.optimizer = optimizer or default` holds what is passed.
+    assert state["RunState.__init__"]["sets"] == {"optimizer": "optimizer"}
+    assert state["Resumer.load"]["restores"] == ["self.optimizer"]
+    # Set to None elsewhere too, `self.optimizer` may not hold what the constructor was handed.
+    assert "Resumer.__init__" not in state
     assert "Resumer.keep" not in state  # a copy kept in memory
-    assert state["save_checkpoint"]["saves"] == ["param:model", "param:optimizer"]
+    assert state["save_checkpoint"]["saves"] == ["param:optimizer"]
     assert state["build_scaler"]["scaler"] == '`torch.amp.GradScaler("cuda", enabled=enabled)`'
     assert state["build_scaler"]["enabled"] == "enabled"
     assert "build_off" not in state  # built with enabled=False

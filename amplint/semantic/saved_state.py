@@ -7,10 +7,14 @@ class handed the model and the optimizer (`ckpt = Checkpointer(model, optimizer)
 module exports, in its summary's `state` table (`export_state`), keyed like its functions
 (`save_checkpoint`, `Checkpointer.save`, `Checkpointer.__init__`):
 
-- `saves` / `restores`: the objects whose `state_dict()` a function or method saves, or whose
-  `load_state_dict(...)` it calls: one of its parameters (`param:optimizer`) or an attribute
-  of its instance (`self.optimizer`), also through the instance's other methods it calls
-  (`self._save()`); copies kept in memory (`copy.deepcopy(opt.state_dict())`) aside;
+- `saves` / `restores`: the optimizers whose `state_dict()` a function or method saves, or
+  whose `load_state_dict(...)` it calls: one of its parameters (`param:optimizer`) or an
+  attribute of its instance (`self.optimizer`), named like an optimizer, also through the
+  instance's other methods it calls (`self._save()`); copies kept in memory
+  (`copy.deepcopy(opt.state_dict())`) aside. (A scaler handed to such a function or
+  instance counts as kept whatever it does with it: `amplint.analyses.checkpoints`.) Other
+  objects' state is left out: only an optimizer's decides a finding, and an entry makes
+  every importer that names it be linted again;
 - `sets`, for a class's `__init__`: the attributes those methods use, each with the parameter
   it holds (`self.optimizer = optimizer`, `self.scaler = scaler or default`); an attribute
   set anywhere else too is left out, since it may not hold what the constructor was handed;
@@ -30,7 +34,7 @@ import libcst as cst
 
 from amplint.semantic.index import CodeUnit, Scope
 from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.pytorch import api as torch_api
+from amplint.semantic.pytorch import api as torch_api, vocabulary
 from amplint.semantic.walk import iter_tree
 
 if TYPE_CHECKING:
@@ -53,6 +57,10 @@ def export_state(model: "SemanticModel", exported: Callable[[CodeUnit], bool]) -
     holders_of: Dict[int, Set[str]] = {}  # id(class scope) -> the attributes its methods save or restore
     for unit in units:
         saves, restores, _ = direct[id(unit)]
+        if isinstance(unit.node, cst.FunctionDef) and "state_dict" in unit.node.name.value:
+            # `wrapper.state_dict()`, `strategy.optim_state_dict()`: an object's own state,
+            # a state call where it is called already; not a checkpoint.
+            continue
         if saves or restores:
             table[unit.name] = {"params": unit.parameters, "method": unit.scope.class_scope is not None, "saves": sorted(saves), "restores": sorted(restores)}
             owner = unit.scope.class_scope
@@ -98,10 +106,28 @@ def _direct(unit: CodeUnit) -> Tuple[Set[str], Set[str], Set[str]]:
         restores_it = _STATE_CALLS[method]
         if not restores_it and parents.get(id(record.node)) in _IN_MEMORY:
             continue  # `copy.deepcopy(optimizer.state_dict())`
+        if restores_it and _copied_back(record.node, unit):
+            continue  # `state = opt.state_dict(); ...; opt.load_state_dict(state)`
         holder = _holder(receiver, unit)
-        if holder is not None:
+        if holder is not None and vocabulary.looks_like_optimizer(holder.split(":")[-1]):
             (restores if restores_it else saves).add(holder)
     return saves, restores, called
+
+
+def _copied_back(call: cst.Call, unit: CodeUnit) -> bool:
+    """`opt.load_state_dict(state)` with `state` only ever a copy made in memory in the unit
+    (`state = opt.state_dict()`, `copy.deepcopy(...)`), or such a call itself."""
+
+    def copy(value: Optional[cst.BaseExpression]) -> bool:
+        return isinstance(value, cst.Call) and (dotted_name(value.func) or "").rsplit(".", 1)[-1] in ("state_dict", "deepcopy", "copy")
+
+    if not call.args:
+        return False
+    value = call.args[0].value
+    if isinstance(value, cst.Name):
+        bindings = unit.scope.bindings.get(value.value, ())
+        return bool(bindings) and all(copy(binding.value) for binding in bindings)
+    return copy(value)
 
 
 def _holder(receiver: str, unit: CodeUnit) -> Optional[str]:
@@ -119,8 +145,9 @@ def _holder(receiver: str, unit: CodeUnit) -> Optional[str]:
 
 
 def _through_own_methods(units: List[CodeUnit], direct: Dict[int, Tuple[Set[str], Set[str], Set[str]]]) -> None:
-    """Add to each method what the instance's other methods it calls (`self._save()`) save and
-    restore of the instance's attributes (not of their parameters)."""
+    """Add to each method what the instance's private methods it calls (`self._save()`) save
+    and restore of the instance's attributes (not of their parameters). Not its public
+    methods: `runner.train()` that may call `self.resume()` first is no checkpoint."""
     methods: Dict[Tuple[int, str], CodeUnit] = {}
     for unit in units:
         owner = unit.scope.class_scope
@@ -134,7 +161,7 @@ def _through_own_methods(units: List[CodeUnit], direct: Dict[int, Tuple[Set[str]
                 continue
             saves, restores, called = direct[id(unit)]
             for name in called:
-                callee = methods.get((id(owner), name))
+                callee = methods.get((id(owner), name)) if name.startswith("_") else None
                 if callee is None or callee is unit:
                     continue
                 their_saves, their_restores, _ = direct[id(callee)]
