@@ -18,8 +18,11 @@ class ScalerStateNotCheckpointed(Rule):
     ## What it does
     Flags the checkpoint of a file that checkpoints an optimizer (`optimizer.state_dict()`
     saved, `optimizer.load_state_dict(...)` on resume, or the optimizer handed to another
-    module's `save_checkpoint(...)` / `load_checkpoint(...)`) but never saves or restores the
-    state of the `GradScaler(...)` it builds (or of timm's `NativeScaler()`, which wraps one). The finding is on the call that makes the
+    module's `save_checkpoint(...)` / `load_checkpoint(...)`, or to the constructor of another
+    linted module's class whose method then saves it: `ckpt = Checkpointer(model, optimizer)`,
+    `ckpt.save(path)`) but never saves or restores the
+    state of the `GradScaler(...)` it builds (or of timm's `NativeScaler()`, which wraps one;
+    or that another linted module's function builds for it: `scaler = build_scaler()`). The finding is on the call that makes the
     checkpoint, where the scaler's state belongs: `torch.save({...})` around the optimizer's
     `state_dict()`, the save of the variable that holds it (`ckpt = {...}` then
     `torch.save(ckpt, path)`), or the call that hands the optimizer to a checkpointing function;

@@ -6,7 +6,12 @@ stepped by a scaler, or named like one) or a GradScaler. An object handed to a f
 another module named as only checkpointing is (`save_checkpoint(model, optimizer, path)`,
 `load_checkpoint(path, model, optimizer)`, `torch.save(optimizer, path)`) has its state saved
 or restored there too; torch.distributed.checkpoint's `get_state_dict(model, optimizer)` and
-`set_state_dict(...)` likewise. Copies kept in memory are not checkpoints:
+`set_state_dict(...)` likewise. A function or method of another linted module counts for
+what its summary says it saves or restores (`amplint.semantic.saved_state`): `ckpt.save(path)`,
+with `ckpt = Checkpointer(model, optimizer)` an instance of a class of that module, saves what
+the constructor was handed for the attribute the method saves (`self.optimizer`); a GradScaler
+returned by such a function (`scaler = build_scaler()`) is one the file builds there.
+Copies kept in memory are not checkpoints:
 `copy.deepcopy(optimizer.state_dict())`, `opt.load_state_dict(opt.state_dict())`.
 
 A scaler's state can reach a checkpoint without the file writing `scaler.state_dict()` where
