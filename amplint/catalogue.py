@@ -14,7 +14,7 @@ and catalogue entries alike.
 from __future__ import annotations
 
 import functools
-from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 
 class RuleEntry(NamedTuple):
@@ -88,6 +88,40 @@ def helper_names(source: str) -> FrozenSet[str]:
     only if that one holds a word too)."""
     if not any(word in source for word in HELPER_WORDS):
         return frozenset()
+    return _defining(source, (start for word in HELPER_WORDS for start in _occurrences(source, word)), methods=True)
+
+
+# What a checkpointing helper does that a module's summary exports (its `state` table,
+# `amplint.semantic.saved_state`) and an importer's AMP007 decides: it saves or restores an
+# optimizer's state (`self.optimizer.state_dict()`, `opt.load_state_dict(...)`). Such a
+# module (`checkpoint.py` with a `Checkpointer` class) has no AMP word; it is analysed when
+# a linted module that imports it names the class or the top-level function, never for a
+# method's name alone (`save` and `load` are in most files). A model's own `state_dict()`
+# (the most common kind) is not one.
+STATE_WORD = "state_dict("
+
+
+def state_names(source: str) -> FrozenSet[str]:
+    """The top-level functions and classes whose code saves or restores an optimizer's
+    state, by a text search: `Checkpointer` for a method that calls `self.optimizer.state_dict()`."""
+    if STATE_WORD not in source:
+        return frozenset()
+    import re
+
+    found = (m.start() for m in re.finditer(r"\w*opt\w*\.(?:load_)?state_dict\(", source, re.I))
+    return _defining(source, found, methods=False)
+
+
+def _occurrences(source: str, word: str) -> Iterator[int]:
+    start = source.find(word)
+    while start != -1:
+        yield start
+        start = source.find(word, start + 1)
+
+
+def _defining(source: str, positions: Iterable[int], methods: bool) -> FrozenSet[str]:
+    """The functions whose text holds one of `positions`, and the top-level classes of the
+    methods that do (with the methods' own names when `methods`)."""
     import bisect
     import re
 
@@ -96,17 +130,15 @@ def helper_names(source: str) -> FrozenSet[str]:
     starts = [d[0] for d in definitions]
     classes = [(m.start(), m.group(1)) for m in re.finditer(r"^class[ \t]+(\w+)", source, re.M)]
     class_starts = [c[0] for c in classes]
-    for word in HELPER_WORDS:
-        start = source.find(word)
-        while start != -1:
-            at = bisect.bisect_left(starts, start)  # the definitions that begin before it
-            if at:
-                where, indent, name = definitions[at - 1]
+    for start in positions:
+        at = bisect.bisect_left(starts, start)  # the definitions that begin before it
+        if at:
+            where, indent, name = definitions[at - 1]
+            if methods or not indent:
                 names.add(name)
-                owner = bisect.bisect_left(class_starts, where)
-                if indent and owner:
-                    names.add(classes[owner - 1][1])
-            start = source.find(word, start + 1)
+            owner = bisect.bisect_left(class_starts, where)
+            if indent and owner:
+                names.add(classes[owner - 1][1])
     return frozenset(names)
 
 

@@ -129,7 +129,7 @@ def _finds_any(importer: str, used: Mapping[str, dict], lookups: Collection[Tupl
     index = PathIndex(used)
     for module, level, function in lookups:
         path = index.path_of(importer, module, level)
-        if path is not None and (function is None or function in used[path].get("functions", {})):
+        if path is not None and (function is None or function in used[path].get("functions", {}) or function in used[path].get("state", {})):
             return True
     return False
 
@@ -142,7 +142,7 @@ def _called_from(text: Optional[str], used: Dict[str, dict]) -> Dict[str, dict]:
     """The summaries in `used` with a function that `text` may call: one it names."""
     if text is None:
         return used
-    return {path: summary for path, summary in used.items() if _names_one_of(text, summary.get("functions", {}))}
+    return {path: summary for path, summary in used.items() if _names_one_of(text, [*summary.get("functions", {}), *summary.get("state", {})])}
 
 
 def _names_one_of(text: str, functions: Collection[str]) -> bool:
@@ -205,7 +205,9 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
     own; if it imports a module with a summary, the rounds lint it with it.) A file skipped
     for having no AMP words counts when a function whose text has helper words
     (`catalogue.helper_names`) is named by a file that imports it: `utils.py`'s
-    `grad_norm(model)` reads `p.grad` wherever it is called."""
+    `grad_norm(model)` reads `p.grad` wherever it is called. So does a top-level function or
+    class that saves or restores an object's state (`catalogue.state_names`): a
+    `Checkpointer` handed the optimizer checkpoints it wherever it is made."""
     importers = [r for r in results if r.error is None and r.imports and not (r.skipped and not r.deferred)]
     deferred = {r.path: index for index, r in enumerate(results) if r.error is None and (r.deferred and r.may_export or r.skipped and not r.deferred)}
     if not deferred or not importers:
@@ -218,7 +220,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
         for module, level in result.imports:
             for path in index.paths_of(result.path, module or None, level, exclude=result.path):
                 wanted.setdefault(deferred[path], []).append(result.path)
-    from amplint.catalogue import helper_names
+    from amplint.catalogue import helper_names, state_names
 
     found = []
     for i, importing in sorted(wanted.items()):
@@ -226,7 +228,8 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
             found.append(i)
             continue
         # No AMP words: only if a file that imports it names one of its functions that may do AMP work.
-        names = helper_names(read(results[i].path) or "")
+        text = read(results[i].path) or ""
+        names = helper_names(text) | state_names(text)
         if names and any(name in (read(path) or "") for path in dict.fromkeys(importing) for name in names):
             found.append(i)
     return found

@@ -18,8 +18,11 @@ class ScalerStateNotCheckpointed(Rule):
     ## What it does
     Flags the checkpoint of a file that checkpoints an optimizer (`optimizer.state_dict()`
     saved, `optimizer.load_state_dict(...)` on resume, or the optimizer handed to another
-    module's `save_checkpoint(...)` / `load_checkpoint(...)`) but never saves or restores the
-    state of the `GradScaler(...)` it builds (or of timm's `NativeScaler()`, which wraps one). The finding is on the call that makes the
+    module's `save_checkpoint(...)` / `load_checkpoint(...)`, or to the constructor of another
+    linted module's class whose method then saves it: `ckpt = Checkpointer(model, optimizer)`,
+    `ckpt.save(path)`) but never saves or restores the
+    state of the `GradScaler(...)` it builds (or of timm's `NativeScaler()`, which wraps one;
+    or that another linted module's function builds for it: `scaler = build_scaler()`). The finding is on the call that makes the
     checkpoint, where the scaler's state belongs: `torch.save({...})` around the optimizer's
     `state_dict()`, the save of the variable that holds it (`ckpt = {...}` then
     `torch.save(ckpt, path)`), or the call that hands the optimizer to a checkpointing function;
@@ -129,17 +132,23 @@ class ScalerStateNotCheckpointed(Rule):
         if not model.float16_possible:
             return
         reported: Set[str] = set()
-        for scaler, record in model.grad_scalers_built():
-            restore = model.facts(Checkpoints).restored_before(record, scaler.key)
+        facts = model.facts(Checkpoints)
+        # The GradScalers the file builds, and those another linted module's function builds
+        # for it (`scaler = build_scaler()`), quoted as built there.
+        built = [(scaler, record, f"`{source_text(record.node)}`") for scaler, record in model.grad_scalers_built()]
+        built += [(scaler, record, f"`{source_text(record.node)}`, which builds {there}") for scaler, record, there in facts.scalers_built_by_imports()]
+        for scaler, record, construction in built:
+            restore = facts.restored_before(record, scaler.key)
             if restore is not None:
-                yield Report(record.node, Message.split(_built_again(scaler, record.node, restore)))
+                yield Report(record.node, Message.split(_built_again(scaler, f"`{source_text(record.node)}`", restore)))
                 continue
-            # Quote a save where there is one, the optimizer's own state_dict() first.
-            checkpoints = sorted(model.facts(Checkpoints).optimizer_checkpoints(scaler.key), key=lambda c: (c.restores, not c.direct))
-            if checkpoints and scaler.key not in reported and model.facts(Checkpoints).scaler_state_kept(scaler.key) is None:
+            # Quote a save where there is one: the optimizer's own state_dict() first, then a
+            # call whose summary says it saves it, then one named like checkpointing.
+            checkpoints = sorted(facts.optimizer_checkpoints(scaler.key), key=lambda c: (c.restores, not c.direct, c.via is None))
+            if checkpoints and scaler.key not in reported and facts.scaler_state_kept(scaler.key) is None:
                 reported.add(scaler.key)
                 # Where the fix goes: the checkpoint that holds the optimizer's state.
-                yield Report(_checkpoint_at(checkpoints[0], model), Message.split(_not_checkpointed(scaler, record.node, checkpoints[0])))
+                yield Report(_checkpoint_at(checkpoints[0], model), Message.split(_not_checkpointed(scaler, construction, checkpoints[0])))
 
     VALID = (
         # The canonical checkpoint: the scaler's state beside the optimizer's.
@@ -438,20 +447,25 @@ def _saves(call: cst.Call, variable: str) -> bool:
     )
 
 
-def _not_checkpointed(scaler: ScalerInfo, call, optimizer: StateCall) -> str:
+def _not_checkpointed(scaler: ScalerInfo, construction: str, optimizer: StateCall) -> str:
     what = "saves" if not optimizer.restores else "restores"
-    where = source_text(optimizer.node) if optimizer.direct else f"{source_text(optimizer.node.func)}(..., {optimizer.receiver}, ...)"
+    if optimizer.direct:
+        where = f"`{source_text(optimizer.node)}`"
+    elif optimizer.via is not None:
+        where = f"`{source_text(optimizer.node)}`, which {what} {optimizer.via}"
+    else:
+        where = f"`{source_text(optimizer.node.func)}(..., {optimizer.receiver}, ...)`"
     return (
-        f"This checkpoint {what} the optimizer's state (`{where}`) but not `{scaler.name}`'s "
-        f"(`{source_text(call)}`): a resumed run starts again at the initial scale (65536 by default) "
+        f"This checkpoint {what} the optimizer's state ({where}) but not `{scaler.name}`'s "
+        f"({construction}): a resumed run starts again at the initial scale (65536 by default) "
         f"and skips steps until it is back at the scale the run had reached. Save "
         f"`{scaler.name}.state_dict()` in the checkpoint and call `{scaler.name}.load_state_dict(...)` on resume."
     )
 
 
-def _built_again(scaler: ScalerInfo, call, restore: StateCall) -> str:
+def _built_again(scaler: ScalerInfo, construction: str, restore: StateCall) -> str:
     return (
-        f"`{source_text(call)}` builds a new GradScaler after `{source_text(restore.node)}` restored "
+        f"{construction} builds a new GradScaler after `{source_text(restore.node)}` restored "
         f"`{scaler.name}`: the restored scale is thrown away and the run starts again at the initial scale "
         "(65536 by default). Build the "
         "scaler once, before restoring its state."

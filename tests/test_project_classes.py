@@ -378,8 +378,10 @@ def test_a_checkpointer_of_another_module_handed_the_optimizer_but_not_the_scale
         "checkpoint.py": CHECKPOINTER.format(scaler_param="", scaler_attribute="", scaler_state=""),
         "train.py": CHECKPOINTED.format(scaler=""),
     }
-    found, _ = _lint(tmp_path, files)
-    assert found == [("train.py", 7, "AMP007")]
+    found, findings = _lint(tmp_path, files)
+    # At the call that saves, as the summary of checkpoint.py (no AMP word in it) says.
+    assert found == [("train.py", 16, "AMP007")]
+    assert "`ckpt.save(epoch)`, which saves `self.optimizer.state_dict()` in checkpoint.py" in findings[0]["message"]
     files = {
         "checkpoint.py": CHECKPOINTER.format(
             scaler_param=", scaler=None", scaler_attribute="\n        self.scaler = scaler", scaler_state=', "scaler": self.scaler.state_dict()'
@@ -388,6 +390,245 @@ def test_a_checkpointer_of_another_module_handed_the_optimizer_but_not_the_scale
     }
     found, _ = _lint(tmp_path, files)
     assert found == []
+
+
+# The scaler built in another module (`build_scaler()`), the checkpointer in a third, under a
+# name no checkpointing word is in: only the summaries say that `state.write(path)` saves
+# the optimizer's state.
+SCALERS = """
+import torch
+
+
+def build_scaler(enabled=True):
+    return torch.amp.GradScaler("cuda", enabled=enabled)
+
+
+def build_off():
+    return torch.amp.GradScaler("cuda", enabled=False)
+"""
+
+RUN_STATE = """
+import torch
+
+
+class RunState:
+    def __init__(self, model, optimizer=None, scaler=None):
+        self.model = model
+        self.optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.1)
+        self.scaler = scaler
+
+    def write(self, path, **extra):
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        state.update({name: obj.state_dict() for name, obj in extra.items()})
+        self._dump(state, path)
+
+    def _dump(self, state, path):
+        torch.save(state, path)
+"""
+
+RUN_STATE_USED = """
+import torch
+from scalers import build_scaler, build_off
+from run_state import RunState
+
+
+def train(model, loader, optimizer, epochs):
+    scaler = {scaler}
+    state = RunState(model, {handed})
+    {later}
+    for epoch in range(epochs):
+        for x in loader:
+            with torch.autocast("cuda", dtype=torch.{dtype}):
+                loss = model(x)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+        state.write("last.pt"{extra})
+"""
+
+# The checkpointer kept on the trainer of the importing module, used in another method.
+TRAINER_USES = """
+import torch
+from run_state import RunState
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+        self.state = RunState(self.model, optimizer=self.optimizer{scaler})
+
+    def epoch(self, loader):
+        for x in loader:
+            with torch.autocast("cuda"):
+                loss = self.model(x)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        self.state.write("last.pt")
+"""
+
+
+def _run_state(**fields):
+    values = {"scaler": "build_scaler()", "handed": "optimizer", "later": "", "dtype": "float16", "extra": ""}
+    values.update(fields)
+    return {"scalers.py": SCALERS, "run_state.py": RUN_STATE, "train.py": RUN_STATE_USED.format(**values)}
+
+
+def test_a_checkpointer_method_of_another_module_saves_what_its_constructor_was_handed(tmp_path):
+    found, findings = _lint(tmp_path, _run_state())
+    assert found == [("train.py", 18, "AMP007")]
+    message = findings[0]["message"]
+    assert '`state.write("last.pt")`, which saves `self.optimizer.state_dict()` in run_state.py' in message
+    assert '`build_scaler()`, which builds `torch.amp.GradScaler("cuda", enabled=enabled)` in scalers.py' in message
+    # A GradScaler built in the file itself; the optimizer passed by keyword.
+    found, _ = _lint(tmp_path, _run_state(scaler='torch.amp.GradScaler("cuda")', handed="optimizer=optimizer"))
+    assert found == [("train.py", 18, "AMP007")]
+
+
+def test_an_instance_kept_on_self_saves_what_its_constructor_was_handed(tmp_path):
+    files = {"scalers.py": SCALERS, "run_state.py": RUN_STATE, "train.py": TRAINER_USES.format(scaler="")}
+    found, _ = _lint(tmp_path, files)
+    assert found == [("train.py", 19, "AMP007")]
+    files["train.py"] = TRAINER_USES.format(scaler=", scaler=self.scaler")
+    found, _ = _lint(tmp_path, files)
+    assert found == []
+
+
+def test_a_checkpointer_handed_the_scaler_or_a_run_without_one_is_clean(tmp_path):
+    twins = {
+        "handed positionally": _run_state(handed="optimizer, scaler"),
+        "handed by keyword": _run_state(handed="optimizer=optimizer, scaler=scaler"),
+        "set on the instance later": _run_state(later="state.scaler = scaler"),
+        "handed to the save": _run_state(extra=", scaler=scaler"),
+        "bfloat16 only": _run_state(dtype="bfloat16"),
+        "disabled where it is built": _run_state(scaler="build_off()"),
+        "disabled by the caller": _run_state(scaler="build_scaler(enabled=False)"),
+        "not handed the optimizer": _run_state(handed=""),
+    }
+    for why, files in twins.items():
+        found, _ = _lint(tmp_path, files)
+        assert found == [], why
+
+
+# A base trainer of another module that builds its own GradScaler; a subclass in the
+# importing module that uses it, or checkpoints without it. Nothing here builds a scaler
+# the subclass's module could checkpoint: no finding is new.
+OWN_SCALER_BASE = """
+import torch
+
+
+class BaseTrainer:
+    def __init__(self, model, optimizer, amp=True):
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda", enabled=amp)
+
+    def save(self, path):
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scaler": self.scaler.state_dict()}, path)
+"""
+
+OWN_SCALER_SUBCLASS = """
+import torch
+from base_trainer import BaseTrainer
+
+
+class Trainer(BaseTrainer):
+    def step(self, x):
+        with torch.autocast("cuda"):
+            loss = self.model(x)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def snapshot(self, path):
+        torch.save({"optimizer": self.optimizer.state_dict()}, path)
+
+    def end_epoch(self, path):
+        self.save(path)
+"""
+
+
+def test_a_subclass_of_a_trainer_that_owns_its_scaler_gets_no_new_finding(tmp_path):
+    found, _ = _lint(tmp_path, {"base_trainer.py": OWN_SCALER_BASE, "train.py": OWN_SCALER_SUBCLASS})
+    assert [code for _, _, code in found if code == "AMP007"] == []
+
+
+def test_a_changed_checkpointer_is_seen_by_its_importer_through_the_cache(tmp_path):
+    """The importer's cached result is keyed by the summaries it was linted with: a
+    checkpointer that stops saving the optimizer's state clears its finding."""
+    cache = tmp_path / "cache"
+    root = tmp_path / "project"
+
+    def lint(files):
+        _write(root, files)
+        done = subprocess.run(
+            [sys.executable, "-m", "amplint", "--isolated", "--cache-dir", str(cache), "--output-format", "json", "."],
+            capture_output=True,
+            text=True,
+            cwd=root,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        return sorted((os.path.relpath(f["filename"], root), f["location"]["row"], f["code"]) for f in json.loads(done.stdout))
+
+    files = _run_state()
+    assert lint(files) == [("train.py", 18, "AMP007")]
+    assert lint(files) == [("train.py", 18, "AMP007")]  # warm
+    files["run_state.py"] = RUN_STATE.replace(', "optimizer": self.optimizer.state_dict()', "")
+    assert lint(files) == []
+    files["run_state.py"] = RUN_STATE
+    assert lint(files) == [("train.py", 18, "AMP007")]
+
+
+def test_a_summary_says_what_state_functions_and_methods_save():
+    source = textwrap.dedent(RUN_STATE) + textwrap.dedent(
+        """
+        class Resumer:
+            def __init__(self, optimizer, lr_scheduler):
+                self.optimizer = optimizer
+                self.lr_scheduler = lr_scheduler
+
+            def reset(self):
+                self.optimizer = None
+
+            def load(self, state):
+                self.optimizer.load_state_dict(state["optimizer"])
+                self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+            def keep(self):
+                return copy.deepcopy(self.optimizer.state_dict())
+
+
+        def save_checkpoint(model, optimizer, path):
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+        """
+    ) + textwrap.dedent(SCALERS)
+    state = lint_source(source, "ckpt.py", ALL_RULES, whole=True).summary["state"]
+    # The optimizers' state only: no other object's decides a finding.
+    assert state["RunState.write"]["saves"] == ["self.optimizer"]
+    # `self.optimizer = optimizer or default` holds what is passed.
+    assert state["RunState.__init__"]["sets"] == {"optimizer": "optimizer"}
+    assert state["Resumer.load"]["restores"] == ["self.optimizer"]
+    # Set to None elsewhere too, `self.optimizer` may not hold what the constructor was handed.
+    assert "Resumer.__init__" not in state
+    assert "Resumer.keep" not in state  # a copy kept in memory
+    assert state["save_checkpoint"]["saves"] == ["param:optimizer"]
+    assert state["build_scaler"]["scaler"] == '`torch.amp.GradScaler("cuda", enabled=enabled)`'
+    assert state["build_scaler"]["enabled"] == "enabled"
+    assert "build_off" not in state  # built with enabled=False
+
+
+def test_a_checkpointing_module_is_analysed_when_an_importer_names_its_class_or_function():
+    from amplint.catalogue import state_names
+
+    assert state_names(textwrap.dedent(RUN_STATE)) == {"RunState"}
+    assert state_names("def save_checkpoint(m, opt, path):\n    torch.save(opt.state_dict(), path)\n") == {"save_checkpoint"}
+    assert state_names("def f(m):\n    return m.state_dict\n") == frozenset()
 
 
 # --------------------------------------------------------------------------- the summary

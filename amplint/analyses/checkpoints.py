@@ -6,7 +6,12 @@ stepped by a scaler, or named like one) or a GradScaler. An object handed to a f
 another module named as only checkpointing is (`save_checkpoint(model, optimizer, path)`,
 `load_checkpoint(path, model, optimizer)`, `torch.save(optimizer, path)`) has its state saved
 or restored there too; torch.distributed.checkpoint's `get_state_dict(model, optimizer)` and
-`set_state_dict(...)` likewise. Copies kept in memory are not checkpoints:
+`set_state_dict(...)` likewise. A function or method of another linted module counts for
+what its summary says it saves or restores (`amplint.semantic.saved_state`): `ckpt.save(path)`,
+with `ckpt = Checkpointer(model, optimizer)` an instance of a class of that module, saves what
+the constructor was handed for the attribute the method saves (`self.optimizer`); a GradScaler
+returned by such a function (`scaler = build_scaler()`) is one the file builds there.
+Copies kept in memory are not checkpoints:
 `copy.deepcopy(optimizer.state_dict())`, `opt.load_state_dict(opt.state_dict())`.
 
 A scaler's state can reach a checkpoint without the file writing `scaler.state_dict()` where
@@ -25,20 +30,23 @@ loop over objects) may keep anything's.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
 
 from amplint.analyses.repetition import Repetitions
 from amplint.semantic.calls import HelperCall
+from amplint.semantic.exports import imported_module
 from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name
 from amplint.semantic.pytorch import vocabulary
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key
+from amplint.semantic.types import ScalerInfo
 from amplint.semantic.walk import children, iter_tree
 
 # Functions whose job is to write or read a checkpoint: `save_checkpoint`, `save_on_master`,
@@ -70,6 +78,8 @@ class StateCall:
     receiver: str  # as written: `self.optimizer`
     key: str  # the variable (`amplint.semantic.resolve.Resolver.identity`)
     restores: bool
+    # Made in another linted module, as its summary says: "`self.optimizer.state_dict()` in utils.py".
+    via: Optional[str] = None
 
     @property
     def node(self) -> cst.Call:
@@ -109,7 +119,10 @@ class Checkpoints(Analysis):
         # scaler is in it only if it was put in a collection, which is a hand-off.
         self.generic: List[CallRecord] = []
         parents = self._parents()
+        external = model.external
         for record in index.calls:
+            if external is not None:
+                self._through_summary(record)
             func = record.node.func
             dcp = _DCP_STATE.get(resolver.qualified(func) or "")
             if dcp is not None:
@@ -155,6 +168,115 @@ class Checkpoints(Analysis):
         for arg in record.node.args:
             for name in _objects(arg.value):
                 self.state_calls.append(StateCall(record, name, self.resolver.identity(name, record.unit.scope), restores))
+
+    def _through_summary(self, record: CallRecord) -> None:
+        """A call to another linted module's function or method whose summary says it saves
+        or restores objects' state (`amplint.semantic.saved_state`): `ckpt.save(path)` with
+        `ckpt = Checkpointer(model, optimizer)` saves what the constructor was handed for
+        `self.optimizer`; `save_checkpoint(model, optimizer, path)`, what it is passed."""
+        found = self._foreign_state(record)
+        if found is None:
+            return
+        entry, origin, made = found
+        for restores, holders in ((False, entry.get("saves", ())), (True, entry.get("restores", ()))):
+            for holder in holders:
+                passed: Optional[cst.BaseExpression] = None
+                scope = record.unit.scope
+                if holder.startswith("param:"):
+                    method = bool(entry.get("method")) and isinstance(record.node.func, cst.Attribute) and made is not None
+                    passed = _passed_for(record.node, entry.get("params", ()), holder[len("param:") :], method)
+                elif holder.startswith("self.") and made is not None:
+                    constructor, call, scope = made
+                    parameter = constructor.get("sets", {}).get(holder[len("self.") :])
+                    if parameter is not None:
+                        passed = _passed_for(call, constructor.get("params", ()), parameter, True)
+                if passed is None:
+                    continue
+                what = "load_state_dict(...)" if restores else "state_dict()"
+                for name in _objects(passed):
+                    via = f"`{holder.replace('param:', '')}.{what}` in {origin}"
+                    self.state_calls.append(StateCall(record, name, self.resolver.identity(name, scope), restores, via))
+
+    def _foreign_state(self, record: CallRecord) -> Optional[Tuple[Mapping[str, Any], str, Optional[Tuple[Mapping[str, Any], cst.Call, Scope]]]]:
+        """The `state` entry of the other module's function or method `record` calls, the
+        file it is in, and for a method called on an instance made here (`ckpt =
+        Checkpointer(...)`, `self.ckpt = Checkpointer(...)`): its class's `__init__` entry,
+        the constructor call, and the scope that call is read in."""
+        external = self.model.external
+        func = record.node.func
+        scope = record.unit.scope
+        if external is None:
+            return None
+        if isinstance(func, cst.Name):
+            imported = self._imported(func.value, scope)
+            if imported is None:
+                return None
+            module, level, name = imported
+            foreign = external.module(module, level)
+            entry = foreign.state.get(name) if foreign is not None and name else None
+            return (entry, _origin(foreign), None) if entry is not None else None
+        owner = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
+        if owner is None or owner in ("self", "cls") or not isinstance(func, cst.Attribute):
+            return None
+        method = func.attr.value
+        if "." not in owner:
+            # `utils.save_checkpoint(...)` with `utils` an imported module.
+            imported = self._imported(owner, scope)
+            if imported is not None:
+                module, level, name = imported
+                target = module if name is None else (f"{module}.{name}" if module else name)
+                foreign = external.module(target, level)
+                entry = foreign.state.get(method) if foreign is not None else None
+                return (entry, _origin(foreign), None) if entry is not None else None
+        for bound, where in self.resolver.values(owner, scope):
+            if not isinstance(bound, cst.Call) or not isinstance(bound.func, cst.Name):
+                continue
+            imported = self._imported(bound.func.value, where)
+            if imported is None or imported[2] is None:
+                continue
+            module, level, cls = imported
+            foreign = external.module(module, level)
+            if foreign is None:
+                continue
+            entry = foreign.state.get(f"{cls}.{method}")
+            if entry is not None:
+                constructor = foreign.state.get(f"{cls}.__init__") or {}
+                return entry, _origin(foreign), (constructor, bound, where)
+        return None
+
+    def _imported(self, name: str, scope: Scope) -> Optional[Tuple[Optional[str], int, Optional[str]]]:
+        for binding in self.resolver.bindings(name, scope):
+            if binding.kind == "import":
+                return imported_module(binding.node, name)
+        return None
+
+    # ------------------------------------------------------------------ scalers built elsewhere
+    def scalers_built_by_imports(self) -> List[Tuple[ScalerInfo, CallRecord, str]]:
+        """Each `scaler = build_scaler()` with `build_scaler` another linted module's
+        function that returns a new GradScaler (its summary's `state`), not one whose
+        `enabled` parameter is passed a literal False: the scaler, the call, and the
+        construction as quoted there with its file."""
+        found: List[Tuple[ScalerInfo, CallRecord, str]] = []
+        if self.model.external is None:
+            return found
+        for record in self.index.calls:
+            if not isinstance(record.node.func, (cst.Name, cst.Attribute)):
+                continue
+            state = self._foreign_state(record)
+            if state is None or not state[0].get("scaler") or state[2] is not None:
+                continue
+            entry, origin, _ = state
+            enabled = entry.get("enabled")
+            if enabled:
+                passed = _passed_for(record.node, entry.get("params", ()), enabled, False)
+                if passed is not None and self.resolver.boolean(passed, record.unit.scope) is False:
+                    continue
+            for binding in self._bindings_from(record):
+                if binding.value is record.node:
+                    key = binding_key(binding)
+                    info = self.model.scalers.get(key) or ScalerInfo(key, binding.name, None, ())
+                    found.append((info, record, f"{entry['scaler']} in {origin}"))
+        return found
 
     def _parents(self) -> Dict[int, CallRecord]:
         """id(call) -> the call it is an argument of."""
@@ -316,7 +438,10 @@ class Checkpoints(Analysis):
                     continue  # followed: its parameter is an alias
                 callee = dotted_name(record.node.func) or ""
                 last = callee.rsplit(".", 1)[-1]
-                if callee == "setattr":
+                if self.model.external is not None and self._foreign_state(record) is not None:
+                    # `state.write(path, scaler=scaler)`, whose summary says it saves state.
+                    yield HandOff(record.node, f"it is passed to `{callee}`, which saves objects' state")
+                elif callee == "setattr":
                     yield HandOff(record.node, "an object's attribute holds it")
                 elif "." in callee and last in _COLLECTING:
                     yield HandOff(record.node, f"`{callee}` collects it")
@@ -458,6 +583,28 @@ class Checkpoints(Analysis):
             if isinstance(f, GuardFrame)
             for condition, value in self.model.assumptions(f.test, f.outcome)
         )
+
+
+def _origin(foreign) -> str:
+    return os.path.basename(foreign.path) if foreign is not None and foreign.path else "another module"
+
+
+def _passed_for(call: cst.Call, params, parameter: str, bound_self: bool) -> Optional[cst.BaseExpression]:
+    """What `call` passes for the callee's `parameter` (`params`: the callee's, with `self`
+    when `bound_self`); None when not passed or not known (`f(*args)`)."""
+    params = list(params)
+    if parameter not in params:
+        return None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == parameter:
+            return arg.value
+    index = params.index(parameter) - (1 if bound_self else 0)
+    for position, arg in enumerate(a for a in call.args if a.keyword is None):
+        if arg.star:
+            return None
+        if position == index:
+            return arg.value
+    return None
 
 
 def _may_checkpoint(function: cst.CSTNode) -> bool:

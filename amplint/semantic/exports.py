@@ -31,6 +31,7 @@ from amplint.import_paths import PathIndex
 from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.types import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.saved_state import export_state
 
 if TYPE_CHECKING:
     from amplint.semantic.model import SemanticModel
@@ -117,7 +118,8 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
     inherited, inherited_scalers = _inherited(model, classes)
     for name, function in inherited.items():
         functions.setdefault(name, function)
-    if not functions:
+    state = export_state(model, _exported)
+    if not functions and not state:
         return None
     scalers = {}
     for key, info in model.scalers.items():
@@ -127,7 +129,10 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
     for key, raw in inherited_scalers.items():
         scalers.setdefault(key, raw)
     exported_classes = {name: {"bases": [[base, list(imported) if imported else None] for base, imported in entry["bases"]], "methods": entry["methods"]} for name, entry in classes.items()}
-    return {"version": SUMMARY_VERSION, "functions": functions, "scalers": scalers, "classes": exported_classes}
+    summary = {"version": SUMMARY_VERSION, "functions": functions, "scalers": scalers, "classes": exported_classes}
+    if state:
+        summary["state"] = state
+    return summary
 
 
 def _classes(model: "SemanticModel") -> Dict[str, Dict[str, Any]]:
@@ -478,6 +483,8 @@ class ForeignModule:
     path: str
     functions: Dict[str, ForeignFunction]
     scalers: Dict[str, Dict[str, Any]]
+    # What its functions and classes do with objects' saved state (`amplint.semantic.saved_state`).
+    state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
@@ -510,7 +517,7 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
             ),
             _factory_return(raw.get("returns_framework")),
         )
-    return ForeignModule(path, functions, dict(data.get("scalers", {})))
+    return ForeignModule(path, functions, dict(data.get("scalers", {})), dict(data.get("state", {})))
 
 
 def _place(place: Any, size: int) -> int:
@@ -559,6 +566,7 @@ class ExternalModules:
             for function in summary.get("functions", {}).values():
                 texts.extend(event.get("text", "") for event in function.get("events", ()))
                 texts.extend(fresh.get("text", "") for fresh in function.get("fresh_scalers", ()))
+            texts.extend(entry.get("scaler", "") for entry in summary.get("state", {}).values())
         return "\n" + "\n".join(texts)
 
     def scaler(self, key: str) -> Optional[ScalerInfo]:
@@ -652,7 +660,8 @@ class LookupRecorder(ExternalModules):
         self.lookups: Set[Lookup] = set()
 
     def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
-        return ForeignModule("", _Asked(lambda function: self.lookups.add((name, level, function))), {})
+        noted = lambda function: self.lookups.add((name, level, function))  # noqa: E731
+        return ForeignModule("", _Asked(noted), {}, _Asked(noted))
 
     def path_of(self, name: Optional[str], level: int) -> Optional[str]:
         self.lookups.add((name, level, None))
