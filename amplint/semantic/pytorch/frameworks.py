@@ -238,6 +238,11 @@ BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, *CLASS_
 # after which they step through it.
 SCALED_GRADIENT_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.scaled_gradient_hooks)
 STEPPED_AFTER_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.stepped_after_hooks)
+# The names of the frameworks' backward methods (`accelerator.backward`, `fabric.backward`,
+# `self.manual_backward`): each runs a backward pass, wherever it is called.
+BACKWARD_METHODS = frozenset(
+    name.rsplit(".", 1)[-1] for f in BY_NAME.values() for name in f.backward_methods | f.self_backward_methods
+)
 # The functions that build a training loop which may autocast: what the pre-check sees.
 LOOP_BUILDERS = frozenset(name.rsplit(".", 1)[-1] for f in LOOP_FRAMEWORKS for name in f.constructors | f.bare_constructors)
 # The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
