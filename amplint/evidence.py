@@ -100,6 +100,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     receivers: List[Tuple[str, Optional[str], ast.Call]] = []  # calls whose receiver decides
     autocasts: List[ast.Call] = []  # `autocast(...)` calls
     entered: Set[int] = set()  # `with` items and decorators: entered where they are written
+    hooks = False  # a method named like a hook a framework runs under its own autocast
     for node in _walk(tree):
         kind = type(node)
         if kind is ast.Name:
@@ -117,6 +118,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
                 found.add(FRAMEWORK_BACKWARD)  # Lightning's `on_after_backward`: after its scaled backward
             elif node.name in frameworks.STEPPED_AFTER_HOOKS:  # type: ignore[attr-defined]
                 found.add(STEP)  # a Trainer's `training_step`: the Trainer steps after it
+            if node.name in frameworks.AUTOCAST_HOOKS:  # type: ignore[attr-defined]
+                hooks = True  # a LightningModule's `training_step`: may run under the Trainer's autocast
         elif kind is ast.alias:
             names.update(node.name.split("."))  # type: ignore[attr-defined]
             if node.asname is not None and node.name.endswith("autocast"):  # type: ignore[attr-defined]
@@ -139,6 +142,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             found.add(_NAMED_LIKE_OPTIMIZER)
     if "grad" in names:
         found.add(GRADIENT)
+    if hooks and names & frameworks.AUTOCAST_HOOK_BASES and names & frameworks.AUTOCAST_HOOK_BUILDERS:
+        found.add(AUTOCAST)  # the class, its hook and the framework that runs it, in one file
     for method in methods:
         found.update(_CALLED.get(method, ()))
         if "scale" in method.lower():
