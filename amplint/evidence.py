@@ -101,6 +101,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     autocasts: List[ast.Call] = []  # `autocast(...)` calls
     entered: Set[int] = set()  # `with` items and decorators: entered where they are written
     hooks = False  # a method named like a hook a framework runs under its own autocast
+    builds = False  # a call that builds that framework and sets its precision
     for node in _walk(tree):
         kind = type(node)
         if kind is ast.Name:
@@ -108,8 +109,13 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         elif kind is ast.Attribute:
             names.add(node.attr)  # type: ignore[attr-defined]
         elif kind is ast.Call:
-            if _called(node, methods, receivers) == "autocast":  # type: ignore[arg-type]
+            called = _called(node, methods, receivers)  # type: ignore[arg-type]
+            if called == "autocast":
                 autocasts.append(node)  # type: ignore[arg-type]
+            elif called in frameworks.AUTOCAST_HOOK_BUILDERS:
+                keyword = frameworks.AUTOCAST_HOOK_BUILDERS[called]
+                # `L.Trainer(precision=...)`: a precision the file may resolve.
+                builds = builds or any(k.arg == keyword for k in node.keywords)  # type: ignore[attr-defined]
         elif kind is ast.With or kind is ast.AsyncWith:
             entered.update(id(item.context_expr) for item in node.items)  # type: ignore[attr-defined]
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.ClassDef:
@@ -142,7 +148,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             found.add(_NAMED_LIKE_OPTIMIZER)
     if "grad" in names:
         found.add(GRADIENT)
-    if hooks and names & frameworks.AUTOCAST_HOOK_BASES and names & frameworks.AUTOCAST_HOOK_BUILDERS:
+    if hooks and builds and names & frameworks.AUTOCAST_HOOK_BASES:
         found.add(AUTOCAST)  # the class, its hook and the framework that runs it, in one file
     for method in methods:
         found.update(_CALLED.get(method, ()))

@@ -82,8 +82,9 @@ class Float32IslandUndone(Rule):
     code = "AMP012"
     name = "float32-island-undone"
     severity = "error"
-    # A LightningModule's hooks run under the Trainer's autocast (`frameworks.AUTOCAST_HOOK_BASES`).
-    triggers = ("autocast", *sorted(frameworks.AUTOCAST_HOOK_BASES))
+    # A LightningModule's hooks run under the autocast of a Trainer the file builds with its
+    # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`).
+    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}))
     # A region, a matrix product or convolution, and a float32 cast.
     needs = ({AUTOCAST}, {PRODUCT}, {FLOAT32_CAST})
 

@@ -90,8 +90,9 @@ class UnsafeLogUnderAutocast(Rule):
     code = "AMP013"
     name = "unsafe-log-under-autocast"
     severity = "error"
-    # A LightningModule's hooks run under the Trainer's autocast (`frameworks.AUTOCAST_HOOK_BASES`).
-    triggers = ("autocast", *sorted(frameworks.AUTOCAST_HOOK_BASES))
+    # A LightningModule's hooks run under the autocast of a Trainer the file builds with its
+    # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`).
+    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}))
     # A region, and `binary_cross_entropy` or a log with a sigmoid or softmax.
     needs = ({AUTOCAST}, {LOG, BCE}, {PROBABILITY, BCE})
 

@@ -261,12 +261,16 @@ BACKWARD_METHODS = frozenset(
     name.rsplit(".", 1)[-1] for f in BY_NAME.values() for name in f.backward_methods | f.self_backward_methods
 )
 # The hooks frameworks run under their own autocast, the bases of the classes that have
-# them, and the last names of the calls that build those frameworks: what the pre-check sees.
+# them, and the calls that build those frameworks: what the pre-check sees.
 AUTOCAST_HOOKS = frozenset(hook for f in CLASS_FRAMEWORKS for hook in f.autocast_hooks)
 AUTOCAST_HOOK_BASES = frozenset(base for f in CLASS_FRAMEWORKS if f.autocast_hooks for base in f.module_bases)
-AUTOCAST_HOOK_BUILDERS = frozenset(
-    name.rsplit(".", 1)[-1] for f in CLASS_FRAMEWORKS if f.autocast_hooks for name in f.constructors | f.bare_constructors
-)
+# Each builder's last name -> the keyword that sets its precision (`Trainer` -> "precision").
+AUTOCAST_HOOK_BUILDERS: Dict[str, str] = {
+    name.rsplit(".", 1)[-1]: f.precision_keyword
+    for f in CLASS_FRAMEWORKS
+    if f.autocast_hooks
+    for name in f.constructors | f.bare_constructors
+}
 # The functions that build a training loop which may autocast: what the pre-check sees.
 LOOP_BUILDERS = frozenset(name.rsplit(".", 1)[-1] for f in LOOP_FRAMEWORKS for name in f.constructors | f.bare_constructors)
 # The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
