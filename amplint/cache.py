@@ -8,6 +8,7 @@ Layout, after ruff's `.ruff_cache` (the design and its reasons: docs/cache.md):
         <version>-<16 hex>/          one directory per amplint build (see `engine_fingerprint`)
             lock                     serialises the writers
             files-<xx>.json          the records of the files whose path hashes to <xx>
+            runs.json                what the second phase made of the last runs' first
 
 A record belongs to one path and holds:
 
@@ -71,6 +72,9 @@ _SHARDS = 256
 # switching between a few selections (pre-commit's, CI's) should keep hitting: fewer, and
 # each of a run's results would push out the one the next run asks for first.
 _RESULTS_PER_FILE = 12
+# Runs remembered (`Cache.run`): a few projects, or selections, linted in turn.
+_RUNS_KEPT = 16
+_RUNS_NAME = "runs.json"
 # A stat is trusted only for content read at least this long after the file's last change:
 # coarse file-system clocks (FAT: 2 s) cannot then hide an edit made right after the read.
 _RACY_NS = 2_000_000_000
@@ -86,7 +90,7 @@ _TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache dire
 _OLD_TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# This directory is amplint's cache.\n"
 _GITIGNORE = "# Created by amplint.\n*\n"
 _BUILD_NAME = re.compile(r"[A-Za-z0-9.+!_]+-[0-9a-f]{16}\Z")  # engine_fingerprint's
-_OWN_FILE = re.compile(r"(?:lock|files-[0-9a-f]{2}\.json|\.tmp-[0-9a-f]{16}\.part)\Z")
+_OWN_FILE = re.compile(r"(?:lock|runs\.json|files-[0-9a-f]{2}\.json|\.tmp-[0-9a-f]{16}\.part)\Z")
 _MAGIC = b"amplint-cache-%d " % _FORMAT  # then the MAC in hex, a newline and the JSON
 _KEY_TEXT = re.compile(rb"[0-9a-f]{64}\n?\Z")
 
@@ -137,7 +141,7 @@ def result_key(
             path,
             ",".join(codes),
             _settings_text(settings),
-            json_digest(imported) if imported else "",
+            _summaries_text(imported) if imported else "",
             "whole" if whole else "",
         )
     )
@@ -158,6 +162,27 @@ def _settings_text(settings: Mapping[str, Any]) -> str:
 def json_digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+# The digest of each summary a run has keyed results with, by identity (the summary kept
+# alive here, so its id is not reused): a module imported by many files, or linted again
+# in each round, is written out as JSON once a run, not once a key. Summaries are never
+# changed once made (a worker's result, or a shard's JSON).
+_summary_digests: Dict[int, Tuple[Any, str]] = {}
+_SUMMARY_DIGESTS = 4096
+
+
+def _summaries_text(imported: Mapping[str, Any]) -> str:
+    parts = []
+    for path in sorted(imported):
+        summary = imported[path]
+        known = _summary_digests.get(id(summary))
+        if known is None or known[0] is not summary:
+            if len(_summary_digests) >= _SUMMARY_DIGESTS:
+                _summary_digests.clear()
+            known = _summary_digests[id(summary)] = (summary, json_digest(summary))
+        parts.append((path, known[1]))
+    return json.dumps(parts)
 
 
 def default_cache_dir(project_root: str) -> str:
@@ -259,6 +284,8 @@ class Cache:
         self._shards: Dict[int, Dict[str, dict]] = {}
         self._dirty: Dict[int, Dict[str, dict]] = {}  # shard -> the records this run wrote
         self._places: Dict[str, Tuple[str, int]] = {}  # path -> (record key, shard)
+        self._runs: Optional[Dict[str, List[List[Any]]]] = None  # run key -> what its second phase changed
+        self._dirty_runs: Dict[str, List[List[Any]]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -305,12 +332,39 @@ class Cache:
             results.pop(next(iter(results)))
         record["results"] = results
 
+    # ------------------------------------------------------------------ runs
+
+    def run(self, key: str) -> Optional[List[Tuple[int, str]]]:
+        """What the second phase of a run made of the results of its first, remembered under
+        `key` (made by `amplint.driver` from every file's path and first result key): each
+        file whose final result is another one, by its place among the run's files, with
+        that result's key. None when no run of these results is remembered."""
+        if self._runs is None:
+            self._runs = self._parse_runs(_read_regular(os.path.join(self.directory, _RUNS_NAME))) if self.directory else {}
+        found = self._runs.get(key)
+        return [(place, result) for place, result in found] if found is not None else None
+
+    def put_run(self, key: str, changed: Sequence[Tuple[int, str]]) -> None:
+        self.run(key)  # read what is there first, so that saving keeps it
+        assert self._runs is not None
+        rows = [[place, result] for place, result in changed]
+        self._runs.pop(key, None)
+        self._runs[key] = self._dirty_runs[key] = rows
+
+    def _parse_runs(self, data: Optional[bytes]) -> Dict[str, List[List[Any]]]:
+        value = self._unseal(data, _RUNS_NAME)
+        runs = value.get("runs") if value is not None else None
+        if type(runs) is not dict:
+            return {}
+        return {key: rows for key, rows in runs.items() if type(key) is str and _RUN_ROWS(rows)}
+
     # ------------------------------------------------------------------ storage
 
     def save(self) -> None:
         """Write the shards this run changed, merged with what other runs wrote since."""
         dirty, self._dirty = self._dirty, {}
-        if not dirty or self.root is None or self.key is None:
+        runs, self._dirty_runs = self._dirty_runs, {}
+        if not (dirty or runs) or self.root is None or self.key is None:
             return
         try:
             root = self._open_root()
@@ -331,6 +385,14 @@ class Cache:
                         merged.update(records)
                         body = json.dumps({"format": _FORMAT, "files": _prune(merged)}, separators=(",", ":"))
                         _write_new(build, name, self._seal(name, body.encode("utf-8", "surrogatepass")))
+                    if runs:
+                        kept = self._parse_runs(_read_regular(_RUNS_NAME, build))
+                        for key, rows in runs.items():
+                            kept.pop(key, None)
+                            kept[key] = rows
+                        kept = dict(list(kept.items())[-_RUNS_KEPT:])
+                        body = json.dumps({"format": _FORMAT, "runs": kept}, separators=(",", ":"))
+                        _write_new(build, _RUNS_NAME, self._seal(_RUNS_NAME, body.encode("utf-8", "surrogatepass")))
             finally:
                 os.close(build)
             if created:
@@ -395,18 +457,24 @@ class Cache:
 
     def _parse_shard(self, data: Optional[bytes], name: str) -> Dict[str, dict]:
         """The well-formed records of a shard this user wrote; {} for anything else."""
-        if data is None or self.key is None or not data.startswith(_MAGIC):
+        value = self._unseal(data, name)
+        if value is None or type(value.get("files")) is not dict:
             return {}
+        return {path: record for path, record in value["files"].items() if _valid_record(record)}
+
+    def _unseal(self, data: Optional[bytes], name: str) -> Optional[Dict[str, Any]]:
+        """The JSON object of a file named `name` that this user's amplint sealed in this
+        format; None for anything else."""
+        if data is None or self.key is None or not data.startswith(_MAGIC):
+            return None
         mac, newline, body = data[len(_MAGIC) :].partition(b"\n")
         if not newline or not hmac.compare_digest(mac, self._mac(name, body)):
-            return {}
+            return None
         try:
             value = json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: JSON nested too deep to parse
-            return {}
-        if type(value) is not dict or value.get("format") != _FORMAT or type(value.get("files")) is not dict:
-            return {}
-        return {path: record for path, record in value["files"].items() if _valid_record(record)}
+            return None
+        return value if type(value) is dict and value.get("format") == _FORMAT else None
 
 
 # --------------------------------------------------------------------------- the root
@@ -804,6 +872,10 @@ _RECORD_CHECKS: Dict[str, Callable[[Any], bool]] = {
     "digest": _is_str,
     "results": _is_dict_of(lambda payload: type(payload) is dict),  # each checked when asked for
 }
+
+
+# What `Cache.run` holds: [place, result key] rows.
+_RUN_ROWS = _list_of(_row_of(_is_int, _is_str))
 
 
 def _valid_record(record: Any) -> bool:

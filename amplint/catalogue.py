@@ -77,8 +77,10 @@ def might_use_amp(source: str, rules: Optional[Sequence[object]] = None) -> bool
 # and another module's code decides: a read of the gradients (`p.grad.norm()`, `p.grad ** 2`)
 # or a clip. A module of such helpers (`utils.grad_norm`) is analysed when a linted module that
 # imports it names one (`amplint.project`). (A backward or a step alone is left out: it is in
-# most files without AMP code, and analysing them all would cost a fifth of a run.)
-HELPER_WORDS = (".grad.", ".grad ", ".grad)", ".grad,", ".grad\n", "clip_grad_")
+# most files without AMP code, and analysing them all would cost a fifth of a run.) So is a
+# hook after which a framework steps through its scaler (`frameworks.STEPPED_AFTER_HOOKS`): a
+# Trainer subclass's `training_step` whose backward another module's settings decide.
+HELPER_WORDS = (".grad.", ".grad ", ".grad)", ".grad,", ".grad\n", "clip_grad_", "def training_step(")
 
 
 def helper_names(source: str) -> FrozenSet[str]:

@@ -284,7 +284,6 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         from amplint import progress
         from amplint.cache import open_cache
         from amplint.driver import Job, Runner
-        from amplint.project import link
 
         cache = None if options.no_cache else open_cache(options.cache_dir, config.root, config.cache_dir)
         if cache is not None and cache.problem:
@@ -296,10 +295,8 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
                 # --ignore-noqa changes what a file's result is: part of its cache key.
                 settings = {"ignore-noqa": True} if ignoring_directives() else None
                 with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit, torch_target=torch_target, memory=options.file_memory) as runner:
-                    linted = runner.lint([Job(path, codes) for path, codes in codes_by_path.items()])
-                    runner.progress = None
-                    # Files that import linted modules, again with what those modules' functions do.
-                    return link(linted, lambda linked: runner.lint([Job(p, codes_by_path[p], s, whole=True) for p, s in linked]))
+                    # Files that import linted modules are linted again with what those modules' functions do.
+                    return runner.lint_project([Job(path, codes) for path, codes in codes_by_path.items()])
             finally:
                 shown.close()
 

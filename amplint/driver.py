@@ -41,7 +41,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
-from amplint.cache import Cache, content_digest, result_key
+from amplint.cache import Cache, content_digest, json_digest, result_key
 from amplint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
 from amplint.noqa import UNUSED_NOQA, might_have_reportable_directives
 from amplint.notebook import is_notebook
@@ -145,6 +145,9 @@ class Runner:
         self._pool: List[_Worker] = []
         self.cpu_by_path: Dict[str, float] = {}  # worker CPU per linted file, for the benchmark
         self.linted = 0  # files linted this run (cache misses)
+        # The cache key of each result this runner returned that the cache holds, by the
+        # result's identity (the result kept with it, so that its id is not reused).
+        self._keyed: Dict[int, Tuple[FileResult, str]] = {}
 
     def __enter__(self) -> "Runner":
         return self
@@ -158,6 +161,93 @@ class Runner:
         self._pool = []
         if self.cache is not None:
             self.cache.save()
+
+    # ------------------------------------------------------------------ a whole run
+
+    def lint_project(self, jobs: Sequence[Job]) -> List[FileResult]:
+        """The jobs' results: each file linted on its own, then again where it imports linted
+        modules, with their summaries (`amplint.project.link`).
+
+        With a cache, what the second phase made of the first is remembered (`Cache.run`)
+        under a key of every file's path and first result key: a run whose first results
+        are all an earlier run's takes that run's final results from the cache, without
+        working out again which files import which (a warm run's largest cost)."""
+        first = self.lint(jobs)
+        self.progress = None  # the second phase lints some files again: not counted twice
+        run = self._run_key(first)
+        if run is not None:
+            remembered = self._remembered(run, first)
+            if remembered is not None:
+                return remembered
+        from amplint.project import link
+
+        codes = {job.path: job.codes for job in jobs}
+        results = link(first, lambda linked: self.lint([Job(path, codes[path], summaries, whole=True) for path, summaries in linked]))
+        if run is not None and self.cache is not None:
+            changed = []
+            for place, (before, after) in enumerate(zip(first, results)):
+                if after is not before:
+                    key = self._key_of(after)
+                    if key is None:
+                        return results  # a final result the cache does not hold: nothing to remember
+                    changed.append((place, key))
+            self.cache.put_run(run, changed)
+        return results
+
+    def _run_key(self, first: Sequence[FileResult]) -> Optional[str]:
+        if self.cache is None:
+            return None
+        keys = []
+        for result in first:
+            key = self._key_of(result)
+            if key is None:
+                return None  # not every file's result is the cache's: link it as it is
+            keys.append([result.path, key])
+        return json_digest(keys)
+
+    def _remembered(self, run: str, first: Sequence[FileResult]) -> Optional[List[FileResult]]:
+        assert self.cache is not None
+        changed = self.cache.run(run)
+        if changed is None:
+            return None
+        results = list(first)
+        for place, key in changed:
+            if not 0 <= place < len(results):
+                return None
+            result = self._cached(results[place].path, key, self._digest_of(first[place].path))
+            if result is None:
+                return None  # pushed out of the cache since: the second phase runs again
+            results[place] = result
+        return results
+
+    def _digest_of(self, path: str) -> Optional[str]:
+        assert self.cache is not None
+        try:
+            return self.cache.trusted_digest(path, os.stat(path))
+        except OSError:
+            return None
+
+    def _key_of(self, result: FileResult) -> Optional[str]:
+        kept = self._keyed.get(id(result))
+        return kept[1] if kept is not None and kept[0] is result else None
+
+    def _keep(self, result: FileResult, key: str) -> FileResult:
+        self._keyed[id(result)] = (result, key)
+        return result
+
+    def _cached(self, path: str, key: str, digest: Optional[str], data: Optional[bytes] = None) -> Optional[FileResult]:
+        """The result the cache holds under `key`, with the text its code frames show (read
+        now, for the few files with findings, and only if it is still the text of `digest`)."""
+        assert self.cache is not None
+        payload = self.cache.get(path, key)
+        if payload is None:
+            return None
+        result = _from_payload(path, payload)
+        if result.findings:
+            data = data if data is not None else _read(path)
+            if isinstance(data, FileResult) or digest is None or content_digest(data) != digest or not _attach_source(result, data):
+                return None
+        return self._keep(result, key)
 
     # ------------------------------------------------------------------ one phase
 
@@ -183,6 +273,7 @@ class Runner:
                     if task.index in keys and task.index in cacheable and result is not None:
                         path, key = keys[task.index]
                         self.cache.put(path, key, _to_payload(result))
+                        self._keep(result, key)
         return [r if r is not None else FileResult(j.path, error=FileError(j.path, "not linted")) for r, j in zip(results, jobs)]
 
     def _advance(self) -> None:
@@ -215,17 +306,9 @@ class Runner:
                 return self._task(index, job, data)
             digest = content_digest(data)
             cache.note_content(job.path, st, digest, read_at)
-        payload = cache.get(job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole))
-        if payload is not None:
-            result = _from_payload(job.path, payload)
-            if not result.findings:
-                return result
-            # Code frames need the text: read it now, for the few files with findings.
-            data = data if data is not None else _read(job.path)
-            if isinstance(data, FileResult):
-                return data
-            if content_digest(data) == digest and _attach_source(result, data):
-                return result
+        cached = self._cached(job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole), digest, data)
+        if cached is not None:
+            return cached
         if data is None:  # the stat was trusted, but the file changed since: lint what is there now
             data = _read(job.path)
             if isinstance(data, FileResult):

@@ -51,6 +51,7 @@ HALF = "half"  # `.half()`, `torch.float16`, `torch.half`
 OPTIMIZER = "optimizer"  # an optimizer may be built: `torch.optim.*`, `AdamW(...)`, `opt = OPTS[n](m.parameters())`
 AVERAGE = "average"  # a loop over parameters or a state dict decays them in place: `e.mul_(d)`, `v *= d`
 AUTOCAST_OBJECT = "autocast object"  # an `autocast(...)` call that is no `with` item or decorator of its own
+FRAMEWORK_OBJECT = "framework object"  # `Accelerator(...)`, `TrainingArguments(...)`: a function may return one
 
 # With the wrappers of one the user's code owns (timm's NativeScaler).
 _GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"}) | frameworks.OWNED_SCALER_CLASSES
@@ -68,6 +69,7 @@ _CALLED = {
     "manual_backward": (FRAMEWORK_BACKWARD,),
     # A training loop the framework runs itself: its autocast and its backward.
     **{name: (AUTOCAST, BACKWARD) for name in frameworks.LOOP_BUILDERS},
+    **{name: (FRAMEWORK_OBJECT,) for name in frameworks.FACTORY_CONSTRUCTORS},
 }
 # Calls whose marks depend on what they are called on.
 _BY_RECEIVER = frozenset({"backward", "step", "update", "clip_grad_norm_", "clip_grad_value_"})
@@ -89,7 +91,8 @@ Needs = Tuple[FrozenSet[str], ...]
 # What a function may do that the semantic layer exports for the modules that import it
 # (`amplint.semantic.exports`): a file with none of these exports no summary.
 # (`scale_lora_layers(...)` in every diffusers pipeline is SCALE, never an event.)
-EVENTS = frozenset({BACKWARD, FRAMEWORK_BACKWARD, STEP, SCALE_CALL, UNSCALE, CLIP, GRADIENT, ZERO_GRAD, SCALER_UPDATE, GRAD_SCALER})
+# A framework object a function builds may be what it returns (`build_accelerator(cfg)`).
+EVENTS = frozenset({BACKWARD, FRAMEWORK_BACKWARD, STEP, SCALE_CALL, UNSCALE, CLIP, GRADIENT, ZERO_GRAD, SCALER_UPDATE, GRAD_SCALER, FRAMEWORK_OBJECT})
 
 
 def marks(tree: ast.AST) -> FrozenSet[str]:

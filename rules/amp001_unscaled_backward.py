@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import libcst as cst
 
@@ -10,6 +10,9 @@ from amplint.fix import Fix, expression
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import CodeUnit, EventKind, Occurrence, SemanticModel, dotted_name, iter_tree, source_text
 from amplint.semantic.pytorch import frameworks
+
+if TYPE_CHECKING:
+    from amplint.semantic.exports import ForeignHook
 
 
 class UnscaledBackward(Rule):
@@ -34,6 +37,12 @@ class UnscaledBackward(Rule):
     GAN's discriminator on `G(z).detach()`), a plain backward on a path where the scaler is
     off or `None` (`if not use_amp:`), and an optimizer or loss amplint cannot trace are not
     flagged.
+
+    A Hugging Face `Trainer` subclass whose `training_step` leaves a plain `loss.backward()`
+    is flagged when `TrainingArguments(fp16=...)` that may be true train it: the Trainer steps
+    through its loss scaler after `training_step` returns. With the subclass in one module
+    and the arguments in another, the finding is at the construction
+    (`MyTrainer(model, args=training_args)`), naming the backward's file and line.
 
     ## Why is this bad?
     `scaler.step()` divides every gradient by the current scale (65536 at the start) before
@@ -176,6 +185,10 @@ class UnscaledBackward(Rule):
         # subclass's `training_step` under fp16 TrainingArguments).
         for backward, scaler in model.hook_backwards_before_framework_step():
             yield Report(backward.node, _hook_message(backward, scaler, model))
+        # The same hook in a class of another module, built here with settings that may be
+        # float16 (`DistillTrainer(model, args=TrainingArguments(fp16=True))`).
+        for record, hook, surely in model.imported_hook_backwards():
+            yield Report(record.node, _imported_hook_message(record.node, hook, surely))
 
     VALID = (
         # The seed's full training pattern.
@@ -576,6 +589,21 @@ def _hook_message(backward: Occurrence, scaler: str, model: SemanticModel) -> Me
         f"After `{hook}` returns, the Trainer steps through its loss scaler, which divides the gradients by "
         f"the loss scale (65536 at start): SGD-like updates come out ~65,000x too small (Adam's only slightly). "
         f"{framework.backward_advice.format(owner='self', loss=tensor, optimizer='optimizer')}.",
+    )
+
+
+def _imported_hook_message(call: cst.Call, hook: "ForeignHook", surely: bool) -> Message:
+    framework = frameworks.BY_NAME.get(hook.framework, frameworks.HF_TRAINER)
+    where = f"{hook.origin}:{hook.line}" if hook.line else hook.origin
+    when = "" if surely else " when float16 mixed precision is chosen"
+    built = dotted_name(call.func) or hook.owner
+    advice = framework.backward_advice.format(owner="self", loss=hook.tensor, optimizer="optimizer")
+    return Message(
+        f"`{built}(...)` trains `{hook.owner}.{hook.hook}`, whose {hook.text} ({where}) runs on a loss the "
+        f"Trainer's scaler never scaled{when}",
+        f"After `{hook.hook}` returns, the Trainer steps through its loss scaler, which divides the gradients by "
+        f"the loss scale (65536 at start): SGD-like updates come out ~65,000x too small (Adam's only slightly). "
+        f"In `{hook.owner}.{hook.hook}` ({where}), {advice[:1].lower()}{advice[1:]}.",
     )
 
 

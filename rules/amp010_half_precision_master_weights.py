@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.analyses.precision import InPlaceAverage, ModuleCast, OptimizerBuild, Precision
+import libcst as cst
+
+from amplint.analyses.precision import InPlaceAverage, ModuleCast, OptimizerBuild, Precision, adapters_added
 from amplint.evidence import AVERAGE, HALF, OPTIMIZER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text
@@ -21,9 +23,15 @@ class HalfPrecisionMasterWeights(Rule):
     `{n: p.detach().clone() for n, p in model.named_parameters()}` after `model.half()`). A cast
     in a helper the training loop calls counts before the loop's next steps (a diffusers
     `log_validation` that casts the trained `unet`, or a pipeline built from it: a pipeline
-    holds the very modules it is handed, so `pipeline.to(dtype=weight_dtype)` casts them; with
-    accelerate's fp16 GradScaler the next `unscale_` then raises "Attempting to unscale FP16
-    gradients", diffusers #13124).
+    holds the very modules it is handed, so `pipeline.to(dtype=weight_dtype)` casts them, and so
+    does `AutoPipelineForImage2Image.from_pipe(pipeline, torch_dtype=weight_dtype)`, which casts
+    the modules the new pipeline shares with `pipeline` in place; with accelerate's fp16
+    GradScaler the next `unscale_` then raises "Attempting to unscale FP16 gradients", diffusers
+    #13124). Adapters added after the cast (`unet.add_adapter(config)`,
+    peft's `inject_adapter_in_model`, diffusers' `load_lora_into_unet`, `get_peft_model(...,
+    autocast_adapter_dtype=False)`) are built in the dtype of the layers they wrap and are the
+    only trainable parameters: a LoRA script that trains them as they are trains float16
+    parameters (diffusers #6086, #6119, #6245).
 
     Not flagged: a model cast for inference, evaluation or export (no optimizer trains it, or
     nothing trains after the cast: `model.half()` after the training loop, in a branch that
@@ -32,9 +40,12 @@ class HalfPrecisionMasterWeights(Rule):
     `deepspeed.initialize`, an unknown wrapper that rebinds the optimizer; not accelerate's
     `prepare`, which steps the parameters it is given); a frozen part cast on the branch where it
     is not trained (`if not args.train_text_encoder: text_encoder.to(dtype=weight_dtype)`); a
-    model cast back to float32 afterwards or handed to code that adds or upcasts trainable
-    parameters (LoRA adapters, `cast_training_params(unet, dtype=torch.float32)`); a cast of a
-    submodule whose rest trains in float32; a checkpoint copy (`'ema': deepcopy(ema).half()`
+    frozen model (`unet.requires_grad_(False)`) that nothing makes trainable again or gives
+    adapters; a model cast back to float32 afterwards, whose trainable parameters are upcast
+    (`cast_training_params(unet, dtype=torch.float32)`, `p.data = p.to(torch.float32)` for each
+    `p` that requires grad, peft's `get_peft_model`, which upcasts float16 adapters itself), or
+    handed to the file's own code that may add float32 ones (`add_lora_layers(model)`); a cast
+    of a submodule whose rest trains in float32; a checkpoint copy (`'ema': deepcopy(ema).half()`
     in `torch.save`); an EMA copied before the cast, or cast to float32 (`p.detach().clone().float()`);
     a pipeline built with `from_pretrained(..., unet=unet, torch_dtype=weight_dtype)` (diffusers
     loads what it is not handed in that dtype and keeps the modules it is handed as they are), or
@@ -189,8 +200,11 @@ class HalfPrecisionMasterWeights(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        for cast, optimizer in model.facts(Precision).trained_in_low_precision("float16"):
-            yield Report(cast.node, Message.split(_trained_message(cast, optimizer)))
+        precision = model.facts(Precision)
+        for cast, optimizer in precision.trained_in_low_precision("float16"):
+            adapters = adapters_added(precision, cast)
+            text = _adapter_message(cast, optimizer, adapters.node) if adapters is not None else _trained_message(cast, optimizer)
+            yield Report(cast.node, Message.split(text))
         for cast, average in model.facts(Precision).averaged_in_low_precision("float16"):
             yield Report(cast.node, Message.split(_averaged_message(cast, average)))
 
@@ -275,6 +289,16 @@ cast_training_params(unet, dtype=torch.float32)
 optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, unet.parameters()), lr=1e-4)
 for batch in loader:
     loss_fn(unet, batch).backward()
+    optimizer.step()
+""",
+        # A frozen float16 model with no adapter: nothing trainable is float16.
+        """
+import torch
+unet.requires_grad_(False)
+unet.to(accelerator.device, dtype=torch.float16)
+optimizer = torch.optim.AdamW(list(filter(lambda p: p.requires_grad, unet.parameters())) + list(controlnet.parameters()))
+for batch in loader:
+    loss_fn(unet, controlnet, batch).backward()
     optimizer.step()
 """,
         # A float32 EMA; a float16 copy only in the checkpoint.
@@ -370,6 +394,20 @@ for batch in loader:
     optimizer.step()
 """,
             at=((6, 1),),
+        ),
+        # LoRA adapters added to a model already cast to float16 are float16 themselves.
+        Flagged(
+            """
+import torch
+unet.requires_grad_(False)
+unet.to(accelerator.device, dtype=torch.float16)
+unet.add_adapter(lora_config)
+optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, unet.parameters()), lr=1e-4)
+for batch in loader:
+    loss_fn(unet, batch).backward()
+    optimizer.step()
+""",
+            at=((4, 1),),
         ),
         # A model cast in main and trained in a helper.
         Flagged(
@@ -470,6 +508,21 @@ def _trained_message(cast: ModuleCast, optimizer: OptimizerBuild) -> str:
         f"copy: updates smaller than ~1/4000 of a weight round away{_eps_words(optimizer)}. Keep the "
         "parameters float32 and run the forward pass under `torch.autocast(..., dtype=torch.float16)` with a "
         "GradScaler."
+    )
+
+
+def _adapter_message(cast: ModuleCast, optimizer: OptimizerBuild, adapters: cst.Call) -> str:
+    """Adapters added after the cast (`unet.add_adapter(config)`): peft builds them in the dtype
+    of the layers they wrap, and they are what the optimizer trains."""
+    holder = f"`{optimizer.name}`" if optimizer.name else "the optimizer"
+    return (
+        f"{_cast_words(cast, 'casts')}, and `{source_text(adapters)}` then creates its adapters in that dtype: "
+        f"they are the parameters {holder} (`{source_text(optimizer.node)}`) trains, with no float32 master copy "
+        "(peft builds adapters in the dtype of the layers they wrap and freezes the rest). With a GradScaler "
+        "(accelerate's fp16) the first `unscale_` raises 'Attempting to unscale FP16 gradients'; without one "
+        "updates smaller than ~1/4000 of a weight round away. Upcast the trainable parameters after adding the "
+        f"adapters: `cast_training_params({cast.name}, dtype=torch.float32)` (diffusers.training_utils), or "
+        "`p.data = p.to(torch.float32)` for each parameter that requires grad."
     )
 
 

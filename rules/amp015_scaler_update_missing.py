@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
-from amplint.analyses.repetition import Loop, Repetitions, loop_header
+from amplint.analyses.repetition import Loop, Repetition, Repetitions, loop_header
 from amplint.evidence import BACKWARD, SCALE, STEP
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
@@ -107,7 +107,7 @@ class ScalerUpdateMissing(Rule):
                 if loop is None or id(call.call_site) in reported:
                     continue
                 updates = [other for other in occurrences if _updates(other, scaler, loop, model)]
-                message = _message(call, loop, model.scaler_name(scaler), updates, model)
+                message = _message(call, loop, model.scaler_name(scaler, call.receiver.text if call.receiver else "scaler"), updates, model)
                 if message is not None:
                     reported.add(id(call.call_site))
                     yield Report(call.call_site, message)
@@ -342,7 +342,8 @@ def _training_loop(step: Occurrence, occurrences: Sequence[Occurrence], model: S
     over optimizers) and repeats its body. None when a loop in a helper on the way holds the
     step: that helper's unit reports it."""
     repetitions = model.facts(Repetitions)
-    if step.via and any(repetitions.loops_around(node) for node in step.via[1:] + (step.event.node,)):
+    inner = step.via[1:] + ((step.event.node,) if step.event.foreign is None else ())  # a foreign event stands at its call
+    if step.via and any(repetitions.loops_around(node) for node in inner):
         return None
     for loop in reversed(repetitions.loops_around(step.call_site)):
         inside = [o for o in occurrences if repetitions.inside(o.call_site, loop)]
@@ -374,17 +375,16 @@ def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence
                 "last step."
             ),
         )
-    repetitions = model.facts(Repetitions)
-    if call.kind is not EventKind.UNSCALE or not updates or not repetitions.every_iteration(call.call_site, loop):
+    if call.kind is not EventKind.UNSCALE or not updates or not _every_iteration(call, loop, model):
         return None
-    if any(repetitions.every_iteration(update.call_site, loop) for update in updates):
+    if any(_every_iteration(update, loop, model) for update in updates):
         return None
-    own = {(id(g.test), g.outcome) for g in repetitions.branches_around(call.call_site, loop)}
-    skipping = [g for g in repetitions.branches_around(updates[0].call_site, loop) if (id(g.test), g.outcome) not in own]
+    own = {(key, outcome) for key, _, outcome in _branches(call, loop, model)}
+    skipping = [(key, text, outcome) for key, text, outcome in _branches(updates[0], loop, model) if (key, outcome) not in own]
     if not skipping:
         return None
-    test = skipping[-1]
-    condition = source_text(test.test) if test.outcome else f"not ({source_text(test.test)})"
+    _, text, outcome = skipping[-1]
+    condition = text if outcome else f"not ({text})"
     return Message(
         f"{quote(call)} runs every iteration of `{header}` but `{scaler}.update()` only when `{condition}`",
         help=(
@@ -393,3 +393,34 @@ def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence
             "same condition as the step and the update."
         ),
     )
+
+
+def _every_iteration(call: Occurrence, loop: Loop, model: SemanticModel) -> bool:
+    """Whether `call` runs in every iteration of `loop`: no `if` between them tests what an
+    iteration changes, neither in the loop nor in the helpers on the way (a scaler wrapper's
+    `__call__` that updates only `if need_update:`, called with `need_update=(i + 1) % 4 ==
+    0`); in a function of another module, no condition its ways to the event assume."""
+    repetitions = model.facts(Repetitions)
+    if call.via and call.event.foreign is not None:
+        guards = repetitions.foreign_guards(call, loop) or []
+        return repetitions.every_iteration(call.call_site, loop) and not any(changes for _, _, changes in guards)
+    records = [repetitions.record(node) for node in call.via + (call.event.node,)] if call.via else []
+    if not records or any(record is None for record in records):
+        return repetitions.every_iteration(call.call_site, loop)
+    return repetitions.runs_every_iteration(records[-1], Repetition(loop, records[0].unit, tuple(records[:-1])))  # type: ignore[arg-type]
+
+
+def _branches(call: Occurrence, loop: Loop, model: SemanticModel) -> List[Tuple[object, str, bool]]:
+    """The `if` branches between `loop` and `call`, as (key, test, outcome): in the loop, then
+    in each helper of this file on the way down to it, or the conditions a function of
+    another module assumed on its ways to it."""
+    repetitions = model.facts(Repetitions)
+    found: List[Tuple[object, str, bool]] = [(id(g.test), source_text(g.test), g.outcome) for g in repetitions.branches_around(call.call_site, loop)]
+    if not call.via:
+        return found
+    if call.event.foreign is not None:
+        guards = repetitions.foreign_guards(call, loop) or []
+        return found + [((id(call.call_site), text), text, outcome) for text, outcome, _ in guards]
+    for node in call.via[1:] + (call.event.node,):
+        found += [(id(g.test), source_text(g.test), g.outcome) for g in repetitions.branches_around(node)]
+    return found

@@ -24,7 +24,11 @@ class AutocastNeverEntered(Rule):
       a module variable of a script that the file never reads;
     - an object stored in an attribute (`self._amp_ctx = torch.autocast(...)`, or a class
       attribute) whose name the file reads nowhere else, under no spelling (`x._amp_ctx`,
-      `getattr(x, "_amp_ctx")`), when the attribute is private or the file is a script.
+      `getattr(x, "_amp_ctx")`), when the attribute is private or the file is a script;
+    - an object yielded by a `@contextlib.contextmanager` generator (`yield torch.autocast(...)`):
+      `with amp_context():` enters the generator and binds the autocast to its `as` name, which
+      nothing enters. Not flagged when a `with` of the file binds it (`with amp_context() as
+      ctx:`), since the code may enter `ctx` next.
 
     Anything that lets the object out is taken as a use: `with ctx:`, `ctx.__enter__()`,
     `stack.enter_context(ctx)`, passing it to any function, returning or yielding it, putting
@@ -232,6 +236,26 @@ def check_amp_available():
     except Exception:
         return False
 """,
+        # A context manager that enters the autocast around its `yield`, or whose object a
+        # `with` binds (and may enter).
+        """
+import contextlib
+import torch
+@contextlib.contextmanager
+def amp_context():
+    with torch.autocast("cuda", dtype=torch.float16):
+        yield
+@contextlib.contextmanager
+def amp_object():
+    yield torch.autocast("cuda", dtype=torch.float16)
+def train(model, x):
+    with amp_context():
+        loss = model(x)
+    with amp_object() as ctx, ctx:
+        loss = model(x)
+def numbers():
+    yield torch.autocast("cuda")
+""",
         # A global set in a function, read in another.
         """
 import torch
@@ -299,6 +323,22 @@ class Trainer:
 """,
             at=((6, 29),),
         ),
+        # Yielded by a context manager: `with amp_ctx():` enters the generator only.
+        Flagged(
+            """
+from contextlib import contextmanager
+import torch
+@contextmanager
+def amp_ctx():
+    yield torch.autocast("cuda", dtype=torch.float16)
+def train(model, opt, scaler, loader):
+    for x, y in loader:
+        with amp_ctx():
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+""",
+            at=((6, 11),),
+        ),
         # A script's module variable the file never reads.
         Flagged(
             """
@@ -349,6 +389,8 @@ def _discarded(small: cst.BaseSmallStatement, call: cst.Call, unit: CodeUnit, mo
     """How the object `call` builds is lost in `small`, its statement: "statement" (never
     stored), "local" or "attribute" (stored and never read); None when it may be used."""
     if isinstance(small, cst.Expr):
+        if isinstance(small.value, cst.Yield) and isinstance(small.value.value, cst.BaseExpression):
+            return "yielded" if _holds(small.value.value, call) and _yields_to_with(unit, model) else None
         return "statement" if _holds(small.value, call) else None
     if isinstance(small, cst.Assign) and small.value is not None and _holds(small.value, call):
         targets = [target.target for target in small.targets]
@@ -358,6 +400,27 @@ def _discarded(small: cst.BaseSmallStatement, call: cst.Call, unit: CodeUnit, mo
         return None
     kinds = {_target_unused(target, unit, model, in_class) for target in targets}
     return kinds.pop() if len(kinds) == 1 else None
+
+
+_CONTEXT_MANAGERS = frozenset({"contextlib.contextmanager", "contextlib.asynccontextmanager"})
+
+
+def _yields_to_with(unit: CodeUnit, model: SemanticModel) -> bool:
+    """Whether what `unit` yields goes to a `with` statement that does not enter it: `unit` is
+    a `@contextmanager` generator, and no `with` of this file binds what it yields (`with
+    amp_context() as ctx:`, which may enter it next)."""
+    function = unit.node
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    if not any(model.qualified(decorator.decorator) in _CONTEXT_MANAGERS for decorator in function.decorators):
+        return False
+    name = function.name.value
+    for node in iter_tree(model.module):
+        if isinstance(node, cst.WithItem) and node.asname is not None and isinstance(node.item, cst.Call):
+            called = dotted_name(node.item.func)
+            if called is not None and called.split(".")[-1] == name:
+                return False
+    return True
 
 
 def _target_unused(target: cst.BaseExpression, unit: CodeUnit, model: SemanticModel, in_class: bool) -> Optional[str]:
@@ -448,6 +511,8 @@ def _message(call: cst.Call, lost: str) -> Message:
     off = isinstance(enabled, cst.Name) and enabled.value == "False"
     if lost == "statement":
         title = f"{built} builds an autocast context and throws it away: nothing runs under it"
+    elif lost == "yielded":
+        title = f"{built} is yielded by a `@contextmanager` function, so a `with` of it enters the generator, not the autocast: nothing runs under it"
     elif lost == "local":
         title = f"{built} is stored and never entered: nothing runs under it"
     else:
@@ -457,4 +522,6 @@ def _message(call: cst.Call, lost: str) -> Message:
         if off
         else "The code meant to run in mixed precision runs in float32: correct, but without its speed and memory savings."
     )
+    if lost == "yielded":
+        return Message(title, help=f"{effect} Enter it around the `yield`: `with {source_text(call)}:` then `yield`.")
     return Message(title, help=f"{effect} Enter it: `with {source_text(call)}:` around the forward pass and the loss.")

@@ -130,6 +130,13 @@ def test_the_key_names_everything_a_result_depends_on():
         result_key("d", "a.py", ("AMP001",), {}, {"utils.py": {"functions": {}}}),
     ]
     assert len({base, *variants}) == 6
+    # Summaries by what they say, not which object holds it (each one's digest is kept a run).
+    summary = {"version": 1, "functions": {"f": {"params": ["scaler"]}}}
+    key = result_key("d", "a.py", ("AMP001",), {}, {"utils.py": summary})
+    assert key == result_key("d", "a.py", ("AMP001",), {}, {"utils.py": json.loads(json.dumps(summary))})
+    assert key != result_key("d", "a.py", ("AMP001",), {}, {"optim.py": summary})
+    assert key != result_key("d", "a.py", ("AMP001",), {}, {"utils.py": {**summary, "functions": {}}})
+    assert key != result_key("d", "a.py", ("AMP001",), {}, {"utils.py": summary, "optim.py": summary})
 
 
 def test_the_build_fingerprint_follows_amplints_own_source(monkeypatch):
@@ -638,3 +645,88 @@ def test_a_file_linted_in_every_round_of_the_second_phase_is_warm_the_next_run(t
     linted.clear()
     assert cli.main(args) == 0
     assert sum(linted) == 0
+    # ... and so does it with the second phase worked out again (the run's memory of it gone).
+    for runs in (tmp_path / "cache").glob("*/runs.json"):
+        runs.unlink()
+    assert cli.main(args) == 0
+    assert sum(linted) == 0
+
+
+# --------------------------------------------------------------------------- what a run's second phase made
+
+
+def _two_module_project(root):
+    package = root / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "optim_utils.py").write_text("def step(scaler, optimizer):\n    scaler.step(optimizer)\n    scaler.update()\n")
+    (package / "train.py").write_text(
+        "import torch\n\nfrom .optim_utils import step\n\n\ndef train(model, optimizer, x):\n"
+        '    scaler = torch.amp.GradScaler("cuda")\n    with torch.autocast("cuda"):\n'
+        "        loss = model(x)\n    loss.backward()\n    step(scaler, optimizer)\n"
+    )
+    for path in package.iterdir():
+        _old(path)
+    return package
+
+
+def _run(root, cache_dir, capsys):
+    from amplint import cli
+
+    code = cli.main(["--cache-dir", str(cache_dir), "-j", "1", "--output-format", "json", "--exit-zero", str(root / "pkg")])
+    assert code == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_warm_run_takes_its_second_phase_from_the_cache(tmp_path, monkeypatch, capsys):
+    from amplint import project as project_module
+
+    _two_module_project(tmp_path)
+    cold = _run(tmp_path, tmp_path / "cache", capsys)
+    assert [f["code"] for f in cold] == ["AMP001"]  # found only with optim_utils.py's summary
+    assert list((tmp_path / "cache").glob("*/runs.json"))
+
+    def no_link(*args, **kwargs):
+        raise AssertionError("the second phase was worked out again")
+
+    monkeypatch.setattr(project_module, "link", no_link)
+    assert _run(tmp_path, tmp_path / "cache", capsys) == cold
+
+
+def test_a_changed_file_works_the_second_phase_out_again(tmp_path, monkeypatch, capsys):
+    from amplint import project as project_module
+
+    package = _two_module_project(tmp_path)
+    _run(tmp_path, tmp_path / "cache", capsys)
+    calls = []
+    real = project_module.link
+    monkeypatch.setattr(project_module, "link", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    (package / "optim_utils.py").write_text("def step(scaler, optimizer):\n    optimizer.step()\n")
+    assert _run(tmp_path, tmp_path / "cache", capsys) == []  # its summary changed: train.py's finding is gone
+    assert calls == [1]
+
+
+def test_a_remembered_run_whose_results_are_gone_or_forged_is_worked_out_again(tmp_path, monkeypatch, capsys):
+    from amplint import project as project_module
+
+    _two_module_project(tmp_path)
+    cold = _run(tmp_path, tmp_path / "cache", capsys)
+    calls = []
+    real = project_module.link
+    monkeypatch.setattr(project_module, "link", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    (runs,) = (tmp_path / "cache").glob("*/runs.json")
+    build = Cache(str(tmp_path / "cache"), fingerprint=runs.parent.name)
+    head, _, body = runs.read_bytes().partition(b"\n")
+    remembered = json.loads(body)
+    # A result key the cache does not hold (pushed out since), sealed as amplint would.
+    for rows in remembered["runs"].values():
+        for row in rows:
+            row[1] = "0" * 32
+    runs.write_bytes(build._seal("runs.json", json.dumps(remembered).encode()))
+    assert _run(tmp_path, tmp_path / "cache", capsys) == cold and calls == [1]
+    # Not sealed with this user's key: not believed, whatever it says.
+    runs.write_bytes(head + b"\n" + json.dumps({"format": cache_module._FORMAT, "runs": {}}).encode())
+    assert _run(tmp_path, tmp_path / "cache", capsys) == cold and calls == [1, 1]
+    # And a shape amplint never writes is nothing remembered.
+    for shape in ({"format": cache_module._FORMAT, "runs": {"k": [[0]]}}, {"format": cache_module._FORMAT, "runs": []}, [1]):
+        assert build._parse_runs(build._seal("runs.json", json.dumps(shape).encode())) == {}

@@ -546,6 +546,53 @@ def test_the_trainers_accelerator_scales_and_unscales_in_its_subclasses():
     assert codes(called) == []
 
 
+# --- framework objects a function of the file builds and returns ------------------------------
+
+FACTORY = """
+import torch
+from accelerate import Accelerator
+from transformers import Trainer, TrainingArguments
+
+def build_accelerator(cfg):
+    accelerator = Accelerator(mixed_precision={precision}, log_with=cfg.log_with)
+    return accelerator
+
+def build_args(cfg):
+    return TrainingArguments(output_dir=cfg.out, {arguments})
+
+class MyTrainer(Trainer):
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = self.compute_loss(model, inputs)
+        loss.backward()
+        return loss.detach()
+
+def train(cfg, model, optimizer, loader):
+    accelerator = build_accelerator(cfg)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for x in loader:
+        loss = model(x)
+        loss.backward()
+        optimizer.step()
+    MyTrainer(model=model, args=build_args(cfg)).train()
+"""
+
+
+@pytest.mark.parametrize(
+    "precision, arguments, expected",
+    [
+        ('"fp16"', "fp16=True", ["16:AMP001", "24:AMP001"]),
+        ('"fp16" if cfg.fp16 else "no"', "fp16=False", ["24:AMP001"]),
+        ('"bf16"', "bf16=True", []),
+        ("cfg.mixed_precision", "fp16=cfg.fp16", []),  # unknown: never guessed
+    ],
+)
+def test_a_framework_object_a_function_of_the_file_returns(precision, arguments, expected):
+    assert codes(FACTORY.format(precision=precision, arguments=arguments)) == expected
+    exported = model(FACTORY.format(precision=precision, arguments=arguments)).scaler_facts.factories
+    # What another module is told: the values the precision may take, unless its caller's argument decides them.
+    assert sorted(exported) == sorted(name for name, known in (("build_accelerator", precision[0] == '"'), ("build_args", arguments == "fp16=True")) if known)
+
+
 # --- ignite -----------------------------------------------------------------------------------
 
 IGNITE = """

@@ -338,6 +338,10 @@ def test_the_timeout_does_not_count_time_spent_waiting_for_a_cpu(tmp_path):
     started = time.monotonic()
     (row,) = verify([fake_rule("LOAD", GROWS)], "cpu", timeout=1.5, root=tmp_path).rows
     elapsed = time.monotonic() - started
+    if "the machine is starved of CPU" in (row.reason or ""):
+        # Past ten times the limit in wall time the watchdog stops any script, waiting or not
+        # (its last resort, tested below): a machine this loaded by others cannot show this.
+        pytest.skip(f"the machine was too loaded to tell: {row.reason}")
     assert row.verdict == CONFIRMED, row.reason
     assert elapsed > 2, "the load did not slow the script down: this test proved nothing"
 

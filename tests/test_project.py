@@ -7,9 +7,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from amplint.engine import lint_source
 from amplint.rules import ALL_RULES
-from amplint.semantic.exports import ExternalModules
+from amplint.semantic.exports import ExternalModules, load_summary
 
 OPTIM_UTILS = """
 import torch
@@ -160,6 +162,34 @@ def test_a_module_exports_what_its_functions_do_as_json():
     assert functions["backward"]["events"][0]["tensor_param"] == "loss"
     assert functions["Stepper.step"]["method"] is True
     assert any(s["enabled"] is True for s in summary["scalers"].values())
+
+
+def test_a_way_through_names_its_events_by_their_place_and_loads_them_whole():
+    result = lint_source(textwrap.dedent(OPTIM_UTILS), "optim_utils.py", ALL_RULES)
+    summary = json.loads(json.dumps(result.summary))
+    raw = summary["functions"]["step_and_log"]
+    table = raw["events"] + raw.get("sequence_events", [])
+    ways = raw["sequences"]
+    assert ways and all(type(place) is int for way in ways for place in way["events"])
+    # Written once each: the ways through name the function's own events, not copies of them.
+    assert "sequence_events" not in raw and {place for way in ways for place in way["events"]} == set(range(len(raw["events"])))
+    loaded = load_summary("optim_utils.py", summary).functions["step_and_log"]
+    assert [[event.text for event in events] for _, events in loaded.sequences] == [[table[place]["text"] for place in way["events"]] for way in ways]
+    # An event only a way through has (the way knows more of it) comes after the function's own.
+    extended = json.loads(json.dumps(summary))
+    function = extended["functions"]["step_and_log"]
+    function["sequence_events"] = [{**function["events"][0], "text": "`only_here()`"}]
+    function["sequences"][0]["events"] = [len(function["events"]), 0]
+    texts = [event.text for event in load_summary("optim_utils.py", extended).functions["step_and_log"].sequences[0][1]]
+    assert texts == ["`only_here()`", function["events"][0]["text"]]
+    # A place that is not in the table is a summary amplint did not write: an error, never a guess.
+    broken = json.loads(json.dumps(summary))
+    broken["functions"]["step_and_log"]["sequences"][0]["events"] = [len(table)]
+    with pytest.raises(ValueError):
+        load_summary("optim_utils.py", broken)
+    broken["functions"]["step_and_log"]["sequences"][0]["events"] = [True]
+    with pytest.raises(ValueError):
+        load_summary("optim_utils.py", broken)
 
 
 def test_only_files_that_name_a_function_of_an_imported_summary_are_linted_again(tmp_path):

@@ -435,6 +435,11 @@ def test_a_file_is_linted_again_for_a_method_only_where_its_class_is_named():
     assert _names_one_of("class Mine(base.Trainer):\n    pass", functions)  # inherits every method
     assert not _names_one_of("trainer = make_trainer()\nTrainer", ["Trainer.step"])
     assert _names_one_of("Probe(model, batch)", functions)  # its constructor
+    # A class statement, not a word that ends in `class`; the first line of the file too.
+    assert _names_one_of("class Mine(\n    base.Trainer,\n):\n    pass", ["Trainer.fit"])
+    assert not _names_one_of("Trainer\nsubclass Mine(Trainer)", ["Trainer.fit"])
+    assert not _names_one_of("Trainer\nmy_class Mine(Trainer)", ["Trainer.fit"])
+    assert _names_one_of("x = 1;class Mine(Trainer): pass", ["Trainer.fit"])
 
 
 def test_a_scaler_built_per_call_for_bfloat16_only_is_not_exported():

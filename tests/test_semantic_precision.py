@@ -9,7 +9,7 @@ import pytest
 
 from amplint.analyses.deprecations import Deprecations
 from amplint.analyses.devices import Devices
-from amplint.analyses.precision import Precision, calls_within
+from amplint.analyses.precision import Precision, adapters_added, calls_within
 from amplint.semantic import analyze
 
 
@@ -180,7 +180,7 @@ def test_nothing_trains_after_the_cast():
 
 
 def test_a_cast_undone_or_handed_to_code_that_adds_float32_trainables():
-    for after in ("m.float()", "m = get_peft_model(m, cfg)", "cast_training_params(m, dtype=torch.float32)", "m.add_adapter(cfg)"):
+    for after in ("m.float()", "m = get_peft_model(m, cfg)", "cast_training_params(m, dtype=torch.float32)", "add_lora_layers(m)"):
         source = f"import torch\nm.half()\n{after}\no = torch.optim.SGD(m.parameters(), lr=1)\n"
         assert trained(source) == [], after
     partial = "import torch\nm.half()\nm.bn.float()\no = torch.optim.SGD(m.parameters(), lr=1)\n"
@@ -605,3 +605,164 @@ def test_an_optimizer_built_elsewhere_holds_no_known_model():
 def test_an_optimizer_of_a_submodule_is_fed_by_the_whole_models_output():
     assert feeds("loss = model(x).sum()", header="opt = torch.optim.SGD(model.head.parameters(), lr=0.1)\n")
     assert not feeds("loss = model.encoder(x).sum()", header="opt = torch.optim.SGD(model.head.parameters(), lr=0.1)\n")
+
+
+# --- adapters (peft, diffusers) ----------------------------------------------------------------
+
+_LORA = """
+import torch
+from peft import LoraConfig, get_peft_model, inject_adapter_in_model
+def main(unet, loader, args):
+{body}
+    optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, unet.parameters()), lr=1e-4)
+    for x in loader:
+        unet(x).mean().backward()
+        optimizer.step()
+"""
+
+
+def lora(*lines):
+    return _LORA.format(body="\n".join("    " + line for line in lines))
+
+
+@pytest.mark.parametrize(
+    "adapter",
+    [
+        "unet.add_adapter(LoraConfig(r=4))",
+        "unet.add_adapter(config, adapter_name='lora')",
+        "inject_adapter_in_model(LoraConfig(r=4), unet)",
+        "unet = get_peft_model(unet, cfg, autocast_adapter_dtype=False)",
+        "LoraLoaderMixin.load_lora_into_unet(sd, network_alphas=None, unet=unet)",
+    ],
+)
+def test_adapters_added_after_a_float16_cast_are_trained_in_float16(adapter):
+    # peft builds them in the dtype of the layers they wrap: they are what the optimizer trains
+    source = lora("unet.requires_grad_(False)", "unet.to('cuda', dtype=torch.float16)", adapter)
+    assert trained(source) == [("unet", "optimizer")]
+    m = model(source)
+    precision = m.facts(Precision)
+    (cast, _), = precision.trained_in_low_precision("float16")
+    assert adapters_added(precision, cast) is not None
+
+
+def test_a_weight_dtype_that_may_be_float16_makes_the_adapters_maybe_float16():
+    source = lora(
+        "unet.requires_grad_(False)",
+        "weight_dtype = torch.float32",
+        "if args.mixed_precision == 'fp16':",
+        "    weight_dtype = torch.float16",
+        "elif args.mixed_precision == 'bf16':",
+        "    weight_dtype = torch.bfloat16",
+        "unet.to('cuda', dtype=weight_dtype)",
+        "unet.add_adapter(LoraConfig(r=4))",
+    )
+    (cast, _), = model(source).facts(Precision).trained_in_low_precision("float16")
+    assert cast.dtypes == frozenset({"float16", "bfloat16", "float32"})
+
+
+@pytest.mark.parametrize(
+    "upcast",
+    [
+        "cast_training_params(unet, dtype=torch.float32)",
+        "cast_training_params([unet, text_encoder])",
+        "for p in unet.parameters():\n            if p.requires_grad:\n                p.data = p.to(torch.float32)",
+    ],
+)
+def test_adapters_upcast_after_they_are_added_are_float32(upcast):
+    source = lora(
+        "unet.requires_grad_(False)",
+        "unet.to('cuda', dtype=torch.float16)",
+        "unet.add_adapter(LoraConfig(r=4))",
+        "if args.mixed_precision == 'fp16':",
+        "    " + upcast,
+    )
+    assert trained(source) == []
+
+
+@pytest.mark.parametrize(
+    "adapter",
+    [
+        "unet = get_peft_model(unet, cfg)",  # upcasts float16 adapters to float32 (peft >= 0.12)
+        "unet.add_adapter('second', cfg)",  # peft's PeftModel.add_adapter: the same
+    ],
+)
+def test_peft_model_adapters_are_upcast(adapter):
+    assert trained(lora("unet.half()", adapter)) == []
+
+
+def test_bfloat16_adapters_and_no_float16_at_all_are_left_alone():
+    for dtype in ("torch.bfloat16", "torch.bfloat16 if args.mixed_precision == 'bf16' else torch.float32"):
+        source = lora("unet.requires_grad_(False)", f"unet.to('cuda', dtype={dtype})", "unet.add_adapter(LoraConfig(r=4))")
+        assert trained(source) == []
+        assert trained(source, "bfloat16") != [] or "float32" in dtype
+
+
+def test_adapters_added_before_the_cast_are_cast_with_it():
+    # `.to(dtype)` casts every parameter the module holds, the adapters' too
+    source = lora("unet.requires_grad_(False)", "unet.add_adapter(LoraConfig(r=4))", "unet.to('cuda', dtype=torch.float16)")
+    assert trained(source) == [("unet", "optimizer")]
+    precision = model(source).facts(Precision)
+    (cast, _), = precision.trained_in_low_precision("float16")
+    assert adapters_added(precision, cast) is None  # the message of a plain cast
+
+
+def test_reading_or_loading_adapter_state_changes_no_dtype():
+    # diffusers' checkpoint hooks read the trained adapters every few steps
+    source = lora(
+        "unet.requires_grad_(False)",
+        "unet.half()",
+        "unet.add_adapter(LoraConfig(r=4))",
+        "state = get_peft_model_state_dict(accelerator.unwrap_model(unet))",
+        "set_peft_model_state_dict(unet, state)",
+        "unet.set_adapters(['default'])",
+    )
+    assert trained(source) == [("unet", "optimizer")]
+
+
+def test_an_add_adapter_not_given_a_config_first_is_not_peft():
+    # AdapterHub's `add_adapter(name, config=...)`: what it builds is not known here
+    source = lora("unet.requires_grad_(False)", "unet.half()", "unet.add_adapter(task_name, config='seq_bn')")
+    assert trained(source) == []
+
+
+def test_adapters_of_an_inference_model_are_not_trained():
+    source = "import torch\ndef main(unet, x):\n    unet.half()\n    unet.add_adapter(cfg)\n    with torch.no_grad():\n        return unet(x)\n"
+    assert trained(source) == []
+
+
+# --- frozen modules ---------------------------------------------------------------------------
+
+
+def test_a_frozen_module_cast_to_float16_with_nothing_trainable_is_not_trained():
+    assert trained(lora("unet.requires_grad_(False)", "unet.to('cuda', dtype=torch.float16)")) == []
+    assert trained(lora("unet.to('cuda', dtype=torch.float16)", "unet.requires_grad_(False)")) == []
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # unfrozen again, whole or in part, by name or per parameter
+        ("unet.requires_grad_(False)", "unet.half()", "unet.conv_out.requires_grad_(True)"),
+        ("unet.requires_grad_(False)", "unet.half()", "for p in unet.conv_out.parameters():\n        p.requires_grad = True"),
+        ("unet.requires_grad_(False)", "unet.half()", "unfreeze_last_layers(unet)"),
+        # given trainable parameters by a helper: they are cast with the module
+        ("unet.requires_grad_(False)", "add_lora_layers(unet)", "unet.half()"),
+        # frozen on one way only
+        ("if args.freeze:\n        unet.requires_grad_(False)", "unet.half()"),
+        # frozen only after the optimizer took it (for evaluation)
+        ("unet.half()", "optimizer = torch.optim.AdamW(unet.parameters())", "for x in loader:\n        unet(x).sum().backward()\n        optimizer.step()", "unet.requires_grad_(False)"),
+        # the rest of the module is frozen, not what is trained
+        ("unet.encoder.requires_grad_(False)", "unet.half()"),
+    ],
+)
+def test_a_module_that_may_be_trainable_again_is_still_trained(lines):
+    assert trained(lora(*lines)) != []
+
+
+def test_every_adapter_call_says_where_its_module_is_and_what_it_does():
+    from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS
+
+    for entry in ADAPTER_CALLS:
+        assert entry.effect in ("creates", "upcasts", "keeps"), entry
+        assert entry.method or entry.module_keywords or entry.module_position >= 0, entry
+        assert not entry.upcast_keyword or entry.effect == "upcasts", entry

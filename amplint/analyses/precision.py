@@ -53,6 +53,7 @@ from amplint.semantic.pytorch.api import (
     PARAMETER_METHODS,
     STATE_METHODS,
 )
+from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS, AdapterCall
 from amplint.semantic.resolve import Resolver, drawn_from, split_args
 from amplint.semantic.scalers import all_bindings
 from amplint.semantic.walk import children, iter_tree
@@ -67,6 +68,10 @@ _COPIES = frozenset({"copy.deepcopy", "deepcopy"})
 _UNWRAPPING = frozenset({"unwrap_model"})
 # A pipeline constructor's keywords that are no module it holds.
 _PIPELINE_SETTINGS = frozenset({"torch_dtype", "dtype", "revision", "variant", "safety_checker", "cache_dir", "device_map"})
+
+
+# What builds a pipeline from another one's modules, cast in place to its `torch_dtype=`.
+_FROM_PIPE = frozenset({"from_pipe"})
 
 
 def _builds_pipeline(func: cst.BaseExpression) -> bool:
@@ -295,6 +300,9 @@ class PrecisionFinder:
     def _cast(self, record: CallRecord) -> None:
         node = record.node
         func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _FROM_PIPE and _builds_pipeline(func):
+            self._pipe_cast(record)
+            return
         if not isinstance(func, cst.Attribute) or (func.attr.value not in CAST_METHODS and func.attr.value != "to"):
             return
         scope = record.unit.scope
@@ -318,6 +326,33 @@ class PrecisionFinder:
         held = self.held(name, scope) if name is not None and "." not in name else {}
         if names:
             cast = ModuleCast(node, record, dtypes, names[0], frozenset(paths | set(held)), copy_of, guard_facts(record))
+            cast.held.update(held)
+            self.facts.casts.append(cast)
+
+    def _pipe_cast(self, record: CallRecord) -> None:
+        """`AutoPipelineForImage2Image.from_pipe(pipeline, torch_dtype=weight_dtype)`: the new
+        pipeline shares the modules of `pipeline` (and holds those handed to it by keyword),
+        and diffusers casts them all in place to `torch_dtype` (`dtype=`). Without a dtype,
+        no cast to a lower precision."""
+        node = record.node
+        scope = record.unit.scope
+        positional, keywords = split_args(node.args)
+        setting = keywords.get("torch_dtype", keywords.get("dtype"))
+        if setting is None:
+            return
+        source = positional[0] if positional else keywords.get("pipeline")
+        name = dotted_name(source) if source is not None else None
+        held: Dict[ModulePath, str] = self.held(name, scope) if name is not None and "." not in name else {}
+        for keyword, value in keywords.items():
+            module = self._module_source(value) if keyword not in _PIPELINE_SETTINGS and keyword != "pipeline" else None
+            if module is not None:
+                for path in self.paths(module, scope):
+                    held.setdefault(path, module)
+        if held:
+            # Named as the new pipeline, which holds them all.
+            binding = self.assigned.get(id(node))
+            built = binding.name if binding is not None else name or "the pipeline"
+            cast = ModuleCast(node, record, self.resolver.dtypes(setting, scope), built, frozenset(held), None, guard_facts(record))
             cast.held.update(held)
             self.facts.casts.append(cast)
 
@@ -633,7 +668,7 @@ class PrecisionFinder:
                 continue
             bound = names_bound(loop.target)
             if any(_assigns_data_of(node, bound) for node in iter_tree(loop.body)):
-                for path in sorted(set(self._state_owners(loop.iter, unit.scope))):
+                for path in sorted(set(self._state_owners(loop.iter, unit.scope)) | listed_owners(self, loop.iter, unit.scope)):
                     self.facts.reassigned.append((loop, path))
 
     def _decayed_paths(self, loop: cst.For, decayed: cst.BaseExpression, scope: Scope) -> Iterator[ModulePath]:
@@ -1225,7 +1260,7 @@ def trained_in(precision: "Precision", dtype: str) -> Iterator[Tuple[ModuleCast,
             if not kept:
                 continue
             cast = replace(cast, held={kept[0]: cast.held[kept[0]]})
-        elif _undone(precision, cast, after):
+        elif _undone(precision, cast, after) or frozen_untrained(precision, cast, candidates):
             continue
         ids = {id(r.node) for r in after}
         steps = any(_is_step(precision.model.classify(r)) for r in after)
@@ -1359,9 +1394,11 @@ def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord], p
         callee = dotted_name(call.func) or ""
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_CHAIN:
             continue  # `model.bn.float()` is a cast, weighed above
+        if adapter_effect(call) in ("creates", "keeps"):
+            continue  # adapters in the cast dtype (see `adapters_added`), or no dtype changed
         if not vocabulary.may_change_parameter_precision(callee):
             continue
-        handed = [dotted_name(arg.value) for arg in call.args]
+        handed = handed_modules(finder, call, record.unit.scope)
         if isinstance(call.func, cst.Attribute):
             handed.append(dotted_name(call.func.value))
         for name in handed:
@@ -1371,4 +1408,212 @@ def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord], p
             if any(root == path[0] and path[1][: len(rest)] == rest for path in handed_paths for root, rest in paths):
                 if _trains_after(precision, record):
                     return True
+    return False
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+def adapter_entry(call: cst.Call) -> Optional[AdapterCall]:
+    """The entry of `frameworks.ADAPTER_CALLS` a call is: `unet.add_adapter(config)`,
+    `inject_adapter_in_model(config, unet)`, `get_peft_model(model, config)`."""
+    name = dotted_name(call.func)
+    if name is None:
+        return None
+    last = name.rsplit(".", 1)[-1]
+    positional, keywords = split_args(call.args)
+    first = positional[0] if positional else None
+    named_first = isinstance(first, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+    for entry in ADAPTER_CALLS:
+        if last not in entry.names or (entry.method and "." not in name):
+            continue
+        if entry.name_first is True and not named_first:
+            continue
+        if entry.name_first is False and not ("adapter_config" in keywords or _config_like(first)):
+            continue  # AdapterHub's `model.add_adapter(task_name, config="seq_bn")` is none of peft's
+        return entry
+    return None
+
+
+def _config_like(value: Optional[cst.BaseExpression]) -> bool:
+    """An adapter's config: `LoraConfig(r=4)`, `unet_lora_config`, `cfg`."""
+    if isinstance(value, cst.Call):
+        return "config" in (dotted_name(value.func) or "").lower()
+    name = (dotted_name(value) or "").rsplit(".", 1)[-1].lower() if value is not None else ""
+    return "config" in name or "cfg" in name
+
+
+def adapter_effect(call: cst.Call) -> Optional[str]:
+    """"creates" for a call that creates adapters in its module's current dtype and makes them
+    its only trainable parameters; "upcasts" for one that makes its trainable parameters
+    float32; "keeps" for one that changes no dtype; None for any other call. An upcasting call told not to (`get_peft_model(model,
+    config, autocast_adapter_dtype=False)`) creates."""
+    entry = adapter_entry(call)
+    if entry is None:
+        return None
+    if entry.upcast_keyword:
+        _, keywords = split_args(call.args)
+        value = keywords.get(entry.upcast_keyword)
+        if isinstance(value, cst.Name) and value.value == "False":
+            return "creates"
+    return entry.effect
+
+
+def adapter_module(call: cst.Call, entry: AdapterCall) -> Optional[str]:
+    """The module an adapter call acts on, as written: `unet` in `unet.add_adapter(config)`,
+    `load_lora_into_unet(sd, unet=unet_)`, `inject_adapter_in_model(config, model)`."""
+    if entry.method:
+        return dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+    positional, keywords = split_args(call.args)
+    for keyword in entry.module_keywords:
+        if keyword in keywords:
+            return dotted_name(keywords[keyword])
+    if 0 <= entry.module_position < len(positional):
+        return dotted_name(positional[entry.module_position])
+    return None
+
+
+def adapters_added(precision: "Precision", cast: ModuleCast) -> Optional[CallRecord]:
+    """A call that may run after the cast and creates adapters on the module it casts, in the
+    dtype it cast it to (`unet.to(dtype=weight_dtype)`, then `unet.add_adapter(config)`): the
+    adapters are the module's trainable parameters, in that dtype. None when there is none."""
+    finder: PrecisionFinder = precision.finder
+    for record in calls_after(precision.model, cast.record, precision.successors):
+        if adapter_effect(record.node) != "creates":
+            continue
+        module = adapter_module(record.node, adapter_entry(record.node))  # type: ignore[arg-type]
+        if module is not None and any(cast.covers(path) for path in finder.paths(module, record.unit.scope)):
+            return record
+    return None
+
+
+# What may make a frozen module's parameters trainable again, or give it new ones, by name.
+_UNFREEZING_FRAGMENTS = ("freeze", "trainable", "requires_grad", "grad")
+
+
+def frozen_untrained(precision: "Precision", cast: ModuleCast, optimizers: List[OptimizerBuild]) -> bool:
+    """Whether nothing the optimizers hold of the cast module is trainable: each such module is
+    frozen (`unet.requires_grad_(False)`) in the cast's function, on every way the cast takes,
+    before the optimizer is built, and nothing in the file may make it trainable again
+    (`requires_grad_(True)`, `p.requires_grad = True`, a helper named like `unfreeze`) or give it
+    adapters (`add_adapter`, `get_peft_model`, a helper named like `add_lora`). Then the
+    optimizer steps no float16 parameter: diffusers freezes the unet it casts to `weight_dtype`
+    and trains only the parameters that require gradients."""
+    held = [path for optimizer in optimizers for path in optimizer.trains if cast.covers(path)]
+    if not held:
+        return False
+    finder: PrecisionFinder = precision.finder
+    index = finder.index
+    freezes = [
+        record
+        for record in index.calls_to("requires_grad_")
+        if record.unit is cast.unit and _literal_false(record.node) and record.immediate and guard_facts(record) <= cast.facts
+    ]
+    if not freezes or _may_unfreeze(finder):
+        return False
+    for path in held:
+        frozen = False
+        for record in freezes:
+            receiver = record.node.func.value if isinstance(record.node.func, cst.Attribute) else None
+            name = dotted_name(receiver) if receiver is not None else None
+            if name is None or not any(f[0] == path[0] and path[1][: len(f[1])] == f[1] for f in finder.paths(name, record.unit.scope)):
+                continue
+            after = {id(r.node) for r in calls_after(precision.model, record, precision.successors)}
+            if all(id(o.node) in after for o in optimizers if o.unit is cast.unit):
+                frozen = True
+                break
+        if not frozen or _handed_away(precision, path):
+            return False
+    return True
+
+
+def handed_modules(finder: "PrecisionFinder", call: cst.Call, scope: Scope) -> List[Optional[str]]:
+    """The modules a call is handed, as written: its arguments, and the members of those that
+    are lists of modules (`cast_training_params([unet, text_encoder])`, or `models = [unet]`,
+    `models.extend([text_encoder_one, text_encoder_two])`, then `cast_training_params(models)`)."""
+    found: List[Optional[str]] = []
+    for arg in call.args:
+        name = dotted_name(arg.value)
+        members = _members(finder, arg.value, scope)
+        found += members if members else [name]
+    return found
+
+
+def listed_owners(finder: "PrecisionFinder", iterable: cst.BaseExpression, scope: Scope) -> Set[ModulePath]:
+    """The modules whose parameters a loop iterates through a list of modules: `for model in
+    models: for param in model.parameters(): ...` iterates those of each member of `models`."""
+    found: Set[ModulePath] = set()
+    for node in _state_calls(iterable):
+        owner = node.func.value  # type: ignore[attr-defined]
+        for member in _members(finder, owner, scope):
+            found |= finder.paths(member, scope)
+    return found
+
+
+def _members(finder: "PrecisionFinder", value: cst.BaseExpression, scope: Scope, depth: int = 0) -> List[str]:
+    """The modules a list holds, as written: the elements of a list or tuple display, of the
+    displays a variable is given and filled with (`.append(m)`, `.extend([a, b])`), and, for a
+    loop variable, of what it is drawn from. Empty when it is no list of named modules."""
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return [name for name in (dotted_name(e.value) for e in value.elements) if name is not None]
+    name = dotted_name(value)
+    if name is None or "." in name or depth > 3:
+        return []
+    found: List[str] = []
+    for binding in finder.resolver.bindings(name, scope):
+        if binding.kind == "for" and isinstance(binding.node, cst.For):
+            drawn = drawn_from(binding.node, name)
+            if drawn is not value:
+                found += _members(finder, drawn, binding.value_scope, depth + 1)
+        elif isinstance(binding.value, (cst.List, cst.Tuple)):
+            found += _members(finder, binding.value, binding.value_scope, depth + 1)
+            for filled, where, _ in finder.appended().get(finder.resolver.identity(name, scope), []):
+                found += _members(finder, filled, where, depth + 1) if isinstance(filled, (cst.List, cst.Tuple)) else [n for n in [dotted_name(filled)] if n is not None]
+    return found
+
+
+def _literal_false(call: cst.Call) -> bool:
+    """`requires_grad_(False)`, `requires_grad_(requires_grad=False)`."""
+    positional, keywords = split_args(call.args)
+    value = positional[0] if positional else keywords.get("requires_grad")
+    return isinstance(value, cst.Name) and value.value == "False"
+
+
+def _may_unfreeze(finder: "PrecisionFinder") -> bool:
+    """Whether the file may make some parameters trainable again: `requires_grad_()` or
+    `requires_grad_(True)` (or anything but a literal False), `p.requires_grad = True`."""
+    for record in finder.index.calls_to("requires_grad_"):
+        if not _literal_false(record.node):
+            return True
+    for binding in finder.bindings:
+        if binding.name.endswith(".requires_grad") or binding.name == "requires_grad":
+            value = binding.value
+            if not (isinstance(value, cst.Name) and value.value == "False"):
+                return True
+    return False
+
+
+def _handed_away(precision: "Precision", path: ModulePath) -> bool:
+    """Whether a call anywhere in the file hands the module at `path` (or one containing it or
+    within it) to code that may add trainable parameters or make its own trainable: an adapter
+    call of the table, a helper named like one (`add_lora(unet)`), or like an unfreezing one."""
+    finder: PrecisionFinder = precision.finder
+    for record in finder.index.calls:
+        call = record.node
+        callee = dotted_name(call.func) or ""
+        last = callee.rsplit(".", 1)[-1].lower()
+        if adapter_effect(call) == "keeps":
+            continue
+        if adapter_entry(call) is None and not vocabulary.may_change_parameter_precision(callee) and not any(
+            fragment in last for fragment in _UNFREEZING_FRAGMENTS
+        ):
+            continue
+        if last == "requires_grad_":
+            continue  # weighed by `_may_unfreeze`
+        handed = handed_modules(finder, call, record.unit.scope)
+        if isinstance(call.func, cst.Attribute):
+            handed.append(dotted_name(call.func.value))
+        for name in handed:
+            if name is not None and any(_nested(path, other) for other in finder.paths(name, record.unit.scope)):
+                return True
     return False

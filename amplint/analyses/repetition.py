@@ -315,6 +315,39 @@ class Repetitions(Analysis):
                 return argument is None  # a default value lives as long as the function
             scope = call.unit.scope
 
+    def foreign_guards(self, occurrence: Occurrence, loop: Loop) -> Optional[List[Tuple[str, bool, bool]]]:
+        """For an event of another linted module's function called in `loop` (its summary's
+        ways through it): the conditions every way that runs the event assumed, in the
+        caller's terms, each as (text, outcome, whether an iteration of `loop` changes it:
+        the argument passed for a parameter it reads is bound in the loop). timm's
+        `loss_scaler(..., need_update=(i + 1) % accum == 0)` updates only on ways that
+        assumed `need_update`. None when the event is not one or its ways are unknown."""
+        if len(occurrence.via) != 1 or occurrence.event.foreign is None:
+            return None
+        record = self.record(occurrence.via[0])
+        item = self.classify(record) if record is not None else None
+        if not isinstance(item, HelperCall) or item.foreign is None or item.foreign.sequences is None:
+            return None
+        common: Optional[Set[Tuple[object, bool]]] = None
+        for facts, events in item.foreign.sequences:
+            if any(e.kind is occurrence.kind and f"{e.text} in {e.origin}" == occurrence.event.foreign for e in events):
+                common = set(facts) if common is None else common & set(facts)
+        if common is None:
+            return None
+        varying = _roots(self._bound_in_loop(Repetition(loop, record.unit)))  # type: ignore[union-attr]
+        found = []
+        for condition, outcome in sorted(common, key=lambda fact: (fact[0].text, fact[1])):  # type: ignore[attr-defined]
+            text, changes = condition.text, False  # type: ignore[attr-defined]
+            for name in condition.names:  # type: ignore[attr-defined]
+                argument = item.argument_for(name.split(".")[0])
+                if argument is None:
+                    continue  # the other module's own name, or a default: the same each call
+                changes = changes or bool(set(roots(names_read(argument))) & varying)
+                if name == text:
+                    text = source_text(argument)
+            found.append((text, outcome, changes))
+        return found
+
 
 def _roots(names: Set[str]) -> Set[str]:
     return set(roots(names)) | set(names)

@@ -3,7 +3,9 @@ whose AMP work it stands for, or nothing.
 
 A method called on a variable that holds a GradScaler is the scaler's; a call that resolves
 to a function of the file (`train_step(...)`, `self._run_step(...)`, `trainer.fit(...)` with
-`trainer = Trainer()` a class of the file) is a helper call, followed by the flow analysis;
+`trainer = Trainer()` a class of the file) is a helper call, followed by the flow analysis,
+and so is a call of an instance whose class is certain (`loss_scaler(loss, opt)`,
+`self.rotary(pos)`: its `__call__`, or an nn.Module's `forward`);
 everything else is classified from the PyTorch API and, where the code does not say, from
 naming conventions (`amplint.semantic.pytorch.vocabulary`).
 """
@@ -16,7 +18,7 @@ from typing import Dict, List, Optional, Union
 import libcst as cst
 
 from amplint.semantic.pytorch import api as torch_api, frameworks, vocabulary
-from amplint.semantic.exports import ExternalModules, ForeignFunction, imported_module
+from amplint.semantic.exports import ExternalModules, ForeignFunction, imported_module, is_module_class
 from amplint.semantic.gradient_use import gradient_use
 from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
 from amplint.semantic.types import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
@@ -31,6 +33,12 @@ _SCALER_METHODS = {
     "step": EventKind.SCALER_STEP,
     "update": EventKind.SCALER_UPDATE,
 }
+
+
+# nn.Module methods that return the module itself: `Net(...).to(device)` is a `Net`.
+_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_", "half", "float", "bfloat16"})
+# What an `nn.Module` subclass names as its base.
+_MODULE_CLASSES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +90,7 @@ class Classifier:
         self._cache: Dict[int, Classified] = {}
         self._reads: Dict[int, Optional[AmpEvent]] = {}
         self._functions: Dict[int, CodeUnit] = {id(u.node): u for u in index.units if not u.is_module}
+        self._work: Dict[int, bool] = {}
 
     def classify(self, record: CallRecord) -> Classified:
         key = id(record.node)
@@ -319,7 +328,7 @@ class Classifier:
                         return HelperCall(record, callee, bound_self=False)
                 if binding.kind == "import":
                     return self._foreign(record, binding.node, func.value, None)
-            return None
+            return self._instance(record, func.value)
         if not isinstance(func, cst.Attribute):
             return None
         owner = dotted_name(func.value)
@@ -352,6 +361,10 @@ class Classifier:
         inherited = self._inherited(record, classes, method)
         if inherited is not None:
             return inherited
+        if owner == "self":
+            instance = self._instance(record, f"self.{method}")  # `self.rotary(pos)`
+            if instance is not None:
+                return instance
         if owner not in ("self", "cls") and not vocabulary.is_framework_receiver(owner):
             # `trainer.fit()` where `trainer = Trainer(...)`, a class another linted module
             # exports. Not into a framework's own source (linting accelerate with its tests):
@@ -364,6 +377,102 @@ class Classifier:
                             if found is not None:
                                 return found
         return None
+
+    def _instance(self, record: CallRecord, name: str) -> Optional[HelperCall]:
+        """`loss_scaler(loss, optimizer)`, `rot(pos)`, `self.rotary(pos)`: a call of an instance
+        whose class is certain (one binding, to `Cls(...)`, possibly `.to(device)`): its
+        class's `__call__`, or its `forward` when the class is an `nn.Module`. A class of this
+        file is followed only when that method does AMP work (nn.Module calls are many, and
+        a forward without AMP work changes nothing); one another linted module exports, when
+        its summary has the method. Anything less certain is not followed."""
+        scope = record.unit.scope
+        if "." in name and not name.startswith("self."):
+            return None
+        bindings = self.resolver.bindings(name, scope)
+        if len(bindings) != 1 or bindings[0].kind != "assign":
+            return None
+        binding = bindings[0]
+        if name.startswith("self.") and not any(binding.scope is owner for owner in self.resolver.class_and_bases(scope)):
+            return None  # an attribute its class never sets: another class's, perhaps
+        value = binding.value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _RETURNS_SELF:
+            value = value.func.value  # `Rotary(dim).to(device)` is the module itself
+        if not isinstance(value, cst.Call):
+            return None
+        class_name = dotted_name(value.func)
+        if class_name is None:
+            return None
+        cls = self.index.classes.get(class_name)
+        if cls is not None:
+            callee = self._instance_method(cls)
+            if callee is None or not self._does_amp_work(callee):
+                return None
+            return HelperCall(record, callee, bound_self=True)
+        if not isinstance(value.func, cst.Name) or vocabulary.is_framework_receiver(name):
+            return None
+        for imported in self.resolver.bindings(class_name, binding.value_scope):
+            if imported.kind != "import":
+                continue
+            found = self._foreign(record, imported.node, class_name, "__call__", bound_self=True)
+            if found is None:
+                # Asked by name first: without summaries, only the names looked up are noted.
+                found = self._foreign(record, imported.node, class_name, "forward", bound_self=True)
+                if found is not None and not self._foreign_module_class(imported.node, class_name):
+                    found = None
+            if found is not None:
+                return found
+        return None
+
+    def _foreign_module_class(self, import_node: cst.CSTNode, local: str) -> bool:
+        """Whether the class `local` imports is an `nn.Module` in the summary of its module."""
+        found = imported_module(import_node, local) if self.external is not None else None
+        if found is None or found[2] is None or self.external is None:
+            return False
+        module, level, name = found
+        return is_module_class(self.external.raw(module, level), name)
+
+    def _instance_method(self, cls: Scope) -> Optional[CodeUnit]:
+        """What calling an instance of `cls` (a class of this file) runs: the `__call__` it or a
+        base class of the file defines, else, for an `nn.Module`, its `forward`."""
+        chain = self.resolver.class_and_bases(cls)
+        for wanted in ("__call__", "forward"):
+            if wanted == "forward" and not any(self._module_base(owner) for owner in chain):
+                return None
+            for owner in chain:
+                for binding in owner.bindings.get(wanted, ()):
+                    if binding.kind == "def" and id(binding.node) in self._functions:
+                        return self._functions[id(binding.node)]
+        return None
+
+    def _module_base(self, cls: Scope) -> bool:
+        """Whether `cls` names `torch.nn.Module` (or Lightning's module) among its bases."""
+        node = cls.node
+        if not isinstance(node, cst.ClassDef):
+            return False
+        for arg in node.bases:
+            qualified = self.resolver.qualified(arg.value) or ""
+            if qualified in _MODULE_CLASSES or qualified.endswith(".LightningModule"):
+                return True
+        return False
+
+    def _does_amp_work(self, unit: CodeUnit) -> bool:
+        """Whether `unit` runs an AMP event or reads a gradient, itself or in a helper it calls."""
+        key = id(unit)
+        if key not in self._work:
+            self._work[key] = False  # a cycle back here adds nothing
+            found = bool(unit.grad_reads)
+            for record in unit.calls:
+                if found:
+                    break
+                if not record.immediate:
+                    continue
+                item = self.classify(record)
+                if isinstance(item, AmpEvent):
+                    found = True
+                elif isinstance(item, HelperCall):
+                    found = bool(item.foreign.events) if item.foreign is not None else item.callee is not None and self._does_amp_work(item.callee)
+            self._work[key] = found
+        return self._work[key]
 
     def _inherited(self, record: CallRecord, classes: List[Scope], method: str) -> Optional[HelperCall]:
         """`self.step()` in (or `trainer.step()` on) a class of this file whose base another

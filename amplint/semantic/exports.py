@@ -35,7 +35,7 @@ from amplint.semantic.names import dotted_name, source_text
 if TYPE_CHECKING:
     from amplint.semantic.model import SemanticModel
 
-SUMMARY_VERSION = 3
+SUMMARY_VERSION = 4
 
 
 # --------------------------------------------------------------------------- export
@@ -61,10 +61,25 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
             continue
         exported_events = [export(event) for event in summary.events]
         sequences = None
+        only_in_sequences: List[Dict[str, Any]] = []
         if summary.sequences is not None:
             # Each way through: the conditions it assumed on the function's parameters and
-            # on names its callers share (rewritten with the caller's arguments), its events.
-            sequences = sorted(
+            # on names its callers share (rewritten with the caller's arguments), its events,
+            # each by its place in the function's events (then `sequence_events`): a way
+            # through repeats events the function's list has, and written out in full they
+            # were four fifths of a summary.
+            places: Dict[str, int] = {}
+            for place, exported in enumerate(exported_events):
+                places.setdefault(_event_key(exported), place)
+
+            def place_of(exported: Dict[str, Any]) -> int:
+                key = _event_key(exported)
+                if key not in places:
+                    places[key] = len(exported_events) + len(only_in_sequences)
+                    only_in_sequences.append(exported)
+                return places[key]
+
+            written_out = sorted(
                 (
                     {
                         "facts": sorted([cond.text, sorted(cond.names), value] for cond, value in sequence.facts),
@@ -74,15 +89,31 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
                 ),
                 key=repr,
             )
+            sequences = [{"facts": way["facts"], "events": [place_of(event) for event in way["events"]]} for way in written_out]
         functions[unit.name] = {
             "params": unit.parameters,
             "method": unit.scope.class_scope is not None,
             "events": exported_events,
             "sequences": sequences,
         }
+        if only_in_sequences:
+            functions[unit.name]["sequence_events"] = only_in_sequences
         if id(unit) in fresh:
             functions[unit.name]["fresh_scalers"] = fresh[id(unit)]
+    for name, factory in model.scaler_facts.factories.items():
+        # A function that builds and returns a framework object: its callers' object's precision.
+        entry = functions.setdefault(name, {"params": _params_of(model, name), "method": False, "events": [], "sequences": None})
+        entry["returns_framework"] = {
+            "framework": factory.framework,
+            "precisions": sorted(factory.precisions),
+            "complete": factory.complete,
+            "parameter": factory.parameter,
+            "position": factory.position,
+        }
     classes = _classes(model)
+    for name, hooks in _framework_hooks(model, origin, classes).items():
+        constructor = functions.setdefault(f"{name}.__init__", {"params": _params_of(model, f"{name}.__init__") or ["self"], "method": True, "events": [], "sequences": None})
+        constructor["framework_hooks"] = hooks
     inherited, inherited_scalers = _inherited(model, classes)
     for name, function in inherited.items():
         functions.setdefault(name, function)
@@ -129,6 +160,72 @@ def _classes(model: "SemanticModel") -> Dict[str, Dict[str, Any]]:
     return found
 
 
+def _params_of(model: "SemanticModel", name: str) -> List[str]:
+    unit = next((unit for unit in model.units if unit.name == name and not unit.is_module), None)
+    return unit.parameters if unit is not None else []
+
+
+def _framework_hooks(model: "SemanticModel", origin: str, classes: Mapping[str, Mapping[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+    """For each class a framework trains whose hooks leave a plain backward pending for the
+    framework's scaler (`SemanticModel.trained_class_hooks`: a Trainer subclass whose
+    `training_step` runs `loss.backward()`), what a module that builds the class with its
+    settings needs to report it there: the framework, the hook, the backward as written and
+    its line, and where the constructor takes the settings (-1: by keyword only, for a class
+    with an `__init__` of its own)."""
+    trained = model.trained_class_hooks()
+    if not trained:
+        return {}
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    # Rare (a Trainer subclass with an unscaled backward): the whole module's positions, once.
+    positions = MetadataWrapper(model.module, unsafe_skip_copy=True).resolve(PositionProvider)
+    found: Dict[str, List[Dict[str, Any]]] = {}
+    for name, pending in trained.items():
+        found[name] = [
+            {
+                "framework": framework.name,
+                "owner": name,
+                "hook": backward.unit.name.rsplit(".", 1)[-1],
+                "text": f"`{source_text(backward.event.node)}`",
+                "tensor": source_text(backward.event.tensor) if backward.event.tensor is not None else "loss",
+                "origin": origin,
+                "line": positions[backward.event.node].start.line if backward.event.node in positions else 0,
+                "position": _settings_position(model, name, framework),
+            }
+            for backward, framework in pending
+        ]
+    return found
+
+
+def _settings_position(model: "SemanticModel", name: str, framework) -> int:
+    """Where the constructor of the class `name` takes the framework's settings: the
+    framework's own position (`Trainer(model, args)`) when the class has no `__init__`, or
+    one that hands its `*args` on to `super().__init__(*args, ...)`; the position of a
+    parameter named like the keyword in one of its own; else -1 (by keyword only)."""
+    init = next((unit for unit in model.units if unit.name == f"{name}.__init__" and unit.scope.class_scope is not None), None)
+    if init is None or not isinstance(init.node, cst.FunctionDef):
+        return framework.settings_position
+    params = init.node.params
+    positional = [param.name.value for param in (*params.posonly_params, *params.params)][1:]
+    if framework.settings_keyword in positional:
+        return positional.index(framework.settings_keyword)
+    star = params.star_arg.name.value if isinstance(params.star_arg, cst.Param) else None
+    if not positional and star is not None:
+        for record in init.calls:
+            func = record.node.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "__init__"
+                and isinstance(func.value, cst.Call)
+                and dotted_name(func.value.func) == "super"
+                and record.node.args[:1]
+                and record.node.args[0].star == "*"
+                and dotted_name(record.node.args[0].value) == star
+            ):
+                return framework.settings_position
+    return -1
+
+
 def _inherited(model: "SemanticModel", classes: Mapping[str, Mapping[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """The methods each class inherits from a base another linted module exports, under the
     class's own name (`Sub.fit` for `Base.fit`), and the scalers those methods name. Bases in
@@ -154,10 +251,27 @@ def _inherited(model: "SemanticModel", classes: Mapping[str, Mapping[str, Any]])
                     method = qualified[len(prefix) :] if qualified.startswith(prefix) else None
                     if method is None or "." in method or method in defined:
                         continue
+                    if function.get("framework_hooks"):
+                        # A hook the subclass overrides is its own, not the base's.
+                        hooks = [hook for hook in function["framework_hooks"] if hook.get("hook") not in defined]
+                        if not hooks and not function.get("events"):
+                            continue
+                        function = {**function, "framework_hooks": hooks}
                     functions.setdefault(f"{name}.{method}", function)
                     text = repr(function)
                     scalers.update((key, value) for key, value in raw.get("scalers", {}).items() if key in text)
     return functions, scalers
+
+
+def is_module_class(summary: Optional[Mapping[str, Any]], name: str) -> bool:
+    """Whether the class `name` a summary indexes derives from `torch.nn.Module` (itself or
+    through bases of its module): calling an instance runs its `forward`."""
+    classes = (summary or {}).get("classes", {})
+    for owner in _local_chain(name, classes):
+        for _, imported in classes[owner]["bases"]:
+            if imported is not None and list(imported) in (["torch.nn", 0, "Module"], ["torch.nn.modules.module", 0, "Module"]):
+                return True
+    return False
 
 
 def _local_chain(name: str, classes: Mapping[str, Mapping[str, Any]]) -> List[str]:
@@ -239,6 +353,11 @@ def _event(event, path: str, origin: str, referenced: set, confirmed, use: Optio
     return exported
 
 
+def _event_key(exported: Mapping[str, Any]) -> str:
+    # `_event` makes every event's dict with the same keys in the same order, of plain values.
+    return repr(exported)
+
+
 def _exported(unit) -> bool:
     """Top-level functions and methods of top-level classes: what another module can import."""
     parent = unit.scope.parent
@@ -286,6 +405,39 @@ class FreshScaler:
 
 
 @dataclass(frozen=True)
+class FactoryReturn:
+    """A framework object a top-level function builds and returns (`def build_accelerator(cfg):
+    return Accelerator(mixed_precision="fp16")`), for the modules that call the function: the
+    framework, the values its precision may take and whether that is all of them. A function
+    that hands one of its parameters over as the precision (`Accelerator(mixed_precision=mp)`)
+    names it (`parameter`, `position`): each caller's argument decides, else the default's
+    values. A precision read from anything else of the caller's (`cfg.mixed_precision`) is
+    not exported: it is unknown there."""
+
+    framework: str
+    precisions: FrozenSet[str]
+    complete: bool
+    parameter: Optional[str] = None
+    position: int = -1
+
+
+@dataclass(frozen=True)
+class ForeignHook:
+    """A plain backward a hook of a class leaves pending for the framework that trains the
+    class to step through its scaler (see `_framework_hooks`): exported with the class's
+    constructor, reported where the class is built with settings that may be float16."""
+
+    framework: str  # `frameworks.Framework.name`: "transformers"
+    owner: str  # the class that defines the hook: `DistillTrainer`
+    hook: str  # `training_step`
+    text: str  # the backward as written, quoted: "`loss.backward()`"
+    tensor: str  # what it runs on: `loss`
+    origin: str  # the file it is in: `trainer.py`
+    line: int
+    position: int  # where the constructor takes the settings; -1: by keyword only
+
+
+@dataclass(frozen=True)
 class ForeignFunction:
     name: str
     params: Tuple[str, ...]
@@ -295,6 +447,8 @@ class ForeignFunction:
     sequences: Optional[Tuple[Tuple[FrozenSet[Assumption], Tuple[ForeignEvent, ...]], ...]]
     fresh_scalers: Tuple[FreshScaler, ...] = ()
     origin: str = ""  # the file it is in: `engine.py`
+    framework_hooks: Tuple[ForeignHook, ...] = ()  # a constructor's (see `ForeignHook`)
+    returns_framework: Optional[FactoryReturn] = None  # a framework object it builds and returns
 
 
 def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
@@ -313,6 +467,12 @@ def _foreign_event(e: Mapping[str, Any], path: str) -> "ForeignEvent":
     )
 
 
+def _factory_return(raw: Optional[Mapping[str, Any]]) -> Optional[FactoryReturn]:
+    if not raw:
+        return None
+    return FactoryReturn(raw["framework"], frozenset(raw["precisions"]), bool(raw["complete"]), raw.get("parameter"), int(raw.get("position", -1)))
+
+
 @dataclass
 class ForeignModule:
     path: str
@@ -326,6 +486,7 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
     functions = {}
     for name, raw in data.get("functions", {}).items():
         sequences = raw.get("sequences")
+        table = [*raw["events"], *raw.get("sequence_events", ())]
         functions[name] = ForeignFunction(
             name,
             tuple(raw["params"]),
@@ -334,7 +495,8 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
             tuple(
                 (
                     frozenset((Condition(text, frozenset(names)), bool(value)) for text, names, value in s["facts"]),
-                    tuple(_foreign_event(e, path) for e in s["events"]),
+                    # an event of its own in each way through, as each was written out before
+                    tuple(_foreign_event(table[_place(place, len(table))], path) for place in s["events"]),
                 )
                 for s in sequences
             )
@@ -342,8 +504,21 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
             else None,
             tuple(FreshScaler(f["name"], f["text"], f["optimizer"], f.get("optimizer_text", "the optimizer")) for f in raw.get("fresh_scalers", ())),
             os.path.basename(path),
+            tuple(
+                ForeignHook(h["framework"], h["owner"], h["hook"], h["text"], h["tensor"], h["origin"], int(h["line"]), int(h["position"]))
+                for h in raw.get("framework_hooks", ())
+            ),
+            _factory_return(raw.get("returns_framework")),
         )
     return ForeignModule(path, functions, dict(data.get("scalers", {})))
+
+
+def _place(place: Any, size: int) -> int:
+    """An event's place in its function's table, as a summary gives it (ValueError when it
+    has none there: the summary is not one amplint wrote)."""
+    if type(place) is not int or not 0 <= place < size:
+        raise ValueError(f"no event at {place!r}")
+    return place
 
 
 @dataclass

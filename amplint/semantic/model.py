@@ -15,14 +15,14 @@ import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.conditions import Assumption, StandIn, alternatives, assumptions, stand_ins, substitute
-from amplint.semantic.exports import ExternalModules
+from amplint.semantic.exports import ExternalModules, ForeignHook
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
 from amplint.semantic.pytorch import frameworks, vocabulary
 from amplint.semantic.names import dotted_name, names_bound, names_read, names_used, roots, source_text
 from amplint.semantic.regions import Regions
 from amplint.semantic.resolve import Resolver, argument, is_infinity
-from amplint.semantic.scalers import ScalerFacts, binding_key, class_scaler_key, find_scalers
+from amplint.semantic.scalers import ScalerFacts, binding_key, class_scaler_key, find_scalers, passed_for, settings_float16
 from amplint.semantic.types import (
     AmpEvent,
     AutocastRegion,
@@ -60,7 +60,7 @@ class SemanticModel:
         self.torch_target = torch_target  # None: amplint.torch_target.ASSUMED
         self.index: ModuleIndex = build_index(module)
         self.resolver = Resolver(self.index)
-        self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver)
+        self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver, external)
         self.scalers: Dict[str, ScalerInfo] = self.scaler_facts.scalers
         self.classifier = Classifier(self.index, self.resolver, self.scaler_facts, external)
         self.regions = Regions(self.index, self.resolver)
@@ -133,6 +133,8 @@ class SemanticModel:
         unit's `occurrences` scale a loss with (an object known only by its `.step(optimizer)`
         may be a wrapper that updates inside)."""
         info = self.scalers.get(key) if key is not None else None
+        if info is None and key is not None and key.startswith("ext:") and self.external is not None:
+            info = self.external.scaler(key)  # held by an instance of another module's class
         if info is None or info.framework is not None or info.known_disabled:
             return False
         return bool(info.constructions) or any(
@@ -301,27 +303,80 @@ class SemanticModel:
         plain backward is the branch for when scaling is off."""
         found: List[Tuple[Occurrence, str]] = []
         for unit, key, framework in self._framework_hooks():
-            if unit.name.rsplit(".", 1)[-1] not in framework.stepped_after_hooks:
-                continue
-            flow = self.flow.unit_flow(unit)
-            occurrences = self.occurrences_in(unit)
-            if flow is None or any(
-                o.kind in (EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD, EventKind.SCALER_STEP, EventKind.UNSCALE)
-                or (o.kind is EventKind.BACKWARD and o.event.scaled_inline_by is not None)
-                for o in occurrences
-            ):
-                continue
-            if self._names_a_scaler(unit):
-                continue
-            found.extend((backward, key) for backward in self._at_exits_where_live(flow, key, lambda state: state.gradients.plain_backwards))
+            found.extend((backward, key) for backward in self._pending_at_hook_exit(unit, framework, key))
         return found
 
-    def _at_exits_where_live(self, flow, key: str, pick: Callable[[Any], Iterable[Occurrence]]) -> List[Occurrence]:
+    def trained_class_hooks(self) -> Dict[str, List[Tuple[Occurrence, frameworks.Framework]]]:
+        """For each top-level class a framework trains (`Framework.module_bases`: a Trainer
+        subclass), the plain backwards its hooks leave pending for the framework to step
+        through its scaler (as `hook_backwards_before_framework_step` finds them), whatever
+        precision this file gives it: a module that builds the framework's settings and the
+        class (another module's `MyTrainer(args=TrainingArguments(fp16=True))`) decides.
+        Empty for most files: only the hooks of such classes are looked at."""
+        found: Dict[str, List[Tuple[Occurrence, frameworks.Framework]]] = {}
+        module_scope = self.index.module_scope
+        for unit in self.units:
+            owner = unit.scope.class_scope
+            if owner is None or owner.parent is not module_scope:
+                continue
+            hook = unit.name.rsplit(".", 1)[-1]
+            for framework in frameworks.CLASS_FRAMEWORKS:
+                if hook not in framework.stepped_after_hooks or not any(base.rsplit(".", 1)[-1] in framework.module_bases for base in owner.bases):
+                    continue
+                if self.flow.has_visible_callers(unit):
+                    break
+                found.setdefault(owner.name, []).extend((backward, framework) for backward in self._pending_at_hook_exit(unit, framework, None))
+                break
+        return {name: pending for name, pending in found.items() if pending}
+
+    def imported_hook_backwards(self) -> List[Tuple[CallRecord, "ForeignHook", bool]]:
+        """Each construction of a class another linted module exports whose hooks leave a plain
+        backward pending for its framework's scaler (`trained_class_hooks` there, exported with
+        the constructor: `ForeignFunction.framework_hooks`), given settings this file builds
+        that may be float16 (`DistillTrainer(model, args=TrainingArguments(fp16=args.fp16))`):
+        the call, the hook's backward, and whether float16 is sure rather than one of several
+        settings. Settings the file does not show built (parsed from the command line by
+        `HfArgumentParser`, a parameter) are unknown, never float16."""
+        found: List[Tuple[CallRecord, ForeignHook, bool]] = []
+        if self.external is None:
+            return found
+        for record in self.index.calls:
+            item = self.classify(record) if record.immediate else None
+            if not isinstance(item, HelperCall) or item.foreign is None or not item.foreign.framework_hooks:
+                continue
+            for hook in item.foreign.framework_hooks:
+                framework = frameworks.BY_NAME.get(hook.framework)
+                if framework is None:
+                    continue
+                settings = passed_for(record.node, framework.settings_keyword, hook.position)
+                may, surely = settings_float16(settings, framework, record.unit.scope, self.resolver)
+                if may:
+                    found.append((record, hook, surely))
+        return found
+
+    def _pending_at_hook_exit(self, unit: CodeUnit, framework: frameworks.Framework, key: Optional[str]) -> List[Occurrence]:
+        """The plain backwards still pending when the hook `unit` returns, for a framework that
+        steps through its scaler after it (where the scaler `key` is live; None: at every exit)."""
+        if unit.name.rsplit(".", 1)[-1] not in framework.stepped_after_hooks:
+            return []
+        flow = self.flow.unit_flow(unit)
+        occurrences = self.occurrences_in(unit)
+        if flow is None or any(
+            o.kind in (EventKind.SCALE, EventKind.FRAMEWORK_BACKWARD, EventKind.SCALER_STEP, EventKind.UNSCALE)
+            or (o.kind is EventKind.BACKWARD and o.event.scaled_inline_by is not None)
+            for o in occurrences
+        ):
+            return []
+        if self._names_a_scaler(unit):
+            return []
+        return self._at_exits_where_live(flow, key, lambda state: state.gradients.plain_backwards)
+
+    def _at_exits_where_live(self, flow, key: Optional[str], pick: Callable[[Any], Iterable[Occurrence]]) -> List[Occurrence]:
         """What `pick` gives of each state a unit's flow exits with while the scaler `key` is
-        live, each once, in a stable order."""
+        live (None: every state), each once, in a stable order."""
         found: Dict[int, Occurrence] = {}
         for state in sorted(flow.exits, key=self._state_key):
-            if self.is_live(key, state.facts):
+            if key is None or self.is_live(key, state.facts):
                 for occurrence in sorted(pick(state), key=self._occurrence_key):
                     found.setdefault(id(occurrence), occurrence)
         return list(found.values())

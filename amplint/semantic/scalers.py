@@ -28,9 +28,11 @@ import libcst as cst
 
 from amplint.semantic.pytorch import api as torch_api, frameworks, vocabulary
 from amplint.semantic.conditions import Assumption, Condition, assumptions
-from amplint.semantic.index import Binding, ModuleIndex, Scope
+from amplint.semantic.exports import ExternalModules, FactoryReturn, imported_module
+from amplint.semantic.index import Binding, CallRecord, ModuleIndex, Scope
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.walk import iter_tree
 from amplint.semantic.resolve import Resolver, split_args
 
 
@@ -56,6 +58,8 @@ class ScalerFacts:
     # Every GradScaler construction (and of a framework's scaler the user's code owns,
     # `frameworks.Framework.user_owns_state`): (the binding it fills, the call).
     constructions: List[Tuple[Binding, cst.Call]] = field(default_factory=list)
+    # Top-level functions that build and return a framework object (`FactoryReturn`), by name.
+    factories: Dict[str, FactoryReturn] = field(default_factory=dict)
 
 
 def binding_key(binding: Binding) -> str:
@@ -76,14 +80,15 @@ def all_bindings(index: ModuleIndex) -> Iterator[Binding]:
         yield from bindings
 
 
-def find_scalers(index: ModuleIndex, resolver: Resolver) -> ScalerFacts:
-    return _ScalerFinder(index, resolver).facts
+def find_scalers(index: ModuleIndex, resolver: Resolver, external: Optional[ExternalModules] = None) -> ScalerFacts:
+    return _ScalerFinder(index, resolver, external).facts
 
 
 class _ScalerFinder:
-    def __init__(self, index: ModuleIndex, resolver: Resolver) -> None:
+    def __init__(self, index: ModuleIndex, resolver: Resolver, external: Optional[ExternalModules] = None) -> None:
         self.index = index
         self.resolver = resolver
+        self.external = external
         self.facts = ScalerFacts()
         bindings = list(all_bindings(index))
         constructions: Dict[str, List[Tuple[Optional[bool], List[Assumption], str]]] = {}
@@ -201,12 +206,19 @@ class _ScalerFinder:
     # frameworks (amplint.semantic.pytorch.frameworks)
     def _frameworks(self, bindings: List[Binding]) -> None:
         returned_optimizers: Dict[str, str] = {}  # optimizer binding key -> the object's key
+        built = [(record, framework_of(record.node, self.resolver)) for record in self.index.calls]
+        constructions = [(record, framework) for record, framework in built if framework is not None]
+        local_factories = self._factories(constructions)
         for binding in bindings:
             found = self._framework_built(binding)
             if found is None:
-                continue
-            framework, call = found
-            may, surely = self.float16(call, framework, binding.value_scope)
+                made = self._made_by_factory(binding.value, binding.value_scope, local_factories)
+                if made is None or made[0].returned_position >= 0 or made[0].scales_module_classes:
+                    continue
+                framework, call, may, surely = made
+            else:
+                framework, call = found
+                may, surely = self.float16(call, framework, binding.value_scope)
             if not may:
                 continue
             owner = _unpacked_from(binding, call, framework.returned_position)
@@ -219,12 +231,19 @@ class _ScalerFinder:
                         returned_optimizers[binding_key(other)] = key
         # None: nothing may train the file's classes in float16.
         trainers: Dict[str, Optional[bool]] = {trainer.name: None for trainer in frameworks.CLASS_FRAMEWORKS}
-        for record in self.index.calls:
-            trainer = framework_of(record.node, self.resolver)
-            if trainer is not None and trainer.scales_module_classes:
+        for record, trainer in constructions:
+            if trainer.scales_module_classes:
                 may, surely = self.float16(record.node, trainer, record.unit.scope)
                 if may:
                     trainers[trainer.name] = bool(trainers[trainer.name]) or surely
+        trained = {trainer.name for trainer in frameworks.CLASS_FRAMEWORKS for scope in self.index.classes.values() if any(base.rsplit(".", 1)[-1] in trainer.module_bases for base in scope.bases)}
+        if trained and (local_factories or self.external is not None):
+            # Settings a function builds and returns (`training_args = build_training_args(cfg)`)
+            # for the classes of the file a framework trains.
+            for record in self.index.calls:
+                made = self._made_by_factory(record.node, record.unit.scope, local_factories)
+                if made is not None and made[0].scales_module_classes and made[2]:
+                    trainers[made[0].name] = bool(trainers[made[0].name]) or made[3]
         for trainer in frameworks.CLASS_FRAMEWORKS:
             float16 = trainers[trainer.name]
             if float16 is None:
@@ -259,6 +278,98 @@ class _ScalerFinder:
             if vocabulary.looks_like_optimizer(binding.name):
                 self.facts.prepared[binding_key(binding)] = owner
 
+    def _factories(self, constructions: List[Tuple[CallRecord, frameworks.Framework]]) -> Dict[str, Tuple[cst.Call, Scope, frameworks.Framework]]:
+        """The top-level functions that build a framework object and return it (every way
+        out returns it): for this file's callers, the construction; for other modules', a
+        `FactoryReturn` each (`ScalerFacts.factories`)."""
+        found: Dict[str, Tuple[cst.Call, Scope, frameworks.Framework]] = {}
+        module_scope = self.index.module_scope
+        for record, framework in constructions:
+            unit = record.unit
+            if unit.is_module or unit.scope.parent is not module_scope or framework.returned_position >= 0 or unit.name in found:
+                continue
+            if not _returns_only(unit, record.node, self.index):
+                continue
+            scope = unit.scope
+            found[unit.name] = (record.node, scope, framework)
+            exported = self._factory_return(record.node, framework, unit)
+            if exported is not None:
+                self.facts.factories[unit.name] = exported
+        return found
+
+    def _factory_return(self, call: cst.Call, framework: frameworks.Framework, unit) -> Optional[FactoryReturn]:
+        """What another module may know of the precision of the object `call` builds in the
+        function `unit`: its values, unless they depend on what a caller passes."""
+        _, keywords = split_args(call.args)
+        read = [keywords[k] for k in (framework.precision_keyword, framework.fp16_flag, *framework.config_keywords) if k and k in keywords]
+        scope = unit.scope
+        if framework.precision_keyword and len(read) == 1 and read[0] is keywords.get(framework.precision_keyword):
+            name = dotted_name(read[0])
+            if name is not None and name in scope.params and all(b.kind == "param" for b in scope.bindings.get(name, ())):
+                param = next(b.node for b in scope.bindings[name])
+                default = param.default if isinstance(param, cst.Param) else None
+                values, complete = self.resolver.settings(default, scope.parent or scope) if default is not None else (frozenset(), False)
+                return FactoryReturn(framework.name, values, complete, name, unit.parameters.index(name))
+        if any(_reads_parameter(value, scope, self.resolver) for value in read):
+            return None
+        values, complete = precisions(call, framework, scope, self.resolver)
+        return FactoryReturn(framework.name, values, complete) if values else None
+
+    def _made_by_factory(
+        self, value: Optional[cst.BaseExpression], scope: Scope, local: Dict[str, Tuple[cst.Call, Scope, frameworks.Framework]]
+    ) -> Optional[Tuple[frameworks.Framework, cst.Call, bool, bool]]:
+        """`value` calls a function that builds and returns a framework object (of this file,
+        or one another linted module exports): the framework, the call, and whether its
+        precision may be, and surely is, float16."""
+        if not isinstance(value, cst.Call):
+            return None
+        callee = dotted_name(value.func)
+        if callee is None:
+            return None
+        if "." not in callee and callee in local and any(b.kind == "def" for b in self.resolver.bindings(callee, scope)):
+            built, where, framework = local[callee]
+            may, surely = float16_of(built, framework, where, self.resolver)
+            return framework, value, may, surely
+        if self.external is None:
+            return None
+        factory = self._foreign_factory(value.func, scope)
+        framework = frameworks.BY_NAME.get(factory.framework) if factory is not None else None
+        if factory is None or framework is None:
+            return None
+        values, complete = factory.precisions, factory.complete
+        if factory.parameter is not None:
+            passed = passed_for(value, factory.parameter, factory.position)
+            if passed is not None:
+                values, complete = self.resolver.settings(passed, scope)
+        may = bool(values & frameworks.FP16_PRECISIONS)
+        return framework, value, may, may and complete and values <= frameworks.FP16_PRECISIONS
+
+    def _foreign_factory(self, func: cst.BaseExpression, scope: Scope) -> Optional[FactoryReturn]:
+        """The `FactoryReturn` another linted module exports for the function `func` names:
+        `build_accelerator` from `from utils import build_accelerator`, `utils.build_accelerator`."""
+        assert self.external is not None
+        head, _, rest = (dotted_name(func) or "").partition(".")
+        if "." in rest:
+            return None
+        for binding in self.resolver.bindings(head, scope):
+            if binding.kind != "import":
+                continue
+            found = imported_module(binding.node, head)
+            if found is None:
+                continue
+            module, level, name = found
+            if rest:  # `utils.build_accelerator(...)`: `utils` is the module
+                target = module if name is None else (f"{module}.{name}" if module else name)
+                foreign = self.external.module(target, level)
+                qualified = rest
+            else:
+                foreign = self.external.module(module, level)
+                qualified = name or ""
+            function = foreign.functions.get(qualified) if foreign is not None else None
+            if function is not None and function.returns_framework is not None:
+                return function.returns_framework
+        return None
+
     def _loops(self) -> None:
         """Training loops a framework builds and runs (`frameworks.LOOP_FRAMEWORKS`) whose
         precision may autocast in float16 (not on a device known to be the CPU, whose
@@ -289,12 +400,7 @@ class _ScalerFinder:
             self.facts.unscaled_loops.append((call, loop.name, complete and values <= loop.loop_autocast_values))
 
     def float16(self, call: cst.Call, framework: frameworks.Framework, scope: Scope) -> Tuple[bool, bool]:
-        """Whether the framework object `call` builds may be in float16 mixed precision (one
-        of the values its precision setting may take is float16), and whether it surely is.
-        An unknown precision is neither."""
-        values, complete = precisions(call, framework, scope, self.resolver)
-        may = bool(values & frameworks.FP16_PRECISIONS)
-        return may, may and complete and values <= frameworks.FP16_PRECISIONS
+        return float16_of(call, framework, scope, self.resolver)
 
     def _framework_built(self, binding: Binding) -> Optional[Tuple[frameworks.Framework, cst.Call]]:
         """The framework object `binding` is filled with, and the call that builds it:
@@ -397,6 +503,98 @@ def loop_framework_of(call: cst.Call, resolver: Resolver) -> Optional[frameworks
     for framework in frameworks.LOOP_FRAMEWORKS:
         if qualified in framework.constructors or (not qualified and bare in framework.bare_constructors):
             return framework
+    return None
+
+
+def float16_of(call: cst.Call, framework: frameworks.Framework, scope: Scope, resolver: Resolver) -> Tuple[bool, bool]:
+    """Whether the framework object `call` builds may be in float16 mixed precision (one
+    of the values its precision setting may take is float16), and whether it surely is.
+    An unknown precision is neither."""
+    values, complete = precisions(call, framework, scope, resolver)
+    may = bool(values & frameworks.FP16_PRECISIONS)
+    return may, may and complete and values <= frameworks.FP16_PRECISIONS
+
+
+def settings_float16(
+    value: Optional[cst.BaseExpression], framework: frameworks.Framework, scope: Scope, resolver: Resolver
+) -> Tuple[bool, bool]:
+    """Whether the settings `value` holds (`TrainingArguments(fp16=args.fp16)`, written there
+    or assigned to a name) may be float16, and whether they surely are. Settings the file
+    does not show built by the framework's constructor (a parameter, `HfArgumentParser`'s
+    output) are unknown: neither; a name given them on one way and something unknown on
+    another may be float16, never surely."""
+    if value is None:
+        return False, False
+    if isinstance(value, cst.Call):
+        candidates: List[Tuple[Optional[cst.BaseExpression], Scope]] = [(value, scope)]
+    else:
+        name = dotted_name(value)
+        candidates = resolver.values(name, scope) if name is not None else []
+    may, surely = False, bool(candidates)
+    for built, where in candidates:
+        if isinstance(built, cst.Call) and framework_of(built, resolver) is framework:
+            one_may, one_surely = float16_of(built, framework, where, resolver)
+            may, surely = may or one_may, surely and one_surely
+        else:
+            surely = False
+    return may, may and surely
+
+
+def _returns_only(unit, call: cst.Call, index: ModuleIndex) -> bool:
+    """Whether every `return` of the function `unit` returns what `call` builds, written there
+    (`return Accelerator(...)`) or through the one name it is assigned to."""
+    statement = index.statement_of(call)
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+    returned: Optional[str] = None
+    if isinstance(small, cst.Return) and small.value is call:
+        pass
+    elif isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        returned = small.targets[0].target.value
+        if len(unit.scope.bindings.get(returned, ())) != 1:
+            return False
+    else:
+        return False
+    returns = [
+        node
+        for node in iter_tree(unit.node.body, lambda n: not isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)))
+        if isinstance(node, cst.Return)
+    ]
+    if returned is None:
+        return len(returns) == 1
+    return bool(returns) and all(isinstance(r.value, cst.Name) and r.value.value == returned for r in returns)
+
+
+def _reads_parameter(value: Optional[cst.BaseExpression], scope: Scope, resolver: Resolver, depth: int = 0) -> bool:
+    """Whether the values `Resolver.settings` reads off `value` may come from a parameter of
+    its function (what a caller passes, unknown to another module): the parameter itself, an
+    attribute of it (`cfg.mixed_precision`), or a local assigned from one; not a condition
+    that only picks between literals (`"fp16" if cfg.fp16 else "no"`)."""
+    if value is None or depth > 4:
+        return False
+    if isinstance(value, cst.IfExp):
+        return _reads_parameter(value.body, scope, resolver, depth + 1) or _reads_parameter(value.orelse, scope, resolver, depth + 1)
+    if isinstance(value, cst.Subscript):
+        return _reads_parameter(value.value, scope, resolver, depth + 1)
+    name = dotted_name(value)
+    if name is None:
+        return False
+    for binding in resolver.bindings(name.split(".")[0], scope):
+        if binding.kind == "param" and binding.scope is scope:
+            return True
+        if binding.scope is scope and "." not in name and _reads_parameter(binding.value, binding.value_scope, resolver, depth + 1):
+            return True
+    return False
+
+
+def passed_for(call: cst.Call, parameter: str, position: int) -> Optional[cst.BaseExpression]:
+    """What `call` passes for `parameter`: by keyword, or at `position` (-1: by keyword only)
+    when no `*args` before it could move it."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == parameter:
+            return arg.value
+    positional = [arg for arg in call.args if arg.keyword is None]
+    if 0 <= position < len(positional) and not any(arg.star for arg in positional[: position + 1]):
+        return positional[position].value
     return None
 
 

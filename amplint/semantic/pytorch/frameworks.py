@@ -59,6 +59,12 @@ class Framework:
     # Hooks after which the framework steps through its scaler (Hugging Face's Trainer runs
     # `training_step`, then unscales, clips and steps): a backward they run must be scaled.
     stepped_after_hooks: FrozenSet[str] = frozenset()
+    # The argument of a trained class's constructor that takes the settings built by
+    # `constructors` (Hugging Face's `Trainer(model, args, ...)`: `args=`, or the second
+    # positional argument of a subclass without an `__init__` of its own): a module that
+    # imports the class and builds both decides its precision.
+    settings_keyword: str = ""
+    settings_position: int = -1
     # Class names matched whatever module defines them: projects copy timm's scaler into
     # their own utils (`from util.misc import NativeScalerWithGradNormCount as NativeScaler`).
     class_names: FrozenSet[str] = frozenset()
@@ -221,6 +227,8 @@ HF_TRAINER = Framework(
     self_backward_methods=frozenset({"accelerator.backward"}),
     self_unscaling_methods=frozenset({"accelerator.clip_grad_norm_", "accelerator.unscale_gradients"}),
     stepped_after_hooks=frozenset({"training_step"}),
+    settings_keyword="args",
+    settings_position=1,
     # No `autocast_hooks`: since transformers 4.30 the Trainer autocasts through accelerate,
     # which wraps the model's `forward` in autocast and converts its outputs to float32;
     # `compute_loss`, `training_step` and `prediction_step` run their own ops outside it
@@ -273,6 +281,12 @@ AUTOCAST_HOOK_BUILDERS: Dict[str, str] = {
 }
 # The functions that build a training loop which may autocast: what the pre-check sees.
 LOOP_BUILDERS = frozenset(name.rsplit(".", 1)[-1] for f in LOOP_FRAMEWORKS for name in f.constructors | f.bare_constructors)
+# The constructors of the framework objects a function may build and return for its callers
+# (`def build_accelerator(cfg): return Accelerator(...)`), by name: what the pre-check sees of a
+# module that exports one. Lightning's `Trainer`, a name too common to tell, is left out.
+FACTORY_CONSTRUCTORS = frozenset(
+    name.rsplit(".", 1)[-1] for f in (*OBJECT_FRAMEWORKS, *CLASS_FRAMEWORKS) if f is not LIGHTNING for name in f.bare_constructors
+)
 # The class names of the GradScaler wrappers the user's code owns: a GradScaler as the
 # pre-check and AMP007/AMP008's trigger words see them.
 OWNED_SCALER_CLASSES = frozenset(
@@ -290,3 +304,76 @@ def autocast_dtype(precision: str) -> Optional[str]:
     if precision in BF16_PRECISIONS:
         return "bfloat16"
     return None
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+@dataclass(frozen=True)
+class AdapterCall:
+    """A library call that adds trainable adapter parameters to a module, or upcasts its
+    trainable parameters (`amplint.analyses.precision`, AMP010).
+
+    peft's `inject_adapter_in_model` (and what calls it: diffusers' and transformers'
+    `model.add_adapter(config)`, diffusers' LoRA loaders) creates each adapter in the dtype of
+    the layer it wraps and marks only the adapters trainable: after a cast of the module to
+    float16 they are its only trainable parameters, in float16. peft's `get_peft_model` does
+    the same, then upcasts float16 and bfloat16 adapters to float32 (`autocast_adapter_dtype=True`,
+    its default since peft 0.12); diffusers' `cast_training_params(model)` upcasts every
+    trainable parameter to float32."""
+
+    library: str  # "peft", "diffusers"
+    names: FrozenSet[str]  # the callee's last name: `add_adapter`, `inject_adapter_in_model`
+    # Where the module is: the receiver (`unet.add_adapter(config)`), or an argument (keyword, position).
+    method: bool = False
+    module_keywords: Tuple[str, ...] = ()
+    module_position: int = -1
+    # "creates": adapters in the module's current dtype, its only trainable parameters;
+    # "upcasts": its trainable parameters become float32; "keeps": reads or loads their values,
+    # or picks the active adapter, leaving every dtype as it is (no precision change, whatever
+    # its name: `get_peft_model_state_dict(unet)` in a checkpoint hook undoes no cast).
+    effect: str = "creates"
+    # A keyword that, given a literal False, keeps an upcasting call from upcasting
+    # (`get_peft_model(model, config, autocast_adapter_dtype=False)`): it then creates.
+    upcast_keyword: str = ""
+    # Matches only where the first argument is a string literal (True), or an adapter's config
+    # (False: `LoraConfig(...)`, a name like `unet_lora_config`, or `adapter_config=`): peft's
+    # `PeftModel.add_adapter("name", config)` upcasts like `get_peft_model`, diffusers' and
+    # transformers' `model.add_adapter(config, adapter_name="name")` do not, and AdapterHub's
+    # `model.add_adapter(task_name, config=...)` is neither.
+    name_first: Optional[bool] = None
+
+
+ADAPTER_CALLS = (
+    AdapterCall("peft", frozenset({"inject_adapter_in_model"}), module_keywords=("model",), module_position=1),
+    AdapterCall("diffusers", frozenset({"add_adapter", "load_lora_adapter"}), method=True, name_first=False),
+    AdapterCall(
+        "diffusers",
+        frozenset({"load_lora_into_unet", "load_lora_into_text_encoder", "load_lora_into_transformer"}),
+        module_keywords=("unet", "text_encoder", "transformer"),
+        module_position=2,
+    ),
+    AdapterCall(
+        "peft",
+        frozenset({"get_peft_model"}),
+        module_keywords=("model",),
+        module_position=0,
+        effect="upcasts",
+        upcast_keyword="autocast_adapter_dtype",
+    ),
+    AdapterCall("peft", frozenset({"add_adapter"}), method=True, effect="upcasts", upcast_keyword="autocast_adapter_dtype", name_first=True),
+    AdapterCall("diffusers", frozenset({"cast_training_params"}), module_keywords=("model",), module_position=0, effect="upcasts"),
+    AdapterCall(
+        "peft",
+        frozenset({"get_peft_model_state_dict", "set_peft_model_state_dict"}),
+        module_keywords=("model",),
+        module_position=0,
+        effect="keeps",
+    ),
+    AdapterCall(
+        "diffusers",
+        frozenset({"set_adapter", "set_adapters", "enable_adapters", "disable_adapters", "get_adapter_state_dict"}),
+        method=True,
+        effect="keeps",
+    ),
+)

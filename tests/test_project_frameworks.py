@@ -1,0 +1,304 @@
+"""Frameworks across linted modules: a class a framework trains, defined in one module and
+built with the framework's settings in another (a Hugging Face `Trainer` subclass in
+trainer.py, `TrainingArguments(fp16=...)` and `MyTrainer(args=...)` in train.py), reported
+where the precision is known: at the construction, naming the hook's file and line."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def _lint(root, files, *options):
+    """(file, row, code) of each finding of `amplint` run on `files`, written under `root`,
+    and the findings as JSON."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    done = subprocess.run(
+        [sys.executable, "-m", "amplint", "--isolated", *(options or ("--no-cache",)), "--output-format", "json", "."],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    findings = json.loads(done.stdout)
+    return sorted((os.path.relpath(f["filename"], root).replace(os.sep, "/"), f["location"]["row"], f["code"]) for f in findings), findings
+
+
+# --------------------------------------------------------------------------- Hugging Face Trainer
+
+# No AMP word in it: analysed because train.py imports it and names the class.
+TRAINER = """
+from transformers import Trainer
+
+
+class DistillationTrainer(Trainer):
+    def __init__(self, *args, teacher=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teacher = teacher
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        model.train()
+        inputs = self._prepare_inputs(inputs)
+        with self.compute_loss_context_manager():
+            loss = self.compute_loss(model, inputs)
+        if self.args.n_gpu > 1:
+            loss = loss.mean()
+        {backward}
+        return loss.detach() / self.args.gradient_accumulation_steps
+
+
+class PlainTrainer(Trainer):
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = self.compute_loss(model, self._prepare_inputs(inputs))
+        {backward}
+        return loss.detach()
+"""
+
+TRAIN = """
+import argparse
+
+from transformers import TrainingArguments
+
+from trainer import DistillationTrainer, PlainTrainer
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fp16", action="store_true")
+    args = parser.parse_args()
+    training_args = TrainingArguments(output_dir="out", {precision})
+    trainer = {construction}
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+PLAIN = "loss.backward()"
+SCALED = "self.accelerator.backward(loss)"
+DISTILL = "DistillationTrainer(model=build(), args=training_args, teacher=teacher, train_dataset=data)"
+
+
+def test_a_trainer_subclass_of_another_module_built_with_fp16_arguments(tmp_path):
+    files = {"trainer.py": TRAINER.format(backward=PLAIN), "train.py": TRAIN.format(precision="fp16=args.fp16", construction=DISTILL)}
+    found, findings = _lint(tmp_path, files)
+    # At the construction, where the precision is known; trainer.py alone does not know it.
+    assert found == [("train.py", 13, "AMP001")]
+    message = findings[0]["message"]
+    assert "`DistillationTrainer.training_step`" in message and "`loss.backward()` (trainer.py:16)" in message
+    assert message.endswith("when float16 mixed precision is chosen")
+    assert "use `self.accelerator.backward(loss)`" in findings[0]["help"]
+
+
+def test_surely_fp16_arguments_say_so_and_a_positional_argument_counts(tmp_path):
+    construction = "PlainTrainer(build(), training_args)"
+    files = {"trainer.py": TRAINER.format(backward=PLAIN), "train.py": TRAIN.format(precision="fp16=True", construction=construction)}
+    found, findings = _lint(tmp_path, files)
+    assert found == [("train.py", 13, "AMP001")]
+    assert "`loss.backward()` (trainer.py:23)" in findings[0]["message"]
+    assert "when float16" not in findings[0]["message"]
+    # An `__init__(self, *args, teacher=None, **kwargs)` that hands its arguments on to the Trainer's.
+    (tmp_path / "train.py").unlink()
+    found, _ = _lint(tmp_path, {"train.py": TRAIN.format(precision="fp16=True", construction="DistillationTrainer(build(), training_args)")})
+    assert found == [("train.py", 13, "AMP001")]
+
+
+def test_the_same_modules_warm_from_the_cache(tmp_path):
+    files = {"trainer.py": TRAINER.format(backward=PLAIN), "train.py": TRAIN.format(precision="fp16=True", construction=DISTILL)}
+    cold, _ = _lint(tmp_path, files, "--cache-dir", str(tmp_path / "cache"))
+    warm, _ = _lint(tmp_path, {}, "--cache-dir", str(tmp_path / "cache"))
+    assert cold == warm == [("train.py", 13, "AMP001")]
+
+
+def test_trainer_subclasses_of_another_module_that_stay_clean(tmp_path):
+    cases = [
+        # The backward the Trainer's scaler expects.
+        (TRAINER.format(backward=SCALED), "fp16=True", DISTILL),
+        # bfloat16 needs no scaler; fp16 off.
+        (TRAINER.format(backward=PLAIN), "bf16=True", DISTILL),
+        (TRAINER.format(backward=PLAIN), "fp16=False", DISTILL),
+        # No arguments: the Trainer's defaults are float32.
+        (TRAINER.format(backward=PLAIN), "fp16=True", "PlainTrainer(model=build(), train_dataset=data)"),
+        # Arguments passed by position to an `__init__` that takes other things first: not known to be these.
+        (TRAINER.replace("*args, teacher=None", "teacher, *args"), "fp16=True", "DistillationTrainer(build(), training_args)"),
+        # Arguments the file does not show built: from the command line.
+        (TRAINER.format(backward=PLAIN), "fp16=True", "DistillationTrainer(model=build(), args=parse_arguments())"),
+    ]
+    for trainer, precision, construction in cases:
+        found, _ = _lint(tmp_path, {"trainer.py": trainer, "train.py": TRAIN.format(precision=precision, construction=construction)})
+        assert found == [], (precision, construction)
+
+
+HF_PARSER = """
+from transformers import HfArgumentParser, TrainingArguments
+
+from trainer import DistillationTrainer
+
+
+def main():
+    parser = HfArgumentParser((ModelArguments, TrainingArguments))
+    model_args, training_args = parser.parse_args_into_dataclasses()
+    trainer = DistillationTrainer(model=build(model_args), args=training_args)
+    trainer.train()
+"""
+
+
+def test_arguments_from_the_command_line_are_unknown(tmp_path):
+    # `--fp16` may or may not be given: never guessed.
+    found, _ = _lint(tmp_path, {"trainer.py": TRAINER.format(backward=PLAIN), "train.py": HF_PARSER})
+    assert found == []
+
+
+SUBCLASS = """
+from trainer import PlainTrainer
+
+
+class FixedTrainer(PlainTrainer):
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = self.compute_loss(model, self._prepare_inputs(inputs))
+        self.accelerator.backward(loss)
+        return loss.detach()
+"""
+
+SUBCLASS_TRAIN = """
+from transformers import TrainingArguments
+
+from fixed import FixedTrainer
+
+trainer = FixedTrainer(model=build(), args=TrainingArguments(output_dir="out", fp16=True))
+trainer.train()
+"""
+
+
+def test_a_subclass_that_overrides_the_hook_is_its_own(tmp_path):
+    files = {"trainer.py": TRAINER.format(backward=PLAIN), "fixed.py": SUBCLASS, "train.py": SUBCLASS_TRAIN}
+    found, _ = _lint(tmp_path, files)
+    assert found == []
+
+
+TRL_LIKE = """
+from transformers import Trainer
+
+
+class SFTTrainer(Trainer):
+    def training_step(self, *args, **kwargs):
+        with self.maybe_activation_offload_context:
+            return super().training_step(*args, **kwargs)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs)
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+"""
+
+
+def test_a_training_step_that_leaves_the_backward_to_the_trainer_is_clean(tmp_path):
+    train = TRAIN.replace("from trainer import DistillationTrainer, PlainTrainer", "from sft import SFTTrainer")
+    found, _ = _lint(tmp_path, {"sft.py": TRL_LIKE, "train.py": train.format(precision="fp16=True", construction="SFTTrainer(model=m, args=training_args)")})
+    assert found == []
+
+
+# --------------------------------------------------------------------------- framework objects built by a function
+
+FACTORY = """
+from accelerate import Accelerator
+
+
+def build_accelerator(cfg):
+    return Accelerator(mixed_precision={precision}, gradient_accumulation_steps=cfg.accumulation)
+
+
+def accelerator_for(mixed_precision="no", log_with=None):
+    accelerator = Accelerator(mixed_precision=mixed_precision, log_with=log_with)
+    return accelerator
+"""
+
+FACTORY_TRAIN = """
+import argparse
+
+import torch
+
+from utils import accelerator_for, build_accelerator
+
+
+def train(cfg, model, loader):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mixed_precision", choices=["no", "fp16", "bf16"], default="no")
+    args = parser.parse_args()
+    accelerator = {accelerator}
+    weight_dtype = torch.float16 if accelerator.mixed_precision == "fp16" else torch.float32
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(weight_dtype)), y)
+        {backward}
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_an_accelerator_built_by_a_function_of_another_module(tmp_path):
+    # Its precision is in the summary of the function that builds and returns it.
+    files = {"utils.py": FACTORY.format(precision='"fp16"'), "train.py": FACTORY_TRAIN.format(accelerator="build_accelerator(cfg)", backward="loss.backward()")}
+    found, findings = _lint(tmp_path, files)
+    assert found == [("train.py", 18, "AMP001")]
+    assert "`accelerator` never scaled" in findings[0]["message"]
+    # The precision handed over as a parameter: each caller's argument decides (argparse's choices may be fp16).
+    found, _ = _lint(tmp_path, {"train.py": FACTORY_TRAIN.format(accelerator="accelerator_for(args.mixed_precision)", backward="loss.backward()")})
+    assert found == [("train.py", 18, "AMP001")]
+
+
+def test_accelerators_built_by_a_function_of_another_module_that_stay_clean(tmp_path):
+    cases = [
+        # The backward that scales.
+        ('"fp16"', "build_accelerator(cfg)", "accelerator.backward(loss)"),
+        # bfloat16, and a precision read from the caller's config: unknown, never guessed.
+        ('"bf16"', "build_accelerator(cfg)", "loss.backward()"),
+        ("cfg.mixed_precision", "build_accelerator(cfg)", "loss.backward()"),
+        # The parameter's default ("no"), and an argument that is not float16.
+        ('"fp16"', "accelerator_for()", "loss.backward()"),
+        ('"fp16"', 'accelerator_for("bf16")', "loss.backward()"),
+    ]
+    for precision, accelerator, backward in cases:
+        files = {"utils.py": FACTORY.format(precision=precision), "train.py": FACTORY_TRAIN.format(accelerator=accelerator, backward=backward)}
+        found, _ = _lint(tmp_path, files)
+        assert found == [], (precision, accelerator, backward)
+
+
+ARGUMENTS_FACTORY = """
+from transformers import TrainingArguments
+
+
+def build_training_args(output_dir):
+    return TrainingArguments(output_dir=output_dir, {precision}, gradient_accumulation_steps=4)
+"""
+
+TRAINER_AND_MAIN = """
+from transformers import Trainer, TrainingArguments
+
+from config import build_training_args
+
+
+class DistillationTrainer(Trainer):
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = self.compute_loss(model, self._prepare_inputs(inputs))
+        loss.backward()
+        return loss.detach()
+
+
+def main(model, data):
+    training_args: TrainingArguments = build_training_args("out")
+    DistillationTrainer(model=model, args=training_args, train_dataset=data).train()
+"""
+
+
+def test_training_arguments_built_by_a_function_of_another_module(tmp_path):
+    # The subclass and its construction in one module, the arguments built in another.
+    found, _ = _lint(tmp_path, {"config.py": ARGUMENTS_FACTORY.format(precision="fp16=True"), "trainer.py": TRAINER_AND_MAIN})
+    assert found == [("trainer.py", 9, "AMP001")]
+    found, _ = _lint(tmp_path, {"config.py": ARGUMENTS_FACTORY.format(precision="bf16=True")})
+    assert found == []
