@@ -48,8 +48,10 @@ RULES = (
     RuleEntry("AMP009", "scaled-gradients-read", VOCABULARY),
     RuleEntry("AMP010", "half-precision-master-weights", (".half(", "float16", "torch.half"), _OPTIMIZERS),
     RuleEntry("AMP011", "autocast-device-mismatch", VOCABULARY, _DEVICES),
-    RuleEntry("AMP012", "float32-island-undone", ("autocast",)),
-    RuleEntry("AMP013", "unsafe-log-under-autocast", ("autocast",)),
+    # A LightningModule's step hooks run under the autocast of a Trainer built with its
+    # precision in the file (`Trainer(precision="16-mixed")`: frameworks.AUTOCAST_HOOK_BUILDERS).
+    RuleEntry("AMP012", "float32-island-undone", ("autocast", "precision=")),
+    RuleEntry("AMP013", "unsafe-log-under-autocast", ("autocast", "precision=")),
     RuleEntry("AMP014", "deprecated-amp-api", ("cuda.amp", "cpu.amp", "import amp")),
     RuleEntry("AMP015", "scaler-update-missing", VOCABULARY),
     RuleEntry("AMP016", "autocast-never-entered", ("autocast",)),

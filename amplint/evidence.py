@@ -103,6 +103,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     receivers: List[Tuple[str, Optional[str], ast.Call]] = []  # calls whose receiver decides
     autocasts: List[ast.Call] = []  # `autocast(...)` calls
     entered: Set[int] = set()  # `with` items and decorators: entered where they are written
+    hooks = False  # a method named like a hook a framework runs under its own autocast
+    builds = False  # a call that builds that framework and sets its precision
     for node in _walk(tree):
         kind = type(node)
         if kind is ast.Name:
@@ -110,8 +112,13 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         elif kind is ast.Attribute:
             names.add(node.attr)  # type: ignore[attr-defined]
         elif kind is ast.Call:
-            if _called(node, methods, receivers) == "autocast":  # type: ignore[arg-type]
+            called = _called(node, methods, receivers)  # type: ignore[arg-type]
+            if called == "autocast":
                 autocasts.append(node)  # type: ignore[arg-type]
+            elif called in frameworks.AUTOCAST_HOOK_BUILDERS:
+                keyword = frameworks.AUTOCAST_HOOK_BUILDERS[called]
+                # `L.Trainer(precision=...)`: a precision the file may resolve.
+                builds = builds or any(k.arg == keyword for k in node.keywords)  # type: ignore[attr-defined]
         elif kind is ast.With or kind is ast.AsyncWith:
             entered.update(id(item.context_expr) for item in node.items)  # type: ignore[attr-defined]
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.ClassDef:
@@ -120,6 +127,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
                 found.add(FRAMEWORK_BACKWARD)  # Lightning's `on_after_backward`: after its scaled backward
             elif node.name in frameworks.STEPPED_AFTER_HOOKS:  # type: ignore[attr-defined]
                 found.add(STEP)  # a Trainer's `training_step`: the Trainer steps after it
+            if node.name in frameworks.AUTOCAST_HOOKS:  # type: ignore[attr-defined]
+                hooks = True  # a LightningModule's `training_step`: may run under the Trainer's autocast
         elif kind is ast.alias:
             names.update(node.name.split("."))  # type: ignore[attr-defined]
             if node.asname is not None and node.name.endswith("autocast"):  # type: ignore[attr-defined]
@@ -142,6 +151,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             found.add(_NAMED_LIKE_OPTIMIZER)
     if "grad" in names:
         found.add(GRADIENT)
+    if hooks and builds and names & frameworks.AUTOCAST_HOOK_BASES:
+        found.add(AUTOCAST)  # the class, its hook and the framework that runs it, in one file
     for method in methods:
         found.update(_CALLED.get(method, ()))
         if "scale" in method.lower():

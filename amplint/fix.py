@@ -157,12 +157,19 @@ def out_of_region(model: "SemanticModel", occurrence: "Occurrence") -> Optional[
     """Unsafe: the flagged call's statement and everything after it in the `with` block of its
     autocast region move after the block (code after it that should stay in low precision
     moves too: the user reads the diff)."""
+    from amplint.semantic import EventKind
     from amplint.semantic.names import source_text
 
     region = occurrence.region
     if region is None or occurrence.via or not isinstance(occurrence.call_site, cst.Call):
         return None  # a helper called under autocast may run a forward pass too
     tensor = occurrence.event.tensor
+    call = occurrence.event.node
+    if tensor is None and occurrence.kind is EventKind.FRAMEWORK_BACKWARD and isinstance(call, cst.Call):
+        # A framework's backward (`accelerator.backward(loss)`): the loss is its first argument.
+        if not call.args or call.args[0].keyword is not None:
+            return None
+        tensor = call.args[0].value
     if tensor is not None and not _computed_already(tensor):
         return None  # `criterion(out, y).backward()`: moving it would move the loss out of autocast
     line = model.index.statement_of(occurrence.call_site)

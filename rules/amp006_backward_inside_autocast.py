@@ -2,19 +2,26 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.evidence import AUTOCAST, BACKWARD
+import libcst as cst
+
+from amplint.evidence import AUTOCAST, BACKWARD, FRAMEWORK_BACKWARD
 from amplint.fix import out_of_region
 from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
+from amplint.semantic.pytorch import frameworks
 
 
 class BackwardInsideAutocast(Rule):
     """`.backward()` runs inside an autocast region.
 
     ## What it does
-    Flags `loss.backward()`, `scaler.scale(loss).backward()` and `torch.autograd.backward`
-    executed inside an enabled `torch.autocast` region (lexically inside the `with`, or in
-    an autocast-decorated function).
+    Flags `loss.backward()`, `scaler.scale(loss).backward()`, `torch.autograd.backward` and
+    a framework's backward (`accelerator.backward(loss)`, `fabric.backward(loss)`,
+    `self.manual_backward(loss)`) executed inside an enabled autocast region (lexically
+    inside the `with`, `with accelerator.autocast():` included, or in an autocast-decorated
+    function). A framework's backward scales the loss and calls `backward()` on it: it
+    leaves the autocast state as it finds it. (The autocast Lightning opens around
+    `training_step` is not such a region: a manual-optimization step there is its design.)
 
     ## Why is this bad?
     "Backward passes under autocast are not recommended" (PyTorch AMP docs). Built-in ops
@@ -64,7 +71,7 @@ class BackwardInsideAutocast(Rule):
 
     code = "AMP006"
     name = "backward-inside-autocast"
-    needs = ({AUTOCAST}, {BACKWARD})
+    needs = ({AUTOCAST}, {BACKWARD, FRAMEWORK_BACKWARD})
 
     PREDICTIONS = (
         Prediction(
@@ -110,8 +117,10 @@ class BackwardInsideAutocast(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        for backward in model.events_in_regions(EventKind.BACKWARD):
+        for backward in model.events_in_regions(EventKind.BACKWARD, EventKind.FRAMEWORK_BACKWARD):
             assert backward.region is not None
+            if backward.kind is EventKind.FRAMEWORK_BACKWARD and not _runs_a_backward(backward):
+                continue
             yield Report(backward.call_site, _message(backward), fix=out_of_region(model, backward), occurrence=backward)
 
     VALID = (
@@ -132,8 +141,18 @@ with torch.autocast("cuda", dtype=torch.float16):
     loss = loss + penalty
 scaler.scale(loss).backward()
 """,
-        # accelerate's backward inside accelerate's autocast.
+        # accelerate's backward after accelerate's autocast.
         """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+with accelerator.autocast():
+    loss = model(x)
+accelerator.backward(loss)
+""",
+        # An accelerator in full precision: its autocast() is off.
+        """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="no")
 with accelerator.autocast():
     loss = model(x)
     accelerator.backward(loss)
@@ -167,6 +186,17 @@ def train_step(self, x):
 """,
             at=((6, 9),),
         ),
+        # accelerate's backward scales the loss and runs its backward where it is called.
+        Flagged(
+            """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+with accelerator.autocast():
+    loss = model(x)
+    accelerator.backward(loss)
+""",
+            at=((6, 5),),
+        ),
     )
 
 
@@ -177,4 +207,15 @@ def _message(backward: Occurrence) -> Message:
         "Only the forward pass and loss belong under autocast, and a custom autograd.Function "
         "without `@torch.amp.custom_bwd` would run its backward in low precision here. Dedent the "
         "backward out of the `with` block.",
+    )
+
+
+def _runs_a_backward(occurrence: Occurrence) -> bool:
+    """A framework's backward method (`accelerator.backward(loss)`), not a call of a scaler
+    object that also steps (timm's `loss_scaler(loss, optimizer, update_grad=False)`)."""
+    call = occurrence.event.node
+    return (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in frameworks.BACKWARD_METHODS
     )

@@ -19,13 +19,16 @@ class AutocastDeviceMismatch(Rule):
     and class it belongs to, the module's top level, its callers in the file) puts modules or
     tensors on a device chosen at run time that can be an accelerator other than CUDA:
     `device = "mps" if torch.backends.mps.is_available() else "cpu"`, `"cuda" if
-    torch.cuda.is_available() else "mps"`, an XPU.
+    torch.cuda.is_available() else "mps"`, an XPU, an argparse option of the file whose
+    `choices` are device names among which is MPS (`--device` with `choices=["cuda", "cpu",
+    "mps"]`).
 
     Not flagged: a choice between CUDA and the CPU only (`"cuda" if torch.cuda.is_available()
     else "cpu"`): the CPU there is the fallback of a machine without a GPU, where a script is
     smoke-tested, not the device whose mixed-precision speed the region is for (on 1,680 real
     training files this idiom was the whole of 161 findings and none was a bug anyone fixed;
-    the real fixes were for MPS and accelerator-chosen devices). A device that is unknown at lint time (`args.device`, a config value), code
+    the real fixes were for MPS and accelerator-chosen devices). A device that is unknown at lint time (`args.device` with no `choices`, or one
+    that is no device name such as "auto"; a config value; accelerate's `accelerator.device`), code
     that only ever runs on CUDA (`model.cuda()`, `.to("cuda")`), `torch.autocast(device_type=
     device.type)`, and a region gated on the device: `enabled=` reads it (`enabled=device.type
     == "cuda"`, `use_amp = args.amp and torch.cuda.is_available()`), an `if` around it tests

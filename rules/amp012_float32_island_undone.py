@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.analyses.region_ops import RegionOp, RegionOps
+from amplint.analyses.region_ops import RegionOp, RegionOps, region_words
 from amplint.evidence import AUTOCAST, FLOAT32_CAST, PRODUCT
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, source_text
+from amplint.semantic.pytorch import frameworks
 from amplint.semantic.pytorch.autocast_ops import LOWER_PRECISION
 
 
@@ -23,7 +24,9 @@ class Float32IslandUndone(Rule):
     float32: a `.float()` value, a tensor or buffer built with `dtype=torch.float32`), seen
     through views such as `.transpose()` and through variables assigned them on the
     straight-line way there. The product may be written in the region or in a function of
-    the file called from inside it. An op autocast leaves in float32 on the region's device
+    the file called from inside it. A LightningModule's step hooks (`training_step`, ...)
+    are such a region when the file builds the Trainer with a known mixed precision
+    (`Trainer(precision="16-mixed")`), which runs them under its autocast. An op autocast leaves in float32 on the region's device
     (`tensordot` in a CUDA region, which autocast promotes; `addmv` on CPU), a `type_as` of a
     tensor whose dtype the code does not show, and a cast inside
     `torch.autocast(..., enabled=False)`, a cast of a product's *output* (`(a @ b).float()`
@@ -79,7 +82,9 @@ class Float32IslandUndone(Rule):
     code = "AMP012"
     name = "float32-island-undone"
     severity = "error"
-    triggers = ("autocast",)
+    # A LightningModule's hooks run under the autocast of a Trainer the file builds with its
+    # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`).
+    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}))
     # A region, a matrix product or convolution, and a float32 cast.
     needs = ({AUTOCAST}, {PRODUCT}, {FLOAT32_CAST})
 
@@ -301,12 +306,12 @@ def _message(found: RegionOp, casts) -> str:
     region = found.region
     dtype = _dtype_words(region.possible_dtypes)
     device = f'"{region.device}"' if region.device else "device_type"
-    where = f"`{source_text(region.anchor)}`"
+    where = region_words(region)
     if found.via:
         where += " (it runs there through " + ", then ".join(f"`{source_text(v)}`" for v in found.via) + ")"
     undone = " and ".join(f"`{c}`" for c in dict.fromkeys(casts))
     return (
-        f"`{source_text(found.node)}` runs in {dtype}, not float32: inside {where} autocast casts the "
+        f"`{source_text(found.node)}` runs in {dtype}, not float32: inside {where}, autocast casts the "
         f"inputs of every matrix product and convolution down, undoing {undone}. To compute it in "
         f"float32, put it under `torch.autocast({device}, enabled=False)`."
     )

@@ -4,10 +4,11 @@ from typing import Iterator, List
 
 import libcst as cst
 
-from amplint.analyses.region_ops import Probability, RegionOp, RegionOps, region_devices
+from amplint.analyses.region_ops import Probability, RegionOp, RegionOps, region_devices, region_words
 from amplint.evidence import AUTOCAST, BCE, LOG, PROBABILITY
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, source_text
+from amplint.semantic.pytorch import frameworks
 from amplint.semantic.pytorch.autocast_ops import BANNED, LOG_OPS, autocast_policy
 
 _LOW = ("float16", "bfloat16")
@@ -18,7 +19,9 @@ class UnsafeLogUnderAutocast(Rule):
 
     ## What it does
     Flags these, inside an enabled `torch.autocast` region (or in a function of the file
-    called from inside one):
+    called from inside one; a LightningModule's step hooks count as one when the file builds
+    the Trainer with a known mixed precision, `Trainer(precision="16-mixed")`, which runs
+    them under its autocast):
     - `torch.log(p)` / `p.log()` of `p = sigmoid(x)` in a float16 region;
     - `log(1 - p)` (and `log1p(-p)`) of a sigmoid in a float16 or bfloat16 region;
     - `log(softmax(x))` in a float16 region on CPU;
@@ -87,7 +90,9 @@ class UnsafeLogUnderAutocast(Rule):
     code = "AMP013"
     name = "unsafe-log-under-autocast"
     severity = "error"
-    triggers = ("autocast",)
+    # A LightningModule's hooks run under the autocast of a Trainer the file builds with its
+    # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`).
+    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}))
     # A region, and `binary_cross_entropy` or a log with a sigmoid or softmax.
     needs = ({AUTOCAST}, {LOG, BCE}, {PROBABILITY, BCE})
 
@@ -356,7 +361,7 @@ def _dtypes_reaching_zero(probability: Probability, found: RegionOp) -> List[str
 
 
 def _where(found: RegionOp) -> str:
-    where = f"`{source_text(found.region.anchor)}`"
+    where = region_words(found.region)
     if found.via:
         where += " (it runs there through " + ", then ".join(f"`{source_text(v)}`" for v in found.via) + ")"
     return where

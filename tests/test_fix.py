@@ -213,6 +213,26 @@ def test_amp006_does_not_move_a_loss_computed_in_the_backward_statement_or_a_hel
     assert "AMP006" in codes(textwrap.dedent(source)) and not fixed(source).count
 
 
+def test_amp006_moves_a_framework_backward_of_a_computed_loss_and_leaves_one_that_computes_it():
+    source = """\
+        from accelerate import Accelerator
+        accelerator = Accelerator(mixed_precision="fp16")
+        for x, y in loader:
+            with accelerator.autocast():
+                loss = loss_fn(model(x), y)
+                accelerator.backward(loss)
+        """
+    outcome = fixed(source)
+    assert outcome.source.splitlines()[3:6] == [
+        "    with accelerator.autocast():",
+        "        loss = loss_fn(model(x), y)",
+        "    accelerator.backward(loss)",
+    ]
+    assert "AMP006" not in codes(outcome.source)
+    computed = source.replace("loss = loss_fn(model(x), y)", "out = model(x)").replace("backward(loss)", "backward(loss_fn(out, y))")
+    assert "AMP006" in codes(textwrap.dedent(computed)) and not fixed(computed).count
+
+
 def test_amp004_and_amp006_move_the_rest_of_the_block_out_of_autocast_only_as_unsafe_fixes():
     source = """\
         import torch

@@ -661,3 +661,109 @@ def test_a_helper_stepping_an_optimizer_the_framework_prepared_is_its_scalers_st
     assert codes(source) == []
     # A plain optimizer of its own, stepped the same way, still is.
     assert codes(source.replace("opt = self.optimizers()", "opt = torch.optim.SGD(self.parameters())")) == ["9:AMP005"]
+
+
+# --- hooks a framework runs under its own autocast --------------------------------------------
+
+HOOKS = """
+import lightning as L
+import torch
+
+
+class Scorer(L.LightningModule):
+    def training_step(self, batch, batch_idx):
+        p = torch.sigmoid(self.net(batch[0]))
+        return -torch.log(p).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters())
+
+
+trainer = L.Trainer({arguments})
+"""
+
+
+def hook_regions(source):
+    analysed = model(source)
+    return {region.hook: (region.possible_dtypes, region.enabled) for region in analysed.regions.hook_regions.values()}
+
+
+def test_the_table_says_which_hooks_run_under_the_frameworks_autocast():
+    assert {"training_step", "validation_step", "test_step", "predict_step"} <= frameworks.LIGHTNING.autocast_hooks
+    # transformers' Trainer autocasts the model's forward only (through accelerate).
+    assert not frameworks.HF_TRAINER.autocast_hooks
+    assert "configure_optimizers" not in frameworks.AUTOCAST_HOOKS
+
+
+@pytest.mark.parametrize(
+    "arguments, expected",
+    [
+        ('precision="16-mixed"', ({"float16"}, True)),
+        ("precision=16", ({"float16"}, True)),
+        ('precision="bf16-mixed"', ({"bfloat16"}, True)),
+        ('precision="16-mixed" if amp else "32"', ({"float16"}, None)),
+        ('precision="16-mixed", strategy="ddp", devices=4', ({"float16"}, True)),
+    ],
+)
+def test_a_lightning_module_s_step_hooks_run_in_the_trainer_s_precision(arguments, expected):
+    dtypes, enabled = expected
+    assert hook_regions(HOOKS.format(arguments=arguments)) == {"training_step": (frozenset(dtypes), enabled)}
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        "",  # no precision: the default, full precision
+        'precision="32"',
+        'precision="16-true"',  # half-precision weights, no autocast
+        "precision=cfg.precision",  # unknown: never guessed
+        "**trainer_kwargs",
+        # DeepSpeed casts the model instead of autocasting; a plugin may replace the precision's.
+        'precision="16-mixed", strategy="deepspeed_stage_2"',
+        'precision=16, strategy=DeepSpeedStrategy(stage=3)',
+        'precision="16-mixed", plugins=[MyPrecision()]',
+        'precision=16, amp_backend="apex"',
+    ],
+)
+def test_no_region_where_the_trainer_s_precision_is_not_known_mixed(arguments):
+    source = HOOKS.format(arguments=arguments)
+    assert hook_regions(source) == {}
+    assert codes(source) == []
+
+
+def test_no_region_without_a_trainer_in_the_file_or_for_a_class_lightning_does_not_train():
+    module_only = HOOKS.split("trainer = ")[0]
+    assert hook_regions(module_only) == {}
+    not_lightning = HOOKS.format(arguments='precision="16-mixed"').replace("(L.LightningModule)", "(torch.nn.Module)")
+    assert hook_regions(not_lightning) == {}
+    assert codes(not_lightning) == []
+
+
+def test_the_unsafe_log_in_a_hook_is_reported_with_the_trainer_that_autocasts_it():
+    source = HOOKS.format(arguments='precision="16-mixed"')
+    findings = lint_text(textwrap.dedent(source))
+    assert [(f.row, f.code) for f in findings] == [(9, "AMP013")]
+    assert 'inside `training_step`, which `L.Trainer(precision="16-mixed")` runs under autocast' in findings[0].message
+
+
+def test_an_autocast_written_in_the_hook_decides_over_the_trainer_s():
+    source = HOOKS.format(arguments='precision="16-mixed"').replace(
+        "        p = torch.sigmoid(self.net(batch[0]))\n        return -torch.log(p).mean()",
+        '        with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+        "            p = torch.sigmoid(self.net(batch[0]))\n"
+        "            return -torch.log(p).mean()",
+    )
+    assert codes(source) == []  # bfloat16: the sigmoid does not underflow
+    disabled = source.replace('dtype=torch.bfloat16', "enabled=False")
+    assert codes(disabled) == []
+
+
+def test_events_in_a_hook_are_not_in_a_region_the_framework_places_them_in_by_design():
+    source = HOOKS.format(arguments='precision="16-mixed"').replace(
+        "        return -torch.log(p).mean()",
+        "        loss = -F.logsigmoid(self.net(batch[0])).mean()\n"
+        "        opt = self.optimizers()\n"
+        "        self.manual_backward(loss)\n"
+        "        opt.step()",
+    ).replace("import torch\n", "import torch\nimport torch.nn.functional as F\n", 1)
+    assert codes(source) == []

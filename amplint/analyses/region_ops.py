@@ -31,7 +31,7 @@ import libcst as cst
 
 from amplint.semantic.index import CallRecord, CodeUnit, ProductRecord, Scope
 from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, names_bound
+from amplint.semantic.names import dotted_name, names_bound, source_text
 from amplint.semantic.pytorch.autocast_ops import (
     ALL_OPERANDS,
     CREATION_FUNCTIONS,
@@ -49,6 +49,14 @@ from amplint.semantic.walk import children, iter_tree
 def region_devices(region: AutocastRegion) -> FrozenSet[str]:
     """The devices a region may run on; CUDA or CPU when the code does not say."""
     return region.possible_devices or frozenset({"cuda", "cpu"})
+
+
+def region_words(region: AutocastRegion) -> str:
+    """How a message names a region: its autocast call, or the hook a framework runs under
+    its own autocast and the call that sets that framework's precision."""
+    if region.hook:
+        return f"`{region.hook}`, which `{source_text(region.anchor)}` runs under autocast"
+    return f"`{source_text(region.anchor)}`"
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,20 +233,25 @@ class RegionOps(Analysis):
             return self._ops
         found: List[RegionOp] = []
         seen: Set[Tuple[int, int]] = set()
-        if not any(region.active for region in self.model.autocast_regions):
+        hooks = self.model.regions.hook_regions
+        if not hooks and not any(region.active for region in self.model.autocast_regions):
             self._ops = found
             return found
         # (helper, the region it is called under, the calls on the way, the helpers on the way)
         pending: List[Tuple[CodeUnit, AutocastRegion, Tuple[cst.Call, ...], Tuple[CodeUnit, ...]]] = []
         for unit in self.model.units:
+            hook = hooks.get(id(unit))  # a method a framework runs under its own autocast
             for record in self._records(unit):
                 context = self._context(record)
-                if context.region is None:
+                region = context.region
+                if region is None and hook is not None and not context.autocast_off:
+                    region = hook  # no region of its own inside: the framework's
+                if region is None:
                     continue
-                self._add(found, seen, record, unit, context.region, ())
+                self._add(found, seen, record, unit, region, ())
                 callee = self._callee(record)
                 if callee is not None and callee is not unit:
-                    pending.append((callee, context.region, (record.node,), (unit, callee)))  # type: ignore[arg-type]
+                    pending.append((callee, region, (record.node,), (unit, callee)))  # type: ignore[arg-type]
         while pending:
             unit, region, via, chain = pending.pop(0)
             for record in self._records(unit):
@@ -280,7 +293,11 @@ class RegionOps(Analysis):
         if isinstance(item, HelperCall):
             return item.callee
         name = dotted_name(record.node.func)
-        if name is None or name in ("self", "super"):
+        if name == "self":
+            # `self(x)` in a module's method (a LightningModule's `training_step`): its `forward`.
+            owner = self.model.resolver.owning_class(record.unit.scope)
+            return self._forward(owner) if owner is not None else None
+        if name is None or name == "super":
             return None
         owners = set()
         for value, _ in self.model.resolver.values(name, record.unit.scope):
@@ -873,6 +890,7 @@ __all__ = [
     "RegionOp",
     "TorchOp",
     "region_devices",
+    "region_words",
     "rounds_to_one",
     "rounds_to_zero",
 ]

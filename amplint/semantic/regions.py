@@ -48,8 +48,13 @@ class Regions:
         self.unit_regions: Dict[int, List[AutocastRegion]] = {}  # id(unit) -> its decorator regions
         self.unit_no_grad: Dict[int, bool] = {}
         self.all: List[AutocastRegion] = []
+        # id(unit) -> the autocast a framework runs that method under (`_hooks`). Not in `all`:
+        # no autocast call of the file opens them, and what runs in the hook besides its ops
+        # (a backward, a step) is where the framework means it to run.
+        self.hook_regions: Dict[int, AutocastRegion] = {}
         for unit in index.units:
             self._unit(unit)
+        self._hooks()
         for unit, frame, frames in index.withs:
             region = self.region_of(frame, unit)
             if region is not None:
@@ -131,6 +136,82 @@ class Regions:
                     self.all.append(region)
         self.unit_regions[id(unit)] = regions
         self.unit_no_grad[id(unit)] = no_grad
+
+    # hooks a framework runs under its own autocast
+    def _hooks(self) -> None:
+        """The methods of the file's classes that a framework runs inside its own autocast
+        (`frameworks.Framework.autocast_hooks`: a LightningModule's `training_step` under
+        `Trainer(precision="16-mixed")`): each a region over its whole body, in the precision
+        of the framework objects the file builds. Only where that precision is known: a
+        Trainer built in another module, or whose precision the file does not resolve
+        (`precision=cfg.precision`, no `precision=`), leaves no region."""
+        candidates: List[Tuple[CodeUnit, frameworks.Framework]] = []
+        for unit in self.index.units:
+            owner = unit.scope.class_scope if not unit.is_module else None
+            if owner is None or not owner.bases:
+                continue
+            name = unit.node.name.value  # type: ignore[union-attr]
+            bases = {base.rsplit(".", 1)[-1] for base in owner.bases}
+            for framework in frameworks.CLASS_FRAMEWORKS:
+                if name in framework.autocast_hooks and bases & framework.module_bases:
+                    candidates.append((unit, framework))
+        settings: Dict[str, Optional[Tuple[cst.Call, Scope, FrozenSet[str], Optional[bool]]]] = {}
+        for unit, framework in candidates:
+            if framework.name not in settings:
+                settings[framework.name] = self._hook_precision(framework)
+            found = settings[framework.name]
+            if found is None:
+                continue
+            anchor, where, dtypes, enabled = found
+            self.hook_regions[id(unit)] = AutocastRegion(
+                anchor=anchor,
+                unit=unit,
+                scope=where,
+                device=None,
+                possible_devices=frozenset(),
+                dtype=next(iter(dtypes)) if len(dtypes) == 1 else None,
+                possible_dtypes=dtypes,
+                enabled=enabled,
+                cache_enabled=None,
+                under_no_grad=False,
+                framework=framework.name,
+                hook=unit.node.name.value,  # type: ignore[union-attr]
+                assigned=set(assigned_in(unit.node.body)),
+            )
+
+    def _hook_precision(self, framework: frameworks.Framework) -> Optional[Tuple[cst.Call, Scope, FrozenSet[str], Optional[bool]]]:
+        """The framework objects the file builds (`L.Trainer(...)`): the first, where its
+        call is written, the dtypes their autocast may run in and whether it is surely on
+        (None: some precision is full, `"16-mixed" if args.amp else "32"`). None when the
+        file builds none, when a precision is unknown, or when every one is full precision."""
+        built = [(r.node, r.unit.scope) for r in self.index.calls if framework_of(r.node, self.resolver) is framework]
+        if not built:
+            return None
+        values: Set[str] = set()
+        for call, where in built:
+            found, known = precisions(call, framework, where, self.resolver)
+            if not known or not self._hooks_autocast(call, framework, where):
+                return None
+            values |= found
+        off = values & frameworks.FULL_PRECISIONS
+        if off == values or any(v not in off and frameworks.autocast_dtype(v) is None for v in values):
+            return None  # full precision only, or a precision that is no autocast ("16-true")
+        dtypes = frozenset(d for d in map(frameworks.autocast_dtype, values - off) if d is not None)
+        return built[0][0], built[0][1], dtypes, None if off else True
+
+    def _hooks_autocast(self, call: cst.Call, framework: frameworks.Framework, where: Scope) -> bool:
+        """Whether the framework object `call` builds surely runs its hooks under its own
+        autocast: none of `Framework.autocast_hooks_unless` may say otherwise."""
+        _, keywords = split_args(call.args)
+        if any(arg.star for arg in call.args):
+            return False  # `Trainer(**config)`: keywords we cannot see
+        for keyword, word in framework.autocast_hooks_unless:
+            if keyword not in keywords:
+                continue
+            values, known = self.resolver.settings(keywords[keyword], where)
+            if not known or any(word in value for value in values):
+                return False
+        return True
 
     # one autocast call
     def _region(self, expression: cst.BaseExpression, unit: CodeUnit, scope: Scope, under_no_grad: bool) -> Optional[AutocastRegion]:

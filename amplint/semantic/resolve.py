@@ -23,6 +23,9 @@ from amplint.semantic.walk import iter_tree
 _MAX_DEPTH = 4
 # Default autocast dtypes by device; other devices' defaults are left unknown.
 DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
+# What an argparse parser hands back its options in, and the names a parameter holding it goes by.
+_PARSE_CALLS = ("parse_args", "parse_known_args")
+_PARSED_NAMES = ("args", "opt", "opts")
 KNOWN_DEVICES = ("cuda", "cpu", "mps", "xpu", "hpu", "npu", "xla", "meta")
 
 
@@ -240,7 +243,24 @@ class Resolver:
         if isinstance(value, cst.Attribute) and value.attr.value == "type":
             # `device.type`: the device's kind.
             return self.devices(value.value, scope, depth + 1)
-        return self._through_names(value, scope, depth, self.devices)
+        return self._through_names(value, scope, depth, self.devices) or self._option_devices(value, scope, depth)
+
+    def _option_devices(self, value: cst.BaseExpression, scope: Scope, depth: int) -> FrozenSet[str]:
+        """`args.device` for an argparse option of this file whose `choices` (and default)
+        are all device names: each of their kinds. `args` must hold what the parser parsed
+        (`args = parser.parse_args()`, or a parameter named `args`/`opt`), not any object
+        with a `.device` (`accelerator.device`, `x.device`). An option with no `choices`,
+        or one that is not a device name ("auto"), is unknown (empty)."""
+        name = dotted_name(value)
+        head, _, attribute = (name or "").rpartition(".")
+        if not head or "." in head or attribute not in self.argparse_options():
+            return frozenset()
+        bound = [b for b, _ in self.values(head, scope) if b is not None]
+        if not (all(map(_parsed, bound)) if bound else head in _PARSED_NAMES):
+            return frozenset()
+        values, complete = self.settings(value, scope, depth + 1)
+        kinds = frozenset(v.split(":")[0] for v in values)
+        return kinds if complete and kinds and all(k in KNOWN_DEVICES for k in kinds) else frozenset()
 
     def settings(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> Tuple[FrozenSet[str], bool]:
         """The values a setting such as `mixed_precision=` may take, as text (`"fp16"`, `"16"`,
@@ -436,6 +456,12 @@ class Resolver:
         if resolved is not None and isinstance(resolved[0], cst.Dict):
             return resolved  # type: ignore[return-value]
         return None
+
+
+def _parsed(value: cst.BaseExpression) -> bool:
+    """`parser.parse_args()`, `parser.parse_known_args()`: a parser's options."""
+    name = dotted_name(value.func) if isinstance(value, cst.Call) else None
+    return name is not None and name.rsplit(".", 1)[-1] in _PARSE_CALLS
 
 
 def _union(a: Tuple[FrozenSet[str], bool], b: Tuple[FrozenSet[str], bool]) -> Tuple[FrozenSet[str], bool]:

@@ -127,6 +127,10 @@ class AutocastRegion:
     legacy: Optional[str] = None  # "torch.cuda.amp.autocast" for the deprecated per-device classes
     # "accelerate" for `with accelerator.autocast():`, a framework's context in its own precision.
     framework: Optional[str] = None
+    # The hook a framework runs under its own autocast ("training_step" of a LightningModule
+    # under `Trainer(precision="16-mixed")`): the region is the whole method, its anchor the
+    # call that builds the framework object and sets its precision.
+    hook: Optional[str] = None
     # What holds whenever the region is on: `enabled=scaler is not None` -> scaler is not None.
     enabled_requires: Tuple[Assumption, ...] = ()
     enabled_expression: Optional[cst.BaseExpression] = None  # its `enabled=` argument, if any

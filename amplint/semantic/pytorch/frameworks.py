@@ -93,6 +93,17 @@ class Framework:
     # after the unscale (`on_before_optimizer_step`, `configure_gradient_clipping`).
     scaled_gradient_hooks: FrozenSet[str] = frozenset()
     hook_advice: str = ""  # `{hook}`: the scaled hook
+    # Hooks of the classes it trains that it runs inside its own autocast, in its precision
+    # (Lightning's strategy calls `training_step` inside `precision_plugin.train_step_context()`,
+    # a `torch.autocast` at "16-mixed"/"bf16-mixed"): the ops written there, and in the
+    # functions of the file they call, run under autocast (`amplint.semantic.regions`).
+    autocast_hooks: FrozenSet[str] = frozenset()
+    # Its constructor's keywords that may run those hooks without that autocast, each with a
+    # word: given, the keyword leaves the region unknown (no region) unless every value it may
+    # take is known and none holds the word ("" : any value). Lightning's DeepSpeed strategy
+    # casts the model instead of autocasting, `plugins=` may replace the precision plugin,
+    # `amp_backend="apex"` (Lightning 1.x) is apex's.
+    autocast_hooks_unless: Tuple[Tuple[str, str], ...] = ()
     # A training loop the framework builds and runs itself (ignite's
     # `create_supervised_trainer(..., amp_mode="amp", scaler=False)`): the precision values
     # at which its loop autocasts (float16 on CUDA), the keyword that gives it a scaler (true
@@ -155,6 +166,8 @@ LIGHTNING = Framework(
     self_unscaling_methods=frozenset({"clip_gradients"}),
     self_optimizer_methods=frozenset({"optimizers"}),
     scaled_gradient_hooks=frozenset({"on_after_backward"}),
+    autocast_hooks=frozenset({"training_step", "validation_step", "test_step", "predict_step"}),
+    autocast_hooks_unless=(("strategy", "deepspeed"), ("plugins", ""), ("amp_backend", "apex")),
     hook_advice=(
         "Lightning calls `{hook}` before it unscales them; do this in `on_before_optimizer_step` "
         "(or clip in `configure_gradient_clipping`), which it calls after"
@@ -216,6 +229,10 @@ HF_TRAINER = Framework(
     stepped_after_hooks=frozenset({"training_step"}),
     settings_keyword="args",
     settings_position=1,
+    # No `autocast_hooks`: since transformers 4.30 the Trainer autocasts through accelerate,
+    # which wraps the model's `forward` in autocast and converts its outputs to float32;
+    # `compute_loss`, `training_step` and `prediction_step` run their own ops outside it
+    # (`autocast_smart_context_manager` is a null context unless `use_cpu_amp`).
     backward_advice="Use `self.accelerator.backward({loss})`, which scales the loss",
     clip_advice="Leave clipping to the Trainer (`max_grad_norm=`), which unscales first",
     step_advice="Leave the step to the Trainer, which steps through its scaler",
@@ -246,6 +263,22 @@ BY_NAME: Dict[str, Framework] = {f.name: f for f in (*OBJECT_FRAMEWORKS, *CLASS_
 # after which they step through it.
 SCALED_GRADIENT_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.scaled_gradient_hooks)
 STEPPED_AFTER_HOOKS = frozenset(hook for f in BY_NAME.values() for hook in f.stepped_after_hooks)
+# The names of the frameworks' backward methods (`accelerator.backward`, `fabric.backward`,
+# `self.manual_backward`): each runs a backward pass, wherever it is called.
+BACKWARD_METHODS = frozenset(
+    name.rsplit(".", 1)[-1] for f in BY_NAME.values() for name in f.backward_methods | f.self_backward_methods
+)
+# The hooks frameworks run under their own autocast, the bases of the classes that have
+# them, and the calls that build those frameworks: what the pre-check sees.
+AUTOCAST_HOOKS = frozenset(hook for f in CLASS_FRAMEWORKS for hook in f.autocast_hooks)
+AUTOCAST_HOOK_BASES = frozenset(base for f in CLASS_FRAMEWORKS if f.autocast_hooks for base in f.module_bases)
+# Each builder's last name -> the keyword that sets its precision (`Trainer` -> "precision").
+AUTOCAST_HOOK_BUILDERS: Dict[str, str] = {
+    name.rsplit(".", 1)[-1]: f.precision_keyword
+    for f in CLASS_FRAMEWORKS
+    if f.autocast_hooks
+    for name in f.constructors | f.bare_constructors
+}
 # The functions that build a training loop which may autocast: what the pre-check sees.
 LOOP_BUILDERS = frozenset(name.rsplit(".", 1)[-1] for f in LOOP_FRAMEWORKS for name in f.constructors | f.bare_constructors)
 # The constructors of the framework objects a function may build and return for its callers
