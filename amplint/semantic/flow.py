@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 import libcst as cst
@@ -173,6 +174,11 @@ class FlowAnalysis:
         self._called: Optional[Set[int]] = None
         self._foreign: Dict[int, Summary] = {}
         self._augmented: Dict[int, cst.Tuple] = {}
+        # A helper call's arguments, and a way through its helper's conditions in the
+        # caller's terms: the same for every state that reaches the call (computed once per
+        # call, not once per state and way). Each keeps the objects its key is the id of.
+        self._arguments: Dict[int, Tuple[HelperCall, Dict[str, Optional[str]]]] = {}
+        self._facts_at: Dict[Tuple[int, int], Tuple[HelperCall, FrozenSet[Assumption], FrozenSet[Assumption]]] = {}
 
     # public
     def augmented(self, node: cst.AugAssign) -> cst.Tuple:
@@ -223,6 +229,26 @@ class FlowAnalysis:
         if key not in self._foreign:
             self._foreign[key] = _foreign_summary(call)
         return self._foreign[key]
+
+    def call_arguments(self, call: HelperCall) -> Dict[str, Optional[str]]:
+        """`call_arguments(call)`, once per call."""
+        found = self._arguments.get(id(call))
+        if found is None or found[0] is not call:
+            found = self._arguments[id(call)] = (call, call_arguments(call))
+        return found[1]
+
+    def facts_at(self, call: HelperCall, facts: FrozenSet[Assumption]) -> FrozenSet[Assumption]:
+        """A way through the helper `call` calls, its conditions `facts` in the caller's
+        terms (`rewrite`): those on a parameter that gets no plain variable left out."""
+        if not facts:
+            return facts
+        key = (id(call), id(facts))
+        found = self._facts_at.get(key)
+        if found is None or found[0] is not call or found[1] is not facts:
+            arguments = self.call_arguments(call)
+            mapped = ((rewrite(cond, arguments), value) for cond, value in facts)
+            found = self._facts_at[key] = (call, facts, frozenset((cond, value) for cond, value in mapped if cond is not None))
+        return found[2]
 
     def own_occurrence(self, event: AmpEvent, unit: CodeUnit, context: CallContext) -> Occurrence:
         """`event` as it runs where it is written, in `unit` (no helper call on the way)."""
@@ -483,6 +509,8 @@ class _Interpreter:
         self.relevant = self._relevant_conditions()
         self.tracked = self._tracked_names()
         self._condition_names: Optional[FrozenSet[str]] = None
+        # (id(test), outcome) -> the ways a branch is taken, as far as they matter here.
+        self._cases: Dict[Tuple[int, bool], Set[FrozenSet[Assumption]]] = {}
 
     @property
     def summarising(self) -> bool:
@@ -850,26 +878,30 @@ class _Interpreter:
         return result
 
     def assume(self, test: cst.BaseExpression, outcome: bool, states: Set[State]) -> Set[State]:
-        cases = {
-            frozenset(fact for fact in case if fact[0].text in self.relevant)
-            for case in self.model.alternatives(test, outcome, self.unit)
-        }
-        if frozenset() in cases:
-            cases = {frozenset()}  # one way of taking the branch tells nothing worth keeping
+        key = (id(test), outcome)
+        cases = self._cases.get(key)
+        if cases is None:  # the same for every state and every visit (a loop's rounds)
+            cases = {
+                frozenset(fact for fact in case if fact[0].text in self.relevant)
+                for case in self.model.alternatives(test, outcome, self.unit)
+            }
+            if frozenset() in cases:
+                cases = {frozenset()}  # one way of taking the branch tells nothing worth keeping
+            self._cases[key] = cases
         result = set()
         for state in states:
             for facts in cases:
+                if not facts:
+                    result.add(state)
+                    continue
                 if any((cond, not value) in state.facts for cond, value in facts):
                     continue  # this way contradicts what the path already assumed
-                result.add(replace(state, facts=state.facts | facts) if facts else state)
+                result.add(replace(state, facts=state.facts | facts))
         return result
 
     def _assume_facts(self, state, facts: FrozenSet[Assumption], call: HelperCall):
         """A helper's way through, taken from `state`: None when it contradicts it."""
-        if facts:
-            arguments = call_arguments(call)
-            mapped = ((rewrite(cond, arguments), value) for cond, value in facts)
-            facts = frozenset((cond, value) for cond, value in mapped if cond is not None)
+        facts = self.analysis.facts_at(call, facts)
         if any((cond, not value) in state.facts for cond, value in facts):
             return None
         kept = frozenset(fact for fact in facts if fact[0].text in self.relevant)
@@ -905,7 +937,7 @@ class _Interpreter:
                         if self.summarising and self.symbols.exportable(cond):
                             exported.add(cond.text)
             if isinstance(item, HelperCall):
-                arguments = call_arguments(item)
+                arguments = self.analysis.call_arguments(item)
                 conditions = {c for seq in self.analysis.summary_for(item, depth).sequences or () for c, _ in seq.facts}
                 for text in {mapped.text for mapped in (rewrite(c, arguments) for c in conditions) if mapped is not None}:
                     counts[text] += 2 if in_loop else 1
@@ -954,6 +986,11 @@ class _Interpreter:
         return call.callee is self.unit
 
 
+# What gradient states must agree on to merge: every field but those `_join` unites, read
+# as a tuple (cheaper to build and hash than a state made for the purpose).
+_join_core = attrgetter(*(f.name for f in fields(GradientState) if f.name not in ("plain_backwards", "entry_uses", "mixed")))
+
+
 def _join(states: Set[State]) -> Set[State]:
     """Merge gradient states that differ only in what may have happened on the way (which
     plain backwards or entry clips may reach here): their union is what rules ask about,
@@ -967,7 +1004,7 @@ def _join(states: Set[State]) -> Set[State]:
             others.add(state)
             continue
         g = state.gradients
-        core = replace(g, plain_backwards=frozenset(), entry_uses=frozenset(), mixed=False)
+        core = _join_core(g)
         groups.setdefault((state.facts, state.scaled, core), []).append(state)
     for group in groups.values():
         if len(group) == 1:
