@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Mapping, Optional, Tupl
 
 import libcst as cst
 
+from amplint import work
 from amplint.semantic.names import dotted_name, is_none, names_read, source_text
 
 if TYPE_CHECKING:
@@ -38,7 +39,34 @@ ConditionMemo = Dict[object, Tuple[cst.CSTNode, Condition]]
 
 
 def condition(node: cst.BaseExpression) -> Condition:
-    return Condition(source_text(node), frozenset(names_read(node)))
+    text = _plain_name(node)
+    if text is None:
+        text = source_text(node)
+    else:  # what printing it would have written, counted as printing counts it
+        work.charge(len(text) // work.PRINT_CHARACTERS_PER_STEP)
+    return Condition(text, frozenset(names_read(node)))
+
+
+def _plain_name(node: cst.BaseExpression) -> Optional[str]:
+    """`source_text(node)` of a name or a dotted name written plainly (no parentheses inside
+    and no space around a dot), without printing it: most tests are flags (`args.fp16`)."""
+    parts: List[str] = []
+    while type(node) is cst.Attribute:
+        dot = node.dot  # type: ignore[attr-defined]
+        if not (type(dot) is cst.Dot and _no_space(dot.whitespace_before) and _no_space(dot.whitespace_after)):
+            return None
+        parts.append(node.attr.value)  # type: ignore[attr-defined]
+        node = node.value  # type: ignore[attr-defined]
+        if node.lpar or node.rpar:  # type: ignore[attr-defined]
+            return None
+    if type(node) is not cst.Name:
+        return None
+    parts.append(node.value)  # type: ignore[attr-defined]
+    return ".".join(reversed(parts))
+
+
+def _no_space(whitespace: object) -> bool:
+    return type(whitespace) is cst.SimpleWhitespace and whitespace.value == ""  # type: ignore[attr-defined]
 
 
 def _condition_of(test: cst.BaseExpression, memo: Optional[ConditionMemo], negated: bool = False) -> Condition:

@@ -69,6 +69,7 @@ class SemanticModel:
         self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
         self._alternatives: Dict[Tuple[int, bool, bool], List[List[Assumption]]] = {}
         self._conditions: ConditionMemo = {}  # each test's condition, printed once
+        self._occurrences_in: Dict[int, List[Occurrence]] = {}  # id(unit) -> `occurrences_in(unit)`
         self._stand_ins: Dict[int, Dict[str, StandIn]] = {}
         self._call_order: Optional[Dict[int, int]] = None
         self._records: Optional[Dict[int, CallRecord]] = None
@@ -410,7 +411,13 @@ class SemanticModel:
 
     def occurrences_in(self, unit: CodeUnit) -> Iterator[Occurrence]:
         """Every event `unit` runs, directly or in the helpers it calls (in source order,
-        without regard to paths)."""
+        without regard to paths): listed once a unit, for the many rules and facts that ask."""
+        found = self._occurrences_in.get(id(unit))
+        if found is None:
+            found = self._occurrences_in[id(unit)] = list(self._occurrences_of(unit))
+        return iter(found)
+
+    def _occurrences_of(self, unit: CodeUnit) -> Iterator[Occurrence]:
         for record in unit.calls:
             if not record.immediate:
                 continue
