@@ -913,11 +913,32 @@ class Successors:
         mostly those after another (the rest of a long training function)."""
         found: Set[int] = set()
         for statement in statements:
-            known = self._calls_in.get(id(statement))
-            if known is None:
-                known = self._calls_in[id(statement)] = frozenset(calls_within([statement]))
-            found |= known
+            found |= self._calls_of(statement)
         return found
+
+    def _calls_of(self, statement: cst.CSTNode) -> FrozenSet[int]:
+        """`calls_within([statement])`, from those of the statements nested in it (each
+        known once): a loop's calls are its header's and its body statements', which the
+        statements after a call inside it ask for again."""
+        known = self._calls_in.get(id(statement))
+        if known is not None:
+            return known
+        found: Set[int] = set()
+        nested: List[cst.CSTNode] = []
+
+        def descend(node: cst.CSTNode) -> bool:
+            if node is not statement and _is_statement(node):
+                nested.append(node)  # its calls come from its own entry
+                return False
+            return not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+        for node in iter_tree(statement, descend):
+            if isinstance(node, cst.Call):
+                found.add(id(node))
+        for inner in nested:
+            found |= self._calls_of(inner)
+        known = self._calls_in[id(statement)] = frozenset(found)
+        return known
 
     def callee(self, model, record: CallRecord) -> Optional[CodeUnit]:
         """The unit of the file a call runs: a helper's, or a class's `__init__` (`EMA(model)`)."""
@@ -994,6 +1015,17 @@ class Successors:
                         pending.append((statement, inner))
             self._parents[key] = parents
         return self._parents[key]
+
+
+_STATEMENT_TYPES: Dict[type, bool] = {}  # LibCST's bases are ABCs: each node type checked once
+
+
+def _is_statement(node: cst.CSTNode) -> bool:
+    kind = type(node)
+    known = _STATEMENT_TYPES.get(kind)
+    if known is None:
+        known = _STATEMENT_TYPES[kind] = issubclass(kind, cst.BaseStatement)
+    return known
 
 
 def _block(suite: cst.BaseSuite) -> List[cst.CSTNode]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import re
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Mapping, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import libcst as cst
 
+from amplint import work
 from amplint.semantic.names import dotted_name, is_none, names_read, source_text
 
 if TYPE_CHECKING:
@@ -32,64 +33,109 @@ class Condition:
 
 
 Assumption = Tuple[Condition, bool]
+# The conditions of a file's tests, each printed once (`SemanticModel` keeps one a file): a
+# test's node id (with "!=" for a `!=` test read as its `==`) -> the node and its condition.
+ConditionMemo = Dict[object, Tuple[cst.CSTNode, Condition]]
 
 
 def condition(node: cst.BaseExpression) -> Condition:
-    return Condition(source_text(node), frozenset(names_read(node)))
+    text = _plain_name(node)
+    if text is None:
+        text = source_text(node)
+    else:  # what printing it would have written, counted as printing counts it
+        work.charge(len(text) // work.PRINT_CHARACTERS_PER_STEP)
+    return Condition(text, frozenset(names_read(node)))
 
 
-def assumptions(test: cst.BaseExpression, outcome: bool) -> List[Assumption]:
+def _plain_name(node: cst.BaseExpression) -> Optional[str]:
+    """`source_text(node)` of a name or a dotted name written plainly (no parentheses inside
+    and no space around a dot), without printing it: most tests are flags (`args.fp16`)."""
+    parts: List[str] = []
+    while type(node) is cst.Attribute:
+        dot = node.dot  # type: ignore[attr-defined]
+        if not (type(dot) is cst.Dot and _no_space(dot.whitespace_before) and _no_space(dot.whitespace_after)):
+            return None
+        parts.append(node.attr.value)  # type: ignore[attr-defined]
+        node = node.value  # type: ignore[attr-defined]
+        if node.lpar or node.rpar:  # type: ignore[attr-defined]
+            return None
+    if type(node) is not cst.Name:
+        return None
+    parts.append(node.value)  # type: ignore[attr-defined]
+    return ".".join(reversed(parts))
+
+
+def _no_space(whitespace: object) -> bool:
+    return type(whitespace) is cst.SimpleWhitespace and whitespace.value == ""  # type: ignore[attr-defined]
+
+
+def _condition_of(test: cst.BaseExpression, memo: Optional[ConditionMemo], negated: bool = False) -> Condition:
+    """`condition(test)` (of `test` written with `==` for `negated`), printed once per test
+    with a `memo`: the `if` tests of a function are read again for each outcome and for
+    each `and`/`or` case, and printing is most of what reading a test costs."""
+    key = ("!=", id(test)) if negated else id(test)
+    found = memo.get(key) if memo is not None else None
+    if found is not None and found[0] is test:
+        return found[1]
+    node = test
+    if negated:
+        assert isinstance(test, cst.Comparison)
+        node = test.with_changes(comparisons=[test.comparisons[0].with_changes(operator=cst.Equal())], lpar=[], rpar=[])
+    made = condition(node)
+    if memo is not None:
+        memo[key] = (test, made)
+    return made
+
+
+def assumptions(test: cst.BaseExpression, outcome: bool, memo: Optional[ConditionMemo] = None) -> List[Assumption]:
     """The facts that hold when `test` evaluated to `outcome`; [] when nothing simple does."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return assumptions(test.expression, not outcome)
+        return assumptions(test.expression, not outcome, memo)
     if isinstance(test, cst.BooleanOperation):
         # `a and b` true means both are; false tells nothing about either. Dually for `or`.
         both_hold = isinstance(test.operator, cst.And) == outcome
         if not both_hold:
             return []
-        return assumptions(test.left, outcome) + assumptions(test.right, outcome)
+        return assumptions(test.left, outcome, memo) + assumptions(test.right, outcome, memo)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         target = test.comparisons[0]
         if is_none(target.comparator):
             if isinstance(target.operator, cst.Is):
-                return assumptions(test.left, not outcome)
+                return assumptions(test.left, not outcome, memo)
             if isinstance(target.operator, cst.IsNot):
-                return assumptions(test.left, outcome)
+                return assumptions(test.left, outcome, memo)
         if isinstance(target.operator, cst.NotEqual):
-            equal = test.with_changes(
-                comparisons=[target.with_changes(operator=cst.Equal())], lpar=[], rpar=[]
-            )
-            return [(condition(equal), not outcome)]
+            return [(_condition_of(test, memo, negated=True), not outcome)]
     if (
         isinstance(test, cst.Call)
         and isinstance(test.func, cst.Name)
         and test.func.value == "bool"
         and len(test.args) == 1
     ):
-        return assumptions(test.args[0].value, outcome)
-    return [(condition(test), outcome)]
+        return assumptions(test.args[0].value, outcome, memo)
+    return [(_condition_of(test, memo), outcome)]
 
 
 _MAX_ALTERNATIVES = 8
 
 
-def alternatives(test: cst.BaseExpression, outcome: bool) -> List[List[Assumption]]:
+def alternatives(test: cst.BaseExpression, outcome: bool, memo: Optional[ConditionMemo] = None) -> List[List[Assumption]]:
     """The ways `test` can evaluate to `outcome`, each as the facts that then hold:
     `a and b` is false when `a` is, or when `a` is true and `b` false. Where `assumptions`
     keeps only what holds in every case, this keeps each case: the `else` of
     `if args.fp16 and args.amp == "pytorch":` still knows `args.amp` when `args.fp16` holds."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return alternatives(test.expression, not outcome)
+        return alternatives(test.expression, not outcome, memo)
     if isinstance(test, cst.BooleanOperation):
         conjunction = isinstance(test.operator, cst.And) == outcome
-        left = alternatives(test.left, outcome)
-        right = alternatives(test.right, outcome)
+        left = alternatives(test.left, outcome, memo)
+        right = alternatives(test.right, outcome, memo)
         if conjunction:  # `a and b` true, `a or b` false: both sides as asked
             found = [l + r for l in left for r in right]
         else:  # `a and b` false: `a` false, or `a` true and `b` false
-            found = left + [l + r for l in alternatives(test.left, not outcome) for r in right]
+            found = left + [l + r for l in alternatives(test.left, not outcome, memo) for r in right]
         return found if len(found) <= _MAX_ALTERNATIVES else [[]]
-    return [assumptions(test, outcome)]
+    return [assumptions(test, outcome, memo)]
 
 
 # A local that stands for an expression: its text and the dotted names the expression reads.

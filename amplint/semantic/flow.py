@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 import libcst as cst
@@ -173,6 +174,13 @@ class FlowAnalysis:
         self._called: Optional[Set[int]] = None
         self._foreign: Dict[int, Summary] = {}
         self._augmented: Dict[int, cst.Tuple] = {}
+        # A helper call's arguments, and a way through its helper's conditions in the
+        # caller's terms: the same for every state that reaches the call (computed once per
+        # call, not once per state and way). Each keeps the objects its key is the id of.
+        self._arguments: Dict[int, Tuple[HelperCall, Dict[str, Optional[str]]]] = {}
+        self._evaluations: Dict[Tuple[int, int], tuple] = {}  # see `evaluation`
+        self._items: Dict[int, tuple] = {}  # see `items_of`
+        self._facts_at: Dict[Tuple[int, int], Tuple[HelperCall, FrozenSet[Assumption], FrozenSet[Assumption]]] = {}
 
     # public
     def augmented(self, node: cst.AugAssign) -> cst.Tuple:
@@ -224,6 +232,65 @@ class FlowAnalysis:
             self._foreign[key] = _foreign_summary(call)
         return self._foreign[key]
 
+    def items_of(self, unit: CodeUnit) -> Tuple[Tuple[CallRecord, Union[AmpEvent, HelperCall]], ...]:
+        """The calls `unit` makes itself that are AMP events or helper calls, each with what
+        it is, in source order: asked by every interpretation of the unit (its flow, its
+        summary, the conditions and variables worth tracking), listed once."""
+        found = self._items.get(id(unit))
+        if found is None or found[0] is not unit:
+            listed = []
+            for record in unit.calls:
+                item = self.model.classify(record) if record.immediate else None
+                if item is not None:
+                    listed.append((record, item))
+            found = self._items[id(unit)] = (unit, tuple(listed))
+        return found[1]
+
+    def evaluation(self, owner: cst.CSTNode, unit: CodeUnit):
+        """What evaluating the statement (or compound statement's header) `owner` of `unit`
+        runs, in order: its calls that are AMP events or helper calls (each with its record;
+        None for a gradient read), then its gradient reads, and the walruses it binds; None
+        when it has none of them. Listed once, not at each visit with each set of states."""
+        key = (id(owner), id(unit))
+        found = self._evaluations.get(key)
+        if found is None or found[0] is not owner:
+            record = self.model.index.record(owner)
+            listed = None
+            if record is not None:
+                events: List[Tuple[Optional[CallRecord], Union[AmpEvent, HelperCall]]] = []
+                for call in record.calls:
+                    item = self.model.classify(call)
+                    if item is not None:
+                        events.append((call, item))
+                for read in record.grad_reads:
+                    event = self.model.classifier.gradient_read(read, owner, unit)
+                    if event is not None:
+                        events.append((None, event))
+                if events or record.walruses:
+                    listed = (tuple(events), tuple(record.walruses))
+            found = self._evaluations[key] = (owner, listed)
+        return found[1]
+
+    def call_arguments(self, call: HelperCall) -> Dict[str, Optional[str]]:
+        """`call_arguments(call)`, once per call."""
+        found = self._arguments.get(id(call))
+        if found is None or found[0] is not call:
+            found = self._arguments[id(call)] = (call, call_arguments(call))
+        return found[1]
+
+    def facts_at(self, call: HelperCall, facts: FrozenSet[Assumption]) -> FrozenSet[Assumption]:
+        """A way through the helper `call` calls, its conditions `facts` in the caller's
+        terms (`rewrite`): those on a parameter that gets no plain variable left out."""
+        if not facts:
+            return facts
+        key = (id(call), id(facts))
+        found = self._facts_at.get(key)
+        if found is None or found[0] is not call or found[1] is not facts:
+            arguments = self.call_arguments(call)
+            mapped = ((rewrite(cond, arguments), value) for cond, value in facts)
+            found = self._facts_at[key] = (call, facts, frozenset((cond, value) for cond, value in mapped if cond is not None))
+        return found[2]
+
     def own_occurrence(self, event: AmpEvent, unit: CodeUnit, context: CallContext) -> Occurrence:
         """`event` as it runs where it is written, in `unit` (no helper call on the way)."""
         return self.occurrence(
@@ -237,24 +304,48 @@ class FlowAnalysis:
             argument=event.argument,
         )
 
-    def occurrence(self, **fields) -> Occurrence:
-        key = tuple(
-            id(v) if isinstance(v, (AmpEvent, CodeUnit, AutocastRegion)) else (tuple(map(id, v)) if k == "via" else v)
-            for k, v in sorted(fields.items())
+    def occurrence(
+        self,
+        *,
+        event: AmpEvent,
+        unit: CodeUnit,
+        via: Tuple[cst.Call, ...],
+        region: Optional[AutocastRegion],
+        loop_inside_region: bool,
+        under_no_grad: bool,
+        receiver: Optional[Ref],
+        argument: Optional[Ref],
+    ) -> Occurrence:
+        """The one `Occurrence` with these fields (objects by identity, refs by value)."""
+        key = (
+            id(event),
+            id(unit),
+            tuple(map(id, via)),
+            id(region) if region is not None else None,
+            loop_inside_region,
+            under_no_grad,
+            receiver,
+            argument,
         )
         found = self._occurrences.get(key)
         if found is None:
-            found = self._occurrences[key] = Occurrence(**fields)
+            found = self._occurrences[key] = Occurrence(
+                event=event,
+                unit=unit,
+                via=via,
+                region=region,
+                loop_inside_region=loop_inside_region,
+                under_no_grad=under_no_grad,
+                receiver=receiver,
+                argument=argument,
+            )
         return found
 
     # every event of a helper, for questions about where it runs (AMP004/AMP006)
     def _all_events(self, unit: CodeUnit, depth: int) -> Tuple[SummaryEvent, ...]:
         found: List[SummaryEvent] = []
         to_symbol = _Symbols(unit)
-        for record in unit.calls:
-            if not record.immediate:
-                continue
-            item = self.model.classify(record)
+        for record, item in self.items_of(unit):
             context = self.model.regions.context(record)
             if isinstance(item, AmpEvent):
                 found.append(_own_event(item, context, to_symbol, frozenset()))
@@ -279,7 +370,7 @@ class FlowAnalysis:
         return sequences if len(sequences) <= MAX_SEQUENCES else None
 
     def _analyse(self, unit: CodeUnit) -> Optional[UnitFlow]:
-        if not any(self.model.classify(record) is not None for record in unit.calls if record.immediate):
+        if not self.items_of(unit):
             return UnitFlow(unit, {}, {FlowState()})
         interpreter = _Interpreter(self, unit, summary_depth=None)
         entry = GradientState(entry=not unit.is_module and not self.has_visible_callers(unit))
@@ -483,6 +574,8 @@ class _Interpreter:
         self.relevant = self._relevant_conditions()
         self.tracked = self._tracked_names()
         self._condition_names: Optional[FrozenSet[str]] = None
+        # (id(test), outcome) -> the ways a branch is taken, as far as they matter here.
+        self._cases: Dict[Tuple[int, bool], Set[FrozenSet[Assumption]]] = {}
 
     @property
     def summarising(self) -> bool:
@@ -643,19 +736,14 @@ class _Interpreter:
 
     # expressions
     def evaluate(self, owner: cst.CSTNode, states: Set[State]) -> Set[State]:
-        record = self.model.index.record(owner)
-        if record is None:
+        found = self.analysis.evaluation(owner, self.unit)
+        if found is None:
             return states
-        for call in record.calls:
-            item = self.model.classify(call)
-            if item is not None:
-                states = self.execute(call, item, states)
-        for read in record.grad_reads:
-            event = self.model.classifier.gradient_read(read, owner, self.unit)
-            if event is not None:
-                states = self.execute(None, event, states)
+        events, walruses = found
+        for call, item in events:
+            states = self.execute(call, item, states)
         # `if (scaled := scaler.scale(loss)) is not None:` binds as it evaluates.
-        for walrus in record.walruses:
+        for walrus in walruses:
             states = self.bind(names_bound(walrus.target), walrus.value, states)
         return states
 
@@ -769,7 +857,7 @@ class _Interpreter:
     # gradients
     def _apply(self, state: FlowState, occurrence: Occurrence, scaler: Optional[str]) -> FlowState:
         gradients = self._normalised(state.gradients, state.facts)
-        self.before.setdefault(occurrence, set()).add(replace(state, gradients=gradients))
+        self.before.setdefault(occurrence, set()).add(state if gradients is state.gradients else replace(state, gradients=gradients))
         kind = occurrence.kind
         if kind is EventKind.BACKWARD:
             if scaler is None:
@@ -807,7 +895,7 @@ class _Interpreter:
             )
         elif kind in (EventKind.OPTIMIZER_STEP, EventKind.ZERO_GRAD):
             gradients = GradientState()
-        return replace(state, gradients=gradients)
+        return state if gradients is state.gradients else replace(state, gradients=gradients)
 
     @staticmethod
     def _scaled(gradients: GradientState, occurrence: Occurrence, scaler: str) -> GradientState:
@@ -846,30 +934,37 @@ class _Interpreter:
             facts = frozenset(
                 (cond, outcome) for cond, outcome in state.facts if not any(cond.reads(t) for t in targets)
             )
-            result.add(replace(state, scaled=frozenset(scaled), facts=facts))
+            if scaled == state.scaled and facts == state.facts:
+                result.add(state)  # nothing it holds changed (an equal state, not built again)
+            else:
+                result.add(replace(state, scaled=frozenset(scaled), facts=facts))
         return result
 
     def assume(self, test: cst.BaseExpression, outcome: bool, states: Set[State]) -> Set[State]:
-        cases = {
-            frozenset(fact for fact in case if fact[0].text in self.relevant)
-            for case in self.model.alternatives(test, outcome, self.unit)
-        }
-        if frozenset() in cases:
-            cases = {frozenset()}  # one way of taking the branch tells nothing worth keeping
+        key = (id(test), outcome)
+        cases = self._cases.get(key)
+        if cases is None:  # the same for every state and every visit (a loop's rounds)
+            cases = {
+                frozenset(fact for fact in case if fact[0].text in self.relevant)
+                for case in self.model.alternatives(test, outcome, self.unit)
+            }
+            if frozenset() in cases:
+                cases = {frozenset()}  # one way of taking the branch tells nothing worth keeping
+            self._cases[key] = cases
         result = set()
         for state in states:
             for facts in cases:
+                if not facts:
+                    result.add(state)
+                    continue
                 if any((cond, not value) in state.facts for cond, value in facts):
                     continue  # this way contradicts what the path already assumed
-                result.add(replace(state, facts=state.facts | facts) if facts else state)
+                result.add(replace(state, facts=state.facts | facts))
         return result
 
     def _assume_facts(self, state, facts: FrozenSet[Assumption], call: HelperCall):
         """A helper's way through, taken from `state`: None when it contradicts it."""
-        if facts:
-            arguments = call_arguments(call)
-            mapped = ((rewrite(cond, arguments), value) for cond, value in facts)
-            facts = frozenset((cond, value) for cond, value in mapped if cond is not None)
+        facts = self.analysis.facts_at(call, facts)
         if any((cond, not value) in state.facts for cond, value in facts):
             return None
         kept = frozenset(fact for fact in facts if fact[0].text in self.relevant)
@@ -883,12 +978,7 @@ class _Interpreter:
         exported: Set[str] = set()
         seen_tests: Set[int] = set()
         depth = (self.summary_depth or 0) + 1
-        for record in self.unit.calls:
-            if not record.immediate:
-                continue
-            item = self.model.classify(record)
-            if item is None:
-                continue
+        for record, item in self.analysis.items_of(self.unit):
             if isinstance(item, HelperCall) and (self._is_recursive(item) or not self.analysis.summary_for(item, depth).events):
                 continue  # a helper with no AMP work guards nothing worth remembering
             in_loop = False
@@ -905,7 +995,7 @@ class _Interpreter:
                         if self.summarising and self.symbols.exportable(cond):
                             exported.add(cond.text)
             if isinstance(item, HelperCall):
-                arguments = call_arguments(item)
+                arguments = self.analysis.call_arguments(item)
                 conditions = {c for seq in self.analysis.summary_for(item, depth).sequences or () for c, _ in seq.facts}
                 for text in {mapped.text for mapped in (rewrite(c, arguments) for c in conditions) if mapped is not None}:
                     counts[text] += 2 if in_loop else 1
@@ -931,8 +1021,7 @@ class _Interpreter:
         call's argument) is computed from, directly or through assignments. Tracking every
         variable that touches a scaler would multiply states for nothing."""
         wanted: Set[str] = set()
-        for record in self.unit.calls:
-            item = self.model.classify(record) if record.immediate else None
+        for _, item in self.analysis.items_of(self.unit):
             if isinstance(item, AmpEvent) and item.kind is EventKind.BACKWARD:
                 wanted |= item.tensor_reads
             elif isinstance(item, HelperCall) and not self._is_recursive(item):
@@ -954,6 +1043,11 @@ class _Interpreter:
         return call.callee is self.unit
 
 
+# What gradient states must agree on to merge: every field but those `_join` unites, read
+# as a tuple (cheaper to build and hash than a state made for the purpose).
+_join_core = attrgetter(*(f.name for f in fields(GradientState) if f.name not in ("plain_backwards", "entry_uses", "mixed")))
+
+
 def _join(states: Set[State]) -> Set[State]:
     """Merge gradient states that differ only in what may have happened on the way (which
     plain backwards or entry clips may reach here): their union is what rules ask about,
@@ -967,7 +1061,7 @@ def _join(states: Set[State]) -> Set[State]:
             others.add(state)
             continue
         g = state.gradients
-        core = replace(g, plain_backwards=frozenset(), entry_uses=frozenset(), mixed=False)
+        core = _join_core(g)
         groups.setdefault((state.facts, state.scaled, core), []).append(state)
     for group in groups.values():
         if len(group) == 1:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
-from amplint.semantic.conditions import Assumption, StandIn, alternatives, assumptions, stand_ins, substitute
+from amplint.semantic.conditions import Assumption, ConditionMemo, StandIn, alternatives, assumptions, stand_ins, substitute
 from amplint.semantic.exports import ExternalModules, ForeignHook
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
@@ -68,6 +68,8 @@ class SemanticModel:
         self._scaling: Dict[int, Tuple[Optional[str], FrozenSet[str]]] = {}
         self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
         self._alternatives: Dict[Tuple[int, bool, bool], List[List[Assumption]]] = {}
+        self._conditions: ConditionMemo = {}  # each test's condition, printed once
+        self._occurrences_in: Dict[int, List[Occurrence]] = {}  # id(unit) -> `occurrences_in(unit)`
         self._stand_ins: Dict[int, Dict[str, StandIn]] = {}
         self._call_order: Optional[Dict[int, int]] = None
         self._records: Optional[Dict[int, CallRecord]] = None
@@ -152,7 +154,7 @@ class SemanticModel:
         """What taking a branch tells (`amplint.semantic.conditions`), computed once per test."""
         key = (id(test), outcome)
         if key not in self._assumptions:
-            self._assumptions[key] = assumptions(test, outcome)
+            self._assumptions[key] = assumptions(test, outcome, self._conditions)
         return self._assumptions[key]
 
     def alternatives(
@@ -163,7 +165,7 @@ class SemanticModel:
         those expressions (`stand_ins`), so that conditions compare across aliases and calls."""
         key = (id(test), outcome, unit is not None)
         if key not in self._alternatives:
-            cases = alternatives(test, outcome)
+            cases = alternatives(test, outcome, self._conditions)
             stand_ins = self.stand_ins(unit) if unit is not None else {}
             if stand_ins:
                 cases = [[(substitute(cond, stand_ins), value) for cond, value in case] for case in cases]
@@ -464,7 +466,13 @@ class SemanticModel:
 
     def occurrences_in(self, unit: CodeUnit) -> Iterator[Occurrence]:
         """Every event `unit` runs, directly or in the helpers it calls (in source order,
-        without regard to paths)."""
+        without regard to paths): listed once a unit, for the many rules and facts that ask."""
+        found = self._occurrences_in.get(id(unit))
+        if found is None:
+            found = self._occurrences_in[id(unit)] = list(self._occurrences_of(unit))
+        return iter(found)
+
+    def _occurrences_of(self, unit: CodeUnit) -> Iterator[Occurrence]:
         for record in unit.calls:
             if not record.immediate:
                 continue
