@@ -77,14 +77,19 @@ def might_use_amp(source: str, rules: Optional[Sequence[object]] = None) -> bool
 # imports it names one (`amplint.project`). (A backward or a step alone is left out: it is in
 # most files without AMP code, and analysing them all would cost a fifth of a run.)
 HELPER_WORDS = (".grad.", ".grad ", ".grad)", ".grad,", ".grad\n", "clip_grad_")
+# ... and a copy of a module that a class keeps, whose dtype the importing module's cast decides
+# (an EMA class: `self.ema = deepcopy(model)`, `{n: p.detach().clone() for ...}`;
+# `Precision.export`): only the class counts, as what an importer must name.
+COPY_WORDS = ("deepcopy(", ".clone()")
 
 
 def helper_names(source: str) -> FrozenSet[str]:
     """The functions (and the classes of the methods) whose text holds a helper word, by a
     text search: `grad_norm` for `def grad_norm(model): ... p.grad ...`. What another module
     must name to call one of them (a helper that calls another is found by the outer name
-    only if that one holds a word too)."""
-    if not any(word in source for word in HELPER_WORDS):
+    only if that one holds a word too); and the classes whose methods hold a copy word
+    (`COPY_WORDS`). A dunder method counts through its class only."""
+    if not any(word in source for word in HELPER_WORDS + COPY_WORDS):
         return frozenset()
     import bisect
     import re
@@ -94,13 +99,14 @@ def helper_names(source: str) -> FrozenSet[str]:
     starts = [d[0] for d in definitions]
     classes = [(m.start(), m.group(1)) for m in re.finditer(r"^class[ \t]+(\w+)", source, re.M)]
     class_starts = [c[0] for c in classes]
-    for word in HELPER_WORDS:
+    for word in HELPER_WORDS + COPY_WORDS:
         start = source.find(word)
         while start != -1:
             at = bisect.bisect_left(starts, start)  # the definitions that begin before it
             if at:
                 where, indent, name = definitions[at - 1]
-                names.add(name)
+                if word not in COPY_WORDS and not (name.startswith("__") and name.endswith("__")):
+                    names.add(name)  # a dunder method is named through its class
                 owner = bisect.bisect_left(class_starts, where)
                 if indent and owner:
                     names.add(classes[owner - 1][1])

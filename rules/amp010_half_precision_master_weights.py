@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.analyses.precision import InPlaceAverage, ModuleCast, OptimizerBuild, Precision
+from amplint.analyses.precision import ForeignAverage, InPlaceAverage, ModuleCast, OptimizerBuild, Precision
 from amplint.evidence import AVERAGE, HALF, OPTIMIZER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text
@@ -193,6 +193,8 @@ class HalfPrecisionMasterWeights(Rule):
             yield Report(cast.node, Message.split(_trained_message(cast, optimizer)))
         for cast, average in model.facts(Precision).averaged_in_low_precision("float16"):
             yield Report(cast.node, Message.split(_averaged_message(cast, average)))
+        for foreign, update in model.facts(Precision).averaged_elsewhere_in_low_precision("float16"):
+            yield Report(foreign.cast.node, Message.split(_averaged_elsewhere_message(foreign, update.node)))
 
     VALID = (
         # Inference only: no optimizer.
@@ -491,4 +493,19 @@ def _averaged_message(cast: ModuleCast, average: InPlaceAverage) -> str:
         f"`{source_text(average.update)}` then decays it in place: with a decay close to 1 each update is "
         "smaller than float16's spacing, rounds away, and the average stays frozen. Keep the average in "
         "float32 (cast a copy only when saving)."
+    )
+
+
+def _averaged_elsewhere_message(foreign: ForeignAverage, update) -> str:
+    """An EMA class of another module built here from a float16 module: name the class where it is."""
+    cast = foreign.cast
+    original = cast.inherits
+    assert original is not None
+    verb = "is" if original.dtypes == frozenset({"float16"}) else "may be"
+    return (
+        f"`{source_text(cast.node)}` copies `{cast.copy_of}` after `{source_text(original.node)}` cast it to "
+        f"{_dtype_words(original)} (`{foreign.class_name}`, {foreign.where}, keeps {foreign.copy} in `{foreign.attribute}`), "
+        f"so that copy {verb} float16 too, and `{source_text(update)}` then decays it in place ({foreign.update}): with a "
+        "decay close to 1 each update is smaller than float16's spacing, rounds away, and the average stays frozen. "
+        f"Build `{foreign.class_name}` before the cast, or keep its copy in float32 (cast a copy only when saving)."
     )
