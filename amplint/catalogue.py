@@ -31,7 +31,7 @@ VOCABULARY = (
 )
 _OPTIMIZERS = (
     "optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon",
-    "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "*=",
+    "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "copy_(", "*=",
 )
 _DEVICES = ('"mps', "'mps", '"xpu', "'xpu", '"hpu', "'hpu", '"npu', "'npu", '"xla', "'xla", '"meta', "'meta")
 

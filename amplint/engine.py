@@ -167,7 +167,7 @@ def _lint_source(
         if not parsing_rules:
             result.skipped = result.deferred = True
             result.imports = evidence.imports(tree)
-            result.may_export = bool(found & evidence.EVENTS)
+            result.may_export = bool(found & evidence.EXPORTS)
     cpython_accepts = tree is not None
     del tree  # not kept through LibCST's parse
     if result.skipped:

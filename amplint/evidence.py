@@ -90,6 +90,9 @@ Needs = Tuple[FrozenSet[str], ...]
 # (`amplint.semantic.exports`): a file with none of these exports no summary.
 # (`scale_lora_layers(...)` in every diffusers pipeline is SCALE, never an event.)
 EVENTS = frozenset({BACKWARD, FRAMEWORK_BACKWARD, STEP, SCALE_CALL, UNSCALE, CLIP, GRADIENT, ZERO_GRAD, SCALER_UPDATE, GRAD_SCALER})
+# ... and what a fact family exports (`amplint.analyses.EXPORTING`): a class whose method
+# decays a copy in place (`Precision.export`). A file with none of these exports no summary.
+EXPORTS = EVENTS | frozenset({AVERAGE})
 
 
 def marks(tree: ast.AST) -> FrozenSet[str]:

@@ -23,7 +23,11 @@ class HalfPrecisionMasterWeights(Rule):
     `log_validation` that casts the trained `unet`, or a pipeline built from it: a pipeline
     holds the very modules it is handed, so `pipeline.to(dtype=weight_dtype)` casts them; with
     accelerate's fp16 GradScaler the next `unscale_` then raises "Attempting to unscale FP16
-    gradients", diffusers #13124).
+    gradients", diffusers #13124). An EMA class of another linted module counts where it is
+    built: `ema = ModelEMA(model)` after `model.half()`, where `ModelEMA.__init__` (in
+    `utils.py`) keeps `deepcopy(model)` and its `update` decays the copy in place (timm's
+    `ModelEma`/`ModelEmaV3`, yolov5's `ModelEMA`, a dict of shadow copies), is reported at
+    the construction when `ema.update(model)` runs after it.
 
     Not flagged: a model cast for inference, evaluation or export (no optimizer trains it, or
     nothing trains after the cast: `model.half()` after the training loop, in a branch that
@@ -99,7 +103,7 @@ class HalfPrecisionMasterWeights(Rule):
     triggers = (".half(", "float16", "torch.half")
     # An optimizer built in the file (`torch.optim.*`, the classes the semantic layer knows,
     # `optimizer_class`), or an in-place average's update.
-    requires = ("optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon", "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "*=")
+    requires = ("optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon", "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "copy_(", "*=")
     # A float16 cast, and an optimizer or an in-place average.
     needs = ({HALF}, {OPTIMIZER, AVERAGE})
 
@@ -317,6 +321,17 @@ for x in loader:
         for name, p in model.named_parameters():
             ema[name].mul_(0.999).add_(p.float(), alpha=0.001)
 """,
+        # A float16 model copied into a float32 EMA's state, value by value: no decay.
+        """
+import torch
+model = Net().cuda().half()
+ema = Net().cuda()
+for x in loader:
+    train_step(model, x)
+    with torch.no_grad():
+        for ema_v, model_v in zip(ema.state_dict().values(), model.state_dict().values()):
+            ema_v.copy_(model_v.float() * 1.0)
+""",
         # Only a frozen backbone is float16; the head trains in float32.
         """
 import torch
@@ -405,6 +420,22 @@ for x in loader:
             e.mul_(0.999).add_(p, alpha=0.001)
 """,
             at=((6, 7),),
+        ),
+        # timm's `ModelEma` update: a copy of the decayed product, in float16.
+        Flagged(
+            """
+import copy
+import torch
+model = Net().cuda().half()
+ema = copy.deepcopy(model)
+for x in loader:
+    train_step(model, x)
+    with torch.no_grad():
+        msd = model.state_dict()
+        for k, ema_v in ema.state_dict().items():
+            ema_v.copy_(ema_v * 0.9999 + (1. - 0.9999) * msd[k])
+""",
+            at=((5, 7),),
         ),
         # An EMA kept in float16 (yolov5's `self.ema.half()` before the fix).
         Flagged(

@@ -1539,16 +1539,16 @@ def _decays_of(precision: "Precision", scope: Scope, attribute: str, own: Set[Mo
     method), none if one assigns its parameters anew (`p.data = p.data.float()`)."""
     finder = precision.finder
     found: List[Tuple[CodeUnit, cst.CSTNode]] = []
-    name = attribute.rsplit(".", 1)[-1]
     for unit, loop, _ in precision.model.index.loops:
         if unit.class_name != scope.name or not isinstance(loop, cst.For):
             continue
-        if _iterates_state(loop.iter):
-            if any(_assigns_data_of(node, names_bound(loop.target)) for node in iter_tree(loop.body)):
-                if any(_nested(path, mine) for path in finder._state_owners(loop.iter, unit.scope) for mine in own):
-                    return []
-        elif _container(loop.iter) != name:
+        # Over a module's parameters or state (what the pre-check's AVERAGE mark sees: a module
+        # that exports this has it, `evidence.EXPORTS`).
+        if not _iterates_state(loop.iter):
             continue
+        if any(_assigns_data_of(node, names_bound(loop.target)) for node in iter_tree(loop.body)):
+            if any(_nested(path, mine) for path in finder._state_owners(loop.iter, unit.scope) for mine in own):
+                return []
         update = _decaying_update(loop.body)
         if update is not None and any(_nested(path, mine) for path in finder._decayed_paths(loop, update[1], unit.scope) for mine in own):
             found.append((unit, update[0]))
