@@ -1528,10 +1528,11 @@ def exported_averages(model: SemanticModel) -> Dict[str, Any]:
 
 
 def _may_copy(value: cst.BaseExpression) -> bool:
-    """Whether a value may copy a module or its tensors (before asking `_copied`)."""
-    return isinstance(value, (cst.DictComp, cst.ListComp)) or any(
-        isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1] == "deepcopy" for node in iter_tree(value)
-    )
+    """Whether a value may copy a module or its tensors (before asking `_copied`): a
+    `deepcopy(...)`, or a comprehension over a module's parameters or state."""
+    if isinstance(value, (cst.DictComp, cst.ListComp)):
+        return _iterates_state(value.for_in.iter)
+    return any(isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1] == "deepcopy" for node in iter_tree(value))
 
 
 def _decays_of(precision: "Precision", scope: Scope, attribute: str, own: Set[ModulePath]) -> List[Tuple[CodeUnit, cst.CSTNode]]:
