@@ -77,10 +77,12 @@ def might_use_amp(source: str, rules: Optional[Sequence[object]] = None) -> bool
 # imports it names one (`amplint.project`). (A backward or a step alone is left out: it is in
 # most files without AMP code, and analysing them all would cost a fifth of a run.)
 HELPER_WORDS = (".grad.", ".grad ", ".grad)", ".grad,", ".grad\n", "clip_grad_")
-# ... and a copy of a module that a class keeps, whose dtype the importing module's cast decides
-# (an EMA class: `self.ema = deepcopy(model)`, `{n: p.detach().clone() for ...}`;
-# `Precision.export`): only the class counts, as what an importer must name.
+# ... and a copy of a module that a class's `__init__` keeps and a method decays in place, whose
+# dtype the importing module's cast decides (an EMA class: `self.ema = deepcopy(model)`, `{n:
+# p.detach().clone() for ...}`, then `e.mul_(d)`; `Precision.export`): only the class counts, as
+# what an importer must name, and only with a decay word in its text too.
 COPY_WORDS = ("deepcopy(", ".clone()")
+DECAY_WORDS = ("mul_(", "lerp_(", "*=", "copy_(")
 
 
 def helper_names(source: str) -> FrozenSet[str]:
@@ -99,6 +101,8 @@ def helper_names(source: str) -> FrozenSet[str]:
     starts = [d[0] for d in definitions]
     classes = [(m.start(), m.group(1)) for m in re.finditer(r"^class[ \t]+(\w+)", source, re.M)]
     class_starts = [c[0] for c in classes]
+    # Where each top-level statement that opens a block starts: a class's text ends at the next.
+    tops = [m.start() for m in re.finditer(r"^(?:class|def|async|@|if|for|while|try|with)\b", source, re.M)]
     for word in HELPER_WORDS + COPY_WORDS:
         start = source.find(word)
         while start != -1:
@@ -109,7 +113,11 @@ def helper_names(source: str) -> FrozenSet[str]:
                     names.add(name)  # a dunder method is named through its class
                 owner = bisect.bisect_left(class_starts, where)
                 if indent and owner:
-                    names.add(classes[owner - 1][1])
+                    begins = classes[owner - 1][0]
+                    ends = next((top for top in tops if top > begins), len(source))
+                    # A copy counts in the constructor only (where `Precision.export` looks for it).
+                    if word not in COPY_WORDS or (name == "__init__" and any(decay in source[begins:ends] for decay in DECAY_WORDS)):
+                        names.add(classes[owner - 1][1])
             start = source.find(word, start + 1)
     return frozenset(names)
 

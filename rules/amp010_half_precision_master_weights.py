@@ -531,7 +531,14 @@ def _averaged_elsewhere_message(foreign: ForeignAverage, update) -> str:
     """An EMA class of another module built here from a float16 module: name the class where it is."""
     cast = foreign.cast
     original = cast.inherits
-    assert original is not None
+    if original is None:  # the copy the instance keeps, cast after it was made
+        return (
+            f"`{source_text(cast.node)}` casts the copy that `{foreign.class_name}` ({foreign.where}) keeps in "
+            f"`{foreign.attribute}` ({foreign.copy}) to {_dtype_words(cast)}, and `{source_text(update)}` then decays it in "
+            f"place ({foreign.update}): with a decay close to 1 each update is smaller than float16's spacing, rounds "
+            "away, and the average stays frozen. Cast a copy for evaluation or saving, or cast it back to float32 "
+            "before the next update."
+        )
     verb = "is" if original.dtypes == frozenset({"float16"}) else "may be"
     return (
         f"`{source_text(cast.node)}` copies `{cast.copy_of}` after `{source_text(original.node)}` cast it to "

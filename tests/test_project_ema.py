@@ -160,6 +160,41 @@ def test_an_ema_built_but_never_updated_is_clean(tmp_path):
     assert rows == []
 
 
+VALIDATE = """
+import torch
+from utils import ModelEMA
+
+
+def main(model, optimizer, loader):
+    ema = ModelEMA(model)
+    for epoch in range(10):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+            ema.update(model)
+        ema.ema.half()
+        evaluate(ema.ema)
+        {after}
+"""
+
+
+def test_the_copy_of_an_ema_of_another_module_cast_for_validation_then_decayed(tmp_path):
+    # yolov5 #9016: validation halved `ema.ema`, and the next epoch decayed it in float16.
+    rows, findings = _lint(tmp_path, {"utils.py": EMA_UTILS, "train.py": VALIDATE.format(after="pass")})
+    assert rows == [("train.py", 12, "AMP010")]
+    message = findings[0]["message"]
+    assert "`ema.ema.half()` casts the copy that `ModelEMA` (utils.py:6) keeps in `self.ema`" in message
+    assert "`ema.update(model)` then decays it in place" in message
+
+
+def test_the_copy_cast_back_after_validation_or_cast_once_training_is_over_is_clean(tmp_path):
+    rows, _ = _lint(tmp_path, {"utils.py": EMA_UTILS, "train.py": VALIDATE.format(after="ema.ema.float()")})
+    assert rows == []
+    after_training = VALIDATE.format(after="pass").replace("        ema.ema.half()\n        evaluate(ema.ema)\n", "") + "    ema.ema.half()\n    export(ema.ema)\n"
+    rows, _ = _lint(tmp_path, {"utils.py": EMA_UTILS, "train.py": after_training})
+    assert rows == []
+
+
 # yolov5 / ultralytics: a deep copy of the unwrapped model, its state dict decayed with `*=`.
 YOLO_EMA = """
 import math
@@ -370,3 +405,16 @@ def test_a_cached_run_is_invalidated_when_the_ema_module_changes(tmp_path):
     _write(tmp_path, {"utils.py": EMA_UTILS})
     fourth, _ = _run(tmp_path, *cache)
     assert [r for r in fourth if r[2] == "AMP010"] == [("train.py", 7, "AMP010")]
+
+
+def test_a_module_of_ema_classes_is_found_by_its_text():
+    """A module without AMP words is analysed for its importers when they name a class whose
+    `__init__` copies and whose text decays (`catalogue.helper_names`), not for any copy."""
+    from amplint.catalogue import helper_names
+
+    assert helper_names(textwrap.dedent(EMA_UTILS)) == {"ModelEMA"}
+    assert helper_names(textwrap.dedent(SHADOW_EMA)) == {"ShadowEMA"}
+    copies_only = "import copy\nclass Keep:\n    def __init__(self, m):\n        self.m = copy.deepcopy(m)\n"
+    assert helper_names(copies_only) == frozenset()
+    elsewhere = "import copy\ndef snapshot(m):\n    return copy.deepcopy(m)\nclass A:\n    def step(self, e):\n        e.mul_(0.9)\n"
+    assert helper_names(elsewhere) == frozenset()

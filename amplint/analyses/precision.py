@@ -142,7 +142,9 @@ class ForeignAverage:
     ModelEMA(model)` after `model.half()`, with `ModelEMA` of `utils.py` (its summary's
     `precision` facts: `exported_averages`)."""
 
-    cast: ModuleCast  # the construction, which inherits the cast of the module handed to it
+    # The construction, which inherits the cast of the module handed to it; or a cast of the
+    # copy after the construction (`ema.ema.half()`).
+    cast: ModuleCast
     class_name: str  # `ModelEMA`
     where: str  # the class's file and line: `utils.py:12`
     attribute: str  # where the class keeps the copy: `self.ema`
@@ -150,6 +152,7 @@ class ForeignAverage:
     update: str  # the decay, quoted: "`v *= d`"
     methods: FrozenSet[str]  # the methods that run the decay: `update`
     instance: FrozenSet[ModulePath]  # what the instance is (the variable the construction fills)
+    construction: CallRecord  # `ModelEMA(model)`
 
 
 @dataclass
@@ -1117,12 +1120,15 @@ class Precision(Analysis):
         then runs the class's in-place decay on it: `ema = ModelEMA(model)` after
         `model.half()`, then `ema.update(model)`. Not when the construction may come before
         the cast, the module is cast back to float32 first, or the instance (or the copy it
-        keeps) is cast after it."""
+        keeps) is cast after it. And a cast of the copy itself after the construction
+        (`ema.ema.half()`), which the decay then runs after."""
         done: Set[int] = set()
         for average in self.foreign_averages:
             cast = average.cast
             if dtype not in cast.dtypes or id(cast.node) in done or not _copied_after(self, cast):
                 continue
+            if cast.inherits is None and not any(r.node is cast.node for r in calls_after(self.model, average.construction, self.successors)):
+                continue  # the copy cast before it is made: another object
             after = calls_after(self.model, cast.record, self.successors)
             if _undone(self, cast, after):
                 continue
@@ -1592,8 +1598,10 @@ def _line_of(module: cst.Module, node: cst.CSTNode) -> Optional[int]:
 
 def _foreign_averages(precision: "Precision") -> List[ForeignAverage]:
     """Each construction here of another linted module's averaging class (its summary's
-    `precision` facts), handed a module a cast of this file may cast: a cast of the copy the
-    instance keeps, which inherits that cast. Only calls of capitalised names are asked about."""
+    `precision` facts) whose copy a cast of this file may cast: the module handed to it, cast
+    before (a cast of the copy that inherits that cast, at the construction), or the copy
+    itself, cast after it (`ema.ema.half()`, `ema.half()`: that cast). Only calls of capitalised
+    names are asked about."""
     model = precision.model
     finder = precision.finder
     originals = [cast for cast in finder.facts.casts if cast.inherits is None and cast.dtypes]
@@ -1612,29 +1620,33 @@ def _foreign_averages(precision: "Precision") -> List[ForeignAverage]:
         qualified, origin, facts = exported
         instance = frozenset(finder.paths(binding.name, binding.value_scope))
         for average in facts.get("averages", ()) if isinstance(facts, dict) else ():
-            handed = _argument_for(record.node, average.get("param"), average.get("position"))
-            source = finder._module_source(handed)
+            kept = tuple(part for part in str(average.get("attribute", "")).split(".")[1:] if part != "module")
+            paths = frozenset((key, rest + kept) for key, rest in instance)
+
+            def foreign(cast: ModuleCast) -> ForeignAverage:
+                return ForeignAverage(
+                    cast,
+                    qualified,
+                    f"{origin}:{facts.get('line')}" if facts.get("line") else origin,
+                    str(average.get("attribute")),
+                    str(average.get("copy")),
+                    str(average.get("update")),
+                    frozenset(average.get("methods", ())),
+                    instance,
+                    record,
+                )
+
+            for cast in originals:
+                if any(cast.covers(path) for path in paths):
+                    found.append(foreign(cast))  # the copy, cast itself (whether after the construction is asked later)
+            source = finder._module_source(_argument_for(record.node, average.get("param"), average.get("position")))
             if source is None:
                 continue
             suffix = tuple(average.get("path", ()))
             sources = {(key, rest + suffix) for key, rest in finder.paths(source, record.unit.scope)}
-            kept = tuple(part for part in str(average.get("attribute", "")).split(".")[1:] if part != "module")
-            paths = frozenset((key, rest + kept) for key, rest in instance)
             for cast in originals:
                 if any(cast.covers(path) for path in sources):
-                    copy = ModuleCast(record.node, record, cast.dtypes, binding.name, paths, source, guard_facts(record), cast)
-                    found.append(
-                        ForeignAverage(
-                            copy,
-                            qualified,
-                            f"{origin}:{facts.get('line')}" if facts.get("line") else origin,
-                            str(average.get("attribute")),
-                            str(average.get("copy")),
-                            str(average.get("update")),
-                            frozenset(average.get("methods", ())),
-                            instance,
-                        )
-                    )
+                    found.append(foreign(ModuleCast(record.node, record, cast.dtypes, binding.name, paths, source, guard_facts(record), cast)))
     return found
 
 
