@@ -27,7 +27,8 @@ class HalfPrecisionMasterWeights(Rule):
     built: `ema = ModelEMA(model)` after `model.half()`, where `ModelEMA.__init__` (in
     `utils.py`) keeps `deepcopy(model)` and its `update` decays the copy in place (timm's
     `ModelEma`/`ModelEmaV3`, yolov5's `ModelEMA`, a dict of shadow copies), is reported at
-    the construction when `ema.update(model)` runs after it.
+    the construction when `ema.update(model)` runs after it; a cast of that copy after the
+    construction (`ema.ema.half()` for validation) that an update then follows, at the cast.
 
     Not flagged: a model cast for inference, evaluation or export (no optimizer trains it, or
     nothing trains after the cast: `model.half()` after the training loop, in a branch that
