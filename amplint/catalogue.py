@@ -14,6 +14,7 @@ and catalogue entries alike.
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 
@@ -31,7 +32,7 @@ VOCABULARY = (
 )
 _OPTIMIZERS = (
     "optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon",
-    "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "*=",
+    "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "copy_(", "*=",
 )
 _DEVICES = ('"mps', "'mps", '"xpu', "'xpu", '"hpu', "'hpu", '"npu', "'npu", '"xla', "'xla", '"meta', "'meta")
 
@@ -81,16 +82,25 @@ def might_use_amp(source: str, rules: Optional[Sequence[object]] = None) -> bool
 # hook after which a framework steps through its scaler (`frameworks.STEPPED_AFTER_HOOKS`): a
 # Trainer subclass's `training_step` whose backward another module's settings decide.
 HELPER_WORDS = (".grad.", ".grad ", ".grad)", ".grad,", ".grad\n", "clip_grad_", "def training_step(")
+# ... and a copy of a module that a class's `__init__` keeps and a method decays in place, whose
+# dtype the importing module's cast decides (an EMA class: `self.ema = deepcopy(model)`, `{n:
+# p.detach().clone() for ...}`, then `e.mul_(d)`; `Precision.export`): only the class counts, as
+# what an importer must name, and only with a decay word in its text too.
+COPY_WORDS = ("deepcopy(", ".clone()")
+DECAY_WORDS = ("mul_(", "lerp_(", "*=", "copy_(")
 
 
 def helper_names(source: str) -> FrozenSet[str]:
     """The functions (and the classes of the methods) whose text holds a helper word, by a
     text search: `grad_norm` for `def grad_norm(model): ... p.grad ...`. What another module
     must name to call one of them (a helper that calls another is found by the outer name
-    only if that one holds a word too)."""
-    if not any(word in source for word in HELPER_WORDS):
+    only if that one holds a word too); and the classes whose methods hold a copy word
+    (`COPY_WORDS`). A dunder method counts through its class only."""
+    if not any(word in source for word in HELPER_WORDS + COPY_WORDS):
         return frozenset()
-    return _defining(source, (start for word in HELPER_WORDS for start in _occurrences(source, word)), methods=True)
+    helpers = ((start, False) for word in HELPER_WORDS for start in _occurrences(source, word))
+    copies = ((start, True) for word in COPY_WORDS for start in _occurrences(source, word))
+    return _defining(source, itertools.chain(helpers, copies), methods=True)
 
 
 # What a checkpointing helper does that a module's summary exports (its `state` table,
@@ -111,7 +121,7 @@ def state_names(source: str) -> FrozenSet[str]:
     import re
 
     found = (m.start() for m in re.finditer(r"\w*opt\w*\.(?:load_)?state_dict\(", source, re.I))
-    return _defining(source, found, methods=False)
+    return _defining(source, ((start, False) for start in found), methods=False)
 
 
 def _occurrences(source: str, word: str) -> Iterator[int]:
@@ -121,9 +131,10 @@ def _occurrences(source: str, word: str) -> Iterator[int]:
         start = source.find(word, start + 1)
 
 
-def _defining(source: str, positions: Iterable[int], methods: bool) -> FrozenSet[str]:
+def _defining(source: str, positions: Iterable[Tuple[int, bool]], methods: bool) -> FrozenSet[str]:
     """The functions whose text holds one of `positions`, and the top-level classes of the
-    methods that do (with the methods' own names when `methods`)."""
+    methods that do (with the methods' own names when `methods`). Each position says whether
+    it is a copy word's (`COPY_WORDS`), which counts for its class only."""
     import bisect
     import re
 
@@ -132,15 +143,21 @@ def _defining(source: str, positions: Iterable[int], methods: bool) -> FrozenSet
     starts = [d[0] for d in definitions]
     classes = [(m.start(), m.group(1)) for m in re.finditer(r"^class[ \t]+(\w+)", source, re.M)]
     class_starts = [c[0] for c in classes]
-    for start in positions:
+    # Where each top-level statement that opens a block starts: a class's text ends at the next.
+    tops = [m.start() for m in re.finditer(r"^(?:class|def|async|@|if|for|while|try|with)\b", source, re.M)]
+    for start, copy in positions:
         at = bisect.bisect_left(starts, start)  # the definitions that begin before it
         if at:
             where, indent, name = definitions[at - 1]
-            if methods or not indent:
-                names.add(name)
+            if not copy and (methods or not indent) and not (name.startswith("__") and name.endswith("__")):
+                names.add(name)  # a dunder method is named through its class
             owner = bisect.bisect_left(class_starts, where)
             if indent and owner:
-                names.add(classes[owner - 1][1])
+                begins = classes[owner - 1][0]
+                ends = next((top for top in tops if top > begins), len(source))
+                # A copy counts in the constructor only (where `Precision.export` looks for it).
+                if not copy or (name == "__init__" and any(decay in source[begins:ends] for decay in DECAY_WORDS)):
+                    names.add(classes[owner - 1][1])
     return frozenset(names)
 
 

@@ -16,6 +16,7 @@ import libcst as cst
 
 from amplint import evidence, work
 from amplint.catalogue import might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
+from amplint.analyses import EXPORTING
 from amplint.diagnostics import FileError, FileResult, Finding, NotAnalysed
 from amplint.fix import Suggestions
 from amplint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
@@ -166,7 +167,7 @@ def _lint_source(
         if not parsing_rules:
             result.skipped = result.deferred = True
             result.imports = evidence.imports(tree)
-            result.may_export = bool(found & evidence.EVENTS)
+            result.may_export = bool(found & evidence.EXPORTS)
     cpython_accepts = tree is not None
     del tree  # not kept through LibCST's parse
     if result.skipped:
@@ -202,7 +203,7 @@ def _lint_source(
         reports = run_rules(model, parsing_rules)
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
         result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact)
-        result.summary = export_summary(model, path) if summary else None
+        result.summary = export_summary(model, path, EXPORTING) if summary else None
         result.imports = imports_of(model.index)
         if recorder is not None:
             if result.imports:

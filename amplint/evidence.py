@@ -93,6 +93,9 @@ Needs = Tuple[FrozenSet[str], ...]
 # (`scale_lora_layers(...)` in every diffusers pipeline is SCALE, never an event.)
 # A framework object a function builds may be what it returns (`build_accelerator(cfg)`).
 EVENTS = frozenset({BACKWARD, FRAMEWORK_BACKWARD, STEP, SCALE_CALL, UNSCALE, CLIP, GRADIENT, ZERO_GRAD, SCALER_UPDATE, GRAD_SCALER, FRAMEWORK_OBJECT})
+# ... and what a fact family exports (`amplint.analyses.EXPORTING`): a class whose method
+# decays a copy in place (`Precision.export`). A file with none of these exports no summary.
+EXPORTS = EVENTS | frozenset({AVERAGE})
 
 
 def marks(tree: ast.AST) -> FrozenSet[str]:
@@ -175,10 +178,19 @@ def _averages(loop: Union[ast.For, ast.AsyncFor]) -> bool:
     if not any(type(node) is ast.Call and _method(node) in STATE_METHODS for node in ast.walk(loop.iter)):
         return False
     return any(
-        (type(node) is ast.AugAssign and type(node.op) is ast.Mult) or (type(node) is ast.Call and _method(node) in DECAY_METHODS)
+        (type(node) is ast.AugAssign and type(node.op) is ast.Mult)
+        or (type(node) is ast.Call and (_method(node) in DECAY_METHODS or _copies_a_decay(node)))  # type: ignore[arg-type]
         for statement in loop.body
         for node in ast.walk(statement)
     )
+
+
+def _copies_a_decay(call: ast.Call) -> bool:
+    """`ema_v.copy_(ema_v * d + (1 - d) * model_v)`: a copy of a product into a tensor (a "may":
+    the analysis asks that the product be of the tensor itself)."""
+    if _method(call) != "copy_" or len(call.args) != 1:
+        return False
+    return any(type(node) is ast.BinOp and type(node.op) is ast.Mult for node in ast.walk(call.args[0]))  # type: ignore[attr-defined]
 
 
 def _method(call: ast.Call) -> Optional[str]:

@@ -129,9 +129,18 @@ def _finds_any(importer: str, used: Mapping[str, dict], lookups: Collection[Tupl
     index = PathIndex(used)
     for module, level, function in lookups:
         path = index.path_of(importer, module, level)
-        if path is not None and (function is None or function in used[path].get("functions", {}) or function in used[path].get("state", {})):
+        if path is not None and (function is None or function in used[path].get("functions", {}) or function in _fact_names(used[path])):
             return True
     return False
+
+
+def _fact_names(summary: Mapping[str, object]) -> List[str]:
+    """The classes and functions a summary says something of besides their events: what its
+    fact families export (`exports.ExportsFacts`) and its state table (what they checkpoint,
+    `semantic.saved_state`)."""
+    facts = summary.get("facts")
+    families = list(facts.values()) if isinstance(facts, dict) else []
+    return [name for family in [*families, summary.get("state")] if isinstance(family, dict) for name in family]
 
 
 def _same(before: Optional[Dict[str, dict]], now: Dict[str, dict]) -> bool:
@@ -142,7 +151,7 @@ def _called_from(text: Optional[str], used: Dict[str, dict]) -> Dict[str, dict]:
     """The summaries in `used` with a function that `text` may call: one it names."""
     if text is None:
         return used
-    return {path: summary for path, summary in used.items() if _names_one_of(text, [*summary.get("functions", {}), *summary.get("state", {})])}
+    return {path: summary for path, summary in used.items() if _names_one_of(text, [*summary.get("functions", {}), *_fact_names(summary)])}
 
 
 def _names_one_of(text: str, functions: Collection[str]) -> bool:

@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from amplint.analyses.precision import InPlaceAverage, ModuleCast, OptimizerBuild, Precision, adapters_added
+from amplint.analyses.precision import ForeignAverage, InPlaceAverage, ModuleCast, OptimizerBuild, Precision, adapters_added
 from amplint.evidence import AVERAGE, HALF, OPTIMIZER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text
@@ -31,7 +31,12 @@ class HalfPrecisionMasterWeights(Rule):
     peft's `inject_adapter_in_model`, diffusers' `load_lora_into_unet`, `get_peft_model(...,
     autocast_adapter_dtype=False)`) are built in the dtype of the layers they wrap and are the
     only trainable parameters: a LoRA script that trains them as they are trains float16
-    parameters (diffusers #6086, #6119, #6245).
+    parameters (diffusers #6086, #6119, #6245). An EMA class of another linted module counts where it is
+    built: `ema = ModelEMA(model)` after `model.half()`, where `ModelEMA.__init__` (in
+    `utils.py`) keeps `deepcopy(model)` and its `update` decays the copy in place (timm's
+    `ModelEma`/`ModelEmaV3`, yolov5's `ModelEMA`, a dict of shadow copies), is reported at
+    the construction when `ema.update(model)` runs after it; a cast of that copy after the
+    construction (`ema.ema.half()` for validation) that an update then follows, at the cast.
 
     Not flagged: a model cast for inference, evaluation or export (no optimizer trains it, or
     nothing trains after the cast: `model.half()` after the training loop, in a branch that
@@ -110,7 +115,7 @@ class HalfPrecisionMasterWeights(Rule):
     triggers = (".half(", "float16", "torch.half")
     # An optimizer built in the file (`torch.optim.*`, the classes the semantic layer knows,
     # `optimizer_class`), or an in-place average's update.
-    requires = ("optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon", "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "*=")
+    requires = ("optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon", "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "copy_(", "*=")
     # A float16 cast, and an optimizer or an in-place average.
     needs = ({HALF}, {OPTIMIZER, AVERAGE})
 
@@ -207,6 +212,8 @@ class HalfPrecisionMasterWeights(Rule):
             yield Report(cast.node, Message.split(text))
         for cast, average in model.facts(Precision).averaged_in_low_precision("float16"):
             yield Report(cast.node, Message.split(_averaged_message(cast, average)))
+        for foreign, update in model.facts(Precision).averaged_elsewhere_in_low_precision("float16"):
+            yield Report(foreign.cast.node, Message.split(_averaged_elsewhere_message(foreign, update.node)))
 
     VALID = (
         # Inference only: no optimizer.
@@ -339,6 +346,17 @@ for x in loader:
         for name, p in model.named_parameters():
             ema[name].mul_(0.999).add_(p.float(), alpha=0.001)
 """,
+        # A float16 model copied into a float32 EMA's state, value by value: no decay.
+        """
+import torch
+model = Net().cuda().half()
+ema = Net().cuda()
+for x in loader:
+    train_step(model, x)
+    with torch.no_grad():
+        for ema_v, model_v in zip(ema.state_dict().values(), model.state_dict().values()):
+            ema_v.copy_(model_v.float() * 1.0)
+""",
         # Only a frozen backbone is float16; the head trains in float32.
         """
 import torch
@@ -442,6 +460,22 @@ for x in loader:
 """,
             at=((6, 7),),
         ),
+        # timm's `ModelEma` update: a copy of the decayed product, in float16.
+        Flagged(
+            """
+import copy
+import torch
+model = Net().cuda().half()
+ema = copy.deepcopy(model)
+for x in loader:
+    train_step(model, x)
+    with torch.no_grad():
+        msd = model.state_dict()
+        for k, ema_v in ema.state_dict().items():
+            ema_v.copy_(ema_v * 0.9999 + (1. - 0.9999) * msd[k])
+""",
+            at=((5, 7),),
+        ),
         # An EMA kept in float16 (yolov5's `self.ema.half()` before the fix).
         Flagged(
             """
@@ -544,4 +578,26 @@ def _averaged_message(cast: ModuleCast, average: InPlaceAverage) -> str:
         f"`{source_text(average.update)}` then decays it in place: with a decay close to 1 each update is "
         "smaller than float16's spacing, rounds away, and the average stays frozen. Keep the average in "
         "float32 (cast a copy only when saving)."
+    )
+
+
+def _averaged_elsewhere_message(foreign: ForeignAverage, update) -> str:
+    """An EMA class of another module built here from a float16 module: name the class where it is."""
+    cast = foreign.cast
+    original = cast.inherits
+    if original is None:  # the copy the instance keeps, cast after it was made
+        return (
+            f"`{source_text(cast.node)}` casts the copy that `{foreign.class_name}` ({foreign.where}) keeps in "
+            f"`{foreign.attribute}` ({foreign.copy}) to {_dtype_words(cast)}, and `{source_text(update)}` then decays it in "
+            f"place ({foreign.update}): with a decay close to 1 each update is smaller than float16's spacing, rounds "
+            "away, and the average stays frozen. Cast a copy for evaluation or saving, or cast it back to float32 "
+            "before the next update."
+        )
+    verb = "is" if original.dtypes == frozenset({"float16"}) else "may be"
+    return (
+        f"`{source_text(cast.node)}` copies `{cast.copy_of}` after `{source_text(original.node)}` cast it to "
+        f"{_dtype_words(original)} (`{foreign.class_name}`, {foreign.where}, keeps {foreign.copy} in `{foreign.attribute}`), "
+        f"so that copy {verb} float16 too, and `{source_text(update)}` then decays it in place ({foreign.update}): with a "
+        "decay close to 1 each update is smaller than float16's spacing, rounds away, and the average stays frozen. "
+        f"Build `{foreign.class_name}` before the cast, or keep its copy in float32 (cast a copy only when saving)."
     )

@@ -58,10 +58,11 @@ ALL_EXAMPLES = [source for rule in ALL_RULES for source in rule.VALID] + [source
 )
 def test_a_file_that_exports_a_summary_has_an_event_mark(source):
     """`may_export` decides which deferred files are analysed for the modules that import
-    them: a file whose functions export events must have one of EVENTS."""
+    them: a file whose functions export events (or whose classes export facts) must have one
+    of EXPORTS."""
     source = textwrap.dedent(source)
     if lint_source(source, "m.py", ALL_RULES, whole=True).summary:
-        assert marks(source) & evidence.EVENTS, sorted(marks(source))
+        assert marks(source) & evidence.EXPORTS, sorted(marks(source))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[f"{p.parent.name}/{p.stem}" for p in SCRIPTS])

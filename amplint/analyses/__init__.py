@@ -13,4 +13,15 @@ on first use, and kept for the file (ruff's `analyze/`, Fixit's metadata depende
 
 An analysis imports the semantic core (and other analyses), never the other way round;
 `tests/test_layers.py` checks it. `rules/README.md` says when a fact belongs here.
+
+A family whose facts another module needs (an EMA class defined in one module, constructed
+with a float16 model in another) exports them into the module's summary: a `SUMMARY_KEY` and
+a classmethod `export(model, path)` (`amplint.semantic.exports.ExportsFacts`), and a place in
+`EXPORTING`, which the engine hands to `export_summary`. The importing side reads them back
+with `model.exported_facts(func, scope, SUMMARY_KEY)`.
 """
+
+from amplint.analyses.precision import Precision
+
+# The fact families whose facts cross modules, in the order they are exported.
+EXPORTING = (Precision,)

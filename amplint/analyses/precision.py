@@ -36,14 +36,14 @@ cast with an optimizer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Collection, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
+from typing import Any, Collection, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from amplint.semantic.conditions import Assumption, assumptions
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, ModuleIndex, Scope
 from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, names_bound, names_read, roots
+from amplint.semantic.names import dotted_name, names_bound, names_read, roots, source_text
 from amplint.semantic.pytorch import vocabulary
 from amplint.semantic.pytorch.api import (
     CAST_METHODS,
@@ -65,7 +65,7 @@ _FRAMEWORK_PREPARE = frozenset({"prepare", "setup", "setup_optimizers"})
 _FILLING = frozenset({"append", "extend", "insert", "add", "add_param_group"})
 _COPIES = frozenset({"copy.deepcopy", "deepcopy"})
 # What returns the module it is handed: `accelerator.unwrap_model(unet)`, diffusers' `unwrap_model(unet)`.
-_UNWRAPPING = frozenset({"unwrap_model"})
+_UNWRAPPING = frozenset({"unwrap_model", "de_parallel"})
 # A pipeline constructor's keywords that are no module it holds.
 _PIPELINE_SETTINGS = frozenset({"torch_dtype", "dtype", "revision", "variant", "safety_checker", "cache_dir", "device_map"})
 
@@ -138,6 +138,26 @@ class InPlaceAverage:
     unit: CodeUnit
     module: ModulePath
     update: cst.CSTNode  # the decaying call or `*=`
+
+
+@dataclass(frozen=True, eq=False)
+class ForeignAverage:
+    """An instance of another module's class built from a cast module, where that class keeps
+    a copy of the module it is handed and a method of it decays the copy in place: `ema =
+    ModelEMA(model)` after `model.half()`, with `ModelEMA` of `utils.py` (its summary's
+    `precision` facts: `exported_averages`)."""
+
+    # The construction, which inherits the cast of the module handed to it; or a cast of the
+    # copy after the construction (`ema.ema.half()`).
+    cast: ModuleCast
+    class_name: str  # `ModelEMA`
+    where: str  # the class's file and line: `utils.py:12`
+    attribute: str  # where the class keeps the copy: `self.ema`
+    copy: str  # the copy, quoted: "`deepcopy(de_parallel(model))`"
+    update: str  # the decay, quoted: "`v *= d`"
+    methods: FrozenSet[str]  # the methods that run the decay: `update`
+    instance: FrozenSet[ModulePath]  # what the instance is (the variable the construction fills)
+    construction: CallRecord  # `ModelEMA(model)`
 
 
 @dataclass
@@ -263,6 +283,12 @@ class PrecisionFinder:
         `model.to(device)`, `DDP(model)`, `torch.compile(model)`."""
         if value is None:
             return None
+        if isinstance(value, cst.IfExp):
+            # `model.module if is_parallel(model) else model`: one module either way (DDP's
+            # `.module` is the model)
+            sources = {self._module_source(branch) for branch in (value.body, value.orelse)}
+            same = {".".join(part for part in source.split(".") if part != "module") if source else None for source in sources}
+            return same.pop() if len(same) == 1 and None not in same else None
         _, root = module_chain(value)
         if isinstance(root, cst.Call) and root.args and (
             (self.resolver.qualified(root.func) or "").startswith("torch.")
@@ -829,7 +855,24 @@ def _decaying_update(body: cst.CSTNode) -> Optional[Tuple[cst.CSTNode, cst.BaseE
             return node, _decayed_tensor(node.target)
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in DECAY_METHODS:
             return node, _decayed_tensor(node.func.value)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "copy_" and len(node.args) == 1:
+            # timm's `ema_v.copy_(ema_v * self.decay + (1. - self.decay) * model_v)`
+            decayed = _decayed_tensor(node.func.value)
+            if _scales(node.args[0].value, decayed):
+                return node, decayed
     return None
+
+
+def _scales(value: cst.BaseExpression, tensor: cst.BaseExpression) -> bool:
+    """Whether `value` multiplies `tensor` by something: `ema_v * d + (1 - d) * model_v`."""
+    name = dotted_name(tensor)
+    if name is None:
+        return False
+    for node in iter_tree(value, lambda n: not isinstance(n, cst.Lambda)):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+            if name in (dotted_name(node.left), dotted_name(node.right)):
+                return True
+    return False
 
 
 def _decayed_tensor(receiver: cst.BaseExpression) -> cst.BaseExpression:
@@ -1116,10 +1159,58 @@ class Precision(Analysis):
     """Casts of modules, optimizer constructions and what they train, in-place averages, and
     the low-precision training they add up to: `model.facts(Precision)`."""
 
+    # Its facts in a module's summary (`amplint.semantic.exports.ExportsFacts`).
+    SUMMARY_KEY = "precision"
+
     def __init__(self, model: SemanticModel) -> None:
         super().__init__(model)
         self.finder: PrecisionFinder = find_precision(model.index, model.resolver)
         self.successors = Successors(model.index)
+        self._foreign: Optional[List[ForeignAverage]] = None
+
+    @classmethod
+    def export(cls, model: SemanticModel, path: str) -> Dict[str, Any]:
+        """What another module needs to know of this one's classes: `exported_averages`."""
+        return exported_averages(model)
+
+    @property
+    def foreign_averages(self) -> List[ForeignAverage]:
+        """The instances of other modules' averaging classes built here from a cast module
+        (none without a cast in the file: their summaries are not looked up)."""
+        if self._foreign is None:
+            self._foreign = _foreign_averages(self) if self.model.external is not None and self.casts else []
+        return self._foreign
+
+    def averaged_elsewhere_in_low_precision(self, dtype: str = "float16") -> Iterator[Tuple[ForeignAverage, CallRecord]]:
+        """Instances of another module's averaging class built from a module that may be cast to
+        `dtype` (the copy the class keeps has that dtype), each with the call of this file that
+        then runs the class's in-place decay on it: `ema = ModelEMA(model)` after
+        `model.half()`, then `ema.update(model)`. Not when the construction may come before
+        the cast, the module is cast back to float32 first, or the instance (or the copy it
+        keeps) is cast after it. And a cast of the copy itself after the construction
+        (`ema.ema.half()`), which the decay then runs after."""
+        done: Set[int] = set()
+        for average in self.foreign_averages:
+            cast = average.cast
+            if dtype not in cast.dtypes or id(cast.node) in done or not _copied_after(self, cast):
+                continue
+            if cast.inherits is None and not any(r.node is cast.node for r in calls_after(self.model, average.construction, self.successors)):
+                continue  # the copy cast before it is made: another object
+            after = calls_after(self.model, cast.record, self.successors)
+            if _undone(self, cast, after):
+                continue
+            update = next((record for record in after if self._runs_on(record, average)), None)
+            if update is not None:
+                done.add(id(cast.node))
+                yield average, update
+
+    def _runs_on(self, record: CallRecord, average: ForeignAverage) -> bool:
+        """Whether `record` calls a method of `average`'s instance that runs its decay."""
+        func = record.node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in average.methods:
+            return False
+        receiver = dotted_name(func.value)
+        return receiver is not None and bool(self.finder.paths(receiver, record.unit.scope) & average.instance)
 
     @property
     def found(self) -> PrecisionFacts:
@@ -1649,3 +1740,200 @@ def _handed_away(precision: "Precision", path: ModulePath) -> bool:
             if name is not None and any(_nested(path, other) for other in finder.paths(name, record.unit.scope)):
                 return True
     return False
+# --------------------------------------------------------------------------- across modules
+
+
+def exported_averages(model: SemanticModel) -> Dict[str, Any]:
+    """The module's top-level classes whose `__init__` keeps a copy of a module it is handed,
+    and decays that copy in place in a method (an EMA: `self.ema = deepcopy(model)`, then
+    `e.mul_(d).add_(p, alpha=1 - d)`; `{n: p.detach().clone() for n, p in
+    model.named_parameters()}`), for the modules that construct one: the copy has the dtype of
+    the module handed to it there. Each class -> its line and, for each such copy: the
+    parameter (and its position after `self`), the attribute, the copy and the decay as
+    written, and the methods that run the decay. Not a copy cast here (`deepcopy(model).float()`,
+    `self.ema.half()`, a loop that assigns each parameter anew), nor an attribute set more than
+    once: its dtype is not simply the one it is handed."""
+    index = model.index
+    module_scope = index.module_scope
+    candidates: List[Tuple[Scope, str, Binding]] = []
+    for scope in index.scopes:
+        if scope.kind != "class" or scope.parent is not module_scope:
+            continue
+        for attribute, bindings in scope.attributes.items():
+            if len(bindings) != 1:
+                continue
+            binding = bindings[0]
+            home = binding.home
+            if binding.kind == "assign" and binding.value is not None and home is not None and home.name == f"{scope.name}.__init__" and _may_copy(binding.value):
+                candidates.append((scope, attribute, binding))
+    if not candidates:
+        return {}
+    precision = model.facts(Precision)
+    finder = precision.finder
+    found: Dict[str, Any] = {}
+    for scope, attribute, binding in candidates:
+        init = binding.value_scope
+        copied = finder._copied(binding.value)
+        if copied is None or not isinstance(init.node, cst.FunctionDef):
+            continue
+        node, _, source, _ = copied
+        parts = source.split(".")
+        param = parts[0]
+        if param == "self" or param not in init.params or any(b.kind != "param" for b in init.bindings.get(param, ())):
+            continue
+        own = finder.paths(attribute, init)
+        if any(_nested(path, mine) for cast in finder.facts.casts for path in cast.paths for mine in own):
+            continue  # cast in this module: its own dtype (a float16 one is reported here)
+        decays = _decays_of(precision, scope, attribute, own)
+        if not decays:
+            continue
+        positional = [p.name.value for p in (*init.node.params.posonly_params, *init.node.params.params)]
+        position = positional.index(param) - 1 if param in positional and positional[:1] == ["self"] else None
+        copy = f"`{source_text(binding.value)}`" if isinstance(node, cst.Call) else f"copies of `{source}`'s tensors"
+        entry = found.setdefault(scope.name, {"line": _line_of(model.module, scope.node), "averages": [], "words": []})
+        methods = _running(model, scope, {unit.name.rsplit(".", 1)[-1] for unit, _ in decays})
+        update = f"`{source_text(decays[0][1])}`"
+        entry["averages"].append(
+            {
+                "param": param,
+                "position": position,
+                "path": [part for part in parts[1:] if part != "module"],
+                "attribute": attribute,
+                "copy": copy,
+                "update": update,
+                "methods": sorted(methods),
+            }
+        )
+        entry["words"].append(update)
+    return found
+
+
+def _may_copy(value: cst.BaseExpression) -> bool:
+    """Whether a value may copy a module or its tensors (before asking `_copied`): a
+    `deepcopy(...)`, or a comprehension over a module's parameters or state."""
+    if isinstance(value, (cst.DictComp, cst.ListComp)):
+        return _iterates_state(value.for_in.iter)
+    return any(isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1] == "deepcopy" for node in iter_tree(value))
+
+
+def _decays_of(precision: "Precision", scope: Scope, attribute: str, own: Set[ModulePath]) -> List[Tuple[CodeUnit, cst.CSTNode]]:
+    """The loops of the class's methods that decay the copy `attribute` in place (with the
+    method), none if one assigns its parameters anew (`p.data = p.data.float()`)."""
+    finder = precision.finder
+    found: List[Tuple[CodeUnit, cst.CSTNode]] = []
+    for unit, loop, _ in precision.model.index.loops:
+        if unit.class_name != scope.name or not isinstance(loop, cst.For):
+            continue
+        # Over a module's parameters or state (what the pre-check's AVERAGE mark sees: a module
+        # that exports this has it, `evidence.EXPORTS`).
+        if not _iterates_state(loop.iter):
+            continue
+        if any(_assigns_data_of(node, names_bound(loop.target)) for node in iter_tree(loop.body)):
+            if any(_nested(path, mine) for path in finder._state_owners(loop.iter, unit.scope) for mine in own):
+                return []
+        update = _decaying_update(loop.body)
+        if update is not None and any(_nested(path, mine) for path in finder._decayed_paths(loop, update[1], unit.scope) for mine in own):
+            found.append((unit, update[0]))
+    return found
+
+
+def _running(model: SemanticModel, scope: Scope, methods: Set[str]) -> Set[str]:
+    """`methods` of a class and the methods that call one of them on `self` (timm's `update`,
+    which calls `self.apply_update_(model, decay)`)."""
+    found = set(methods)
+    units = [unit for unit in model.units if unit.class_name == scope.name and unit.name.startswith(scope.name + ".")]
+    changed = True
+    while changed:
+        changed = False
+        for unit in units:
+            method = unit.name.rsplit(".", 1)[-1]
+            if method in found or method == "__init__":
+                continue
+            for record in unit.calls:
+                func = record.node.func
+                if isinstance(func, cst.Attribute) and func.attr.value in found and dotted_name(func.value) == "self":
+                    found.add(method)
+                    changed = True
+                    break
+    return found
+
+
+def _line_of(module: cst.Module, node: cst.CSTNode) -> Optional[int]:
+    """The line a top-level statement (a class) starts on, its decorators and comments
+    before it left out, counted from the code of the statements before it."""
+    lines = 1 + "".join(module.code_for_node(line) for line in module.header).count("\n")
+    for statement in module.body:
+        if statement is node:
+            own = module.code_for_node(statement)
+            start = own.find("class ") if isinstance(statement, cst.ClassDef) else own.find("def ")
+            return lines + own[: max(start, 0)].count("\n")
+        lines += module.code_for_node(statement).count("\n")
+    return None
+
+
+def _foreign_averages(precision: "Precision") -> List[ForeignAverage]:
+    """Each construction here of another linted module's averaging class (its summary's
+    `precision` facts) whose copy a cast of this file may cast: the module handed to it, cast
+    before (a cast of the copy that inherits that cast, at the construction), or the copy
+    itself, cast after it (`ema.ema.half()`, `ema.half()`: that cast). Only calls of capitalised
+    names are asked about."""
+    model = precision.model
+    finder = precision.finder
+    originals = [cast for cast in finder.facts.casts if cast.inherits is None and cast.dtypes]
+    found: List[ForeignAverage] = []
+    if not originals:
+        return found
+    for record in model.index.calls:
+        func = record.node.func
+        last = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+        if not record.immediate or not last[:1].isupper():
+            continue
+        exported = model.exported_facts(func, record.unit.scope, Precision.SUMMARY_KEY)
+        binding = finder.assigned.get(id(record.node))
+        if exported is None or binding is None:
+            continue
+        qualified, origin, facts = exported
+        instance = frozenset(finder.paths(binding.name, binding.value_scope))
+        for average in facts.get("averages", ()) if isinstance(facts, dict) else ():
+            kept = tuple(part for part in str(average.get("attribute", "")).split(".")[1:] if part != "module")
+            paths = frozenset((key, rest + kept) for key, rest in instance)
+
+            def foreign(cast: ModuleCast) -> ForeignAverage:
+                return ForeignAverage(
+                    cast,
+                    qualified,
+                    f"{origin}:{facts.get('line')}" if facts.get("line") else origin,
+                    str(average.get("attribute")),
+                    str(average.get("copy")),
+                    str(average.get("update")),
+                    frozenset(average.get("methods", ())),
+                    instance,
+                    record,
+                )
+
+            for cast in originals:
+                if any(cast.covers(path) for path in paths):
+                    found.append(foreign(cast))  # the copy, cast itself (whether after the construction is asked later)
+            source = finder._module_source(_argument_for(record.node, average.get("param"), average.get("position")))
+            if source is None:
+                continue
+            suffix = tuple(average.get("path", ()))
+            sources = {(key, rest + suffix) for key, rest in finder.paths(source, record.unit.scope)}
+            for cast in originals:
+                if any(cast.covers(path) for path in sources):
+                    found.append(foreign(ModuleCast(record.node, record, cast.dtypes, binding.name, paths, source, guard_facts(record), cast)))
+    return found
+
+
+def _argument_for(call: cst.Call, param: Optional[str], position: Optional[int]) -> Optional[cst.BaseExpression]:
+    """The argument a call passes for a parameter: by keyword, or at its position when no
+    `*args` comes before it."""
+    for index, arg in enumerate(call.args):
+        if arg.keyword is not None:
+            if arg.keyword.value == param:
+                return arg.value
+        elif arg.star:
+            return None
+        elif index == position:
+            return arg.value
+    return None

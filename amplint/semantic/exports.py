@@ -17,13 +17,20 @@ name), so a chain of imported bases resolves one module at a time, like calls be
 functions do. A function that builds a new GradScaler on every call and steps an optimizer
 that outlives the call with it says so (`fresh_scalers`): a loop of an importing module that
 calls it every iteration restarts the scale each time (AMP008).
+
+A fact family of `amplint.analyses` can put facts of its own into the summary (`facts`, under
+the family's `SUMMARY_KEY`, each entry under the class or function it is about): the core
+carries them without reading them, and an importing module's analysis asks for them with
+`SemanticModel.exported_facts` (`ModelEMA(model)` imported from `utils`: what `Precision`
+exported of `ModelEMA` there). The engine names the families that export
+(`amplint.analyses.EXPORTING`); the core never imports them.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -39,12 +46,26 @@ if TYPE_CHECKING:
 SUMMARY_VERSION = 4
 
 
+class ExportsFacts(Protocol):
+    """A fact family whose facts cross modules (`amplint.analyses.EXPORTING`)."""
+
+    SUMMARY_KEY: str  # where its facts are in a summary: `summary["facts"][SUMMARY_KEY]`
+
+    @classmethod
+    def export(cls, model: "SemanticModel", path: str) -> Dict[str, Any]:
+        """Plain JSON, per class or function of the module another module may import: what an
+        importing module's analysis needs of it; empty when nothing (kept cheap: it runs on
+        every file that is analysed). An entry's `words` are code it quotes, for the words a
+        rule looks for before the importing file is parsed."""
+        ...
+
+
 # --------------------------------------------------------------------------- export
 
 
-def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]]:
+def export_summary(model: "SemanticModel", path: str, families: Sequence[ExportsFacts] = ()) -> Optional[Dict[str, Any]]:
     """The JSON summary of the module's top-level functions and methods that do AMP work,
-    and of its classes; None when no function does."""
+    of its classes, and the facts `families` export of them; None when there is nothing."""
     functions: Dict[str, Any] = {}
     origin = os.path.basename(path)
     confirmed = model.confirmed_entry_uses()
@@ -119,7 +140,12 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
     for name, function in inherited.items():
         functions.setdefault(name, function)
     state = export_state(model, _exported)
-    if not functions and not state:
+    facts = {}
+    for family in families:
+        exported = family.export(model, path)
+        if exported:
+            facts[family.SUMMARY_KEY] = exported
+    if not functions and not state and not facts:
         return None
     scalers = {}
     for key, info in model.scalers.items():
@@ -132,6 +158,8 @@ def export_summary(model: "SemanticModel", path: str) -> Optional[Dict[str, Any]
     summary = {"version": SUMMARY_VERSION, "functions": functions, "scalers": scalers, "classes": exported_classes}
     if state:
         summary["state"] = state
+    if facts:
+        summary["facts"] = facts
     return summary
 
 
@@ -485,6 +513,8 @@ class ForeignModule:
     scalers: Dict[str, Dict[str, Any]]
     # What its functions and classes do with objects' saved state (`amplint.semantic.saved_state`).
     state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # What fact families exported: family key -> class or function name -> its facts, as exported.
+    facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
@@ -517,7 +547,10 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
             ),
             _factory_return(raw.get("returns_framework")),
         )
-    return ForeignModule(path, functions, dict(data.get("scalers", {})), dict(data.get("state", {})))
+    facts = data.get("facts", {})
+    if not isinstance(facts, Mapping) or not all(isinstance(family, Mapping) for family in facts.values()):
+        facts = {}
+    return ForeignModule(path, functions, dict(data.get("scalers", {})), state=dict(data.get("state", {})), facts=facts)
 
 
 def _place(place: Any, size: int) -> int:
@@ -567,6 +600,9 @@ class ExternalModules:
                 texts.extend(event.get("text", "") for event in function.get("events", ()))
                 texts.extend(fresh.get("text", "") for fresh in function.get("fresh_scalers", ()))
             texts.extend(entry.get("scaler", "") for entry in summary.get("state", {}).values())
+            for family in summary.get("facts", {}).values():
+                for entry in family.values():
+                    texts.extend(entry.get("words", ()))
         return "\n" + "\n".join(texts)
 
     def scaler(self, key: str) -> Optional[ScalerInfo]:
@@ -634,6 +670,20 @@ class _Asked(dict):
         return {}.items()
 
 
+class _AskedFamilies(dict):
+    """A summary's facts that has none: each family asked for notes the names looked up in it."""
+
+    def __init__(self, noted: Callable[[Optional[str]], None]) -> None:
+        super().__init__()
+        self._noted = noted
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return _Asked(self._noted)
+
+    def __getitem__(self, key: Any) -> Any:
+        return _Asked(self._noted)
+
+
 class _NoSummaries(Mapping):
     """Every module's summary, empty."""
 
@@ -660,8 +710,8 @@ class LookupRecorder(ExternalModules):
         self.lookups: Set[Lookup] = set()
 
     def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
-        noted = lambda function: self.lookups.add((name, level, function))  # noqa: E731
-        return ForeignModule("", _Asked(noted), {}, _Asked(noted))
+        noted: Callable[[Optional[str]], None] = lambda function: self.lookups.add((name, level, function))  # noqa: E731
+        return ForeignModule("", _Asked(noted), {}, state=_Asked(noted), facts=_AskedFamilies(noted))
 
     def path_of(self, name: Optional[str], level: int) -> Optional[str]:
         self.lookups.add((name, level, None))

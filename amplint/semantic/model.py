@@ -8,6 +8,7 @@ regions, the AMP events a unit runs (`occurrences_in`) and the state before each
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Type, TypeVar
 
@@ -15,7 +16,7 @@ import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.conditions import Assumption, ConditionMemo, StandIn, alternatives, assumptions, stand_ins, substitute
-from amplint.semantic.exports import ExternalModules, ForeignHook
+from amplint.semantic.exports import ExternalModules, ForeignHook, imported_module
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
 from amplint.semantic.pytorch import frameworks, vocabulary
@@ -217,6 +218,44 @@ class SemanticModel:
                 elif fresh.optimizer == "self" and isinstance(record.node.func, cst.Attribute):
                     optimizer = self.classifier.ref(record.node.func.value, record.unit.scope)
                 yield record, f"{fresh.text} in {item.foreign.origin}", optimizer
+
+    def exported_facts(self, func: cst.BaseExpression, scope: Scope, family: str) -> Optional[Tuple[str, str, Any]]:
+        """What the fact family keyed `family` exported, in another linted module's summary,
+        of the class or function `func` (read in `scope`) names there: `ModelEMA` of `from
+        utils import ModelEMA`, `utils.ModelEMA` of `import utils` or `from pkg import utils`.
+        (its name there, its file's name, the facts as exported); None when the name is no
+        import of a linted module, or the family exported nothing of it."""
+        if self.external is None:
+            return None
+        name = dotted_name(func)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        for binding in self.resolver.bindings(head, scope):
+            if binding.kind != "import":
+                continue
+            found = imported_module(binding.node, head)
+            if found is None:
+                continue
+            module, level, imported = found
+            parts = rest.split(".") if rest else []
+            if not parts:  # `from utils import ModelEMA`
+                targets, qualified = ([module] if imported is not None else []), imported or ""
+            elif imported is None:  # `import utils`, `import pkg.utils`, `import pkg.utils as u`
+                targets = [".".join(filter(None, [module, *parts[:-1]]))]
+                if module is not None and "." in module and module.split(".")[0] == head:
+                    targets.append(".".join([head, *parts[:-1]]))  # `import pkg.utils`: `pkg` is bound
+                qualified = parts[-1]
+            else:  # `from pkg import utils`; `utils.ModelEMA`
+                targets, qualified = [".".join(filter(None, [module, imported, *parts[:-1]]))], parts[-1]
+            for target in dict.fromkeys(targets):
+                foreign = self.external.module(target or None, level)
+                if foreign is None:
+                    continue
+                facts = foreign.facts.get(family, {}).get(qualified)
+                if facts is not None:
+                    return qualified, os.path.basename(foreign.path), facts
+        return None
 
     def grad_scalers_built(self) -> Iterator[Tuple[ScalerInfo, CallRecord]]:
         """Each `GradScaler(...)` the file builds into a variable, with the scaler it fills;
