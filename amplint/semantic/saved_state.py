@@ -213,6 +213,8 @@ def _scalers_returned(model: "SemanticModel", units: List[CodeUnit]) -> List[Tup
     for info, record in model.grad_scalers_built():
         if info.framework is None:
             built.setdefault(info.key, record.node)
+    if not built and not any(model.resolver.qualified(record.node.func) in torch_api.GRAD_SCALER for record in model.index.calls):
+        return []  # no GradScaler built in the file: no function returns one (and no unit is walked)
     found = []
     for unit in units:
         if unit.scope.class_scope is not None:
