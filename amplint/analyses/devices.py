@@ -30,6 +30,7 @@ from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import names_read, source_text
 from amplint.semantic.resolve import split_args
 from amplint.semantic.types import AutocastRegion
+from amplint.semantic.walk import iter_tree
 
 # Words in a test or an `enabled=` expression that make it about where the code runs.
 _DEVICE_WORDS = ("cuda", "gpu", "device")
@@ -146,6 +147,8 @@ class Devices(Analysis):
         for frame in self._region_frames(region):
             if isinstance(frame, GuardFrame) and _mentions_device(source_text(frame.test)):
                 return True
+        if self._leaves_unless_on_device(region) or self._called_only_on_device(region.unit):
+            return True
         unit: Optional[CodeUnit] = region.unit
         while unit is not None and not unit.is_module:
             decorators = list(unit.decorators)
@@ -156,6 +159,27 @@ class Devices(Analysis):
                 return True
             unit = unit.enclosing
         return False
+
+    def _leaves_unless_on_device(self, region: AutocastRegion) -> bool:
+        """Whether the region's function, before the statement that holds it, leaves on a
+        test of the device (`if args.device != "cuda": return`)."""
+        function = region.unit.node
+        if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock):
+            return False
+        for statement in function.body.body:
+            if any(node is region.anchor for node in iter_tree(statement)):
+                return False
+            if isinstance(statement, cst.If) and _mentions_device(source_text(statement.test)) and _leaves(statement.body):
+                return True
+        return False
+
+    def _called_only_on_device(self, unit: CodeUnit) -> bool:
+        """Whether every call of `unit` in the file is inside an `if` that tests the device
+        (`if args.device == "cuda": train_amp(model, args)`); False when nothing calls it."""
+        calls = [record for record in self.index.calls if getattr(self.classify(record), "callee", None) is unit and record.unit is not unit]
+        return bool(calls) and all(
+            any(isinstance(frame, GuardFrame) and _mentions_device(source_text(frame.test)) for frame in record.frames) for record in calls
+        )
 
     def _reads_device(self, expression: Optional[cst.BaseExpression], scope, depth: int) -> bool:
         """`enabled=` reads the device or CUDA's availability, directly or through the values
@@ -198,6 +222,15 @@ class Devices(Analysis):
             for placement in self.placements_in(self.related_units(region.unit))
             if placement.chosen_at_run_time and placement.devices - region.possible_devices
         ]
+
+
+def _leaves(block: cst.BaseSuite) -> bool:
+    """Whether `block` ends by leaving its function: a `return` or a `raise`."""
+    body = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    last = body[-1] if body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        return isinstance(last.body[-1], (cst.Return, cst.Raise))
+    return isinstance(last, (cst.Return, cst.Raise))
 
 
 def _mentions_device(text: str, words=_DEVICE_WORDS) -> bool:

@@ -74,3 +74,23 @@ def main(args):
     model = torch.nn.Linear(4, 4).to(args.device)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         return model(torch.ones(4, device=args.device))
+
+
+def benchmark_on_cuda(model):
+    # Leaves first unless the option chose CUDA: the region runs on CUDA only.
+    if args.device != "cuda":
+        return None
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return model(torch.ones(4, device=args.device))
+
+
+def train_amp(model, args):
+    # Called only where the option chose CUDA (below).
+    model.to(args.device)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return model(torch.ones(4, device=args.device))
+
+
+if __name__ == "__main__":
+    if args.device == "cuda":
+        train_amp(torch.nn.Linear(4, 4), args)
