@@ -183,7 +183,9 @@ class Regions:
         """The framework objects the file builds (`L.Trainer(...)`): the first, where its
         call is written, the dtypes their autocast may run in and whether it is surely on
         (None: some precision is full, `"16-mixed" if args.amp else "32"`). None when the
-        file builds none, when a precision is unknown, or when every one is full precision."""
+        file builds none, when a precision is unknown, when every one is full precision, or
+        when one of several may be (`Trainer(precision="32-true").fit(GAN())` beside a
+        mixed-precision one: which module each trains is not followed)."""
         built = [(r.node, r.unit.scope) for r in self.index.calls if framework_of(r.node, self.resolver) is framework]
         if not built:
             return None
@@ -192,6 +194,8 @@ class Regions:
             found, known = precisions(call, framework, where, self.resolver)
             if not known or not self._hooks_autocast(call, framework, where):
                 return None
+            if len(built) > 1 and found & frameworks.FULL_PRECISIONS:
+                return None  # one of several may train in full precision: which module it fits is not followed
             values |= found
         off = values & frameworks.FULL_PRECISIONS
         if off == values or any(v not in off and frameworks.autocast_dtype(v) is None for v in values):
