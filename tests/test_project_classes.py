@@ -695,3 +695,45 @@ def test_the_helpers_of_a_module_without_amp_words_are_found_by_their_text():
     assert helper_names(textwrap.dedent(GRAD_UTILS)) == {"grad_norm", "log_norm", "Monitor"}
     assert helper_names("def f(x):\n    return torch.autograd.grad(x, y)\n") == frozenset()  # not a `.grad` read
     assert helper_names("def clip(m):\n    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)\n") == {"clip"}
+
+
+def test_a_checkpointer_of_a_linted_module_that_saves_no_optimizer_state_is_not_taken_by_its_name(tmp_path):
+    # `Checkpointer(model, opt)` is handed the optimizer, but its module (linted with this
+    # one) shows that `save` keeps only the model: its summary decides, not its name.
+    helpers = '''
+    import torch
+
+
+    def step(optimizer, scaler, loss):
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+    class Checkpointer:
+        def __init__(self, model, optimizer):
+            self.model = model
+            self.optimizer = optimizer
+
+        def save(self, path):
+            torch.save({"model": self.model.state_dict()}, path)
+    '''
+    train = '''
+    import torch
+    from helpers import step, Checkpointer
+
+    model = torch.nn.Linear(4, 4).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    ck = Checkpointer(model, opt)
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).sum()
+        step(opt, scaler, loss)
+    ck.save("last.pt")
+    '''
+    found, _ = _lint(tmp_path, {"helpers.py": helpers, "train.py": train})
+    assert found == []
+    saving = helpers.replace('{"model": self.model.state_dict()}', '{"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}')
+    found, _ = _lint(tmp_path, {"helpers.py": saving, "train.py": train})
+    assert found == [("train.py", 12, "AMP007")]

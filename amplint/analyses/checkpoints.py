@@ -164,6 +164,8 @@ class Checkpoints(Analysis):
         item = self.classify(record)
         if isinstance(item, HelperCall) and item.callee is not None:
             return
+        if self._linted_elsewhere(record):
+            return  # its module was analysed: its summary's state table says what it saves
         restores = bool(_RESTORING.search(callee))
         for arg in record.node.args:
             for name in _objects(arg.value):
@@ -243,6 +245,31 @@ class Checkpoints(Analysis):
                 constructor = foreign.state.get(f"{cls}.__init__") or {}
                 return entry, _origin(foreign), (constructor, bound, where)
         return None
+
+    def _linted_elsewhere(self, record: CallRecord) -> bool:
+        """Whether `record` calls a class or function (`Checkpointer(...)`, `save_checkpoint(...)`,
+        `utils.save_checkpoint(...)`) of another module linted with this one, whose summary
+        lists it: what it saves is then what its state table says, not what its name suggests."""
+        external = self.model.external
+        func = record.node.func
+        if external is None:
+            return False
+        if isinstance(func, cst.Name):
+            imported = self._imported(func.value, record.unit.scope)
+            target, level, name = (imported[0], imported[1], imported[2]) if imported is not None else (None, 0, None)
+        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            imported = self._imported(func.value.value, record.unit.scope)
+            if imported is None:
+                return False
+            module, level, imported_name = imported
+            target = module if imported_name is None else (f"{module}.{imported_name}" if module else imported_name)
+            name = func.attr.value
+        else:
+            return False
+        if imported is None or name is None:
+            return False
+        raw = external.raw(target, level)
+        return raw is not None and (name in raw.get("classes", {}) or name in raw.get("functions", {}) or name in raw.get("state", {}))
 
     def _imported(self, name: str, scope: Scope) -> Optional[Tuple[Optional[str], int, Optional[str]]]:
         for binding in self.resolver.bindings(name, scope):
