@@ -39,7 +39,7 @@ import libcst as cst
 
 from amplint.analyses.repetition import Repetitions
 from amplint.semantic.calls import HelperCall
-from amplint.semantic.exports import imported_module
+from amplint.semantic.exports import import_targets
 from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name
@@ -210,36 +210,25 @@ class Checkpoints(Analysis):
         if external is None:
             return None
         if isinstance(func, cst.Name):
-            imported = self._imported(func.value, scope)
-            if imported is None:
-                return None
-            module, level, name = imported
-            foreign = external.module(module, level)
-            entry = foreign.state.get(name) if foreign is not None and name else None
-            return (entry, _origin(foreign), None) if entry is not None else None
+            found = self._foreign(func.value, scope)
+            entry = found[0].state.get(found[1]) if found is not None else None
+            return (entry, _origin(found[0]), None) if found is not None and entry is not None else None
         owner = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
         if owner is None or owner in ("self", "cls") or not isinstance(func, cst.Attribute):
             return None
         method = func.attr.value
-        if "." not in owner:
+        if "." not in owner and any(binding.kind == "import" for binding in self.resolver.bindings(owner, scope)):
             # `utils.save_checkpoint(...)` with `utils` an imported module.
-            imported = self._imported(owner, scope)
-            if imported is not None:
-                module, level, name = imported
-                target = module if name is None else (f"{module}.{name}" if module else name)
-                foreign = external.module(target, level)
-                entry = foreign.state.get(method) if foreign is not None else None
-                return (entry, _origin(foreign), None) if entry is not None else None
+            found = self._foreign(f"{owner}.{method}", scope)
+            entry = found[0].state.get(found[1]) if found is not None else None
+            return (entry, _origin(found[0]), None) if found is not None and entry is not None else None
         for bound, where in self.resolver.values(owner, scope):
             if not isinstance(bound, cst.Call) or not isinstance(bound.func, cst.Name):
                 continue
-            imported = self._imported(bound.func.value, where)
-            if imported is None or imported[2] is None:
+            found = self._foreign(bound.func.value, where)
+            if found is None:
                 continue
-            module, level, cls = imported
-            foreign = external.module(module, level)
-            if foreign is None:
-                continue
+            foreign, cls = found
             entry = foreign.state.get(f"{cls}.{method}")
             if entry is not None:
                 constructor = foreign.state.get(f"{cls}.__init__") or {}
@@ -252,29 +241,23 @@ class Checkpoints(Analysis):
         lists it: what it saves is then what its state table says, not what its name suggests."""
         external = self.model.external
         func = record.node.func
-        if external is None:
+        if external is None or not (isinstance(func, cst.Name) or (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name))):
             return False
-        if isinstance(func, cst.Name):
-            imported = self._imported(func.value, record.unit.scope)
-            target, level, name = (imported[0], imported[1], imported[2]) if imported is not None else (None, 0, None)
-        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-            imported = self._imported(func.value.value, record.unit.scope)
-            if imported is None:
-                return False
-            module, level, imported_name = imported
-            target = module if imported_name is None else (f"{module}.{imported_name}" if module else imported_name)
-            name = func.attr.value
-        else:
-            return False
-        if imported is None or name is None:
-            return False
-        raw = external.raw(target, level)
-        return raw is not None and (name in raw.get("classes", {}) or name in raw.get("functions", {}) or name in raw.get("state", {}))
+        name = dotted_name(func) or ""
+        for target, level, qualified in import_targets(name, self.resolver.bindings(name.partition(".")[0], record.unit.scope)):
+            raw = external.raw(target, level)
+            if raw is not None:
+                return qualified in raw.get("classes", {}) or qualified in raw.get("functions", {}) or qualified in raw.get("state", {})
+        return False
 
-    def _imported(self, name: str, scope: Scope) -> Optional[Tuple[Optional[str], int, Optional[str]]]:
-        for binding in self.resolver.bindings(name, scope):
-            if binding.kind == "import":
-                return imported_module(binding.node, name)
+    def _foreign(self, name: str, scope: Scope) -> Optional[Tuple[Any, str]]:
+        """The summary of the linted module that defines the dotted `name` as this file
+        imports it (`ForeignModule`), and its name there; None when it is no such import."""
+        assert self.model.external is not None
+        for target, level, qualified in import_targets(name, self.resolver.bindings(name.partition(".")[0], scope)):
+            foreign = self.model.external.module(target, level)
+            if foreign is not None:
+                return foreign, qualified
         return None
 
     # ------------------------------------------------------------------ scalers built elsewhere

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -738,6 +738,35 @@ def imported_module(binding_node: cst.CSTNode, local: str) -> Optional[Tuple[Opt
             if alias.asname is None and full.split(".")[0] == local:
                 return full, 0, None
     return None
+
+
+def import_targets(name: str, bindings: Iterable[Any]) -> Iterator[Tuple[Optional[str], int, str]]:
+    """Where the dotted name `name` may be defined in another module, by the imports among
+    `bindings` (those of its first part): (the module as imported, its relative level, the
+    name in it). `ModelEMA` of `from utils import ModelEMA` -> ("utils", 0, "ModelEMA");
+    `utils.ModelEMA` of `import utils` or `from pkg import utils` -> ("utils" or "pkg.utils",
+    0, "ModelEMA"); `pkg.utils.ModelEMA` of `import pkg.utils` -> ("pkg.utils", 0, ...)."""
+    head, _, rest = name.partition(".")
+    parts = rest.split(".") if rest else []
+    for binding in bindings:
+        if binding.kind != "import":
+            continue
+        found = imported_module(binding.node, head)
+        if found is None:
+            continue
+        module, level, imported = found
+        if not parts:  # `from utils import ModelEMA`
+            if imported is not None:
+                yield module, level, imported
+            continue
+        if imported is None:  # `import utils`, `import pkg.utils`, `import pkg.utils as u`
+            targets = [".".join(filter(None, [module, *parts[:-1]]))]
+            if module is not None and "." in module and module.split(".")[0] == head:
+                targets.append(".".join([head, *parts[:-1]]))  # `import pkg.utils`: `pkg` is bound
+        else:  # `from pkg import utils`; `utils.ModelEMA`
+            targets = [".".join(filter(None, [module, imported, *parts[:-1]]))]
+        for target in dict.fromkeys(targets):
+            yield target or None, level, parts[-1]
 
 
 def imports_of(index) -> Tuple[Tuple[str, int], ...]:

@@ -16,7 +16,7 @@ import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.conditions import Assumption, ConditionMemo, StandIn, alternatives, assumptions, stand_ins, substitute
-from amplint.semantic.exports import ExternalModules, ForeignHook, imported_module
+from amplint.semantic.exports import ExternalModules, ForeignHook, import_targets
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
 from amplint.semantic.pytorch import frameworks, vocabulary
@@ -230,31 +230,11 @@ class SemanticModel:
         name = dotted_name(func)
         if name is None:
             return None
-        head, _, rest = name.partition(".")
-        for binding in self.resolver.bindings(head, scope):
-            if binding.kind != "import":
-                continue
-            found = imported_module(binding.node, head)
-            if found is None:
-                continue
-            module, level, imported = found
-            parts = rest.split(".") if rest else []
-            if not parts:  # `from utils import ModelEMA`
-                targets, qualified = ([module] if imported is not None else []), imported or ""
-            elif imported is None:  # `import utils`, `import pkg.utils`, `import pkg.utils as u`
-                targets = [".".join(filter(None, [module, *parts[:-1]]))]
-                if module is not None and "." in module and module.split(".")[0] == head:
-                    targets.append(".".join([head, *parts[:-1]]))  # `import pkg.utils`: `pkg` is bound
-                qualified = parts[-1]
-            else:  # `from pkg import utils`; `utils.ModelEMA`
-                targets, qualified = [".".join(filter(None, [module, imported, *parts[:-1]]))], parts[-1]
-            for target in dict.fromkeys(targets):
-                foreign = self.external.module(target or None, level)
-                if foreign is None:
-                    continue
-                facts = foreign.facts.get(family, {}).get(qualified)
-                if facts is not None:
-                    return qualified, os.path.basename(foreign.path), facts
+        for target, level, qualified in import_targets(name, self.resolver.bindings(name.partition(".")[0], scope)):
+            foreign = self.external.module(target, level)
+            facts = foreign.facts.get(family, {}).get(qualified) if foreign is not None else None
+            if facts is not None:
+                return qualified, os.path.basename(foreign.path), facts
         return None
 
     def grad_scalers_built(self) -> Iterator[Tuple[ScalerInfo, CallRecord]]:

@@ -28,7 +28,7 @@ import libcst as cst
 
 from amplint.semantic.pytorch import api as torch_api, frameworks, vocabulary
 from amplint.semantic.conditions import Assumption, Condition, assumptions
-from amplint.semantic.exports import ExternalModules, FactoryReturn, imported_module
+from amplint.semantic.exports import ExternalModules, FactoryReturn, import_targets
 from amplint.semantic.index import Binding, CallRecord, ModuleIndex, Scope
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
@@ -348,23 +348,11 @@ class _ScalerFinder:
         """The `FactoryReturn` another linted module exports for the function `func` names:
         `build_accelerator` from `from utils import build_accelerator`, `utils.build_accelerator`."""
         assert self.external is not None
-        head, _, rest = (dotted_name(func) or "").partition(".")
-        if "." in rest:
+        name = dotted_name(func) or ""
+        if name.count(".") > 1:
             return None
-        for binding in self.resolver.bindings(head, scope):
-            if binding.kind != "import":
-                continue
-            found = imported_module(binding.node, head)
-            if found is None:
-                continue
-            module, level, name = found
-            if rest:  # `utils.build_accelerator(...)`: `utils` is the module
-                target = module if name is None else (f"{module}.{name}" if module else name)
-                foreign = self.external.module(target, level)
-                qualified = rest
-            else:
-                foreign = self.external.module(module, level)
-                qualified = name or ""
+        for target, level, qualified in import_targets(name, self.resolver.bindings(name.partition(".")[0], scope)):
+            foreign = self.external.module(target, level)
             function = foreign.functions.get(qualified) if foreign is not None else None
             if function is not None and function.returns_framework is not None:
                 return function.returns_framework
