@@ -11,7 +11,7 @@ from its locals resolves there, wherever it is entered.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -163,16 +163,12 @@ class Regions:
             if found is None:
                 continue
             anchor, where, dtypes, enabled = found
-            self.hook_regions[id(unit)] = AutocastRegion(
-                anchor=anchor,
-                unit=unit,
-                scope=where,
-                device=None,
-                possible_devices=frozenset(),
-                dtype=next(iter(dtypes)) if len(dtypes) == 1 else None,
-                possible_dtypes=dtypes,
-                enabled=enabled,
-                cache_enabled=None,
+            self.hook_regions[id(unit)] = _framework_autocast(
+                anchor,
+                unit,
+                where,
+                dtypes,
+                enabled,
                 under_no_grad=False,
                 framework=framework.name,
                 hook=unit.node.name.value,  # type: ignore[union-attr]
@@ -310,19 +306,7 @@ class Regions:
         enabled: Optional[bool] = None
         if complete:
             enabled = False if off == values else (True if not off else None)
-        return AutocastRegion(
-            anchor=call,
-            unit=unit,
-            scope=scope,
-            device=None,
-            possible_devices=frozenset(),
-            dtype=next(iter(dtypes)) if len(dtypes) == 1 else None,
-            possible_dtypes=dtypes,
-            enabled=enabled,
-            cache_enabled=None,
-            under_no_grad=under_no_grad,
-            framework=name,
-        )
+        return _framework_autocast(call, unit, scope, dtypes, enabled, under_no_grad=under_no_grad, framework=name)
 
     def _autocast_call(self, expression: cst.BaseExpression, scope: Scope, depth: int = 0) -> Optional[_AutocastCall]:
         """The autocast call behind a `with` item: direct, a context object built earlier
@@ -396,3 +380,20 @@ def assigned_in(body: cst.CSTNode) -> FrozenSet[str]:
         elif isinstance(node, cst.WithItem) and node.asname is not None:
             bound.extend(names_bound(node.asname.name))
     return frozenset(roots(bound))
+
+
+def _framework_autocast(anchor: cst.CSTNode, unit: CodeUnit, scope: Scope, dtypes: FrozenSet[str], enabled: Optional[bool], **fields: Any) -> AutocastRegion:
+    """The autocast a framework object opens (`accelerator.autocast()`, a Trainer around its
+    hooks): on the device the framework picks (unknown), in one of `dtypes`."""
+    return AutocastRegion(
+        anchor=anchor,
+        unit=unit,
+        scope=scope,
+        device=None,
+        possible_devices=frozenset(),
+        dtype=next(iter(dtypes)) if len(dtypes) == 1 else None,
+        possible_dtypes=dtypes,
+        enabled=enabled,
+        cache_enabled=None,
+        **fields,
+    )
