@@ -51,7 +51,8 @@ RULES = (
     RuleEntry("AMP011", "autocast-device-mismatch", VOCABULARY, _DEVICES),
     # A LightningModule's step hooks run under the autocast of a Trainer built with its
     # precision in the file (`Trainer(precision="16-mixed")`: frameworks.AUTOCAST_HOOK_BUILDERS).
-    RuleEntry("AMP012", "float32-island-undone", ("autocast", "precision=")),
+    # An nn.Module's `forward` runs under its caller's autocast; a float32 cast has `.float` or `float32`.
+    RuleEntry("AMP012", "float32-island-undone", ("autocast", "precision=", "def forward("), (".float", "float32")),
     RuleEntry("AMP013", "unsafe-log-under-autocast", ("autocast", "precision=")),
     RuleEntry("AMP014", "deprecated-amp-api", ("cuda.amp", "cpu.amp", "import amp")),
     RuleEntry("AMP015", "scaler-update-missing", VOCABULARY),

@@ -52,6 +52,10 @@ OPTIMIZER = "optimizer"  # an optimizer may be built: `torch.optim.*`, `AdamW(..
 AVERAGE = "average"  # a loop over parameters or a state dict decays them in place: `e.mul_(d)`, `v *= d`
 AUTOCAST_OBJECT = "autocast object"  # an `autocast(...)` call that is no `with` item or decorator of its own
 FRAMEWORK_OBJECT = "framework object"  # `Accelerator(...)`, `TrainingArguments(...)`: a function may return one
+# A class defines `forward` (an `nn.Module` may), and a function of the file has a matrix product
+# beside a call that may cast to float32 (`.float()`, `.to(...)`, `.type(...)`, `.type_as(...)`):
+# a float32 island a module's caller's autocast may undo (`RegionOps.ops_under_callers_autocast`).
+MODULE_ISLAND = "module island"
 
 # With the wrappers of one the user's code owns (timm's NativeScaler).
 _GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"}) | frameworks.OWNED_SCALER_CLASSES
@@ -107,6 +111,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     autocasts: List[ast.Call] = []  # `autocast(...)` calls
     entered: Set[int] = set()  # `with` items and decorators: entered where they are written
     hooks = False  # a method named like a hook a framework runs under its own autocast
+    forward = False  # a class defines `forward`
     builds = False  # a call that builds that framework and sets its precision
     for node in _walk(tree):
         kind = type(node)
@@ -126,6 +131,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             entered.update(id(item.context_expr) for item in node.items)  # type: ignore[attr-defined]
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.ClassDef:
             entered.update(id(decorator) for decorator in node.decorator_list)  # type: ignore[attr-defined]
+            if kind is ast.ClassDef and not forward:
+                forward = any(type(s) in _FUNCTIONS and s.name == "forward" for s in node.body)  # type: ignore[attr-defined]
             if node.name in frameworks.SCALED_GRADIENT_HOOKS:  # type: ignore[attr-defined]
                 found.add(FRAMEWORK_BACKWARD)  # Lightning's `on_after_backward`: after its scaled backward
             elif node.name in frameworks.STEPPED_AFTER_HOOKS:  # type: ignore[attr-defined]
@@ -164,12 +171,100 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
                 found.update((STEP, FRAMEWORK_BACKWARD))  # timm's `loss_scaler(loss, optimizer)`: backward and step
     for method, receiver, call in receivers:
         _by_receiver(method, receiver, call, found)
+    if forward and PRODUCT in found and FLOAT32_CAST in found and _island(tree):
+        found.add(MODULE_ISLAND)
     if any(id(call) not in entered for call in autocasts):
         found.add(AUTOCAST_OBJECT)
     # `optimizer = OPTIMIZERS[name](model.parameters())`: built by a call the file does not name.
     if _NAMED_LIKE_OPTIMIZER in found and _PARAMETERS in found:
         found.add(OPTIMIZER)
     return frozenset(found - _PARTS)
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# Calls that may cast to float32 (`float32_cast` follows no other): `.float()`, `.type_as(t)`,
+# and `.to(...)`/`.type(...)` given a dtype or a tensor other than a device.
+_CASTS = frozenset({"float", "type_as"})
+_DTYPE_CASTS = frozenset({"to", "type"})
+_PRODUCT_NAMES = frozenset(name for name, mark in _NAMED.items() if mark == PRODUCT)
+
+
+def _may_cast(call: ast.Call) -> bool:
+    method = _method(call)
+    if method in _CASTS:
+        return True
+    if method not in _DTYPE_CASTS:
+        return False
+    values = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    return any(
+        (type(value) is ast.Attribute and value.attr in ("float32", "float"))  # type: ignore[attr-defined]
+        or (type(value) is ast.Name and "device" not in value.id)  # type: ignore[attr-defined]
+        for value in values
+    )
+
+
+def _island(tree: ast.AST) -> bool:
+    """Whether a function has a matrix product (`@`, or a call of one: `matmul`, `einsum`,
+    `F.linear`) with an operand that holds a call that may cast to float32, itself or through
+    a variable a statement of a block around the product assigns one (`inv =
+    self.inv_freq.float()`, then `inv @ pos`; not `if upcast: q = q.float()`, which
+    `RegionOps.value_at` does not take as certain either)."""
+    return any(type(node) in _FUNCTIONS and _block_island(node.body, frozenset()) for node in _walk(tree))  # type: ignore[attr-defined]
+
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _block_island(statements: List[ast.stmt], visible: FrozenSet[str]) -> bool:
+    cast = set(visible)
+    for _ in range(2):  # `a = x.float()`, `b = a.transpose(1, 2)`: two steps of names
+        for statement in statements:
+            if type(statement) is ast.Assign and _holds_cast(statement.value, cast):  # type: ignore[attr-defined]
+                cast.update(t.id for t in statement.targets if type(t) is ast.Name)  # type: ignore[attr-defined]
+    seen = frozenset(cast)
+    for statement in statements:
+        kind = type(statement)
+        if kind in _FUNCTIONS or kind is ast.ClassDef:
+            continue  # a function of its own
+        nested: List[ast.AST] = []
+        for name, value in ast.iter_fields(statement):
+            if name in _BLOCKS and type(value) is list:
+                nested.extend(value)
+            elif isinstance(value, ast.AST):
+                if _product_of_cast(value, seen):
+                    return True
+            elif type(value) is list:
+                if any(isinstance(item, ast.AST) and _product_of_cast(item, seen) for item in value):
+                    return True
+        for block in nested:
+            inner = block.body if type(block) in (ast.ExceptHandler, ast.match_case) else None  # type: ignore[attr-defined]
+            if inner is not None:
+                if _block_island(inner, seen):
+                    return True
+            elif _block_island([block], seen):  # type: ignore[list-item]
+                return True
+    return False
+
+
+def _product_of_cast(expression: ast.AST, cast: FrozenSet[str]) -> bool:
+    for node in _walk(expression):
+        kind = type(node)
+        if kind is ast.BinOp and type(node.op) is ast.MatMult:  # type: ignore[attr-defined]
+            operands: List[ast.AST] = [node.left, node.right]  # type: ignore[attr-defined]
+        elif kind is ast.Call and _method(node) in _PRODUCT_NAMES:  # type: ignore[arg-type]
+            operands = [*node.args, *(k.value for k in node.keywords)]  # type: ignore[attr-defined]
+        else:
+            continue
+        if any(_holds_cast(operand, cast) for operand in operands):
+            return True
+    return False
+
+
+def _holds_cast(node: ast.AST, cast: Union[Set[str], FrozenSet[str]]) -> bool:
+    return any(
+        (type(n) is ast.Call and _may_cast(n)) or (type(n) is ast.Name and n.id in cast)  # type: ignore[attr-defined, arg-type]
+        for n in _walk(node)
+    )
 
 
 def _averages(loop: Union[ast.For, ast.AsyncFor]) -> bool:

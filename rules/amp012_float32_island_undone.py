@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from amplint.analyses.region_ops import RegionOp, RegionOps, region_words
-from amplint.evidence import AUTOCAST, FLOAT32_CAST, PRODUCT
+from amplint.evidence import AUTOCAST, FLOAT32_CAST, MODULE_ISLAND, PRODUCT
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, source_text
 from amplint.semantic.pytorch import frameworks
@@ -23,10 +23,17 @@ class Float32IslandUndone(Rule):
     `torch.float32` through an alias, and `x.type_as(t)` or `x.to(t)` when `t` is evidently
     float32: a `.float()` value, a tensor or buffer built with `dtype=torch.float32`), seen
     through views such as `.transpose()` and through variables assigned them on the
-    straight-line way there. The product may be written in the region or in a function of
-    the file called from inside it. A LightningModule's step hooks (`training_step`, ...)
-    are such a region when the file builds the Trainer with a known mixed precision
-    (`Trainer(precision="16-mixed")`), which runs them under its autocast. An op autocast leaves in float32 on the region's device
+    straight-line way there; an operand that is such a float32 tensor itself counts beside
+    an explicit cast (`einsum("i,j->ij", t.type_as(self.inv_freq), self.inv_freq)`). The
+    product may be written in the region or in a function of the file called from inside
+    it. A LightningModule's step hooks (`training_step`, ...) are such a region when the
+    file builds the Trainer with a known mixed precision (`Trainer(precision="16-mixed")`),
+    which runs them under its autocast. So is the `forward` of an `nn.Module` (a class of
+    the file deriving from `torch.nn.Module`), with the file's functions it calls, wherever
+    the file's own regions do not reach it: it runs under its caller's autocast, and
+    mixed-precision training and inference call their model under one (the rotary
+    embeddings of diffusers and x-transformers were fixed for exactly this), unless
+    autocast is switched off in it, on it, or around the file's calls of it. An op autocast leaves in float32 on the region's device
     (`tensordot` in a CUDA region, which autocast promotes; `addmv` on CPU), a `type_as` of a
     tensor whose dtype the code does not show, and a cast inside
     `torch.autocast(..., enabled=False)`, a cast of a product's *output* (`(a @ b).float()`
@@ -83,10 +90,13 @@ class Float32IslandUndone(Rule):
     name = "float32-island-undone"
     severity = "error"
     # A LightningModule's hooks run under the autocast of a Trainer the file builds with its
-    # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`).
-    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}))
-    # A region, a matrix product or convolution, and a float32 cast.
-    needs = ({AUTOCAST}, {PRODUCT}, {FLOAT32_CAST})
+    # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`), and an
+    # nn.Module's `forward` under its caller's; every float32 cast is written with `.float` or
+    # `float32` (`x.float()`, `torch.float`, `th.float32`, `from torch import float32`).
+    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}), "def forward(")
+    requires = (".float", "float32")
+    # A region (or a module's island), a matrix product or convolution, and a float32 cast.
+    needs = ({AUTOCAST, MODULE_ISLAND}, {PRODUCT}, {FLOAT32_CAST})
 
     PREDICTIONS = (
         Prediction(
@@ -162,14 +172,17 @@ class Float32IslandUndone(Rule):
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
         reported = set()
-        for found in model.facts(RegionOps).ops_in_regions():
+        ops = model.facts(RegionOps)
+        for found in ops.ops_in_regions() + ops.ops_under_callers_autocast():
             operands = found.op.operands
             if found.policies() != {LOWER_PRECISION} or len(operands) < 2 or id(found.node) in reported:
                 continue
-            casts = [model.facts(RegionOps).float32_cast(operand, found.unit) for operand in operands]
-            if all(cast is not None for cast in casts):
+            casts = [ops.float32_cast(operand, found.unit) for operand in operands]
+            # Every input float32 by what the code shows (a float32 buffer beside `t.type_as(it)`),
+            # at least one by an explicit cast.
+            if any(casts) and all(cast is not None or ops.evidently_float32(operand, found.unit) for cast, operand in zip(casts, operands)):
                 reported.add(id(found.node))
-                yield Report(found.node, Message.split(_message(found, [source_text(c) for c in casts])))  # type: ignore[misc]
+                yield Report(found.node, Message.split(_message(found, [source_text(c) for c in casts if c is not None])))  # type: ignore[misc]
 
     VALID = (
         # The island under autocast(enabled=False): the AMP docs' recipe.
@@ -244,6 +257,65 @@ with torch.autocast("cuda", dtype=torch.float16):
     with torch.autocast("cuda", enabled=False):
         attn = torch.einsum("bhid,bhjd->bhij", q.float(), k.float())
 """,
+        # A module's island under autocast switched off: in its forward, on the forward as a
+        # decorator, or around the file's every call of it.
+        """
+import torch
+from torch import nn
+
+class Rotary(nn.Module):
+    def forward(self, positions):
+        with torch.autocast(positions.device.type, enabled=False):
+            freqs = self.inv_freq.float() @ positions.float()
+        return freqs.cos()
+
+class RotaryDecorated(nn.Module):
+    @torch.autocast("cuda", enabled=False)
+    def forward(self, positions):
+        return (self.inv_freq.float() @ positions.float()).cos()
+
+class Guarded(nn.Module):
+    def forward(self, positions):
+        return (self.inv_freq.float() @ positions.float()).cos()
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rotary = Guarded()
+
+    def forward(self, x, positions):
+        with torch.autocast("cuda", enabled=False):
+            freqs = self.rotary(positions)
+        return x * freqs
+""",
+        # Not an nn.Module: nothing calls its `forward` under autocast by convention; and in a
+        # module, float64 inputs and a cast of the product's output.
+        """
+import torch
+from torch import nn
+
+class Scorer:
+    def forward(self, q, k):
+        return q.float() @ k.float()
+
+class Head(nn.Module):
+    def forward(self, q, k, h, w):
+        exact = q.double() @ k.double()
+        logits = (h @ w).float()
+        return exact, logits
+""",
+        # A cast whose dtype is float32 only on one side of a choice, or by a parameter's
+        # default (a CPU fallback for half matmuls, a caller's choice): not an island.
+        """
+import torch
+from torch import nn
+
+class Adapter(nn.Module):
+    def forward(self, x, r, dtype=torch.float32):
+        compute_dtype = torch.float32 if x.device.type == "cpu" else x.dtype
+        out = x.to(compute_dtype) @ r.to(compute_dtype).t()
+        return out + x.to(dtype) @ r.to(dtype).t()
+""",
     )
     INVALID = (
         Flagged(
@@ -299,6 +371,53 @@ class RotaryScores(torch.nn.Module):
 """,
             at=((12, 17), (13, 17)),
         ),
+        # An nn.Module's forward runs under its caller's autocast, which the file need not show:
+        # the rotary product of positions collapses in bfloat16 (positions past 256 collide).
+        Flagged(
+            """
+import torch
+from torch import nn
+
+class Rotary(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim)))
+
+    def forward(self, position_ids):
+        inv = self.inv_freq[None, :, None].float()
+        pos = position_ids[:, None, :].float()
+        freqs = (inv @ pos).transpose(1, 2)
+        return freqs.cos(), freqs.sin()
+""",
+            at=((13, 18),),
+        ),
+        # ... also in a method or function of the file it calls, and with `type_as` a float32 buffer.
+        Flagged(
+            """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+def frequencies(t, inv_freq):
+    return torch.einsum("i,j->ij", t.type_as(inv_freq), inv_freq)
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.ones(dim // 2, dtype=torch.float32))
+
+    def forward(self, t):
+        return torch.einsum("i,j->ij", t.type_as(self.inv_freq), self.inv_freq)
+
+class Router(nn.Module):
+    def forward(self, x):
+        return self._scores(x)
+
+    def _scores(self, x):
+        return F.linear(x.type(torch.float32), self.weight.type(torch.float32))
+""",
+            at=((15, 16), (22, 16)),
+        ),
     )
 
 
@@ -307,9 +426,19 @@ def _message(found: RegionOp, casts) -> str:
     dtype = _dtype_words(region.possible_dtypes)
     device = f'"{region.device}"' if region.device else "device_type"
     where = region_words(region)
-    if found.via:
-        where += " (it runs there through " + ", then ".join(f"`{source_text(v)}`" for v in found.via) + ")"
+    through = ", then ".join(f"`{source_text(v)}`" for v in found.via)
     undone = " and ".join(f"`{c}`" for c in dict.fromkeys(casts))
+    if region.caller:
+        where = f"`{region.caller}.forward`" + (f" (through {through})" if through else "")
+        return (
+            f"`{source_text(found.node)}` runs in {dtype}, not float32, whenever `{region.caller}` is "
+            f"called under autocast, as mixed-precision training and inference call a model: in "
+            f"{where}, autocast casts the inputs of every matrix product and convolution down, "
+            f"undoing {undone}. To compute it in float32 whatever the caller does, put it under "
+            f"`torch.autocast({device}, enabled=False)`."
+        )
+    if found.via:
+        where += f" (it runs there through {through})"
     return (
         f"`{source_text(found.node)}` runs in {dtype}, not float32: inside {where}, autocast casts the "
         f"inputs of every matrix product and convolution down, undoing {undone}. To compute it in "

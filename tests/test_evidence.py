@@ -123,6 +123,15 @@ def test_imports_at_any_depth_and_relative():
         ("for e in ema.parameters(): e.mul_(d)", {evidence.AVERAGE}, set()),
         ("latents *= sigma", set(), {evidence.AVERAGE}),
         ("for k, v in ema.state_dict().items(): v *= d", {evidence.AVERAGE}, set()),
+        # A module's float32 island: a product of a cast, directly or through a name a block
+        # around it assigns; not a cast in a branch the product is outside of, not `.to(device)`,
+        # not a cast after the product, and nothing without a class that defines `forward`.
+        ("class R(nn.Module):\n def forward(self, p):\n  inv = self.f.float()\n  return inv @ p.float()", {evidence.MODULE_ISLAND}, set()),
+        ("class R(nn.Module):\n def __init__(self):\n  self.register_buffer('f', torch.ones(2, dtype=torch.float32))\n def forward(self, t):\n  t = t.type_as(self.f)\n  if s: return torch.einsum('i,j->ij', t, self.f)", {evidence.MODULE_ISLAND}, set()),
+        ("def rope(p, f):\n return f.to(torch.float32) @ p.float()\nclass R(nn.Module):\n def forward(self, p):\n  return rope(p, self.f)", {evidence.MODULE_ISLAND}, set()),
+        ("class A(nn.Module):\n def forward(self, q, k):\n  if self.upcast:\n   q = q.float()\n  return q @ k", set(), {evidence.MODULE_ISLAND}),
+        ("class A(nn.Module):\n def forward(self, q, k):\n  q = q.to(device)\n  s = (q @ k).float()\n  return s.softmax(-1)", set(), {evidence.MODULE_ISLAND}),
+        ("def scores(q, k):\n return q.float() @ k.float()", set(), {evidence.MODULE_ISLAND}),
     ],
 )
 def test_marks(source, present, absent):

@@ -32,6 +32,7 @@ import libcst as cst
 from amplint.semantic.index import CallRecord, CodeUnit, ProductRecord, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, names_bound, source_text
+from amplint.semantic.pytorch.api import DTYPES
 from amplint.semantic.pytorch.autocast_ops import (
     ALL_OPERANDS,
     CREATION_FUNCTIONS,
@@ -42,6 +43,7 @@ from amplint.semantic.pytorch.autocast_ops import (
     OPERANDS,
     autocast_policy,
 )
+from amplint.semantic.regions import callers_autocast
 from amplint.semantic.types import AutocastRegion
 from amplint.semantic.walk import children, iter_tree
 
@@ -54,6 +56,8 @@ def region_devices(region: AutocastRegion) -> FrozenSet[str]:
 def region_words(region: AutocastRegion) -> str:
     """How a message names a region: its autocast call, or the hook a framework runs under
     its own autocast and the call that sets that framework's precision."""
+    if region.caller:
+        return f"`{region.caller}.forward`, which runs under its caller's autocast"
     if region.hook:
         return f"`{region.hook}`, which `{source_text(region.anchor)}` runs under autocast"
     return f"`{source_text(region.anchor)}`"
@@ -210,7 +214,7 @@ _TENSOR_TYPES = {"FloatTensor": "float32", "DoubleTensor": "float64", "HalfTenso
 _MODULE_NAMES = frozenset({"F", "nn", "np", "torch", "functional", "math", "jnp", "tf", "scipy", "special"})
 # nn.Module methods that return the module itself.
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_"})
-_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)
+_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
 
 
 class RegionOps(Analysis):
@@ -223,6 +227,7 @@ class RegionOps(Analysis):
         self._parents: Dict[int, Dict[int, cst.CSTNode]] = {}
         self._functions: Optional[Dict[int, CodeUnit]] = None
         self._in_region: Optional[Set[int]] = None
+        self._callers: Optional[List[RegionOp]] = None
 
     # ---------------------------------------------------------------- ops under autocast
     def ops_in_regions(self) -> List[RegionOp]:
@@ -263,6 +268,54 @@ class RegionOps(Analysis):
                 if callee is not None and len(via) < _MAX_DEPTH and all(callee is not u for u in chain):
                     pending.append((callee, region, via + (record.node,), chain + (callee,)))  # type: ignore[operator]
         self._ops = found
+        return found
+
+    def ops_under_callers_autocast(self) -> List[RegionOp]:
+        """The known ops an `nn.Module`'s `forward` evaluates where no region of the file
+        reaches them, itself or in the file's functions it calls: they run under whatever
+        autocast the module's caller has on, and mixed-precision training and inference call
+        their model under one. Left out: what the file's own regions reach (`ops_in_regions`),
+        code under autocast switched off (in the forward, on the way, or around a call of the
+        module or helper that the file makes), and a hook a framework already runs under its
+        own autocast. Each op once, the forwards' own first, in source order."""
+        if self._callers is not None:
+            return self._callers
+        found: List[RegionOp] = []
+        seen: Set[Tuple[int, int]] = set()
+        guarded = self._called_with_autocast_off()
+        pending: List[Tuple[CodeUnit, AutocastRegion, Tuple[cst.Call, ...], Tuple[CodeUnit, ...]]] = []
+        for unit in self.model.units:
+            owner = unit.scope.class_scope if not unit.is_module else None
+            if owner is None or unit.node.name.value != "forward" or id(unit) in guarded:  # type: ignore[union-attr]
+                continue
+            if id(unit) in self.model.regions.hook_regions or not self.model.classifier.is_module_class(owner):
+                continue
+            pending.append((unit, callers_autocast(unit, owner), (), (unit,)))
+        reached = {id(op.node) for op in self.ops_in_regions()}
+        while pending:
+            unit, region, via, chain = pending.pop(0)
+            for record in self._records(unit):
+                context = self._context(record)
+                if context.region is not None or context.autocast_off or id(record.node) in reached:
+                    continue
+                reached.add(id(record.node))
+                self._add(found, seen, record, unit, region, via)
+                callee = self._callee(record)
+                if callee is not None and id(callee) not in guarded and len(via) < _MAX_DEPTH and all(callee is not u for u in chain):
+                    pending.append((callee, region, via + (record.node,), chain + (callee,)))  # type: ignore[operator]
+        self._callers = found
+        return found
+
+    def _called_with_autocast_off(self) -> Set[int]:
+        """The file's functions it calls somewhere under autocast switched off
+        (`with torch.autocast("cuda", enabled=False): freqs = self.rotary(pos)`)."""
+        found: Set[int] = set()
+        for unit in self.model.units:
+            for record in unit.calls:
+                if record.immediate and self.model.regions.context(record).autocast_off:
+                    callee = self._callee(record)
+                    if callee is not None:
+                        found.add(id(callee))
         return found
 
     def runs_in_region(self, node: cst.CSTNode) -> bool:
@@ -434,7 +487,7 @@ class RegionOps(Analysis):
             if method in ("to", "type"):
                 dtypes = self._cast_dtypes(node, unit)
                 if dtypes == frozenset({"float32"}):
-                    return node
+                    return node if self._fixed_float32(node, unit) else None
                 if dtypes:
                     return None
                 other = self._tensor_argument(node) if method == "to" else None
@@ -538,6 +591,33 @@ class RegionOps(Analysis):
                 dtypes = frozenset({"float64"})
             found |= dtypes
         return found
+
+    def _fixed_float32(self, call: cst.Call, unit: CodeUnit) -> bool:
+        """Whether each dtype a cast names is float32 whatever the caller does: written out
+        (through an alias), or a variable every assignment of which is. Not a parameter (its
+        default is only one of the values a caller may pass), nor a choice with an unknown
+        side (`torch.float32 if on_cpu else x.dtype`)."""
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value != "dtype":
+                continue
+            if self.model.resolver.dtypes(arg.value, unit.scope) and not self._fixed(arg.value, unit.scope, 0):
+                return False
+        return True
+
+    def _fixed(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int) -> bool:
+        if value is None or depth > _MAX_DEPTH:
+            return False
+        if isinstance(value, cst.IfExp):
+            return self._fixed(value.body, scope, depth + 1) and self._fixed(value.orelse, scope, depth + 1)
+        if self.model.resolver.dtypes(value, scope) != frozenset({"float32"}):
+            return False
+        if DTYPES.get(self.model.qualified(value) or "") == "float32":
+            return True
+        name = dotted_name(value)
+        bindings = self.model.resolver.bindings(name, scope) if name is not None else []
+        return bool(bindings) and all(
+            binding.kind == "assign" and self._fixed(binding.value, binding.value_scope, depth + 1) for binding in bindings
+        )
 
     def _device_like(self, arg: cst.Arg, unit: CodeUnit) -> bool:
         """`.to(device)`, `.to(x.device)`, `.to("cuda")`, `non_blocking=True`: no dtype change."""

@@ -436,13 +436,18 @@ class Classifier:
         base class of the file defines, else, for an `nn.Module`, its `forward`."""
         chain = self.resolver.class_and_bases(cls)
         for wanted in ("__call__", "forward"):
-            if wanted == "forward" and not any(self._module_base(owner) for owner in chain):
+            if wanted == "forward" and not self.is_module_class(cls):
                 return None
             for owner in chain:
                 for binding in owner.bindings.get(wanted, ()):
                     if binding.kind == "def" and id(binding.node) in self._functions:
                         return self._functions[id(binding.node)]
         return None
+
+    def is_module_class(self, cls: Scope) -> bool:
+        """Whether `cls` is an `nn.Module`: it or a base class of this file names `torch.nn.Module`
+        (or Lightning's module) among its bases."""
+        return any(self._module_base(owner) for owner in self.resolver.class_and_bases(cls))
 
     def _module_base(self, cls: Scope) -> bool:
         """Whether `cls` names `torch.nn.Module` (or Lightning's module) among its bases."""

@@ -382,6 +382,12 @@ def assigned_in(body: cst.CSTNode) -> FrozenSet[str]:
     return frozenset(roots(bound))
 
 
+def callers_autocast(forward: CodeUnit, owner: Scope) -> AutocastRegion:
+    """The autocast an `nn.Module`'s `forward` may run under: its caller's, on a device and in
+    a low-precision dtype the file does not show."""
+    return _framework_autocast(forward.node, forward, forward.scope, frozenset({"float16", "bfloat16"}), None, under_no_grad=False, caller=owner.name)
+
+
 def _framework_autocast(anchor: cst.CSTNode, unit: CodeUnit, scope: Scope, dtypes: FrozenSet[str], enabled: Optional[bool], **fields: Any) -> AutocastRegion:
     """The autocast a framework object opens (`accelerator.autocast()`, a Trainer around its
     hooks): on the device the framework picks (unknown), in one of `dtypes`."""

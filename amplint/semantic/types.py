@@ -131,6 +131,10 @@ class AutocastRegion:
     # under `Trainer(precision="16-mixed")`): the region is the whole method, its anchor the
     # call that builds the framework object and sets its precision.
     hook: Optional[str] = None
+    # The class of an `nn.Module` whose `forward` is the region: it runs under the autocast of
+    # whoever calls the module (`RegionOps.ops_under_callers_autocast`), in a dtype and on a
+    # device the file does not show.
+    caller: Optional[str] = None
     # What holds whenever the region is on: `enabled=scaler is not None` -> scaler is not None.
     enabled_requires: Tuple[Assumption, ...] = ()
     enabled_expression: Optional[cst.BaseExpression] = None  # its `enabled=` argument, if any
