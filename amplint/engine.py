@@ -164,7 +164,9 @@ def _lint_source(
         # another module's code decides (amplint.project).
         found = evidence.marks(tree)
         parsing_rules = [rule for rule in matching if evidence.satisfied(rule.needs, found)]
-        if not parsing_rules:
+        if not parsing_rules and all(rule.file_local for rule in matching):
+            result.skipped = True  # no other module's code can give these rules what it lacks
+        elif not parsing_rules:
             result.skipped = result.deferred = True
             result.imports = evidence.imports(tree)
             result.may_export = bool(found & evidence.EXPORTS)

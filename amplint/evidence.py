@@ -23,6 +23,7 @@ imports one with a summary (`amplint.project`), since then another file's code d
 from __future__ import annotations
 
 import ast
+import bisect
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
 from amplint.semantic.pytorch import frameworks, vocabulary
@@ -112,6 +113,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     entered: Set[int] = set()  # `with` items and decorators: entered where they are written
     hooks = False  # a method named like a hook a framework runs under its own autocast
     forward = False  # a class defines `forward`
+    functions: List[ast.AST] = []  # every function, for `_island`
+    products: List[int] = []  # the lines of `a @ b` and of calls named like a product
     builds = False  # a call that builds that framework and sets its precision
     for node in _walk(tree):
         kind = type(node)
@@ -123,6 +126,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             called = _called(node, methods, receivers)  # type: ignore[arg-type]
             if called == "autocast":
                 autocasts.append(node)  # type: ignore[arg-type]
+            elif called in _PRODUCT_NAMES:
+                products.append(node.lineno)  # type: ignore[attr-defined]
             elif called in frameworks.AUTOCAST_HOOK_BUILDERS:
                 keyword = frameworks.AUTOCAST_HOOK_BUILDERS[called]
                 # `L.Trainer(precision=...)`: a precision the file may resolve.
@@ -131,7 +136,9 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             entered.update(id(item.context_expr) for item in node.items)  # type: ignore[attr-defined]
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.ClassDef:
             entered.update(id(decorator) for decorator in node.decorator_list)  # type: ignore[attr-defined]
-            if kind is ast.ClassDef and not forward:
+            if kind is not ast.ClassDef:
+                functions.append(node)
+            elif not forward:
                 forward = any(type(s) in _FUNCTIONS and s.name == "forward" for s in node.body)  # type: ignore[attr-defined]
             if node.name in frameworks.SCALED_GRADIENT_HOOKS:  # type: ignore[attr-defined]
                 found.add(FRAMEWORK_BACKWARD)  # Lightning's `on_after_backward`: after its scaled backward
@@ -148,6 +155,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         elif kind is ast.BinOp:
             if type(node.op) is ast.MatMult:  # type: ignore[attr-defined]
                 found.add(PRODUCT)
+                products.append(node.lineno)  # type: ignore[attr-defined]
         elif kind is ast.For or kind is ast.AsyncFor:
             if _averages(node):  # type: ignore[arg-type]
                 found.add(AVERAGE)
@@ -171,7 +179,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
                 found.update((STEP, FRAMEWORK_BACKWARD))  # timm's `loss_scaler(loss, optimizer)`: backward and step
     for method, receiver, call in receivers:
         _by_receiver(method, receiver, call, found)
-    if forward and PRODUCT in found and FLOAT32_CAST in found and _island(tree):
+    if forward and products and FLOAT32_CAST in found and _island(functions, products):
         found.add(MODULE_ISLAND)
     if any(id(call) not in entered for call in autocasts):
         found.add(AUTOCAST_OBJECT)
@@ -203,13 +211,19 @@ def _may_cast(call: ast.Call) -> bool:
     )
 
 
-def _island(tree: ast.AST) -> bool:
+def _island(functions: List[ast.AST], products: List[int]) -> bool:
     """Whether a function has a matrix product (`@`, or a call of one: `matmul`, `einsum`,
     `F.linear`) with an operand that holds a call that may cast to float32, itself or through
     a variable a statement of a block around the product assigns one (`inv =
     self.inv_freq.float()`, then `inv @ pos`; not `if upcast: q = q.float()`, which
-    `RegionOps.value_at` does not take as certain either)."""
-    return any(type(node) in _FUNCTIONS and _block_island(node.body, frozenset()) for node in _walk(tree))  # type: ignore[attr-defined]
+    `RegionOps.value_at` does not take as certain either). Only the functions whose lines
+    hold one of `products` (the lines of the file's products) are read."""
+    lines = sorted(products)
+    for function in functions:
+        first = bisect.bisect_left(lines, function.lineno)  # type: ignore[attr-defined]
+        if first < len(lines) and lines[first] <= function.end_lineno and _block_island(function.body, frozenset()):  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")

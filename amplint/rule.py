@@ -174,6 +174,10 @@ class Rule:
     # whose words pass but whose CPython tree lacks a group is not parsed for this rule; the
     # same test checks that every example and case the rule flags has them.
     needs: ClassVar[Needs] = ()
+    # Whether its findings come from the file's own code alone (no other module's summary
+    # can add one): a file that only such rules match by words, and whose marks none of them
+    # has, is skipped like a file without the words, not deferred (`amplint.project`).
+    file_local: ClassVar[bool] = False
     # How output formats present the rule's findings: SARIF level, GitHub ::error/::warning,
     # LSP DiagnosticSeverity, GitLab severity. One of SEVERITIES.
     severity: ClassVar[str] = "error"

@@ -95,6 +95,8 @@ class Float32IslandUndone(Rule):
     # `float32` (`x.float()`, `torch.float`, `th.float32`, `from torch import float32`).
     triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}), "def forward(")
     requires = (".float", "float32")
+    # Its regions, and the helpers it follows into them, are the file's own.
+    file_local = True
     # A region (or a module's island), a matrix product or convolution, and a float32 cast.
     needs = ({AUTOCAST, MODULE_ISLAND}, {PRODUCT}, {FLOAT32_CAST})
 
