@@ -139,6 +139,17 @@ def test_marks(source, present, absent):
     assert present <= found and not (absent & found), sorted(found)
 
 
+def test_a_file_only_file_local_rules_match_by_words_is_skipped_not_deferred():
+    # AMP012's `def forward(` and `.float` admit a model file; without an island in it no
+    # other module can give AMP012 one, so it is no importer for the second phase either.
+    source = "import torch\nfrom .attention import attend\nclass Block(torch.nn.Module):\n    def forward(self, x):\n        return attend(x.float())\n"
+    result = lint_source(source, "block.py", ALL_RULES)
+    assert result.skipped and not result.deferred and not result.imports
+    with_words = "# under torch.autocast\n" + source
+    result = lint_source(with_words, "block.py", ALL_RULES)
+    assert result.skipped and result.deferred and result.imports
+
+
 def test_a_file_whose_amp_words_are_not_code_is_deferred_with_its_imports():
     source = '"""Trains with torch.autocast and a GradScaler."""\nimport torch\nfrom .utils import train\n'
     result = lint_source(source, "doc.py", ALL_RULES)
