@@ -27,7 +27,7 @@ import bisect
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
 from amplint.semantic.pytorch import frameworks, vocabulary
-from amplint.semantic.pytorch.api import DECAY_METHODS, PARAMETER_METHODS, STATE_METHODS
+from amplint.semantic.pytorch.api import DECAY_METHODS, PARAMETER_METHODS, SAME_DTYPE_ATTRIBUTES, SAME_DTYPE_METHODS, STATE_METHODS
 from amplint.semantic.pytorch.autocast_ops import LOG_OPS, LOWER_PRECISION_OPS, names_of
 
 # The marks. Each names what the semantic layer could build from such code.
@@ -190,95 +190,168 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-# Calls that may cast to float32 (`float32_cast` follows no other): `.float()`, `.type_as(t)`,
-# and `.to(...)`/`.type(...)` given a dtype or a tensor other than a device.
-_CASTS = frozenset({"float", "type_as"})
+# Calls that cast to a dtype or a tensor's dtype they are given (`_Island.casts`).
 _DTYPE_CASTS = frozenset({"to", "type"})
 _PRODUCT_NAMES = frozenset(name for name, mark in _NAMED.items() if mark == PRODUCT)
 
 
-def _may_cast(call: ast.Call) -> bool:
-    method = _method(call)
-    if method in _CASTS:
-        return True
-    if method not in _DTYPE_CASTS:
-        return False
-    values = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
-    return any(
-        (type(value) is ast.Attribute and value.attr in ("float32", "float"))  # type: ignore[attr-defined]
-        or (type(value) is ast.Name and "device" not in value.id)  # type: ignore[attr-defined]
-        for value in values
-    )
-
-
 def _island(functions: List[ast.AST], products: List[int]) -> bool:
-    """Whether a function has a matrix product (`@`, or a call of one: `matmul`, `einsum`,
-    `F.linear`) with an operand that holds a call that may cast to float32, itself or through
-    a variable a statement of a block around the product assigns one (`inv =
-    self.inv_freq.float()`, then `inv @ pos`; not `if upcast: q = q.float()`, which
-    `RegionOps.value_at` does not take as certain either). Only the functions whose lines
-    hold one of `products` (the lines of the file's products) are read."""
+    """Whether a function that a `forward` runs (itself, or one it calls by name, transitively:
+    `self._attn(...)`, `rope(...)`) has a matrix product (`@`, or a call of one: `matmul`,
+    `einsum`, `F.linear`) with an operand that may be a float32 cast (`_Island`). Only the
+    functions whose lines hold one of `products` (the lines of the file's products) are read,
+    and not one an autocast decorates (`@torch.autocast("cuda", enabled=False)`)."""
     lines = sorted(products)
+    islands = []
     for function in functions:
         first = bisect.bisect_left(lines, function.lineno)  # type: ignore[attr-defined]
-        if first < len(lines) and lines[first] <= function.end_lineno and _block_island(function.body, frozenset()):  # type: ignore[attr-defined]
-            return True
-    return False
+        if first == len(lines) or lines[first] > function.end_lineno:  # type: ignore[attr-defined]
+            continue
+        if any(_names_autocast(decorator) for decorator in function.decorator_list):  # type: ignore[attr-defined]
+            continue
+        if _Island(function).block(function.body, frozenset()):  # type: ignore[attr-defined]
+            islands.append(function)
+    if not islands:
+        return False
+    by_name: Dict[str, List[ast.AST]] = {}
+    for function in functions:
+        by_name.setdefault(function.name, []).append(function)  # type: ignore[attr-defined]
+    pending = list(by_name.get("forward", ()))
+    reached = {id(function) for function in pending}
+    while pending:
+        for node in _walk(pending.pop()):
+            if type(node) is ast.Call:
+                for callee in by_name.get(_method(node) or "", ()):  # type: ignore[arg-type]
+                    if id(callee) not in reached:
+                        reached.add(id(callee))
+                        pending.append(callee)
+    return any(id(function) in reached for function in islands)
 
 
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
-def _block_island(statements: List[ast.stmt], visible: FrozenSet[str]) -> bool:
-    cast = set(visible)
-    for _ in range(2):  # `a = x.float()`, `b = a.transpose(1, 2)`: two steps of names
+class _Island:
+    """One function's float32 islands, as `RegionOps.float32_cast` could see them, erring on
+    "may": an operand that is a call that may cast (`.float()`, `.to(torch.float32)`, `.type_as(t)`
+    of a tensor that may be float32), or a name a statement of a block around the product
+    assigns one (`inv = self.inv_freq.float()`, then `inv @ pos`; not `if upcast: q =
+    q.float()`, which `RegionOps.value_at` does not take as certain either), seen through
+    views (`.transpose()`, `[...]`, `.T`), `.to(device)`, signs and arithmetic."""
+
+    def __init__(self, function: ast.AST) -> None:
+        # What the function assigns each name: a dtype or tensor named in a cast is known
+        # by it (`dtype = x.dtype` is no float32).
+        self.assigned: Dict[str, List[ast.AST]] = {}
+        for node in _walk(function):
+            if type(node) is ast.Assign:
+                for target in node.targets:  # type: ignore[attr-defined]
+                    if type(target) is ast.Name:
+                        self.assigned.setdefault(target.id, []).append(node.value)  # type: ignore[attr-defined]
+
+    def block(self, statements: List[ast.stmt], visible: FrozenSet[str]) -> bool:
+        cast = set(visible)
+        for _ in range(2):  # `a = x.float()`, `b = a.transpose(1, 2)`: two steps of names
+            for statement in statements:
+                if type(statement) is ast.Assign and self.holds(statement.value, cast):  # type: ignore[attr-defined]
+                    cast.update(t.id for t in statement.targets if type(t) is ast.Name)  # type: ignore[attr-defined]
+        seen = frozenset(cast)
         for statement in statements:
-            if type(statement) is ast.Assign and _holds_cast(statement.value, cast):  # type: ignore[attr-defined]
-                cast.update(t.id for t in statement.targets if type(t) is ast.Name)  # type: ignore[attr-defined]
-    seen = frozenset(cast)
-    for statement in statements:
-        kind = type(statement)
-        if kind in _FUNCTIONS or kind is ast.ClassDef:
-            continue  # a function of its own
-        nested: List[ast.AST] = []
-        for name, value in ast.iter_fields(statement):
-            if name in _BLOCKS and type(value) is list:
-                nested.extend(value)
-            elif isinstance(value, ast.AST):
-                if _product_of_cast(value, seen):
+            kind = type(statement)
+            if kind in _FUNCTIONS or kind is ast.ClassDef:
+                continue  # a function of its own
+            if (kind is ast.With or kind is ast.AsyncWith) and any(_names_autocast(item.context_expr) for item in statement.items):  # type: ignore[attr-defined]
+                continue  # an autocast of the file's own: the AUTOCAST mark's, on or off
+            nested: List[ast.AST] = []
+            for name, value in ast.iter_fields(statement):
+                if name in _BLOCKS and type(value) is list:
+                    nested.extend(value)
+                elif isinstance(value, ast.AST):
+                    if self.product(value, seen):
+                        return True
+                elif type(value) is list:
+                    if any(isinstance(item, ast.AST) and self.product(item, seen) for item in value):
+                        return True
+            for inner in nested:
+                body = inner.body if type(inner) in (ast.ExceptHandler, ast.match_case) else [inner]  # type: ignore[attr-defined]
+                if self.block(body, seen):
                     return True
-            elif type(value) is list:
-                if any(isinstance(item, ast.AST) and _product_of_cast(item, seen) for item in value):
-                    return True
-        for block in nested:
-            inner = block.body if type(block) in (ast.ExceptHandler, ast.match_case) else None  # type: ignore[attr-defined]
-            if inner is not None:
-                if _block_island(inner, seen):
-                    return True
-            elif _block_island([block], seen):  # type: ignore[list-item]
+        return False
+
+    def product(self, expression: ast.AST, cast: FrozenSet[str]) -> bool:
+        for node in _walk(expression):
+            kind = type(node)
+            if kind is ast.BinOp and type(node.op) is ast.MatMult:  # type: ignore[attr-defined]
+                operands: List[ast.AST] = [node.left, node.right]  # type: ignore[attr-defined]
+            elif kind is ast.Call and _method(node) in _PRODUCT_NAMES:  # type: ignore[arg-type]
+                operands = [*node.args, *(k.value for k in node.keywords)]  # type: ignore[attr-defined]
+            else:
+                continue
+            if any(self.holds(operand, cast) for operand in operands):
                 return True
-    return False
+        return False
 
-
-def _product_of_cast(expression: ast.AST, cast: FrozenSet[str]) -> bool:
-    for node in _walk(expression):
+    def holds(self, node: ast.AST, cast: Union[Set[str], FrozenSet[str]], depth: int = 0) -> bool:
         kind = type(node)
-        if kind is ast.BinOp and type(node.op) is ast.MatMult:  # type: ignore[attr-defined]
-            operands: List[ast.AST] = [node.left, node.right]  # type: ignore[attr-defined]
-        elif kind is ast.Call and _method(node) in _PRODUCT_NAMES:  # type: ignore[arg-type]
-            operands = [*node.args, *(k.value for k in node.keywords)]  # type: ignore[attr-defined]
-        else:
-            continue
-        if any(_holds_cast(operand, cast) for operand in operands):
+        if depth > 8:
+            return False
+        if kind is ast.Name:
+            return node.id in cast  # type: ignore[attr-defined]
+        if kind is ast.Call:
+            if self.casts(node, cast):  # type: ignore[arg-type]
+                return True
+            func = node.func  # type: ignore[attr-defined]
+            method = _method(node)  # type: ignore[arg-type]
+            return type(func) is ast.Attribute and (method in SAME_DTYPE_METHODS or method in _DTYPE_CASTS) and self.holds(func.value, cast, depth + 1)
+        if kind is ast.Subscript:
+            return self.holds(node.value, cast, depth + 1)  # type: ignore[attr-defined]
+        if kind is ast.Attribute:
+            return node.attr in SAME_DTYPE_ATTRIBUTES and self.holds(node.value, cast, depth + 1)  # type: ignore[attr-defined]
+        if kind is ast.UnaryOp:
+            return self.holds(node.operand, cast, depth + 1)  # type: ignore[attr-defined]
+        if kind is ast.BinOp:
+            return self.holds(node.left, cast, depth + 1) or self.holds(node.right, cast, depth + 1)  # type: ignore[attr-defined]
+        return False
+
+    def casts(self, call: ast.Call, cast: Union[Set[str], FrozenSet[str]]) -> bool:
+        """Whether a call may cast to float32: `.float()`; `.type_as(t)`, `.to(t)`, `.type(t)`
+        and `.to(dtype=t)` for a `t` that may be float32 (not `x.dtype`, not a device)."""
+        method = _method(call)
+        if method == "float":
             return True
-    return False
+        if method == "type_as":
+            return any(self._may_be_float32(arg, cast) for arg in call.args)
+        if method not in _DTYPE_CASTS:
+            return False
+        return any(self._may_be_float32(value, cast) for value in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")])
+
+    def _may_be_float32(self, value: ast.AST, cast: Union[Set[str], FrozenSet[str]]) -> bool:
+        kind = type(value)
+        if kind is ast.Attribute:
+            # `torch.float32`, and `self.inv_freq`: a buffer may have been built float32.
+            return value.attr in ("float32", "float") or (type(value.value) is ast.Name and value.value.id == "self")  # type: ignore[attr-defined]
+        if kind is ast.Name:
+            name = value.id  # type: ignore[attr-defined]
+            if name in cast:
+                return True
+            values = self.assigned.get(name)
+            if values is None:  # a parameter, a module's name (`F32 = torch.float32`)
+                return "device" not in name
+            return any(_mentions_float32(v) for v in values)
+        return _mentions_float32(value)
 
 
-def _holds_cast(node: ast.AST, cast: Union[Set[str], FrozenSet[str]]) -> bool:
+def _mentions_float32(expression: ast.AST) -> bool:
+    """`torch.float32`, `torch.float`, `x.float()`, `dtype=torch.float32` anywhere in it."""
     return any(
-        (type(n) is ast.Call and _may_cast(n)) or (type(n) is ast.Name and n.id in cast)  # type: ignore[attr-defined, arg-type]
-        for n in _walk(node)
+        (type(n) is ast.Attribute and n.attr in ("float32", "float")) or (type(n) is ast.Name and n.id == "float32")  # type: ignore[attr-defined]
+        for n in _walk(expression)
     )
+
+
+def _names_autocast(expression: ast.AST) -> bool:
+    """`torch.autocast(...)`, `maybe_autocast(..., enabled=False)`: a call named like autocast."""
+    return type(expression) is ast.Call and (_method(expression) or "").endswith("autocast")  # type: ignore[arg-type]
 
 
 def _averages(loop: Union[ast.For, ast.AsyncFor]) -> bool:

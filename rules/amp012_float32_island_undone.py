@@ -33,7 +33,8 @@ class Float32IslandUndone(Rule):
     the file's own regions do not reach it: it runs under its caller's autocast, and
     mixed-precision training and inference call their model under one (the rotary
     embeddings of diffusers and x-transformers were fixed for exactly this), unless
-    autocast is switched off in it, on it, or around the file's calls of it. An op autocast leaves in float32 on the region's device
+    autocast is switched off in it, on it, or around the file's calls of it (also by a
+    wrapper named like autocast given `enabled=False`, as transformers' `maybe_autocast`). An op autocast leaves in float32 on the region's device
     (`tensordot` in a CUDA region, which autocast promotes; `addmv` on CPU), a `type_as` of a
     tensor whose dtype the code does not show, and a cast inside
     `torch.autocast(..., enabled=False)`, a cast of a product's *output* (`(a @ b).float()`
@@ -289,6 +290,21 @@ class Attention(nn.Module):
         with torch.autocast("cuda", enabled=False):
             freqs = self.rotary(positions)
         return x * freqs
+""",
+        # transformers' rotary embeddings: a wrapper of autocast, by its name, switched off.
+        """
+import torch
+from torch import nn
+from ...utils.generic import maybe_autocast
+
+class LlamaRotaryEmbedding(nn.Module):
+    def forward(self, x, position_ids):
+        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1).to(x.device)
+        position_ids_expanded = position_ids[:, None, :].float()
+        device_type = x.device.type if isinstance(x.device.type, str) and x.device.type != "mps" else "cpu"
+        with maybe_autocast(device_type=device_type, enabled=False):  # Force float32
+            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+        return freqs.cos(), freqs.sin()
 """,
         # Not an nn.Module: nothing calls its `forward` under autocast by convention; and in a
         # module, float64 inputs and a cast of the product's output.

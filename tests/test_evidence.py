@@ -132,6 +132,11 @@ def test_imports_at_any_depth_and_relative():
         ("class A(nn.Module):\n def forward(self, q, k):\n  if self.upcast:\n   q = q.float()\n  return q @ k", set(), {evidence.MODULE_ISLAND}),
         ("class A(nn.Module):\n def forward(self, q, k):\n  q = q.to(device)\n  s = (q @ k).float()\n  return s.softmax(-1)", set(), {evidence.MODULE_ISLAND}),
         ("def scores(q, k):\n return q.float() @ k.float()", set(), {evidence.MODULE_ISLAND}),
+        # ... nor an island no forward calls, one under an autocast of the file's own, nor a
+        # `type_as` of a tensor the function made in low precision (`softmax(s.float()).type_as(s)`).
+        ("class R(nn.Module):\n def forward(self, p):\n  return p\n def fuse(self, a, b):\n  return a.float() @ b.float()", set(), {evidence.MODULE_ISLAND}),
+        ("class R(nn.Module):\n def forward(self, p):\n  with maybe_autocast('cuda', enabled=False):\n   return self.f.float() @ p.float()", set(), {evidence.MODULE_ISLAND}),
+        ("class A(nn.Module):\n def forward(self, q, k, v):\n  s = q @ k\n  w = softmax(s.float(), -1).type_as(s)\n  return w @ v", set(), {evidence.MODULE_ISLAND}),
     ],
 )
 def test_marks(source, present, absent):

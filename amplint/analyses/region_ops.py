@@ -32,7 +32,7 @@ import libcst as cst
 from amplint.semantic.index import CallRecord, CodeUnit, ProductRecord, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, names_bound, source_text
-from amplint.semantic.pytorch.api import DTYPES
+from amplint.semantic.pytorch.api import DTYPES, SAME_DTYPE_ATTRIBUTES, SAME_DTYPE_METHODS
 from amplint.semantic.pytorch.autocast_ops import (
     ALL_OPERANDS,
     CREATION_FUNCTIONS,
@@ -192,15 +192,6 @@ _NOT_BOUND = object()
 _MAX_DEPTH = 4
 
 # Tensor methods and attributes that keep their receiver's dtype.
-_SAME_DTYPE_METHODS = frozenset(
-    {
-        "transpose", "permute", "view", "reshape", "contiguous", "unsqueeze", "squeeze", "expand",
-        "expand_as", "flatten", "unflatten", "t", "repeat", "narrow", "select", "clone", "detach",
-        "movedim", "swapaxes", "swapdims", "view_as", "reshape_as", "flip", "roll", "tril", "triu",
-        "masked_fill", "mul", "div", "neg", "requires_grad_",
-    }
-)
-_SAME_DTYPE_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data"})
 # Tensor methods whose result's elements are some of the receiver's, unchanged.
 _SELECTIONS = frozenset(
     {
@@ -496,12 +487,12 @@ class RegionOps(Analysis):
                 if method == "to" and node.args and all(self._device_like(arg, unit) for arg in node.args):
                     return self.float32_cast(node.func.value, unit, depth + 1)  # `.to(device)`
                 return None
-            if method in _SAME_DTYPE_METHODS:
+            if method in SAME_DTYPE_METHODS:
                 return self.float32_cast(node.func.value, unit, depth + 1)
             return None
         if isinstance(node, cst.Subscript):
             return self.float32_cast(node.value, unit, depth + 1)
-        if isinstance(node, cst.Attribute) and node.attr.value in _SAME_DTYPE_ATTRIBUTES:
+        if isinstance(node, cst.Attribute) and node.attr.value in SAME_DTYPE_ATTRIBUTES:
             return self.float32_cast(node.value, unit, depth + 1)
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
             return self.float32_cast(node.expression, unit, depth + 1)
@@ -866,7 +857,7 @@ def _selection_of(node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     `p.T`): its elements are elements of that, unchanged."""
     if isinstance(node, cst.Subscript):
         return node.value
-    if isinstance(node, cst.Attribute) and node.attr.value in _SAME_DTYPE_ATTRIBUTES:
+    if isinstance(node, cst.Attribute) and node.attr.value in SAME_DTYPE_ATTRIBUTES:
         return node.value
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _SELECTIONS:
         return node.func.value

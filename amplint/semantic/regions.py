@@ -138,6 +138,20 @@ class Regions:
         self.unit_no_grad[id(unit)] = no_grad
 
     # hooks a framework runs under its own autocast
+    def _named_autocast_off(self, expression: cst.BaseExpression, unit: CodeUnit, scope: Scope, under_no_grad: bool) -> Optional[AutocastRegion]:
+        """A wrapper of autocast called with `enabled=False` (transformers' `maybe_autocast(
+        device_type, enabled=False)` around every rotary embedding): autocast switched off,
+        by its name and that literal, though what it wraps is out of sight."""
+        if not isinstance(expression, cst.Call):
+            return None
+        name = dotted_name(expression.func)
+        if name is None or not name.rsplit(".", 1)[-1].endswith("autocast"):
+            return None
+        enabled = next((arg.value for arg in expression.args if arg.keyword is not None and arg.keyword.value == "enabled"), None)
+        if enabled is None or self.resolver.boolean(enabled, scope) is not False:
+            return None
+        return _framework_autocast(expression, unit, scope, frozenset(), False, under_no_grad=under_no_grad)
+
     def _hooks(self) -> None:
         """The methods of the file's classes that a framework runs inside its own autocast
         (`frameworks.Framework.autocast_hooks`: a LightningModule's `training_step` under
@@ -221,7 +235,7 @@ class Regions:
                 return region
         found = self._autocast_call(expression, scope)
         if found is None:
-            return None
+            return self._named_autocast_off(expression, unit, scope, under_no_grad)
         anchor, qualified, positional, keywords, where = found
         if qualified in torch_api.AUTOCAST:
             names: Tuple[str, ...] = ("device_type", "dtype", "enabled", "cache_enabled")
@@ -390,7 +404,8 @@ def callers_autocast(forward: CodeUnit, owner: Scope) -> AutocastRegion:
 
 def _framework_autocast(anchor: cst.CSTNode, unit: CodeUnit, scope: Scope, dtypes: FrozenSet[str], enabled: Optional[bool], **fields: Any) -> AutocastRegion:
     """The autocast a framework object opens (`accelerator.autocast()`, a Trainer around its
-    hooks): on the device the framework picks (unknown), in one of `dtypes`."""
+    hooks), or a wrapper of autocast opens: on a device it picks (unknown), in one of
+    `dtypes`."""
     return AutocastRegion(
         anchor=anchor,
         unit=unit,

@@ -143,3 +143,16 @@ class ImportAliases:
                 return None
             target = "torch"
         return f"{target}.{rest}" if rest else target
+
+
+# Tensor methods and attributes whose result has the receiver's dtype (views, copies, masks):
+# a float32 cast is seen through them (`RegionOps.float32_cast`, `evidence.MODULE_ISLAND`).
+SAME_DTYPE_METHODS = frozenset(
+    {
+        "transpose", "permute", "view", "reshape", "contiguous", "unsqueeze", "squeeze", "expand",
+        "expand_as", "flatten", "unflatten", "t", "repeat", "narrow", "select", "clone", "detach",
+        "movedim", "swapaxes", "swapdims", "view_as", "reshape_as", "flip", "roll", "tril", "triu",
+        "masked_fill", "mul", "div", "neg", "requires_grad_",
+    }
+)
+SAME_DTYPE_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data"})
