@@ -34,7 +34,8 @@ class Float32IslandUndone(Rule):
     mixed-precision training and inference call their model under one (the rotary
     embeddings of diffusers and x-transformers were fixed for exactly this), unless
     autocast is switched off in it, on it, or around the file's calls of it (also by a
-    wrapper named like autocast given `enabled=False`, as transformers' `maybe_autocast`). An op autocast leaves in float32 on the region's device
+    wrapper named like autocast given `enabled=False`, as transformers' `maybe_autocast`, or
+    by `custom_fwd(cast_inputs=...)`, which runs the function with autocast disabled). An op autocast leaves in float32 on the region's device
     (`tensordot` in a CUDA region, which autocast promotes; `addmv` on CPU), a `type_as` of a
     tensor whose dtype the code does not show, and a cast inside
     `torch.autocast(..., enabled=False)`, a cast of a product's *output* (`(a @ b).float()`
@@ -274,6 +275,11 @@ class Rotary(nn.Module):
 
 class RotaryDecorated(nn.Module):
     @torch.autocast("cuda", enabled=False)
+    def forward(self, positions):
+        return (self.inv_freq.float() @ positions.float()).cos()
+
+class RotaryCustomForward(nn.Module):
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
     def forward(self, positions):
         return (self.inv_freq.float() @ positions.float()).cos()
 

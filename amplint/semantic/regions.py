@@ -139,16 +139,19 @@ class Regions:
 
     # hooks a framework runs under its own autocast
     def _named_autocast_off(self, expression: cst.BaseExpression, unit: CodeUnit, scope: Scope, under_no_grad: bool) -> Optional[AutocastRegion]:
-        """A wrapper of autocast called with `enabled=False` (transformers' `maybe_autocast(
-        device_type, enabled=False)` around every rotary embedding): autocast switched off,
-        by its name and that literal, though what it wraps is out of sight."""
+        """Autocast switched off by a call that is not `torch.autocast` itself: a wrapper of it
+        called with `enabled=False` (transformers' `maybe_autocast(device_type,
+        enabled=False)` around every rotary embedding), by its name and that literal, though
+        what it wraps is out of sight; and `custom_fwd(cast_inputs=...)` on a function, which
+        runs it with autocast disabled (its inputs cast to that dtype first)."""
         if not isinstance(expression, cst.Call):
             return None
-        name = dotted_name(expression.func)
-        if name is None or not name.rsplit(".", 1)[-1].endswith("autocast"):
-            return None
-        enabled = next((arg.value for arg in expression.args if arg.keyword is not None and arg.keyword.value == "enabled"), None)
-        if enabled is None or self.resolver.boolean(enabled, scope) is not False:
+        name = (dotted_name(expression.func) or "").rsplit(".", 1)[-1]
+        keywords = {arg.keyword.value: arg.value for arg in expression.args if arg.keyword is not None}
+        if name.endswith("autocast"):
+            if "enabled" not in keywords or self.resolver.boolean(keywords["enabled"], scope) is not False:
+                return None
+        elif name != "custom_fwd" or "cast_inputs" not in keywords or is_none(keywords["cast_inputs"]):
             return None
         return _framework_autocast(expression, unit, scope, frozenset(), False, under_no_grad=under_no_grad)
 
