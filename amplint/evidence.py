@@ -53,9 +53,9 @@ OPTIMIZER = "optimizer"  # an optimizer may be built: `torch.optim.*`, `AdamW(..
 AVERAGE = "average"  # a loop over parameters or a state dict decays them in place: `e.mul_(d)`, `v *= d`
 AUTOCAST_OBJECT = "autocast object"  # an `autocast(...)` call that is no `with` item or decorator of its own
 FRAMEWORK_OBJECT = "framework object"  # `Accelerator(...)`, `TrainingArguments(...)`: a function may return one
-# A class defines `forward` (an `nn.Module` may), and a function of the file has a matrix product
-# beside a call that may cast to float32 (`.float()`, `.to(...)`, `.type(...)`, `.type_as(...)`):
-# a float32 island a module's caller's autocast may undo (`RegionOps.ops_under_callers_autocast`).
+# A function a `forward` runs (an `nn.Module`'s may be one) has a matrix product with an operand
+# that may be a float32 cast (`x.float()`, `x.to(torch.float32)`, `t.type_as(self.inv_freq)`):
+# a float32 island its caller's autocast may undo (`RegionOps.ops_under_callers_autocast`).
 MODULE_ISLAND = "module island"
 
 # With the wrappers of one the user's code owns (timm's NativeScaler).
@@ -112,7 +112,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     autocasts: List[ast.Call] = []  # `autocast(...)` calls
     entered: Set[int] = set()  # `with` items and decorators: entered where they are written
     hooks = False  # a method named like a hook a framework runs under its own autocast
-    forward = False  # a class defines `forward`
+    forward = False  # a function named `forward` (a module's, at any depth)
     functions: List[ast.AST] = []  # every function, for `_island`
     products: List[int] = []  # the lines of `a @ b` and of calls named like a product
     builds = False  # a call that builds that framework and sets its precision
@@ -138,8 +138,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             entered.update(id(decorator) for decorator in node.decorator_list)  # type: ignore[attr-defined]
             if kind is not ast.ClassDef:
                 functions.append(node)
-            elif not forward:
-                forward = any(type(s) in _FUNCTIONS and s.name == "forward" for s in node.body)  # type: ignore[attr-defined]
+                forward = forward or node.name == "forward"  # type: ignore[attr-defined]
             if node.name in frameworks.SCALED_GRADIENT_HOOKS:  # type: ignore[attr-defined]
                 found.add(FRAMEWORK_BACKWARD)  # Lightning's `on_after_backward`: after its scaled backward
             elif node.name in frameworks.STEPPED_AFTER_HOOKS:  # type: ignore[attr-defined]
@@ -248,13 +247,18 @@ class _Island:
                 for target in node.targets:  # type: ignore[attr-defined]
                     if type(target) is ast.Name:
                         self.assigned.setdefault(target.id, []).append(node.value)  # type: ignore[attr-defined]
+            elif type(node) is ast.AnnAssign and node.value is not None and type(node.target) is ast.Name:  # type: ignore[attr-defined]
+                self.assigned.setdefault(node.target.id, []).append(node.value)  # type: ignore[attr-defined]
 
     def block(self, statements: List[ast.stmt], visible: FrozenSet[str]) -> bool:
         cast = set(visible)
         for _ in range(2):  # `a = x.float()`, `b = a.transpose(1, 2)`: two steps of names
             for statement in statements:
-                if type(statement) is ast.Assign and self.holds(statement.value, cast):  # type: ignore[attr-defined]
+                kind = type(statement)
+                if kind is ast.Assign and self.holds(statement.value, cast):  # type: ignore[attr-defined]
                     cast.update(t.id for t in statement.targets if type(t) is ast.Name)  # type: ignore[attr-defined]
+                elif kind is ast.AnnAssign and statement.value is not None and type(statement.target) is ast.Name and self.holds(statement.value, cast):  # type: ignore[attr-defined]
+                    cast.add(statement.target.id)  # type: ignore[attr-defined]
         seen = frozenset(cast)
         for statement in statements:
             kind = type(statement)
@@ -285,6 +289,8 @@ class _Island:
                 operands: List[ast.AST] = [node.left, node.right]  # type: ignore[attr-defined]
             elif kind is ast.Call and _method(node) in _PRODUCT_NAMES:  # type: ignore[arg-type]
                 operands = [*node.args, *(k.value for k in node.keywords)]  # type: ignore[attr-defined]
+                if type(node.func) is ast.Attribute:  # type: ignore[attr-defined]
+                    operands.append(node.func.value)  # `a.float().matmul(b)`  # type: ignore[attr-defined]
             else:
                 continue
             if any(self.holds(operand, cast) for operand in operands):
@@ -311,6 +317,8 @@ class _Island:
             return self.holds(node.operand, cast, depth + 1)  # type: ignore[attr-defined]
         if kind is ast.BinOp:
             return self.holds(node.left, cast, depth + 1) or self.holds(node.right, cast, depth + 1)  # type: ignore[attr-defined]
+        if kind is ast.List or kind is ast.Tuple:  # `einsum("ij,jk->ik", [a.float(), b.float()])`
+            return any(self.holds(element, cast, depth + 1) for element in node.elts)  # type: ignore[attr-defined]
         return False
 
     def casts(self, call: ast.Call, cast: Union[Set[str], FrozenSet[str]]) -> bool:

@@ -32,10 +32,14 @@ class Float32IslandUndone(Rule):
     the file deriving from `torch.nn.Module`), with the file's functions it calls, wherever
     the file's own regions do not reach it: it runs under its caller's autocast, and
     mixed-precision training and inference call their model under one (the rotary
-    embeddings of diffusers and x-transformers were fixed for exactly this), unless
-    autocast is switched off in it, on it, or around the file's calls of it (also by a
-    wrapper named like autocast given `enabled=False`, as transformers' `maybe_autocast`, or
-    by `custom_fwd(cast_inputs=...)`, which runs the function with autocast disabled). An op autocast leaves in float32 on the region's device
+    embeddings of diffusers and x-transformers were fixed for exactly this). Not there:
+    code under autocast switched off in the forward, on it, or around a call of it the
+    file makes (also by a wrapper named like autocast given `enabled=False`, as
+    transformers' `maybe_autocast`, and by `custom_fwd(cast_inputs=...)`, which runs the
+    function with autocast disabled); code inside any other context manager (it may switch
+    autocast off), in a function with a decorator other than the plain ones
+    (`staticmethod`, `property`, `torch.no_grad`, ...), or in one that asks
+    `torch.is_autocast_enabled()`. An op autocast leaves in float32 on the region's device
     (`tensordot` in a CUDA region, which autocast promotes; `addmv` on CPU), a `type_as` of a
     tensor whose dtype the code does not show, and a cast inside
     `torch.autocast(..., enabled=False)`, a cast of a product's *output* (`(a @ b).float()`
@@ -262,7 +266,7 @@ with torch.autocast("cuda", dtype=torch.float16):
         attn = torch.einsum("bhid,bhjd->bhij", q.float(), k.float())
 """,
         # A module's island under autocast switched off: in its forward, on the forward as a
-        # decorator, or around the file's every call of it.
+        # decorator, or around a call of it the file makes.
         """
 import torch
 from torch import nn
@@ -281,6 +285,18 @@ class RotaryDecorated(nn.Module):
 class RotaryCustomForward(nn.Module):
     @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
     def forward(self, positions):
+        return (self.inv_freq.float() @ positions.float()).cos()
+
+class RotaryContext(nn.Module):
+    def forward(self, positions):
+        with float32_context():
+            return (self.inv_freq.float() @ positions.float()).cos()
+
+class RotaryChecked(nn.Module):
+    def forward(self, positions):
+        if torch.is_autocast_enabled():
+            with torch.autocast("cuda", enabled=False):
+                return (self.inv_freq.float() @ positions.float()).cos()
         return (self.inv_freq.float() @ positions.float()).cos()
 
 class Guarded(nn.Module):

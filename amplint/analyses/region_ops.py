@@ -29,7 +29,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from amplint.semantic.index import CallRecord, CodeUnit, ProductRecord, Scope
+from amplint.semantic.index import CallRecord, CodeUnit, ProductRecord, Scope, WithFrame
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, names_bound, source_text
 from amplint.semantic.pytorch.api import DTYPES, SAME_DTYPE_ATTRIBUTES, SAME_DTYPE_METHODS
@@ -206,6 +206,11 @@ _MODULE_NAMES = frozenset({"F", "nn", "np", "torch", "functional", "math", "jnp"
 # nn.Module methods that return the module itself.
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "requires_grad_"})
 _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
+# Decorators that leave a function's autocast as its caller's.
+_PLAIN_DECORATORS = frozenset(
+    {"staticmethod", "classmethod", "property", "cached_property", "wraps", "override", "no_grad", "inference_mode",
+     "enable_grad", "compile", "script", "ignore", "unused", "export", "lru_cache", "cache", "abstractmethod"}
+)
 
 
 class RegionOps(Analysis):
@@ -277,7 +282,7 @@ class RegionOps(Analysis):
         pending: List[Tuple[CodeUnit, AutocastRegion, Tuple[cst.Call, ...], Tuple[CodeUnit, ...]]] = []
         for unit in self.model.units:
             owner = unit.scope.class_scope if not unit.is_module else None
-            if owner is None or unit.node.name.value != "forward" or id(unit) in guarded:  # type: ignore[union-attr]
+            if owner is None or unit.node.name.value != "forward" or id(unit) in guarded or self._may_switch_autocast(unit):  # type: ignore[union-attr]
                 continue
             if id(unit) in self.model.regions.hook_regions or not self.model.classifier.is_module_class(owner):
                 continue
@@ -287,15 +292,37 @@ class RegionOps(Analysis):
             unit, region, via, chain = pending.pop(0)
             for record in self._records(unit):
                 context = self._context(record)
-                if context.region is not None or context.autocast_off or id(record.node) in reached:
+                if context.region is not None or context.autocast_off or id(record.node) in reached or self._in_unknown_context(record):
                     continue
                 reached.add(id(record.node))
                 self._add(found, seen, record, unit, region, via)
                 callee = self._callee(record)
-                if callee is not None and id(callee) not in guarded and len(via) < _MAX_DEPTH and all(callee is not u for u in chain):
+                if callee is None or id(callee) in guarded or self._may_switch_autocast(callee):
+                    continue
+                if len(via) < _MAX_DEPTH and all(callee is not u for u in chain):
                     pending.append((callee, region, via + (record.node,), chain + (callee,)))  # type: ignore[operator]
         self._callers = found
         return found
+
+    def _in_unknown_context(self, record: Union[CallRecord, ProductRecord]) -> bool:
+        """Inside a `with` whose item is neither an autocast nor `no_grad`: a context manager of
+        the file's (`with fp32():` over `torch.autocast(..., enabled=False)`) or anyone's may
+        switch autocast off, and no caller's autocast is guessed through it."""
+        regions = self.model.regions
+        return any(
+            isinstance(frame, WithFrame) and regions.region_of(frame, record.unit) is None and not regions.is_no_grad(frame.item)
+            for frame in record.frames
+        )
+
+    def _may_switch_autocast(self, unit: CodeUnit) -> bool:
+        """A function whose own code may run with autocast off whatever its caller has on: one
+        decorated by anything but the plain decorators (`custom_fwd(cast_inputs=...)` under
+        another name), or one that asks `torch.is_autocast_enabled()`."""
+        for decorator in getattr(unit.node, "decorators", ()):
+            expression = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+            if (dotted_name(expression) or "").rsplit(".", 1)[-1] not in _PLAIN_DECORATORS:
+                return True
+        return any((dotted_name(record.node.func) or "").endswith("is_autocast_enabled") for record in unit.calls)
 
     def _called_with_autocast_off(self) -> Set[int]:
         """The file's functions it calls somewhere under autocast switched off

@@ -137,7 +137,6 @@ class Regions:
         self.unit_regions[id(unit)] = regions
         self.unit_no_grad[id(unit)] = no_grad
 
-    # hooks a framework runs under its own autocast
     def _named_autocast_off(self, expression: cst.BaseExpression, unit: CodeUnit, scope: Scope, under_no_grad: bool) -> Optional[AutocastRegion]:
         """Autocast switched off by a call that is not `torch.autocast` itself: a wrapper of it
         called with `enabled=False` (transformers' `maybe_autocast(device_type,
@@ -155,6 +154,7 @@ class Regions:
             return None
         return _framework_autocast(expression, unit, scope, frozenset(), False, under_no_grad=under_no_grad)
 
+    # hooks a framework runs under its own autocast
     def _hooks(self) -> None:
         """The methods of the file's classes that a framework runs inside its own autocast
         (`frameworks.Framework.autocast_hooks`: a LightningModule's `training_step` under
