@@ -458,6 +458,28 @@ class Router(nn.Module):
 """,
             at=((15, 16), (22, 16)),
         ),
+        # x-transformers' rotary embedding (fixed with `@autocast(enabled=False)`): positions
+        # `type_as` a float32 buffer, scaled, against that buffer.
+        Flagged(
+            """
+import torch
+from torch import nn
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, dim, interpolation_factor=1.0, base=10000):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq)
+        self.interpolation_factor = interpolation_factor
+
+    def forward(self, seq_len):
+        t = torch.arange(seq_len, device=self.inv_freq.device).type_as(self.inv_freq)
+        t = t / self.interpolation_factor
+        freqs = torch.einsum("i , j -> i j", t, self.inv_freq)
+        return torch.cat((freqs, freqs), dim=-1)
+""",
+            at=((15, 17),),
+        ),
     )
 
 

@@ -190,6 +190,9 @@ class Probability:
 _UNKNOWN = object()  # a binding whose value amplint cannot read
 _NOT_BOUND = object()
 _MAX_DEPTH = 4
+# How far a float32 cast is followed: through names, views, arithmetic and a buffer's value
+# (`t = t.type_as(self.inv_freq)`, `t = t / scale`, then `inv_freq = 1.0 / (base ** (...).float())`).
+_CAST_DEPTH = 12
 
 # Tensor methods and attributes that keep their receiver's dtype.
 # Tensor methods whose result's elements are some of the receiver's, unchanged.
@@ -491,7 +494,7 @@ class RegionOps(Analysis):
         """The explicit float32 cast an expression is (`x.float()`, `x.to(torch.float32)`,
         `x.type(torch.float32)`), seen through views (`.transpose()`, `[...]`, `.T`), scalar
         arithmetic and names assigned it on the straight-line way here; None otherwise."""
-        if depth > _MAX_DEPTH:
+        if depth > _CAST_DEPTH:
             return None
         node = expression
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and self.model.qualified(node.func) is None:
@@ -541,7 +544,7 @@ class RegionOps(Analysis):
         variable or buffer every value of which is one (`self.register_buffer("scale",
         torch.ones(d, dtype=torch.float32))`). A parameter, a module's output, anything
         unknown is not."""
-        if depth > _MAX_DEPTH:
+        if depth > _CAST_DEPTH:
             return False
         if self.float32_cast(expression, unit, depth) is not None:
             return True
