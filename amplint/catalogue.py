@@ -83,6 +83,10 @@ def might_use_amp(source: str, rules: Optional[Sequence[object]] = None) -> bool
 # hook after which a framework steps through its scaler (`frameworks.STEPPED_AFTER_HOOKS`): a
 # Trainer subclass's `training_step` whose backward another module's settings decide.
 HELPER_WORDS = (".grad.", ".grad ", ".grad)", ".grad,", ".grad\n", "clip_grad_", "def training_step(")
+# ... and a helper that shards the module it is handed with FSDP (`def shard_model(m): return
+# FSDP(m, ...)`, `amplint.analyses.sharding`): the importer's GradScaler then serves a
+# sharded model (AMP017).
+WRAP_WORDS = ("FSDP(", "FullyShardedDataParallel(")
 # ... and a copy of a module that a class's `__init__` keeps and a method decays in place, whose
 # dtype the importing module's cast decides (an EMA class: `self.ema = deepcopy(model)`, `{n:
 # p.detach().clone() for ...}`, then `e.mul_(d)`; `Precision.export`): only the class counts, as
@@ -97,9 +101,9 @@ def helper_names(source: str) -> FrozenSet[str]:
     must name to call one of them (a helper that calls another is found by the outer name
     only if that one holds a word too); and the classes whose methods hold a copy word
     (`COPY_WORDS`). A dunder method counts through its class only."""
-    if not any(word in source for word in HELPER_WORDS + COPY_WORDS):
+    if not any(word in source for word in HELPER_WORDS + WRAP_WORDS + COPY_WORDS):
         return frozenset()
-    helpers = ((start, False) for word in HELPER_WORDS for start in _occurrences(source, word))
+    helpers = ((start, False) for word in HELPER_WORDS + WRAP_WORDS for start in _occurrences(source, word))
     copies = ((start, True) for word in COPY_WORDS for start in _occurrences(source, word))
     return _defining(source, itertools.chain(helpers, copies), methods=True)
 

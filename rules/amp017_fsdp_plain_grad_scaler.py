@@ -4,18 +4,11 @@ from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
+from amplint.analyses.sharding import Sharding
 from amplint.evidence import GRAD_SCALER
 from amplint.rule import Flagged, Message, Report, Rule
 from amplint.semantic import CallRecord, CodeUnit, EventKind, GuardFrame, SemanticModel, dotted_name, source_text
 
-# FSDP's first API: each rank holds a flat shard of the parameters and of their gradients,
-# as plain tensors.
-_FSDP = frozenset(
-    {
-        "torch.distributed.fsdp.FullyShardedDataParallel",
-        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
-    }
-)
 _SHARDED_SCALER = frozenset(
     {
         "torch.distributed.fsdp.ShardedGradScaler",
@@ -36,7 +29,9 @@ class FsdpPlainGradScaler(Rule):
     in code tied to the scaler: the function that builds the scaler or uses it, another
     method of the same class, a function of the file one of those calls
     (`model = wrap_fsdp(model)`), or one that calls them (`model = FSDP(model)`, then
-    `train(model)`).
+    `train(model)`). A function of another linted module that returns such a wrap counts
+    as one where it is called (`model = shard_model(model)`, with `def shard_model(m):
+    return FSDP(m, ...)` in `dist_utils.py`).
 
     Not flagged: `ShardedGradScaler`; a file that builds a `ShardedGradScaler` too (one scaler
     per path: `ShardedGradScaler() if fsdp else GradScaler()`); a scaler built on the other
@@ -115,7 +110,8 @@ class FsdpPlainGradScaler(Rule):
     def check(self, model: SemanticModel) -> Iterator[Report]:
         if not model.float16_possible or _builds_sharded_scaler(model):
             return
-        wraps = [record for record in model.index.calls if _wraps_fsdp(record, model)]
+        sharding = model.facts(Sharding)
+        wraps = [record for record in model.index.calls if sharding.wraps(record)]
         if not wraps:
             return
         callees = _callees(model)
@@ -128,7 +124,7 @@ class FsdpPlainGradScaler(Rule):
             reach = _reachable(related, callees)
             for wrap in wraps:
                 if _tied(wrap.unit, related, reach, callees) and not _exclusive(wrap, record, model):
-                    yield Report(record.node, _message(record, wrap))
+                    yield Report(record.node, _message(record, wrap, sharding.foreign_wrap(wrap)))
                     break
 
     VALID = (
@@ -355,24 +351,6 @@ def _builds_sharded_scaler(model: SemanticModel) -> bool:
     return any(_is_sharded_scaler(record.node, model) for record in model.index.calls)
 
 
-def _wraps_fsdp(record: CallRecord, model: SemanticModel) -> bool:
-    """A `FullyShardedDataParallel(module, ...)` call that shards (not `NO_SHARD`)."""
-    if model.qualified(record.node.func) not in _FSDP:
-        return False
-    strategy = _keyword(record.node, "sharding_strategy")
-    if strategy is not None and source_text(strategy).endswith("NO_SHARD"):
-        return False
-    # `mixed_precision=MixedPrecision(param_dtype=torch.bfloat16)`: bfloat16 has float32's
-    # range, and a scale of 65536 does not overflow it.
-    policy = _keyword(record.node, "mixed_precision")
-    dtype = _keyword(policy, "param_dtype") if isinstance(policy, cst.Call) else None
-    return dtype is None or model.qualified(dtype) != "torch.bfloat16"
-
-
-def _keyword(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
-    return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == name), None)
-
-
 def _related_units(key: str, record: CallRecord, model: SemanticModel) -> List[CodeUnit]:
     """The unit that builds the scaler and the others that scale, unscale, step or update with it."""
     return [record.unit] + [unit for unit in model.units if unit is not record.unit and _uses_scaler(unit, key, model)]
@@ -440,11 +418,12 @@ def _exclusive(wrap: CallRecord, scaler: CallRecord, model: SemanticModel) -> bo
     return False
 
 
-def _message(scaler: CallRecord, wrap: CallRecord) -> Message:
+def _message(scaler: CallRecord, wrap: CallRecord, helper_file: Optional[str] = None) -> Message:
     built = source_text(scaler.node)
     wrapped = source_text(wrap.node.func)
+    where = f" (which wraps it in FullyShardedDataParallel in {helper_file})" if helper_file else ""
     return Message(
-        f"`{built}` is a plain GradScaler, but the model is sharded by `{wrapped}(...)`",
+        f"`{built}` is a plain GradScaler, but the model is sharded by `{wrapped}(...)`{where}",
         help=(
             "Under FullyShardedDataParallel each rank checks only its own shard of the gradients for inf/NaN, so "
             "ranks disagree about skipping a step and their loss scales drift apart. Use "

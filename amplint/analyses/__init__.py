@@ -9,7 +9,8 @@ on first use, and kept for the file (ruff's `analyze/`, Fixit's metadata depende
 - `devices.Devices`: where code places tensors, and what an autocast region is gated on;
 - `region_ops.RegionOps`: the ops evaluated under autocast and what their inputs are;
 - `deprecations.Deprecations`: uses of the deprecated per-device AMP API;
-- `training.Training`: whether gradients reach an optimizer and scaling serves a step.
+- `training.Training`: whether gradients reach an optimizer and scaling serves a step;
+- `sharding.Sharding`: where a model is sharded with FSDP, and helpers that return one.
 
 An analysis imports the semantic core (and other analyses), never the other way round;
 `tests/test_layers.py` checks it. `rules/README.md` says when a fact belongs here.
@@ -22,6 +23,7 @@ with `model.exported_facts(func, scope, SUMMARY_KEY)`.
 """
 
 from amplint.analyses.precision import Precision
+from amplint.analyses.sharding import Sharding
 
 # The fact families whose facts cross modules, in the order they are exported.
-EXPORTING = (Precision,)
+EXPORTING = (Precision, Sharding)

@@ -1790,7 +1790,7 @@ def exported_averages(model: SemanticModel) -> Dict[str, Any]:
         positional = [p.name.value for p in (*init.node.params.posonly_params, *init.node.params.params)]
         position = positional.index(param) - 1 if param in positional and positional[:1] == ["self"] else None
         copy = f"`{source_text(binding.value)}`" if isinstance(node, cst.Call) else f"copies of `{source}`'s tensors"
-        entry = found.setdefault(scope.name, {"line": _line_of(model.module, scope.node), "averages": [], "words": []})
+        entry = found.setdefault(scope.name, {"line": top_level_line(model.module, scope.node), "averages": [], "words": []})
         methods = _running(model, scope, {unit.name.rsplit(".", 1)[-1] for unit, _ in decays})
         update = f"`{source_text(decays[0][1])}`"
         entry["averages"].append(
@@ -1858,8 +1858,8 @@ def _running(model: SemanticModel, scope: Scope, methods: Set[str]) -> Set[str]:
     return found
 
 
-def _line_of(module: cst.Module, node: cst.CSTNode) -> Optional[int]:
-    """The line a top-level statement (a class) starts on, its decorators and comments
+def top_level_line(module: cst.Module, node: cst.CSTNode) -> Optional[int]:
+    """The line a top-level statement (a class, a function) starts on, its decorators and comments
     before it left out, counted from the code of the statements before it."""
     lines = 1 + "".join(module.code_for_node(line) for line in module.header).count("\n")
     for statement in module.body:
