@@ -6,13 +6,12 @@ and others' wrapping helpers)."""
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from amplint.catalogue import helper_names
+from conftest import run_amplint_in_process
 
 
 def _lint(root, files, *options):
@@ -21,12 +20,7 @@ def _lint(root, files, *options):
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text).lstrip())
-    done = subprocess.run(
-        [sys.executable, "-m", "amplint", "--isolated", *options, "--output-format", "json", "."],
-        capture_output=True,
-        text=True,
-        cwd=root,
-    )
+    done = run_amplint_in_process("--isolated", *options, "--output-format", "json", ".", cwd=root)
     assert done.returncode in (0, 1), done.stderr
     findings = [f for f in json.loads(done.stdout) if f["code"] == "AMP017"]
     return sorted((os.path.relpath(f["filename"], root).replace(os.sep, "/"), f["location"]["row"]) for f in findings), findings
