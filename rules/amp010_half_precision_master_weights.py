@@ -36,7 +36,8 @@ class HalfPrecisionMasterWeights(Rule):
     `utils.py`) keeps `deepcopy(model)` and its `update` decays the copy in place (timm's
     `ModelEma`/`ModelEmaV3`, yolov5's `ModelEMA`, a dict of shadow copies), is reported at
     the construction when `ema.update(model)` runs after it; a cast of that copy after the
-    construction (`ema.ema.half()` for validation) that an update then follows, at the cast.
+    construction (`ema.ema.half()` for validation) that an update then follows, at the cast,
+    for such a class of another module or of the file itself.
 
     Not flagged: a model cast for inference, evaluation or export (no optimizer trains it, or
     nothing trains after the cast: `model.half()` after the training loop, in a branch that
@@ -365,6 +366,33 @@ optimizer = torch.optim.SGD(model.head.parameters(), lr=0.01)
 for x in loader:
     model(x).sum().backward()
     optimizer.step()
+""",        # The EMA's copy halved for validation and cast back before the next update.
+        """
+import copy
+import torch
+
+class ModelEMA:
+    def __init__(self, model, decay=0.9999):
+        self.ema = copy.deepcopy(model).eval()
+        self.decay = decay
+    def update(self, model):
+        with torch.no_grad():
+            msd = model.state_dict()
+            for k, v in self.ema.state_dict().items():
+                if v.dtype.is_floating_point:
+                    v *= self.decay
+                    v += (1 - self.decay) * msd[k].detach()
+
+def train(model, optimizer, loader):
+    ema = ModelEMA(model)
+    for epoch in range(10):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+            ema.update(model)
+        ema.ema.half()
+        evaluate(ema.ema)
+        ema.ema.float()
 """,
     )
     INVALID = (
@@ -495,6 +523,37 @@ class ModelEMA:
 """,
             at=((6, 20),),
         ),
+        # yolov5 #9016 in one file: validation halves the copy an EMA class of the file keeps,
+        # and the next epoch decays it in float16.
+        Flagged(
+            """
+import copy
+import torch
+
+class ModelEMA:
+    def __init__(self, model, decay=0.9999):
+        self.ema = copy.deepcopy(model).eval()
+        self.decay = decay
+    def update(self, model):
+        with torch.no_grad():
+            msd = model.state_dict()
+            for k, v in self.ema.state_dict().items():
+                if v.dtype.is_floating_point:
+                    v *= self.decay
+                    v += (1 - self.decay) * msd[k].detach()
+
+def train(model, optimizer, loader):
+    ema = ModelEMA(model)
+    for epoch in range(10):
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+            ema.update(model)
+        ema.ema.half()
+        evaluate(ema.ema)
+""",
+            at=((24, 9),),
+        ),
     )
 
 
@@ -582,7 +641,8 @@ def _averaged_message(cast: ModuleCast, average: InPlaceAverage) -> str:
 
 
 def _averaged_elsewhere_message(foreign: ForeignAverage, update) -> str:
-    """An EMA class of another module built here from a float16 module: name the class where it is."""
+    """An EMA class (of another module, or of this file) built here from a float16 module, or
+    whose copy is cast here: name the class where it is."""
     cast = foreign.cast
     original = cast.inherits
     if original is None:  # the copy the instance keeps, cast after it was made

@@ -145,13 +145,14 @@ class ForeignAverage:
     """An instance of another module's class built from a cast module, where that class keeps
     a copy of the module it is handed and a method of it decays the copy in place: `ema =
     ModelEMA(model)` after `model.half()`, with `ModelEMA` of `utils.py` (its summary's
-    `precision` facts: `exported_averages`)."""
+    `precision` facts: `exported_averages`). Also an instance of such a class of this file
+    whose copy is cast from outside the class (`ema.ema.half()`)."""
 
     # The construction, which inherits the cast of the module handed to it; or a cast of the
     # copy after the construction (`ema.ema.half()`).
     cast: ModuleCast
     class_name: str  # `ModelEMA`
-    where: str  # the class's file and line: `utils.py:12`
+    where: str  # the class's file and line: `utils.py:12`, or `line 12` in this file
     attribute: str  # where the class keeps the copy: `self.ema`
     copy: str  # the copy, quoted: "`deepcopy(de_parallel(model))`"
     update: str  # the decay, quoted: "`v *= d`"
@@ -1175,10 +1176,11 @@ class Precision(Analysis):
 
     @property
     def foreign_averages(self) -> List[ForeignAverage]:
-        """The instances of other modules' averaging classes built here from a cast module
-        (none without a cast in the file: their summaries are not looked up)."""
+        """The instances of other modules' averaging classes built here from a cast module,
+        and of this file's whose copy is cast after they are built (`ema.ema.half()`): none
+        without a cast in the file (no summary is looked up)."""
         if self._foreign is None:
-            self._foreign = _foreign_averages(self) if self.model.external is not None and self.casts else []
+            self._foreign = _foreign_averages(self) if self.casts else []
         return self._foreign
 
     def averaged_elsewhere_in_low_precision(self, dtype: str = "float16") -> Iterator[Tuple[ForeignAverage, CallRecord]]:
@@ -1883,14 +1885,23 @@ def _foreign_averages(precision: "Precision") -> List[ForeignAverage]:
     found: List[ForeignAverage] = []
     if not originals:
         return found
+    local: Optional[Dict[str, Any]] = None  # this file's averaging classes, read once
     for record in model.index.calls:
         func = record.node.func
         last = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
         if not record.immediate or not last[:1].isupper():
             continue
-        exported = model.exported_facts(func, record.unit.scope, Precision.SUMMARY_KEY)
         binding = finder.assigned.get(id(record.node))
-        if exported is None or binding is None:
+        if binding is None:
+            continue
+        exported = model.exported_facts(func, record.unit.scope, Precision.SUMMARY_KEY) if model.external is not None else None
+        own = exported is None and isinstance(func, cst.Name) and func.value in model.index.classes
+        if own:
+            # A class of this file: only a cast of the copy it keeps, from outside it, is new
+            # here (a module cast before it is handed over is `averaged_in_low_precision`'s).
+            local = exported_averages(model) if local is None else local
+            exported = (func.value, "this file", local[func.value]) if func.value in local else None
+        if exported is None:
             continue
         qualified, origin, facts = exported
         instance = frozenset(finder.paths(binding.name, binding.value_scope))
@@ -1902,7 +1913,7 @@ def _foreign_averages(precision: "Precision") -> List[ForeignAverage]:
                 return ForeignAverage(
                     cast,
                     qualified,
-                    f"{origin}:{facts.get('line')}" if facts.get("line") else origin,
+                    (f"line {facts.get('line')}" if own else f"{origin}:{facts.get('line')}") if facts.get("line") else origin,
                     str(average.get("attribute")),
                     str(average.get("copy")),
                     str(average.get("update")),
@@ -1914,6 +1925,8 @@ def _foreign_averages(precision: "Precision") -> List[ForeignAverage]:
             for cast in originals:
                 if any(cast.covers(path) for path in paths):
                     found.append(foreign(cast))  # the copy, cast itself (whether after the construction is asked later)
+            if own:
+                continue
             source = finder._module_source(_argument_for(record.node, average.get("param"), average.get("position")))
             if source is None:
                 continue
