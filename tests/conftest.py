@@ -45,6 +45,26 @@ def run_amplint(*args, cwd=None, input=None, env=None):
     )
 
 
+def write_files(root, files):
+    """Write `files` (name -> text, dedented) under `root`, making their folders."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+
+
+def lint_project(root, files, *options):
+    """Write `files` under `root` and run `amplint --isolated OPTIONS` there, JSON out, as a
+    user would: the (file, row, code) of each finding, sorted, and the findings themselves."""
+    import json
+
+    write_files(root, files)
+    done = run_amplint("--isolated", *options, "--output-format", "json", ".", cwd=root)
+    assert done.returncode in (0, 1), done.stderr
+    findings = json.loads(done.stdout)
+    return sorted((os.path.relpath(f["filename"], root).replace(os.sep, "/"), f["location"]["row"], f["code"]) for f in findings), findings
+
+
 @dataclass
 class Completed:
     """What a finished `amplint` run left: a subprocess.CompletedProcess's fields."""

@@ -130,7 +130,7 @@ def test_a_kept_answer_is_recomputed_for_another_object_with_its_id():
     found = model(HELPER)
     first, second = helper_calls(found)
     found.flow.call_arguments(first)
-    found.flow._arguments[id(second)] = (first, {"stale": None})  # an id reused
+    found.flow._arguments[(id(second),)] = ((first,), {"stale": None})  # an id reused
     assert found.flow.call_arguments(second) == call_arguments(second)
 
 

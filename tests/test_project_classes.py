@@ -3,35 +3,17 @@ resolved through imports, so that what a method or a constructor of another modu
 counts where it is called (`amplint.semantic.exports`: the class index of a summary)."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 from amplint.engine import lint_source
 from amplint.rules import ALL_RULES
 from amplint.semantic.exports import SUMMARY_VERSION, ExternalModules, load_summary
-
-
-def _write(root, files):
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
+from conftest import lint_project, write_files
 
 
 def _lint(root, files):
     """(file, row, code) of each finding of `amplint` run on `files`, written under `root`."""
-    _write(root, files)
-    done = subprocess.run(
-        [sys.executable, "-m", "amplint", "--isolated", "--no-cache", "--output-format", "json", "."],
-        capture_output=True,
-        text=True,
-        cwd=root,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    findings = json.loads(done.stdout)
-    return sorted((os.path.relpath(f["filename"], root).replace(os.sep, "/"), f["location"]["row"], f["code"]) for f in findings), findings
+    return lint_project(root, files, "--no-cache")
 
 
 # --------------------------------------------------------------------------- gradient-norm helpers
@@ -94,7 +76,7 @@ def test_the_same_helpers_after_unscale_are_clean(tmp_path):
 def test_a_module_without_amp_words_is_analysed_only_when_a_linted_module_imports_it(tmp_path):
     from amplint.project import imported_deferred
 
-    _write(tmp_path, {"utils.py": GRAD_UTILS, "other.py": "def f():\n    return 1\n", "main.py": GRAD_MAIN.format(before="pass", after="pass")})
+    write_files(tmp_path, {"utils.py": GRAD_UTILS, "other.py": "def f():\n    return 1\n", "main.py": GRAD_MAIN.format(before="pass", after="pass")})
     paths = [str(tmp_path / name) for name in ("utils.py", "other.py", "main.py")]
     first = [lint_source(open(path).read(), path, ALL_RULES) for path in paths]
     assert first[0].skipped and first[0].summary is None
@@ -566,15 +548,7 @@ def test_a_changed_checkpointer_is_seen_by_its_importer_through_the_cache(tmp_pa
     root = tmp_path / "project"
 
     def lint(files):
-        _write(root, files)
-        done = subprocess.run(
-            [sys.executable, "-m", "amplint", "--isolated", "--cache-dir", str(cache), "--output-format", "json", "."],
-            capture_output=True,
-            text=True,
-            cwd=root,
-        )
-        assert done.returncode in (0, 1), done.stderr
-        return sorted((os.path.relpath(f["filename"], root), f["location"]["row"], f["code"]) for f in json.loads(done.stdout))
+        return lint_project(root, files, "--cache-dir", str(cache))[0]
 
     files = _run_state()
     assert lint(files) == [("train.py", 18, "AMP007")]
@@ -635,7 +609,7 @@ def test_a_checkpointing_module_is_analysed_when_an_importer_names_its_class_or_
 
 
 def test_a_summary_indexes_classes_their_bases_and_what_they_inherit(tmp_path):
-    _write(tmp_path, {"base.py": BASE, "custom.py": MIDDLE, "engine.py": ENGINE})
+    write_files(tmp_path, {"base.py": BASE, "custom.py": MIDDLE, "engine.py": ENGINE})
     base_path, custom_path, engine_path = (str(tmp_path / name) for name in ("base.py", "custom.py", "engine.py"))
     base = lint_source((tmp_path / "base.py").read_text(), base_path, ALL_RULES).summary
     assert base["version"] == SUMMARY_VERSION

@@ -4,39 +4,21 @@ method decays the copy in place (`Precision.export`, the summary's `facts`), and
 that casts the model and builds the EMA reports it at the construction."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 from amplint.engine import lint_source
 from amplint.rules import ALL_RULES
 from amplint.semantic.exports import ExternalModules, LookupRecorder, load_summary
-
-
-def _write(root, files):
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
+from conftest import lint_project, write_files
 
 
 def _run(root, *options):
-    done = subprocess.run(
-        [sys.executable, "-m", "amplint", "--isolated", *options, "--output-format", "json", "."],
-        capture_output=True,
-        text=True,
-        cwd=root,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    findings = json.loads(done.stdout)
-    return sorted((os.path.relpath(f["filename"], root).replace(os.sep, "/"), f["location"]["row"], f["code"]) for f in findings), findings
+    return lint_project(root, {}, *options)
 
 
 def _lint(root, files, *options):
     """(file, row, code) of each AMP010 finding of `amplint` run on `files`, and the findings."""
-    _write(root, files)
-    rows, findings = _run(root, "--no-cache", *options)
+    rows, findings = lint_project(root, files, "--no-cache", *options)
     return [row for row in rows if row[2] == "AMP010"], [f for f in findings if f["code"] == "AMP010"]
 
 
@@ -393,16 +375,16 @@ def test_an_importer_notes_the_class_it_would_look_up():
 
 def test_a_cached_run_is_invalidated_when_the_ema_module_changes(tmp_path):
     files = {"utils.py": EMA_UTILS, "train.py": _train(before="model.half()")}
-    _write(tmp_path, files)
+    write_files(tmp_path, files)
     cache = ["--cache-dir", str(tmp_path / "cache")]
     first, _ = _run(tmp_path, *cache)
     second, _ = _run(tmp_path, *cache)
     assert [r for r in first if r[2] == "AMP010"] == [r for r in second if r[2] == "AMP010"] == [("train.py", 7, "AMP010")]
     # The EMA now keeps a float32 copy: the importer's cached result must not stand.
-    _write(tmp_path, {"utils.py": EMA_UTILS.replace("copy.deepcopy(model).eval()", "copy.deepcopy(model).float()")})
+    write_files(tmp_path, {"utils.py": EMA_UTILS.replace("copy.deepcopy(model).eval()", "copy.deepcopy(model).float()")})
     third, _ = _run(tmp_path, *cache)
     assert [r for r in third if r[2] == "AMP010"] == []
-    _write(tmp_path, {"utils.py": EMA_UTILS})
+    write_files(tmp_path, {"utils.py": EMA_UTILS})
     fourth, _ = _run(tmp_path, *cache)
     assert [r for r in fourth if r[2] == "AMP010"] == [("train.py", 7, "AMP010")]
 

@@ -3,29 +3,13 @@ built with the framework's settings in another (a Hugging Face `Trainer` subclas
 trainer.py, `TrainingArguments(fp16=...)` and `MyTrainer(args=...)` in train.py), reported
 where the precision is known: at the construction, naming the hook's file and line."""
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
+from conftest import lint_project
 
 
 def _lint(root, files, *options):
     """(file, row, code) of each finding of `amplint` run on `files`, written under `root`,
     and the findings as JSON."""
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
-    done = subprocess.run(
-        [sys.executable, "-m", "amplint", "--isolated", *(options or ("--no-cache",)), "--output-format", "json", "."],
-        capture_output=True,
-        text=True,
-        cwd=root,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    findings = json.loads(done.stdout)
-    return sorted((os.path.relpath(f["filename"], root).replace(os.sep, "/"), f["location"]["row"], f["code"]) for f in findings), findings
+    return lint_project(root, files, *(options or ("--no-cache",)))
 
 
 # --------------------------------------------------------------------------- Hugging Face Trainer

@@ -4,25 +4,19 @@ defines `shard_model(model)`, which returns `FullyShardedDataParallel(model, ...
 plain GradScaler is reported at the scaler (composer's `prepare_fsdp_module`, detectron2's
 and others' wrapping helpers)."""
 
-import json
 import os
 import textwrap
 
 import pytest
 
 from amplint.catalogue import helper_names
-from conftest import run_amplint_in_process
+from conftest import lint_project
 
 
 def _lint(root, files, *options):
-    """(file, row, code) of each AMP017 finding of `amplint` run on `files`, and the findings."""
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
-    done = run_amplint_in_process("--isolated", *options, "--output-format", "json", ".", cwd=root)
-    assert done.returncode in (0, 1), done.stderr
-    findings = [f for f in json.loads(done.stdout) if f["code"] == "AMP017"]
+    """(file, row) of each AMP017 finding of `amplint` run on `files`, and the findings."""
+    _, findings = lint_project(root, files, *options)
+    findings = [f for f in findings if f["code"] == "AMP017"]
     return sorted((os.path.relpath(f["filename"], root).replace(os.sep, "/"), f["location"]["row"]) for f in findings), findings
 
 

@@ -44,7 +44,7 @@ from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name
 from amplint.semantic.pytorch import vocabulary
-from amplint.semantic.resolve import Resolver
+from amplint.semantic.resolve import Resolver, passed_for
 from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.walk import children, iter_tree
@@ -605,16 +605,7 @@ def _passed_for(call: cst.Call, params, parameter: str, bound_self: bool) -> Opt
     params = list(params)
     if parameter not in params:
         return None
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == parameter:
-            return arg.value
-    index = params.index(parameter) - (1 if bound_self else 0)
-    for position, arg in enumerate(a for a in call.args if a.keyword is None):
-        if arg.star:
-            return None
-        if position == index:
-            return arg.value
-    return None
+    return passed_for(call, parameter, params.index(parameter) - (1 if bound_self else 0))
 
 
 def _may_checkpoint(function: cst.CSTNode) -> bool:

@@ -54,9 +54,9 @@ from amplint.semantic.pytorch.api import (
     STATE_METHODS,
 )
 from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS, AdapterCall
-from amplint.semantic.resolve import Resolver, drawn_from, split_args
+from amplint.semantic.resolve import Resolver, drawn_from, passed_for, split_args
 from amplint.semantic.scalers import all_bindings
-from amplint.semantic.walk import children, iter_tree
+from amplint.semantic.walk import children, iter_tree, own_returns
 
 _MAX_DEPTH = 10
 # `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
@@ -736,13 +736,8 @@ class PrecisionFinder:
 
 
 def _returned(function: cst.CSTNode) -> Set[Optional[str]]:
-    """The names a function returns (`return optimizer`), not in a nested one. A `return` is
-    a statement: the walk does not go into expressions or into the other small statements."""
-
-    def descend(node: cst.CSTNode) -> bool:
-        return node is function or not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.BaseExpression, cst.BaseSmallStatement))
-
-    return {dotted_name(node.value) for node in iter_tree(function, descend) if isinstance(node, cst.Return) and node.value is not None}
+    """The names a function returns (`return optimizer`), not in a nested one."""
+    return {dotted_name(node.value) for node in own_returns(function) if node.value is not None}
 
 
 def _state_calls(expression: cst.BaseExpression) -> Iterator[cst.Call]:
@@ -1927,7 +1922,7 @@ def _foreign_averages(precision: "Precision") -> List[ForeignAverage]:
                     found.append(foreign(cast))  # the copy, cast itself (whether after the construction is asked later)
             if own:
                 continue
-            source = finder._module_source(_argument_for(record.node, average.get("param"), average.get("position")))
+            source = finder._module_source(passed_for(record.node, average.get("param"), average.get("position")))
             if source is None:
                 continue
             suffix = tuple(average.get("path", ()))
@@ -1936,17 +1931,3 @@ def _foreign_averages(precision: "Precision") -> List[ForeignAverage]:
                 if any(cast.covers(path) for path in sources):
                     found.append(foreign(ModuleCast(record.node, record, cast.dtypes, binding.name, paths, source, guard_facts(record), cast)))
     return found
-
-
-def _argument_for(call: cst.Call, param: Optional[str], position: Optional[int]) -> Optional[cst.BaseExpression]:
-    """The argument a call passes for a parameter: by keyword, or at its position when no
-    `*args` comes before it."""
-    for index, arg in enumerate(call.args):
-        if arg.keyword is not None:
-            if arg.keyword.value == param:
-                return arg.value
-        elif arg.star:
-            return None
-        elif index == position:
-            return arg.value
-    return None

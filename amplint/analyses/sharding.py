@@ -19,7 +19,8 @@ from amplint.analyses.precision import top_level_line
 from amplint.semantic.index import CallRecord, CodeUnit
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.walk import iter_tree
+from amplint.semantic.resolve import keyword_argument
+from amplint.semantic.walk import own_returns
 
 # FSDP's first API: each rank holds a flat shard of the parameters and of their gradients,
 # as plain tensors.
@@ -68,18 +69,17 @@ def shards(call: cst.Call, model: SemanticModel) -> bool:
     bfloat16 `MixedPrecision` policy)."""
     if model.qualified(call.func) not in FSDP:
         return False
-    strategy = _keyword(call, "sharding_strategy")
+    strategy = keyword_argument(call, "sharding_strategy")
     if strategy is not None and source_text(strategy).endswith("NO_SHARD"):
         return False
-    policy = _keyword(call, "mixed_precision")
-    dtype = _keyword(policy, "param_dtype") if isinstance(policy, cst.Call) else None
+    policy = keyword_argument(call, "mixed_precision")
+    dtype = keyword_argument(policy, "param_dtype") if isinstance(policy, cst.Call) else None
     return dtype is None or model.qualified(dtype) != "torch.bfloat16"
 
 
 def _returns_a_wrap(unit: CodeUnit, model: SemanticModel) -> bool:
-    nested = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-    for node in iter_tree(unit.node.body, lambda n: not isinstance(n, nested)):  # type: ignore[union-attr]
-        if not isinstance(node, cst.Return) or node.value is None:
+    for node in own_returns(unit.node):
+        if node.value is None:
             continue
         value = node.value
         if isinstance(value, cst.Call) and shards(value, model):
@@ -91,5 +91,3 @@ def _returns_a_wrap(unit: CodeUnit, model: SemanticModel) -> bool:
     return False
 
 
-def _keyword(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
-    return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == name), None)

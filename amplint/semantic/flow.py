@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, TypeVar, Union
 
 import libcst as cst
 
@@ -53,6 +53,7 @@ MAX_STATES = 512  # states at one point of a unit
 MAX_SEQUENCES = 64  # ways through a helper worth remembering
 MAX_EVENTS = 48  # events in one way through a helper
 MAX_DEPTH = 8  # helpers calling helpers
+_T = TypeVar("_T")
 
 
 class TooComplex(Exception):
@@ -177,10 +178,11 @@ class FlowAnalysis:
         # A helper call's arguments, and a way through its helper's conditions in the
         # caller's terms: the same for every state that reaches the call (computed once per
         # call, not once per state and way). Each keeps the objects its key is the id of.
-        self._arguments: Dict[int, Tuple[HelperCall, Dict[str, Optional[str]]]] = {}
-        self._evaluations: Dict[Tuple[int, int], tuple] = {}  # see `evaluation`
-        self._items: Dict[int, tuple] = {}  # see `items_of`
-        self._facts_at: Dict[Tuple[int, int], Tuple[HelperCall, FrozenSet[Assumption], FrozenSet[Assumption]]] = {}
+        # (`_kept`: keyed by the ids of the objects asked about, kept with them.)
+        self._arguments: Dict[Tuple[int, ...], tuple] = {}  # see `call_arguments`
+        self._evaluations: Dict[Tuple[int, ...], tuple] = {}  # see `evaluation`
+        self._items: Dict[Tuple[int, ...], tuple] = {}  # see `items_of`
+        self._facts_at: Dict[Tuple[int, ...], tuple] = {}  # see `facts_at`
 
     # public
     def augmented(self, node: cst.AugAssign) -> cst.Tuple:
@@ -236,60 +238,54 @@ class FlowAnalysis:
         """The calls `unit` makes itself that are AMP events or helper calls, each with what
         it is, in source order: asked by every interpretation of the unit (its flow, its
         summary, the conditions and variables worth tracking), listed once."""
-        found = self._items.get(id(unit))
-        if found is None or found[0] is not unit:
-            listed = []
-            for record in unit.calls:
-                item = self.model.classify(record) if record.immediate else None
-                if item is not None:
-                    listed.append((record, item))
-            found = self._items[id(unit)] = (unit, tuple(listed))
-        return found[1]
+        return _kept(self._items, (unit,), lambda: self._list_items(unit))
+
+    def _list_items(self, unit: CodeUnit) -> Tuple[Tuple[CallRecord, Union[AmpEvent, HelperCall]], ...]:
+        listed = []
+        for record in unit.calls:
+            item = self.model.classify(record) if record.immediate else None
+            if item is not None:
+                listed.append((record, item))
+        return tuple(listed)
 
     def evaluation(self, owner: cst.CSTNode, unit: CodeUnit):
         """What evaluating the statement (or compound statement's header) `owner` of `unit`
         runs, in order: its calls that are AMP events or helper calls (each with its record;
         None for a gradient read), then its gradient reads, and the walruses it binds; None
         when it has none of them. Listed once, not at each visit with each set of states."""
-        key = (id(owner), id(unit))
-        found = self._evaluations.get(key)
-        if found is None or found[0] is not owner:
-            record = self.model.index.record(owner)
-            listed = None
-            if record is not None:
-                events: List[Tuple[Optional[CallRecord], Union[AmpEvent, HelperCall]]] = []
-                for call in record.calls:
-                    item = self.model.classify(call)
-                    if item is not None:
-                        events.append((call, item))
-                for read in record.grad_reads:
-                    event = self.model.classifier.gradient_read(read, owner, unit)
-                    if event is not None:
-                        events.append((None, event))
-                if events or record.walruses:
-                    listed = (tuple(events), tuple(record.walruses))
-            found = self._evaluations[key] = (owner, listed)
-        return found[1]
+        return _kept(self._evaluations, (owner, unit), lambda: self._evaluate(owner, unit))
+
+    def _evaluate(self, owner: cst.CSTNode, unit: CodeUnit):
+        record = self.model.index.record(owner)
+        if record is None:
+            return None
+        events: List[Tuple[Optional[CallRecord], Union[AmpEvent, HelperCall]]] = []
+        for call in record.calls:
+            item = self.model.classify(call)
+            if item is not None:
+                events.append((call, item))
+        for read in record.grad_reads:
+            event = self.model.classifier.gradient_read(read, owner, unit)
+            if event is not None:
+                events.append((None, event))
+        return (tuple(events), tuple(record.walruses)) if events or record.walruses else None
 
     def call_arguments(self, call: HelperCall) -> Dict[str, Optional[str]]:
         """`call_arguments(call)`, once per call."""
-        found = self._arguments.get(id(call))
-        if found is None or found[0] is not call:
-            found = self._arguments[id(call)] = (call, call_arguments(call))
-        return found[1]
+        return _kept(self._arguments, (call,), lambda: call_arguments(call))
 
     def facts_at(self, call: HelperCall, facts: FrozenSet[Assumption]) -> FrozenSet[Assumption]:
         """A way through the helper `call` calls, its conditions `facts` in the caller's
         terms (`rewrite`): those on a parameter that gets no plain variable left out."""
         if not facts:
             return facts
-        key = (id(call), id(facts))
-        found = self._facts_at.get(key)
-        if found is None or found[0] is not call or found[1] is not facts:
+
+        def mapped() -> FrozenSet[Assumption]:
             arguments = self.call_arguments(call)
-            mapped = ((rewrite(cond, arguments), value) for cond, value in facts)
-            found = self._facts_at[key] = (call, facts, frozenset((cond, value) for cond, value in mapped if cond is not None))
-        return found[2]
+            rewritten = ((rewrite(cond, arguments), value) for cond, value in facts)
+            return frozenset((cond, value) for cond, value in rewritten if cond is not None)
+
+        return _kept(self._facts_at, (call, facts), mapped)
 
     def own_occurrence(self, event: AmpEvent, unit: CodeUnit, context: CallContext) -> Occurrence:
         """`event` as it runs where it is written, in `unit` (no helper call on the way)."""
@@ -530,6 +526,16 @@ def _nested(
         under_no_grad=no_grad,
         in_foreign_region=inner.in_foreign_region,
     )
+
+
+def _kept(cache: Dict[Tuple[int, ...], tuple], owners: Tuple[object, ...], compute: Callable[[], _T]) -> _T:
+    """`compute()`, once for the objects `owners`: kept in `cache` under their ids, with the
+    objects themselves, so that another object given a freed one's id is not served it."""
+    key = tuple(map(id, owners))
+    found = cache.get(key)
+    if found is None or any(kept is not owner for kept, owner in zip(found[0], owners)):
+        found = cache[key] = (owners, compute())
+    return found[1]
 
 
 class ArgumentMapper:

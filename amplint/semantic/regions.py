@@ -146,7 +146,7 @@ class Regions:
         if not isinstance(expression, cst.Call):
             return None
         name = (dotted_name(expression.func) or "").rsplit(".", 1)[-1]
-        keywords = {arg.keyword.value: arg.value for arg in expression.args if arg.keyword is not None}
+        keywords = split_args(expression.args)[1]
         if name.endswith("autocast"):
             if "enabled" not in keywords or self.resolver.boolean(keywords["enabled"], scope) is not False:
                 return None

@@ -18,7 +18,7 @@ from amplint.semantic.pytorch import api as torch_api
 from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.names import is_none
 from amplint.semantic.names import dotted_name
-from amplint.semantic.walk import iter_tree
+from amplint.semantic.walk import own_returns
 
 _MAX_DEPTH = 4
 # Default autocast dtypes by device; other devices' defaults are left unknown.
@@ -444,8 +444,8 @@ class Resolver:
             inner = next((s for s in self.index.scopes if s.node is binding.node), None)
             if inner is None:
                 continue
-            for node in iter_tree(binding.node.body, lambda n: not isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda))):
-                if isinstance(node, cst.Return) and node.value is not None:
+            for node in own_returns(binding.node):
+                if node.value is not None:
                     found |= follow(node.value, inner, depth + 1)
         return found
 
@@ -504,6 +504,27 @@ def argument(call: cst.Call, index: int, keyword: str) -> Optional[cst.BaseExpre
     if keyword in keywords:
         return keywords[keyword]
     return positional[index] if len(positional) > index else None
+
+
+def passed_for(call: cst.Call, parameter: Optional[str], position: Optional[int]) -> Optional[cst.BaseExpression]:
+    """What a call passes for a callee's parameter: by keyword, or at its `position` among the
+    positional arguments; None when it passes none, or a `*args` comes first (not known)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == parameter:
+            return arg.value
+    if position is None:
+        return None
+    for index, arg in enumerate(a for a in call.args if a.keyword is None):
+        if arg.star:
+            return None
+        if index == position:
+            return arg.value
+    return None
+
+
+def keyword_argument(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
+    """The value a call passes for the keyword `name`, if it does."""
+    return split_args(call.args)[1].get(name)
 
 
 def is_infinity(node: Optional[cst.BaseExpression]) -> bool:

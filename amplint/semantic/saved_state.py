@@ -34,8 +34,9 @@ import libcst as cst
 
 from amplint.semantic.index import CodeUnit, Scope
 from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.resolve import keyword_argument
 from amplint.semantic.pytorch import api as torch_api, vocabulary
-from amplint.semantic.walk import iter_tree
+from amplint.semantic.walk import own_returns
 
 if TYPE_CHECKING:
     from amplint.semantic.model import SemanticModel
@@ -219,17 +220,17 @@ def _scalers_returned(model: "SemanticModel", units: List[CodeUnit]) -> List[Tup
     for unit in units:
         if unit.scope.class_scope is not None:
             continue
-        for node in _returns(unit):
+        for node in own_returns(unit.node):
             for value in _branches(node.value):
                 call: Optional[cst.Call] = None
                 name = dotted_name(value) if value is not None else None
                 if name is not None and "." not in name:
                     call = built.get(model.resolver.identity(name, unit.scope))
                 elif isinstance(value, cst.Call) and model.resolver.qualified(value.func) in torch_api.GRAD_SCALER:
-                    if model.resolver.boolean(_keyword(value, "enabled"), unit.scope) is not False:
+                    if model.resolver.boolean(keyword_argument(value, "enabled"), unit.scope) is not False:
                         call = value
                 if call is not None:
-                    enabled = _keyword(call, "enabled")
+                    enabled = keyword_argument(call, "enabled")
                     parameter = enabled.value if isinstance(enabled, cst.Name) and enabled.value in unit.parameters else None
                     found.append((unit, {"scaler": f"`{source_text(call)}`", "enabled": parameter}))
                     break
@@ -239,20 +240,7 @@ def _scalers_returned(model: "SemanticModel", units: List[CodeUnit]) -> List[Tup
     return found
 
 
-def _keyword(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
-    return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == name), None)
-
-
 def _branches(value: Optional[cst.BaseExpression]) -> List[Optional[cst.BaseExpression]]:
     if isinstance(value, cst.IfExp):
         return _branches(value.body) + _branches(value.orelse)
     return [value]
-
-
-def _returns(unit: CodeUnit) -> List[cst.Return]:
-    """The unit's own `return` statements, not those of functions or classes nested in it."""
-    return [
-        node
-        for node in iter_tree(unit.node, lambda n: n is unit.node or not isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)))
-        if isinstance(node, cst.Return)
-    ]

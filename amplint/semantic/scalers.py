@@ -32,7 +32,7 @@ from amplint.semantic.exports import ExternalModules, FactoryReturn, import_targ
 from amplint.semantic.index import Binding, CallRecord, ModuleIndex, Scope
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.walk import iter_tree
+from amplint.semantic.walk import own_returns
 from amplint.semantic.resolve import Resolver, split_args
 
 
@@ -542,11 +542,7 @@ def _returns_only(unit, call: cst.Call, index: ModuleIndex) -> bool:
             return False
     else:
         return False
-    returns = [
-        node
-        for node in iter_tree(unit.node.body, lambda n: not isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)))
-        if isinstance(node, cst.Return)
-    ]
+    returns = own_returns(unit.node)
     if returned is None:
         return len(returns) == 1
     return bool(returns) and all(isinstance(r.value, cst.Name) and r.value.value == returned for r in returns)

@@ -111,6 +111,16 @@ def iter_tree(node: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool]
         stack.extend(reversed(children(current)))
 
 
+def own_returns(function: cst.CSTNode) -> List[cst.Return]:
+    """The `return` statements of a function, not those of a function or class nested in it.
+    A `return` is a statement: the walk goes into no expression and no other small statement."""
+
+    def descend(node: cst.CSTNode) -> bool:
+        return node is function or not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.BaseExpression, cst.BaseSmallStatement))
+
+    return [node for node in iter_tree(function, descend) if isinstance(node, cst.Return)]
+
+
 def post_order(node: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool]] = None) -> Iterator[cst.CSTNode]:
     """Every node under `node`, children before their parent: a call's arguments come before
     the call, which is the order Python evaluates them in."""
