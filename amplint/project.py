@@ -31,7 +31,8 @@ older cache) is linted again whenever its text names a function of a summary it 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from amplint.diagnostics import FileResult
 
@@ -74,6 +75,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
     if not summaries:  # nothing to import (a run whose files mention no AMP code: no LibCST)
         return results
+    _read_imports_of_scaler_users(results, summaries, read)
     from amplint.import_paths import PathIndex
 
     # The same files every round, but for one that exports only once linted with another's.
@@ -106,6 +108,70 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         if not changed:
             break
     return results
+
+
+def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[str, dict], read: ReadText) -> None:
+    """Give the imports of its CPython tree to each file skipped for having no AMP words that
+    calls something of another module's summary that brings a GradScaler with it: a class
+    whose instance builds and keeps one (`trainer = AMPTrainer(model, loader, optimizer)`,
+    the `held_scalers` facts), a function that returns one (`scaler = build_scaler()`, the
+    state table). Such a file runs a scaler without a word of AMP, and its checkpoint may
+    leave the scaler out; with its imports, the rounds lint it with the summaries it imports
+    like any other. Only a file whose text names it and imports it from that module
+    (`from .train_loop import AMPTrainer`, or the module itself) is parsed; none is read
+    when no summary has such a name."""
+    sources = {path: set(_scaler_sources(summary)) for path, summary in summaries.items()}
+    sources = {path: names for path, names in sources.items() if names}
+    if not sources:
+        return
+    import ast
+    import re
+
+    from amplint.evidence import imports
+    from amplint.import_paths import PathIndex
+
+    index = PathIndex(sources)
+    wanted = sorted({name for names in sources.values() for name in names})
+    for position, result in enumerate(results):
+        if not result.skipped or result.deferred or result.imports or result.error is not None:
+            continue
+        text = read(result.path)
+        if text is None:
+            continue
+        named = {name for name in wanted if name in text and re.search(r"\b%s\b" % re.escape(name), text)}
+        if not named or not any(named & sources.get(index.path_of(result.path, module, level) or "", set()) for module, level in _imported_modules(text)):
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        results[position] = replace(result, imports=imports(tree))
+
+
+def _imported_modules(text: str) -> Iterator[Tuple[str, int]]:
+    """The modules `text` may import, read from the text (a cheap look; its tree decides):
+    `from ..pkg.mod import (a, b)` gives `pkg.mod` and `pkg.mod.a`, `pkg.mod.b` (each may be a
+    module), at level 2; `import pkg.mod as m`, `pkg.mod`."""
+    import re
+
+    for dots, module, names in re.findall(r"(?m)^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", text):
+        level = len(dots)
+        if module:
+            yield module, level
+        for name in re.findall(r"\b(\w+)\b(?:\s+as\s+\w+)?", names.strip("()")):
+            if name != "as":
+                yield f"{module}.{name}" if module else name, level
+    for modules in re.findall(r"(?m)^[ \t]*import[ \t]+([^\n]+)", text):
+        for module in re.findall(r"([\w.]+)(?:\s+as\s+\w+)?", modules):
+            yield module, 0
+
+
+def _scaler_sources(summary: Mapping[str, object]) -> List[str]:
+    """The classes and functions of a summary that build a GradScaler for their caller."""
+    facts = summary.get("facts")
+    held = facts.get("held_scalers") if isinstance(facts, dict) else None
+    state = summary.get("state")
+    return [*(held if isinstance(held, dict) else ()), *(name for name, entry in (state.items() if isinstance(state, dict) else ()) if isinstance(entry, dict) and entry.get("scaler"))]
 
 
 def _relint_finding(jobs: Sequence[Tuple[int, Dict[str, dict]]], results: Sequence[FileResult], first: Sequence[FileResult], relint: Relint) -> List[FileResult]:

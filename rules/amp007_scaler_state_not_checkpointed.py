@@ -22,7 +22,11 @@ class ScalerStateNotCheckpointed(Rule):
     linted module's class whose method then saves it: `ckpt = Checkpointer(model, optimizer)`,
     `ckpt.save(path)`) but never saves or restores the
     state of the `GradScaler(...)` it builds (or of timm's `NativeScaler()`, which wraps one;
-    or that another linted module's function builds for it: `scaler = build_scaler()`). The finding is on the call that makes the
+    or that another linted module's function builds for it: `scaler = build_scaler()`; or
+    that an instance of another linted module's class builds and keeps on an attribute:
+    `trainer = AMPTrainer(model, optimizer)` with `self.grad_scaler = GradScaler()` in its
+    `__init__`, kept when the file uses `trainer` in any other way than calling its methods
+    that only run the scaler or reading its other attributes). The finding is on the call that makes the
     checkpoint, where the scaler's state belongs: `torch.save({...})` around the optimizer's
     `state_dict()`, the save of the variable that holds it (`ckpt = {...}` then
     `torch.save(ckpt, path)`), or the call that hands the optimizer to a checkpointing function;

@@ -711,3 +711,134 @@ def test_a_checkpointer_of_a_linted_module_that_saves_no_optimizer_state_is_not_
     saving = helpers.replace('{"model": self.model.state_dict()}', '{"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}')
     found, _ = _lint(tmp_path, {"helpers.py": saving, "train.py": train})
     assert found == [("train.py", 12, "AMP007")]
+
+
+# --------------------------------------------------------------------------- a scaler an instance holds
+
+# detectron2's AMPTrainer (#3686): a trainer of another module builds its own GradScaler
+# unless it is handed one, and keeps it on `self.grad_scaler`; the importing module
+# checkpoints the optimizer and never the trainer, so a resumed run starts again at 65536.
+AMP_TRAINER = """
+import torch
+
+
+class AMPTrainer:
+    def __init__(self, model, optimizer, grad_scaler=None, amp=True):
+        self.model = model
+        self.optimizer = optimizer
+        if grad_scaler is None:
+            grad_scaler = torch.amp.GradScaler("cuda", enabled=amp)
+        self.grad_scaler = grad_scaler
+
+    def run_step(self, x):
+        with torch.autocast("cuda", dtype=torch.{dtype}):
+            loss = self.model(x).sum()
+        self.optimizer.zero_grad()
+        self.grad_scaler.scale(loss).backward()
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+
+    def state_dict(self):
+        return {{"grad_scaler": self.grad_scaler.state_dict()}}
+
+    def save(self, path):
+        torch.save(self._everything(), path)
+
+    def _everything(self):
+        return {{"optimizer": self.optimizer.state_dict(), "scaler": self.state_dict()}}
+"""
+
+HOLDER_USED = """
+import torch
+from amp_trainer import AMPTrainer
+
+
+def main(model, loader, max_iter, amp):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = {constructor}
+    for it, x in enumerate(loader):
+        trainer.run_step(x)
+        if it % 1000 == 0:
+            torch.save({{"model": model.state_dict(), "optimizer": optimizer.state_dict(){extra}}}, "ckpt.pt")
+    {later}
+"""
+
+
+def _holder(dtype="float16", constructor="AMPTrainer(model, optimizer)", extra="", later=""):
+    used = HOLDER_USED.format(constructor=constructor, extra=extra, later=later)
+    return {"amp_trainer.py": AMP_TRAINER.format(dtype=dtype), "train.py": used}
+
+
+def test_a_scaler_an_instance_of_another_modules_class_holds_is_checkpointed_with_the_optimizer(tmp_path):
+    found, findings = _lint(tmp_path, _holder())
+    assert found == [("train.py", 11, "AMP007")]
+    message = findings[0]["message"]
+    assert "not `trainer.grad_scaler`'s (`AMPTrainer(model, optimizer)`, which builds `torch.amp.GradScaler(\"cuda\", enabled=amp)` in amp_trainer.py)" in message
+    # Chosen by configuration, as detectron2's DefaultTrainer does: it may be the AMP trainer.
+    found, _ = _lint(tmp_path, _holder(constructor="(AMPTrainer if amp else Trainer)(model, optimizer)"))
+    assert found == [("train.py", 11, "AMP007")]
+
+
+def test_a_file_without_amp_words_that_makes_a_trainer_holding_a_scaler_is_linted_cold_and_warm(tmp_path):
+    # train.py has no AMP word: skipped on its own, linted because it imports and names AMPTrainer.
+    cache = tmp_path / "cache"
+    for _ in ("cold", "warm"):
+        found, _ = lint_project(tmp_path / "project", _holder(), "--cache-dir", str(cache))
+        assert found == [("train.py", 11, "AMP007")]
+    # Naming the class without importing it from its module is no reason to parse the file.
+    files = _holder()
+    files["train.py"] = files["train.py"].replace("from amp_trainer import AMPTrainer", "from trainers import AMPTrainer")
+    found, _ = lint_project(tmp_path / "other", files, "--no-cache")
+    assert found == []
+
+
+def test_a_scaler_an_instance_holds_is_clean_when_the_instance_may_keep_it(tmp_path):
+    twins = {
+        "the trainer's state saved": _holder(extra=', "trainer": trainer.state_dict()'),
+        "the scaler's state saved": _holder(extra=', "scaler": trainer.grad_scaler.state_dict()'),
+        "a method that saves it called": _holder(later='trainer.save("last.pt")'),
+        "the trainer handed on": _holder(later='checkpointer = Checkpointer(model, trainer=trainer)'),
+        "handed a scaler of the caller": _holder(constructor="AMPTrainer(model, optimizer, grad_scaler=scaler)"),
+        "disabled by the caller": _holder(constructor="AMPTrainer(model, optimizer, amp=False)"),
+        "bfloat16 only": _holder(dtype="bfloat16"),
+    }
+    for why, files in twins.items():
+        found, _ = _lint(tmp_path, files)
+        assert found == [], why
+
+
+def test_a_scaler_an_instance_holds_counts_only_where_a_checkpoint_is_connected(tmp_path):
+    files = _holder()
+    files["train.py"] = """
+    import torch
+    from amp_trainer import AMPTrainer
+
+
+    def warmup(model, optimizer, loader):
+        trainer = AMPTrainer(model, optimizer)
+        for x in loader:
+            trainer.run_step(x)
+
+
+    def save(optimizer):
+        torch.save({"optimizer": optimizer.state_dict()}, "ckpt.pt")
+    """
+    found, _ = _lint(tmp_path, files)
+    assert found == []
+
+
+def test_a_summary_says_which_attribute_of_an_instance_holds_the_scaler_it_builds():
+    summary = lint_source(textwrap.dedent(AMP_TRAINER.format(dtype="float16")), "amp_trainer.py", ALL_RULES, whole=True).summary
+    held = summary["facts"]["held_scalers"]["AMPTrainer"]
+    assert held == {
+        "attribute": "grad_scaler",
+        "scaler": '`torch.amp.GradScaler("cuda", enabled=amp)`',
+        "enabled": "amp",
+        "given": "grad_scaler",
+        "kept_by": ["_everything", "save", "state_dict"],
+        "params": ["self", "model", "optimizer", "grad_scaler", "amp"],
+        "words": ["GradScaler"],
+    }
+    # bfloat16 only: nothing to keep.
+    summary = lint_source(textwrap.dedent(AMP_TRAINER.format(dtype="bfloat16")), "amp_trainer.py", ALL_RULES, whole=True).summary
+    assert "held_scalers" not in summary.get("facts", {})

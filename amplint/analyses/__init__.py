@@ -10,7 +10,8 @@ on first use, and kept for the file (ruff's `analyze/`, Fixit's metadata depende
 - `region_ops.RegionOps`: the ops evaluated under autocast and what their inputs are;
 - `deprecations.Deprecations`: uses of the deprecated per-device AMP API;
 - `training.Training`: whether gradients reach an optimizer and scaling serves a step;
-- `sharding.Sharding`: where a model is sharded with FSDP, and helpers that return one.
+- `sharding.Sharding`: where a model is sharded with FSDP, and helpers that return one;
+- `held_scalers.HeldScalers`: GradScalers an instance of a class keeps on an attribute.
 
 An analysis imports the semantic core (and other analyses), never the other way round;
 `tests/test_layers.py` checks it. `rules/README.md` says when a fact belongs here.
@@ -23,7 +24,8 @@ with `model.exported_facts(func, scope, SUMMARY_KEY)`.
 """
 
 from amplint.analyses.precision import Precision
+from amplint.analyses.held_scalers import HeldScalers
 from amplint.analyses.sharding import Sharding
 
 # The fact families whose facts cross modules, in the order they are exported.
-EXPORTING = (Precision, Sharding)
+EXPORTING = (Precision, Sharding, HeldScalers)

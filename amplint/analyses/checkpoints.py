@@ -37,6 +37,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
 
+from amplint.analyses.held_scalers import HeldScalers
 from amplint.analyses.repetition import Repetitions
 from amplint.semantic.calls import HelperCall
 from amplint.semantic.exports import import_targets
@@ -264,8 +265,10 @@ class Checkpoints(Analysis):
     def scalers_built_by_imports(self) -> List[Tuple[ScalerInfo, CallRecord, str]]:
         """Each `scaler = build_scaler()` with `build_scaler` another linted module's
         function that returns a new GradScaler (its summary's `state`), not one whose
-        `enabled` parameter is passed a literal False: the scaler, the call, and the
-        construction as quoted there with its file."""
+        `enabled` parameter is passed a literal False; and each scaler an instance made here
+        of another linted module's class builds and holds (`trainer = AMPTrainer(...)`:
+        `trainer.grad_scaler`, `HeldScalers`): the scaler, the call, and the construction as
+        quoted there with its file."""
         found: List[Tuple[ScalerInfo, CallRecord, str]] = []
         if self.model.external is None:
             return found
@@ -286,6 +289,8 @@ class Checkpoints(Analysis):
                     key = binding_key(binding)
                     info = self.model.scalers.get(key) or ScalerInfo(key, binding.name, None, ())
                     found.append((info, record, f"{entry['scaler']} in {origin}"))
+        for held in self.model.facts(HeldScalers).held_by_instances():
+            found.append((held.scaler, held.record, held.construction))
         return found
 
     def _parents(self) -> Dict[int, CallRecord]:
@@ -322,6 +327,13 @@ class Checkpoints(Analysis):
         return self._kept[key]
 
     def _why_kept(self, key: str) -> Optional[HandOff]:
+        held = next((h for h in self.model.facts(HeldScalers).held_by_instances() if h.scaler.key == key), None)
+        if held is not None:
+            # Held by an instance of another module's class: what the file does with the instance.
+            use = self.model.facts(HeldScalers).kept(held)
+            if use is not None:
+                return HandOff(use, f"`{held.holder}` may keep it")
+            return HandOff(self.generic[0].node, "the file saves objects' state generically") if self.generic else None
         found = self.scaler_state(key)
         if found:
             return HandOff(found[0].node, "its state is saved or restored")
