@@ -125,6 +125,8 @@ class FileResult:
     # (JSON; `amplint.semantic.exports`), and the modules it imports: (module, level).
     summary: Optional[Dict[str, Any]] = None
     imports: Tuple[Tuple[str, int], ...] = ()
+    # Skipped for having no AMP words: the names on its import lines (`catalogue.import_words`).
+    import_words: Tuple[str, ...] = ()
     # What its analysis looked up in other modules' summaries (`exports.Lookup`), in a lint
     # without them; None: not known (amplint.project then lints it again with them).
     lookups: Optional[Tuple[Tuple[Optional[str], int, Optional[str]], ...]] = None

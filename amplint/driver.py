@@ -501,7 +501,7 @@ def _needs_engine(task: _Task) -> bool:
 def _syntax_only(task: _Task) -> FileResult:
     """What `engine.lint_bytes` makes of a Python file in which no selected rule can find
     anything and with no `# noqa` to judge: its syntax verdict, without importing LibCST."""
-    from amplint.catalogue import RULES, rules_matching_words
+    from amplint.catalogue import RULES, import_words, rules_matching_words
     from amplint.syntax import quiet_collector, recursion_room, syntax_error
 
     source = decode_python(task.data, task.path)
@@ -517,7 +517,7 @@ def _syntax_only(task: _Task) -> FileResult:
         external = ExternalModules(task.path, task.imported) if task.imported else None
         return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target, summary=task.summary)
     with recursion_room(), quiet_collector():
-        return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target))
+        return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target), import_words=import_words(source))
 
 
 def plan(files: Sequence[Tuple[int, bool]]) -> List[List[int]]:
@@ -799,6 +799,7 @@ def _to_payload(result: FileResult) -> Dict[str, Any]:
         "may_export": result.may_export,
         "summary": result.summary,
         "imports": [list(i) for i in result.imports],
+        "import_words": list(result.import_words),
         "lookups": [list(i) for i in result.lookups] if result.lookups is not None else None,
         "skipped_functions": [[s.row, s.column, s.name, s.cell, s.cell_row, s.file_row] for s in result.skipped_functions],
     }
@@ -833,6 +834,7 @@ def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
         may_export=payload.get("may_export", False),
         summary=payload.get("summary"),
         imports=tuple(map(tuple, payload.get("imports") or ())),
+        import_words=tuple(payload.get("import_words") or ()),
         lookups=tuple(tuple(i) for i in payload["lookups"]) if payload.get("lookups") is not None else None,
         skipped_functions=[NotAnalysed(path, *fields) for fields in payload.get("skipped_functions") or ()],
     )

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Ty
 import libcst as cst
 
 from amplint import evidence, work
-from amplint.catalogue import might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
+from amplint.catalogue import import_words, might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
 from amplint.analyses import EXPORTING
 from amplint.diagnostics import FileError, FileResult, Finding, NotAnalysed
 from amplint.fix import Suggestions
@@ -158,6 +158,7 @@ def _lint_source(
         parsing_rules = []
     if not matching and not whole:
         result.skipped = True  # not worth a LibCST parse: no rule can match
+        result.import_words = import_words(source)
     elif result.error is None and not whole and external is None and tree is not None:
         # The words are there; does the code have what some rule needs (amplint.evidence)?
         # Only the rules that can match run; with none, the file is not parsed unless
@@ -166,6 +167,7 @@ def _lint_source(
         parsing_rules = [rule for rule in matching if evidence.satisfied(rule.needs, found)]
         if not parsing_rules and all(rule.file_local for rule in matching):
             result.skipped = True  # no other module's code can give these rules what it lacks
+            result.import_words = import_words(source)
         elif not parsing_rules:
             result.skipped = result.deferred = True
             result.imports = evidence.imports(tree)

@@ -117,9 +117,10 @@ def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[
     the `held_scalers` facts), a function that returns one (`scaler = build_scaler()`, the
     state table). Such a file runs a scaler without a word of AMP, and its checkpoint may
     leave the scaler out; with its imports, the rounds lint it with the summaries it imports
-    like any other. Only a file whose text names it and imports it from that module
-    (`from .train_loop import AMPTrainer`, or the module itself) is parsed; none is read
-    when no summary has such a name."""
+    like any other. Only a file whose import lines name it or its module (its
+    `import_words`, kept from the first phase) is read again, and only one whose text calls
+    it and imports it from that module (`from .train_loop import AMPTrainer`, or the module
+    itself) is parsed."""
     sources = {path: set(_scaler_sources(summary)) for path, summary in summaries.items()}
     sources = {path: names for path, names in sources.items() if names}
     if not sources:
@@ -132,13 +133,17 @@ def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[
 
     index = PathIndex(sources)
     wanted = sorted({name for names in sources.values() for name in names})
+    # What an import of one of them names: the name, or its module (`import train_loop`).
+    words = set(wanted) | {_module_word(path) for path in sources}
     for position, result in enumerate(results):
         if not result.skipped or result.deferred or result.imports or result.error is not None:
             continue
+        if words.isdisjoint(result.import_words):
+            continue  # (kept from the first phase: its text is not read again)
         text = read(result.path)
         if text is None:
             continue
-        named = {name for name in wanted if name in text and re.search(r"\b%s\b" % re.escape(name), text)}
+        named = {name for name in wanted if name in text and _called(name, text)}
         if not named or not any(named & sources.get(index.path_of(result.path, module, level) or "", set()) for module, level in _imported_modules(text)):
             continue
         try:
@@ -146,6 +151,15 @@ def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         results[position] = replace(result, imports=imports(tree))
+
+
+def _called(name: str, text: str) -> bool:
+    """Whether `text` may call `name` (`AMPTrainer(...)`, `(AMPTrainer if amp else
+    SimpleTrainer)(...)`), not only subclass it (`class Mine(AMPTrainer):`)."""
+    import re
+
+    word = re.escape(name)
+    return re.search(r"\b%s\s*\(|\b%s\s+if\b|\belse\s+%s\s*\)\s*\(" % (word, word, word), text) is not None
 
 
 def _imported_modules(text: str) -> Iterator[Tuple[str, int]]:
@@ -164,6 +178,14 @@ def _imported_modules(text: str) -> Iterator[Tuple[str, int]]:
     for modules in re.findall(r"(?m)^[ \t]*import[ \t]+([^\n]+)", text):
         for module in re.findall(r"([\w.]+)(?:\s+as\s+\w+)?", modules):
             yield module, 0
+
+
+def _module_word(path: str) -> str:
+    """The name an import of the module at `path` ends in: its file's stem, or its
+    package's name for an `__init__.py`."""
+    parts = path.replace("\\", "/").split("/")
+    stem = parts[-1].rsplit(".", 1)[0]
+    return parts[-2] if stem == "__init__" and len(parts) > 1 else stem
 
 
 def _scaler_sources(summary: Mapping[str, object]) -> List[str]:

@@ -12,7 +12,8 @@ autocast may be float16): the attribute, the construction (quoted), the `__init_
 parameters that decide it (`given`: a scaler passed there is kept instead; `enabled`: passed
 to the construction's `enabled=`), and `kept_by`: the methods that do anything with the
 scaler besides running it (`scale`, `step`, `update`, ...), or call such a method of the
-instance. A class whose `__init__` already hands the scaler on is not exported.
+instance. A class whose `__init__` already hands the scaler on is not exported, nor a
+wrapper that is a scaler itself (timm's `NativeScaler`: the frameworks table's).
 
 The importing module reads each construction of such a class (`AMPTrainer(...)`, or either
 branch of `(AMPTrainer if amp else Trainer)(...)`) into a scaler held at
@@ -32,6 +33,7 @@ import libcst as cst
 from amplint.semantic.index import CallRecord, CodeUnit, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.pytorch.frameworks import OWNED_SCALER_CLASSES
 from amplint.semantic.resolve import keyword_argument, passed_for
 from amplint.semantic.scalers import all_bindings, binding_key
 from amplint.semantic.types import ScalerInfo
@@ -112,8 +114,8 @@ class HeldScalers(Analysis):
             owner = unit.scope.class_scope
             if info.framework is not None or owner is None or owner.parent is not model.index.module_scope:
                 continue
-            if unit.name != f"{owner.name}.__init__" or owner.name in exported:
-                continue
+            if unit.name != f"{owner.name}.__init__" or owner.name in exported or owner.name in OWNED_SCALER_CLASSES:
+                continue  # (timm's `NativeScaler` is a scaler itself, as the frameworks table says)
             held = _attribute_holding(info, owner, unit)
             if held is None:
                 continue
