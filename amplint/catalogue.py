@@ -116,6 +116,9 @@ def helper_names(source: str) -> FrozenSet[str]:
 # method's name alone (`save` and `load` are in most files). A model's own `state_dict()`
 # (the most common kind) is not one.
 STATE_WORD = "state_dict("
+# A cast of a module to a half dtype, in a function another module may hand a module it trains
+# (a validation helper: `model.half() if half else model.float()`).
+CAST_WORDS = (".half()", ".bfloat16()")
 
 
 def state_names(source: str) -> FrozenSet[str]:
@@ -139,6 +142,15 @@ def import_words(source: str) -> Tuple[str, ...]:
 
     lines = " ".join(re.findall(r"^(?:from|import)[ \t][^\n]*", source, re.M))
     return tuple(sorted(set(re.findall(r"[A-Za-z_]\w*", lines)) - {"from", "import", "as"}))
+
+
+def cast_names(source: str) -> FrozenSet[str]:
+    """The top-level functions whose text casts something to a half dtype, by a text search:
+    `run` for `def run(model, half=True): model.half() if half else model.float()`. What
+    another module must name to call one (`amplint.analyses.parameter_casts`)."""
+    if not any(word in source for word in CAST_WORDS):
+        return frozenset()
+    return _defining(source, ((start, False) for word in CAST_WORDS for start in _occurrences(source, word)), methods=False)
 
 
 def _occurrences(source: str, word: str) -> Iterator[int]:

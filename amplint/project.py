@@ -75,11 +75,12 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
     if not summaries:  # nothing to import (a run whose files mention no AMP code: no LibCST)
         return results
-    _read_imports_of_scaler_users(results, summaries, read)
     from amplint.import_paths import PathIndex
 
-    # The same files every round, but for one that exports only once linted with another's.
-    paths = PathIndex(summaries)
+    # Imports resolve among every linted file, summary or not: `import val` beside
+    # `classify/val.py` names `./val.py` even when only the other one has a summary.
+    paths = PathIndex([r.path for r in results])
+    _read_imports_of_scaler_users(results, summaries, read, paths)
     # The summaries each file was last linted with, the objects themselves: a summary that
     # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
     done: Dict[str, Dict[str, dict]] = {}
@@ -101,16 +102,14 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         for (index, _), result in zip(jobs, relinted):
             results[index] = result
             if result.summary and summaries.get(result.path) != result.summary:
-                if result.path not in summaries:  # a module that exports only now (a subclass of an imported class)
-                    paths = PathIndex([*summaries, result.path])
-                summaries[result.path] = result.summary
+                summaries[result.path] = result.summary  # (also a module that exports only now: a subclass of an imported class)
                 changed = True
         if not changed:
             break
     return results
 
 
-def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[str, dict], read: ReadText) -> None:
+def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[str, dict], read: ReadText, index: "PathIndex") -> None:
     """Give the imports of its CPython tree to each file skipped for having no AMP words that
     calls something of another module's summary that brings a GradScaler with it: a class
     whose instance builds and keeps one (`trainer = AMPTrainer(model, loader, optimizer)`,
@@ -126,12 +125,9 @@ def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[
     if not sources:
         return
     import ast
-    import re
 
     from amplint.evidence import imports
-    from amplint.import_paths import PathIndex
 
-    index = PathIndex(sources)
     wanted = sorted({name for names in sources.values() for name in names})
     # What an import of one of them names: the name, or its module (`import train_loop`).
     words = set(wanted) | {_module_word(path) for path in sources}
@@ -278,8 +274,8 @@ def _base_names(text: str) -> FrozenSet[str]:
 
 
 def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index: Optional[PathIndex] = None) -> Dict[str, dict]:
-    """The summaries of the linted modules `result`'s file imports (`index`: of `summaries`'
-    paths, when the caller has one)."""
+    """The summaries of the linted modules `result`'s file imports (`index`: of every linted
+    file's path, when the caller has one; else of `summaries`')."""
     if not summaries or (len(summaries) == 1 and result.path in summaries):
         return {}
     if index is None:
@@ -289,7 +285,7 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     found = {}
     for module, level in result.imports:
         path = index.path_of(result.path, module or None, level, exclude=result.path)
-        if path is not None:
+        if path is not None and path in summaries:
             found[path] = summaries[path]
     return found
 
@@ -304,7 +300,9 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
     (`catalogue.helper_names`) is named by a file that imports it: `utils.py`'s
     `grad_norm(model)` reads `p.grad` wherever it is called. So does a top-level function or
     class that saves or restores an object's state (`catalogue.state_names`): a
-    `Checkpointer` handed the optimizer checkpoints it wherever it is made."""
+    `Checkpointer` handed the optimizer checkpoints it wherever it is made; and a function
+    that casts to a half dtype (`catalogue.cast_names`): `val.run(model=ema.ema)` leaves the
+    EMA copy in float16."""
     importers = [r for r in results if r.error is None and r.imports and not (r.skipped and not r.deferred)]
     deferred = {r.path: index for index, r in enumerate(results) if r.error is None and (r.deferred and r.may_export or r.skipped and not r.deferred)}
     if not deferred or not importers:
@@ -317,7 +315,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
         for module, level in result.imports:
             for path in index.paths_of(result.path, module or None, level, exclude=result.path):
                 wanted.setdefault(deferred[path], []).append(result.path)
-    from amplint.catalogue import helper_names, state_names
+    from amplint.catalogue import cast_names, helper_names, state_names
 
     found = []
     for i, importing in sorted(wanted.items()):
@@ -326,7 +324,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
             continue
         # No AMP words: only if a file that imports it names one of its functions that may do AMP work.
         text = read(results[i].path) or ""
-        names = helper_names(text) | state_names(text)
+        names = helper_names(text) | state_names(text) | cast_names(text)
         if names and any(name in (read(path) or "") for path in dict.fromkeys(importing) for name in names):
             found.append(i)
     return found

@@ -623,7 +623,7 @@ def _averaged_elsewhere_message(foreign: ForeignAverage, update) -> str:
     original = cast.inherits
     if original is None:  # the copy the instance keeps, cast after it was made
         return (
-            f"`{source_text(cast.node)}` casts the copy that `{foreign.class_name}` ({foreign.where}) keeps in "
+            f"`{source_text(cast.node)}`{f' ({cast.via})' if cast.via else ''} casts the copy that `{foreign.class_name}` ({foreign.where}) keeps in "
             f"`{foreign.attribute}` ({foreign.copy}) to {_dtype_words(cast)}, and `{source_text(update)}` then decays it in "
             f"place ({foreign.update}): with a decay close to 1 each update is smaller than float16's spacing, rounds "
             "away, and the average stays frozen. Cast a copy for evaluation or saving, or cast it back to float32 "

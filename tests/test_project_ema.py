@@ -400,3 +400,88 @@ def test_a_module_of_ema_classes_is_found_by_its_text():
     assert helper_names(copies_only) == frozenset()
     elsewhere = "import copy\ndef snapshot(m):\n    return copy.deepcopy(m)\nclass A:\n    def step(self, e):\n        e.mul_(0.9)\n"
     assert helper_names(elsewhere) == frozenset()
+
+
+# yolov5 #9016 as it was: the validation helper of a third module halves the EMA copy it is
+# handed (`val.run(model=ema.ema)`), and the next epoch decays the copy in float16.
+VAL = """
+import torch
+
+
+def run(model, loader, half={default}):
+    model.half() if half else model.float()
+    model.eval()
+    with torch.no_grad():
+        for x in loader:
+            model(x.half() if half else x.float())
+    {after}
+"""
+
+TRAIN_VALIDATES = """
+import torch
+import val
+from utils import ModelEMA
+
+
+def main(model, optimizer, loader, epochs):
+    scaler = torch.amp.GradScaler("cuda")
+    ema = ModelEMA(model)
+    for epoch in range(epochs):
+        for x in loader:
+            with torch.autocast("cuda"):
+                loss = model(x).sum()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            ema.update(model)
+        val.run(model=ema.ema, loader=loader{extra})
+"""
+
+
+def _validates(default="True", after="pass", extra=""):
+    return {"utils.py": EMA_UTILS, "val.py": VAL.format(default=default, after=after), "train.py": TRAIN_VALIDATES.format(extra=extra)}
+
+
+def test_the_copy_of_an_ema_halved_by_a_validation_helper_of_a_third_module(tmp_path):
+    rows, findings = _lint(tmp_path, _validates())
+    assert rows == [("train.py", 17, "AMP010")]
+    message = findings[0]["message"]
+    assert "`val.run(model=ema.ema, loader=loader)` (`model.half()` in val.py) casts the copy that `ModelEMA` (utils.py:6)" in message
+    # `half=amp`: it may be float16.
+    rows, _ = _lint(tmp_path, _validates(extra=", half=amp"))
+    assert rows == [("train.py", 17, "AMP010")]
+
+
+def test_a_validation_helper_that_casts_back_or_is_told_not_to_cast_is_clean(tmp_path):
+    twins = {
+        "told not to": _validates(extra=", half=False"),
+        "not by default": _validates(default="False"),
+        "cast back for training": _validates(after="model.float()"),
+        "a copy cast": {**_validates(), "val.py": VAL.format(default="True", after="pass").replace("model.half() if half else model.float()", "model = copy.deepcopy(model).half()")},
+    }
+    for why, files in twins.items():
+        rows, _ = _lint(tmp_path, files)
+        assert rows == [], why
+
+
+def test_a_module_exports_which_parameter_its_functions_leave_cast():
+    summary = lint_source(textwrap.dedent(VAL.format(default="True", after="pass")).lstrip(), "val.py", ALL_RULES, whole=True).summary
+    assert summary["facts"]["precision"]["run"] == {
+        "line": 4,
+        "casts": [
+            {"param": "model", "position": 0, "dtypes": ["float16"], "when": "half", "when_position": 2, "when_default": True, "cast": "model.half()"}
+        ],
+        "words": [".half(", "float16"],
+    }
+    summary = lint_source(textwrap.dedent(VAL.format(default="True", after="model.float()")), "val.py", ALL_RULES, whole=True).summary
+    assert "precision" not in ((summary or {}).get("facts") or {})
+
+
+def test_an_import_names_the_module_beside_the_importer_not_another_of_the_same_name(tmp_path):
+    # `import val` in train.py is ./val.py, which casts the copy back; classify/val.py, which
+    # does not, is the only `val.py` with a summary. Imports resolve among every linted file.
+    files = _validates()
+    files["classify/val.py"] = files["val.py"]
+    files["val.py"] = VAL.format(default="True", after="model.float()")
+    rows, _ = _lint(tmp_path, files)
+    assert rows == []

@@ -36,10 +36,11 @@ cast with an optimizer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Collection, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Collection, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from amplint.analyses import parameter_casts
 from amplint.semantic.conditions import Assumption, assumptions
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, ModuleIndex, Scope
 from amplint.semantic.model import Analysis, SemanticModel
@@ -56,7 +57,7 @@ from amplint.semantic.pytorch.api import (
 from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS, AdapterCall
 from amplint.semantic.resolve import Resolver, drawn_from, passed_for, split_args
 from amplint.semantic.scalers import all_bindings
-from amplint.semantic.walk import children, iter_tree, own_returns
+from amplint.semantic.walk import children, iter_tree, own_returns, top_level_line
 
 _MAX_DEPTH = 10
 # `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
@@ -100,6 +101,8 @@ class ModuleCast:
     inherits: Optional["ModuleCast"] = None
     # A pipeline's modules, which a cast of the pipeline casts: path -> the component as written.
     held: Dict[ModulePath, str] = field(default_factory=dict)
+    # A call of another module's function that casts what it is handed: that cast, quoted, in its file.
+    via: Optional[str] = None
 
     @property
     def unit(self) -> CodeUnit:
@@ -171,8 +174,13 @@ class PrecisionFacts:
     reassigned: List[Tuple[cst.For, ModulePath]] = field(default_factory=list)
 
 
-def find_precision(index: ModuleIndex, resolver: Resolver) -> "PrecisionFinder":
-    return PrecisionFinder(index, resolver)
+# What a call of another module's function leaves cast: each module it passes, and the dtypes
+# (`parameter_casts.call_casts`).
+CallCasts = Callable[[CallRecord], List[Tuple[cst.BaseExpression, FrozenSet[str], str]]]
+
+
+def find_precision(index: ModuleIndex, resolver: Resolver, call_casts: Optional[CallCasts] = None) -> "PrecisionFinder":
+    return PrecisionFinder(index, resolver, call_casts)
 
 
 def cast_dtypes(call: cst.Call, resolver: Resolver, scope: Scope) -> Optional[FrozenSet[str]]:
@@ -223,7 +231,7 @@ def contradicts(one: FrozenSet[Assumption], other: FrozenSet[Assumption]) -> boo
 
 
 class PrecisionFinder:
-    def __init__(self, index: ModuleIndex, resolver: Resolver) -> None:
+    def __init__(self, index: ModuleIndex, resolver: Resolver, call_casts: Optional[CallCasts] = None) -> None:
         self.index = index
         self.resolver = resolver
         self.facts = PrecisionFacts()
@@ -248,6 +256,8 @@ class PrecisionFinder:
         self.records: Dict[int, CallRecord] = {id(record.node): record for record in index.calls}
         for record in index.calls:
             self._cast(record)
+            if call_casts is not None:
+                self._call_cast(record, call_casts(record))
             self._optimizer(record)
         if self.facts.casts:
             self._copies()
@@ -355,6 +365,15 @@ class PrecisionFinder:
             cast = ModuleCast(node, record, dtypes, names[0], frozenset(paths | set(held)), copy_of, guard_facts(record))
             cast.held.update(held)
             self.facts.casts.append(cast)
+
+    def _call_cast(self, record: CallRecord, cast: List[Tuple[cst.BaseExpression, FrozenSet[str], str]]) -> None:
+        """`val.run(model=ema.ema)` of another module, which leaves the module it is handed
+        cast (`parameter_casts`): a cast of what is passed, at the call."""
+        for passed, dtypes, via in cast:
+            name = dotted_name(passed)
+            if name is not None:
+                paths = frozenset(self.paths(name, record.unit.scope))
+                self.facts.casts.append(ModuleCast(record.node, record, dtypes, name, paths, None, guard_facts(record), via=via))
 
     def _pipe_cast(self, record: CallRecord) -> None:
         """`AutoPipelineForImage2Image.from_pipe(pipeline, torch_dtype=weight_dtype)`: the new
@@ -1160,14 +1179,20 @@ class Precision(Analysis):
 
     def __init__(self, model: SemanticModel) -> None:
         super().__init__(model)
-        self.finder: PrecisionFinder = find_precision(model.index, model.resolver)
+        call_casts = (lambda record: parameter_casts.call_casts(model, record, self.SUMMARY_KEY)) if model.external is not None else None
+        self.finder: PrecisionFinder = find_precision(model.index, model.resolver, call_casts)
         self.successors = Successors(model.index)
         self._foreign: Optional[List[ForeignAverage]] = None
 
     @classmethod
     def export(cls, model: SemanticModel, path: str) -> Dict[str, Any]:
-        """What another module needs to know of this one's classes: `exported_averages`."""
-        return exported_averages(model)
+        """What another module needs to know of this one's classes and functions:
+        `exported_averages`, and `parameter_casts.exported_parameter_casts`."""
+        exported = exported_averages(model)
+        casts = model.facts(Precision).casts
+        if casts:
+            exported.update(parameter_casts.exported_parameter_casts(model, casts))
+        return exported
 
     @property
     def foreign_averages(self) -> List[ForeignAverage]:
@@ -1853,19 +1878,6 @@ def _running(model: SemanticModel, scope: Scope, methods: Set[str]) -> Set[str]:
                     changed = True
                     break
     return found
-
-
-def top_level_line(module: cst.Module, node: cst.CSTNode) -> Optional[int]:
-    """The line a top-level statement (a class, a function) starts on, its decorators and comments
-    before it left out, counted from the code of the statements before it."""
-    lines = 1 + "".join(module.code_for_node(line) for line in module.header).count("\n")
-    for statement in module.body:
-        if statement is node:
-            own = module.code_for_node(statement)
-            start = own.find("class ") if isinstance(statement, cst.ClassDef) else own.find("def ")
-            return lines + own[: max(start, 0)].count("\n")
-        lines += module.code_for_node(statement).count("\n")
-    return None
 
 
 def _foreign_averages(precision: "Precision") -> List[ForeignAverage]:

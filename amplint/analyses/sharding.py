@@ -15,12 +15,11 @@ from typing import Any, Dict, Optional
 
 import libcst as cst
 
-from amplint.analyses.precision import top_level_line
 from amplint.semantic.index import CallRecord, CodeUnit
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import keyword_argument
-from amplint.semantic.walk import own_returns
+from amplint.semantic.walk import own_returns, top_level_line
 
 # FSDP's first API: each rank holds a flat shard of the parameters and of their gradients,
 # as plain tensors.

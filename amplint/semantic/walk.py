@@ -134,3 +134,16 @@ def post_order(node: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool
         if descend is not None and not descend(current):
             continue
         stack.extend((child, False) for child in reversed(children(current)))
+
+
+def top_level_line(module: cst.Module, node: cst.CSTNode) -> Optional[int]:
+    """The line a top-level statement (a class, a function) starts on, its decorators and comments
+    before it left out, counted from the code of the statements before it."""
+    lines = 1 + "".join(module.code_for_node(line) for line in module.header).count("\n")
+    for statement in module.body:
+        if statement is node:
+            own = module.code_for_node(statement)
+            start = own.find("class ") if isinstance(statement, cst.ClassDef) else own.find("def ")
+            return lines + own[: max(start, 0)].count("\n")
+        lines += module.code_for_node(statement).count("\n")
+    return None
