@@ -45,14 +45,11 @@ from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name
 from amplint.semantic.pytorch import vocabulary
-from amplint.semantic.resolve import Resolver, passed_for
+from amplint.semantic.resolve import Resolver, passed_for_parameter
 from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key
 from amplint.semantic.types import ScalerInfo
-from amplint.semantic.walk import children, iter_tree
+from amplint.semantic.walk import iter_tree, own_returns
 
-# Functions whose job is to write or read a checkpoint: `save_checkpoint`, `save_on_master`,
-# `torch.save`, `save_model`, `dump_state`, `snapshot`, `resume_from`, `load_ckpt`.
-_CHECKPOINTING = re.compile(r"save|checkpoint|ckpt|snapshot|state|dump|persist|serial|resume|restore|load|store")
 # Functions named as only checkpointing is: what they are handed is saved or restored there.
 _CHECKPOINTING_CALL = re.compile(r"save|checkpoint|ckpt|snapshot|resume|restore|^load_(model|state|training)")
 _RESTORING = re.compile(r"load|resume|restore")
@@ -187,12 +184,12 @@ class Checkpoints(Analysis):
                 scope = record.unit.scope
                 if holder.startswith("param:"):
                     method = bool(entry.get("method")) and isinstance(record.node.func, cst.Attribute) and made is not None
-                    passed = _passed_for(record.node, entry.get("params", ()), holder[len("param:") :], method)
+                    passed = passed_for_parameter(record.node, entry.get("params", ()), holder[len("param:") :], method)
                 elif holder.startswith("self.") and made is not None:
                     constructor, call, scope = made
                     parameter = constructor.get("sets", {}).get(holder[len("self.") :])
                     if parameter is not None:
-                        passed = _passed_for(call, constructor.get("params", ()), parameter, True)
+                        passed = passed_for_parameter(call, constructor.get("params", ()), parameter, True)
                 if passed is None:
                     continue
                 what = "load_state_dict(...)" if restores else "state_dict()"
@@ -281,7 +278,7 @@ class Checkpoints(Analysis):
             entry, origin, _ = state
             enabled = entry.get("enabled")
             if enabled:
-                passed = _passed_for(record.node, entry.get("params", ()), enabled, False)
+                passed = passed_for_parameter(record.node, entry.get("params", ()), enabled, False)
                 if passed is not None and self.resolver.boolean(passed, record.unit.scope) is False:
                     continue
             for binding in self._bindings_from(record):
@@ -381,7 +378,7 @@ class Checkpoints(Analysis):
         the callers in this file unpack it into; None when some caller's use is not a plain
         assignment, or no caller is in the file."""
         if self._returns is None:
-            self._returns = [(unit, node) for unit in self.index.units if not unit.is_module for node in _returns(unit)]
+            self._returns = [(unit, node) for unit in self.index.units if not unit.is_module for node in own_returns(unit.node)]
         for unit, node in self._returns:
             position = self._position_returned(node.value, aliases, unit.scope)
             if position is None:
@@ -467,7 +464,7 @@ class Checkpoints(Analysis):
                     yield HandOff(record.node, "an object's attribute holds it")
                 elif "." in callee and last in _COLLECTING:
                     yield HandOff(record.node, f"`{callee}` collects it")
-                elif _CHECKPOINTING.search(last.lower()):
+                elif vocabulary.named_like_checkpointing(last):
                     yield HandOff(record.node, f"it is passed to `{callee}`")
                 elif last[:1].isupper():
                     yield HandOff(record.node, f"an instance of `{callee}` holds it")
@@ -611,15 +608,6 @@ def _origin(foreign) -> str:
     return os.path.basename(foreign.path) if foreign is not None and foreign.path else "another module"
 
 
-def _passed_for(call: cst.Call, params, parameter: str, bound_self: bool) -> Optional[cst.BaseExpression]:
-    """What `call` passes for the callee's `parameter` (`params`: the callee's, with `self`
-    when `bound_self`); None when not passed or not known (`f(*args)`)."""
-    params = list(params)
-    if parameter not in params:
-        return None
-    return passed_for(call, parameter, params.index(parameter) - (1 if bound_self else 0))
-
-
 def _may_checkpoint(function: cst.CSTNode) -> bool:
     """A function that saves or restores some state, or calls anything named like checkpointing."""
     for node in iter_tree(function):
@@ -687,23 +675,3 @@ def _parameter_for(call: HelperCall, position: int, arg: cst.Arg) -> Optional[st
     index = sum(1 for a in args[:position] if a.keyword is None) + (1 if call.bound_self else 0)
     parameters = call.parameters
     return parameters[index] if index < len(parameters) else None
-
-
-def _returns(unit: CodeUnit) -> Iterator[cst.Return]:
-    """The unit's own return statements (not those of functions nested in it), found through
-    its statements only: a return is never inside an expression."""
-    pending: List[cst.CSTNode] = list(unit.body)
-    while pending:
-        statement = pending.pop()
-        if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            for small in statement.body:
-                if isinstance(small, cst.Return):
-                    yield small
-        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        else:
-            for child in children(statement):
-                if isinstance(child, (cst.BaseSuite, cst.BaseCompoundStatement, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)):
-                    pending.append(child)
-                elif isinstance(child, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-                    pending.append(child)

@@ -24,7 +24,6 @@ nothing (never guessed: any other use may keep it).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
@@ -34,7 +33,8 @@ from amplint.semantic.index import CallRecord, CodeUnit, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.pytorch.frameworks import OWNED_SCALER_CLASSES
-from amplint.semantic.resolve import keyword_argument, passed_for
+from amplint.semantic.pytorch import vocabulary
+from amplint.semantic.resolve import keyword_argument, passed_for_parameter
 from amplint.semantic.scalers import all_bindings, binding_key
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.walk import iter_tree
@@ -43,8 +43,6 @@ from amplint.semantic.walk import iter_tree
 _RUNS_THE_SCALER = frozenset(
     {"scale", "unscale_", "step", "update", "get_scale", "is_enabled", "get_growth_factor", "get_backoff_factor", "get_growth_interval"}
 )
-# A method of the instance named like this may keep it, whatever its class shows.
-_KEEPING = re.compile(r"save|checkpoint|ckpt|snapshot|state|dump|persist|serial|resume|restore|load|store")
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,7 @@ class HeldScalers(Analysis):
                 if found is None:
                     continue
                 _, origin, held = found
-                if _handed_a_scaler(record.node, held, model, scope) or _disabled(record.node, held, model, scope):
+                if _handed_a_scaler(record.node, held) or _disabled(record.node, held, model, scope):
                     continue
                 attribute = held["attribute"]
                 for binding in all_bindings(model.index):
@@ -98,7 +96,8 @@ class HeldScalers(Analysis):
         another attribute or calling a method that keeps nothing; None when there is none."""
 
         def runs_only(name: str, called: bool) -> bool:
-            return name != held.attribute and name not in held.kept_by and not _KEEPING.search(name.lower())
+            # (a method named like checkpointing may keep it, whatever its class shows)
+            return name != held.attribute and name not in held.kept_by and not vocabulary.named_like_checkpointing(name)
 
         return _use_beyond(self.model.module, held.holder, runs_only)
 
@@ -143,7 +142,7 @@ def _classes_called(func: cst.BaseExpression) -> List[cst.BaseExpression]:
     return [func] if isinstance(func, (cst.Name, cst.Attribute)) else []
 
 
-def _handed_a_scaler(call: cst.Call, held: Dict[str, Any], model: SemanticModel, scope: Scope) -> bool:
+def _handed_a_scaler(call: cst.Call, held: Dict[str, Any]) -> bool:
     """The caller may pass its own scaler for the parameter the class keeps instead (anything
     but a literal None, or arguments it unpacks): that scaler is the caller's, its checkpoint
     the caller's to see."""
@@ -152,7 +151,7 @@ def _handed_a_scaler(call: cst.Call, held: Dict[str, Any], model: SemanticModel,
         return False
     if any(arg.star for arg in call.args):
         return True
-    passed = _passed(call, held, given)
+    passed = passed_for_parameter(call, held.get("params", ()), given, True)
     return passed is not None and not (isinstance(passed, cst.Name) and passed.value == "None")
 
 
@@ -161,15 +160,8 @@ def _disabled(call: cst.Call, held: Dict[str, Any], model: SemanticModel, scope:
     enabled = held.get("enabled")
     if not enabled:
         return False
-    passed = _passed(call, held, enabled)
+    passed = passed_for_parameter(call, held.get("params", ()), enabled, True)
     return passed is not None and model.resolver.boolean(passed, scope) is False
-
-
-def _passed(call: cst.Call, held: Dict[str, Any], parameter: str) -> Optional[cst.BaseExpression]:
-    """What a construction passes for a parameter of the class's `__init__` (`params`, with
-    `self`), by keyword or by position."""
-    params = list(held.get("params", ()))
-    return passed_for(call, parameter, params.index(parameter) - 1 if parameter in params else None)
 
 
 def _attribute_holding(info: ScalerInfo, owner: Scope, init: CodeUnit) -> Optional[Tuple[str, Optional[str]]]:

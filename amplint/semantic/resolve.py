@@ -10,7 +10,7 @@ and unknown is never guessed.
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -520,6 +520,15 @@ def passed_for(call: cst.Call, parameter: Optional[str], position: Optional[int]
         if index == position:
             return arg.value
     return None
+
+
+def passed_for_parameter(call: cst.Call, params: Sequence[str], parameter: str, bound_self: bool) -> Optional[cst.BaseExpression]:
+    """What `call` passes for the callee's `parameter` (`params`: the callee's, with `self`
+    when `bound_self`); None when not passed or not known (`f(*args)`)."""
+    params = list(params)
+    if parameter not in params:
+        return None
+    return passed_for(call, parameter, params.index(parameter) - (1 if bound_self else 0))
 
 
 def keyword_argument(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:

@@ -81,6 +81,17 @@ def named_like_a_scaler(name: str) -> bool:
     return "scaler" in _last(name)
 
 
+# Functions whose job may be to write or read a checkpoint: `save_checkpoint`, `save_on_master`,
+# `torch.save`, `save_model`, `dump_state`, `snapshot`, `resume_from`, `load_ckpt`.
+_CHECKPOINTING = re.compile(r"save|checkpoint|ckpt|snapshot|state|dump|persist|serial|resume|restore|load|store")
+
+
+def named_like_checkpointing(name: str) -> bool:
+    """A function or method named like something that may save or restore state
+    (`save_checkpoint`, `snapshot`, `load_state_dict`, `persist`)."""
+    return _CHECKPOINTING.search(name.lower()) is not None
+
+
 def named_like_scaling(name: str) -> bool:
     """A helper that may scale a loss: `self.scale_loss(loss)`, apex's `amp.scale_loss(...)`."""
     return "scale" in _last(name)
