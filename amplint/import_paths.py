@@ -34,9 +34,30 @@ class PathIndex:
     def path_of(self, importer: str, name: Optional[str], level: int, exclude: Optional[str] = None) -> Optional[str]:
         """The linted file (not `exclude`) that `importer`'s `from <level dots><name> import
         ...` refers to: relative imports beside it, absolute ones as the one linted file whose
-        path ends in `name`'s path (`.py` or `/__init__.py`)."""
+        path ends in `name`'s path (`.py` or `/__init__.py`); of several, the one whose root
+        (the directory the import starts from) is the nearest directory above the importer, as
+        the script's directory or the project's comes first on `sys.path` (`import val` in
+        yolov5's `train.py` is `val.py` beside it, not `classify/val.py`). None when that does
+        not decide."""
         matches = self.paths_of(importer, name, level, exclude)
-        return matches[0] if len(matches) == 1 else None
+        if len(matches) == 1:
+            return matches[0]
+        if not matches or level or not name:
+            return None
+        directory = os.path.dirname(os.path.abspath(importer))
+        module = os.path.join(*name.split("."))
+        nearest: List[Tuple[int, str]] = []
+        for path in matches:
+            absolute = os.path.abspath(path)
+            for suffix in (os.sep + module + ".py", os.sep + os.path.join(module, "__init__.py")):
+                if absolute.endswith(suffix):
+                    root = absolute[: -len(suffix)] or os.sep
+                    if directory == root or directory.startswith(root.rstrip(os.sep) + os.sep):
+                        nearest.append((root.count(os.sep), path))
+        nearest.sort(reverse=True)
+        if not nearest or (len(nearest) > 1 and nearest[0][0] == nearest[1][0]):
+            return None
+        return nearest[0][1]
 
     def paths_of(self, importer: str, name: Optional[str], level: int, exclude: Optional[str] = None) -> Sequence[str]:
         """Every linted file (not `exclude`) the import may name: the first that exists

@@ -110,8 +110,9 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
 
 
 def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[str, dict], read: ReadText, index: "PathIndex") -> None:
-    """Give the imports of its CPython tree to each file skipped for having no AMP words that
-    calls something of another module's summary that brings a GradScaler with it: a class
+    """Give the imports of its CPython tree to each file skipped for having no AMP words (or
+    only those of rules that read a file alone), in place in `results`, that calls something
+    of another module's summary that brings a GradScaler with it: a class
     whose instance builds and keeps one (`trainer = AMPTrainer(model, loader, optimizer)`,
     the `held_scalers` facts), a function that returns one (`scaler = build_scaler()`, the
     state table). Such a file runs a scaler without a word of AMP, and its checkpoint may

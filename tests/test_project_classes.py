@@ -801,10 +801,28 @@ def test_a_scaler_an_instance_holds_is_clean_when_the_instance_may_keep_it(tmp_p
         "handed a scaler of the caller": _holder(constructor="AMPTrainer(model, optimizer, grad_scaler=scaler)"),
         "disabled by the caller": _holder(constructor="AMPTrainer(model, optimizer, amp=False)"),
         "bfloat16 only": _holder(dtype="bfloat16"),
+        "disabled by default": _holder_class("grad_scaler=None, amp=True", "grad_scaler=None, amp=False"),
+        "enabled as the instance says": _holder_class("enabled=amp)", "enabled=self.amp)"),
+        "arguments unpacked": _holder_class(
+            "grad_scaler=None, amp=True):\n        self.model = model\n        self.optimizer = optimizer\n        if grad_scaler is None:\n            grad_scaler = torch.amp.GradScaler(\"cuda\", enabled=amp)\n        self.grad_scaler = grad_scaler\n",
+            "amp=True):\n        self.model = model\n        self.optimizer = optimizer\n        self.grad_scaler = torch.amp.GradScaler(\"cuda\", enabled=amp)\n",
+            constructor="AMPTrainer(model, optimizer, **cfg)",
+        ),
+        "the instance handed on by its constructor": _holder_class("        self.grad_scaler = grad_scaler\n", "        self.grad_scaler = grad_scaler\n        self.checkpointer = Checkpointer(trainer=self)\n"),
+        "the instance handed on by a method called": _holder_class("    def save(self, path):\n", "    def end_epoch(self):\n        save_everything(self, 'last.pt')\n\n    def save(self, path):\n", later="trainer.end_epoch()"),
+        "an inherited method called": _holder_class("class AMPTrainer:", "class AMPTrainer(BaseTrainer):", later="trainer.train()"),
     }
     for why, files in twins.items():
         found, _ = _lint(tmp_path, files)
         assert found == [], why
+
+
+def _holder_class(old, new, **fields):
+    """`_holder(**fields)` with the trainer class's text changed (`old` -> `new`)."""
+    files = _holder(**fields)
+    assert old in files["amp_trainer.py"]
+    files["amp_trainer.py"] = files["amp_trainer.py"].replace(old, new)
+    return files
 
 
 def test_a_scaler_an_instance_holds_counts_only_where_a_checkpoint_is_connected(tmp_path):
@@ -835,7 +853,9 @@ def test_a_summary_says_which_attribute_of_an_instance_holds_the_scaler_it_build
         "scaler": '`torch.amp.GradScaler("cuda", enabled=amp)`',
         "enabled": "amp",
         "given": "grad_scaler",
+        "enabled_default": True,
         "kept_by": ["_everything", "save", "state_dict"],
+        "methods": ["__init__", "_everything", "run_step", "save", "state_dict"],
         "params": ["self", "model", "optimizer", "grad_scaler", "amp"],
         "words": ["GradScaler"],
     }

@@ -458,6 +458,10 @@ def test_a_validation_helper_that_casts_back_or_is_told_not_to_cast_is_clean(tmp
         "not by default": _validates(default="False"),
         "cast back for training": _validates(after="model.float()"),
         "a copy cast": {**_validates(), "val.py": VAL.format(default="True", after="pass").replace("model.half() if half else model.float()", "model = copy.deepcopy(model).half()")},
+        "switched the other way round": {**_validates(extra=", half=False"), "val.py": VAL.format(default="True", after="pass").replace("model.half() if half else model.float()", "model.float() if not half else model.half()")},
+        "switched by more than the parameter": {**_validates(default="False"), "val.py": VAL.format(default="False", after="pass").replace("model.half() if half else model.float()", "if half and torch.cuda.is_available():\n        model.half()")},
+        "a switch that may be unpacked": _validates(extra=", **val_cfg"),
+        "arguments unpacked before the switch": {**_validates(), "train.py": TRAIN_VALIDATES.format(extra="").replace("val.run(model=ema.ema, loader=loader)", "val.run(ema.ema, *val_args)")},
     }
     for why, files in twins.items():
         rows, _ = _lint(tmp_path, files)
@@ -483,5 +487,10 @@ def test_an_import_names_the_module_beside_the_importer_not_another_of_the_same_
     files = _validates()
     files["classify/val.py"] = files["val.py"]
     files["val.py"] = VAL.format(default="True", after="model.float()")
-    rows, _ = _lint(tmp_path, files)
+    rows, _ = _lint(tmp_path / "casts-back-beside", files)
     assert rows == []
+    # The other way round: the one beside it casts, and is the one imported.
+    files = _validates()
+    files["classify/val.py"] = VAL.format(default="True", after="model.float()")
+    rows, _ = _lint(tmp_path / "casts-beside", files)
+    assert rows == [("train.py", 17, "AMP010")]

@@ -55,6 +55,7 @@ class HeldScaler:
     holder: str  # the instance's variable as the file names it: `trainer`, `self._trainer`
     attribute: str
     kept_by: FrozenSet[str]  # the class's methods that may keep it
+    methods: FrozenSet[str]  # the methods the class itself defines (not those it inherits)
 
 
 class HeldScalers(Analysis):
@@ -89,17 +90,22 @@ class HeldScalers(Analysis):
                         continue  # (an instance that is itself a scaler the file runs: timm's `NativeScaler()`)
                     name = f"{binding.name}.{attribute}"
                     info = ScalerInfo(f"{binding_key(binding)}.{attribute}", name, None, ())
-                    yield HeldScaler(info, record, f"{held['scaler']} in {origin}", binding.name, attribute, frozenset(held.get("kept_by", ())))
+                    yield HeldScaler(
+                        info, record, f"{held['scaler']} in {origin}", binding.name, attribute, frozenset(held.get("kept_by", ())), frozenset(held.get("methods", ()))
+                    )
 
     def kept(self, held: HeldScaler) -> Optional[cst.CSTNode]:
         """Where the file may keep the scaler `held`: a use of its instance other than reading
         another attribute or calling a method that keeps nothing; None when there is none."""
 
-        def runs_only(name: str, called: bool) -> bool:
-            # (a method named like checkpointing may keep it, whatever its class shows)
-            return name != held.attribute and name not in held.kept_by and not vocabulary.named_like_checkpointing(name)
+        def ignored(name: str, called: bool) -> bool:
+            # Another attribute read, or a method of the class that keeps nothing of it: not a
+            # method it inherits (whatever that does), nor one named like checkpointing.
+            if name == held.attribute or name in held.kept_by or vocabulary.named_like_checkpointing(name):
+                return False
+            return not called or name in held.methods
 
-        return _use_beyond(self.model.module, held.holder, runs_only)
+        return _use_beyond(self.model.module, held.holder, ignored)
 
     @classmethod
     def export(cls, model: SemanticModel, path: str) -> Dict[str, Any]:
@@ -119,15 +125,22 @@ class HeldScalers(Analysis):
             if held is None:
                 continue
             attribute, local = held
-            if _init_hands_on(unit, attribute, local):
+            switch = _enabled_switch(record.node, unit, model)
+            if switch is None:
+                continue  # `enabled=self.use_amp`: whether it runs is not known
+            methods = [u for u in model.units if u.scope.class_scope is owner and isinstance(u.node, cst.FunctionDef)]
+            keepers = _keepers(methods, unit, attribute)
+            if _init_hands_on(unit, attribute, local, keepers):
                 continue
-            enabled = keyword_argument(record.node, "enabled")
+            enabled, default = switch
             exported[owner.name] = {
                 "attribute": attribute,
                 "scaler": f"`{source_text(record.node)}`",
-                "enabled": enabled.value if isinstance(enabled, cst.Name) and enabled.value in unit.parameters else None,
+                "enabled": enabled,
+                "enabled_default": default,
                 "given": local if local is not None and local in unit.parameters else None,
-                "kept_by": sorted(_keepers(model, owner, unit, attribute)),
+                "kept_by": sorted(keepers),
+                "methods": sorted(u.node.name.value for u in methods),  # type: ignore[union-attr]
                 "params": unit.parameters,
                 "words": ["GradScaler"],
             }
@@ -156,12 +169,29 @@ def _handed_a_scaler(call: cst.Call, held: Dict[str, Any]) -> bool:
 
 
 def _disabled(call: cst.Call, held: Dict[str, Any], model: SemanticModel, scope: Scope) -> bool:
-    """The caller passes a literal False for the parameter the scaler's `enabled=` is."""
+    """The scaler may be built disabled: the caller passes False for the parameter its
+    `enabled=` is, or leaves a default of False, or may pass it unpacked (`**cfg`)."""
     enabled = held.get("enabled")
     if not enabled:
         return False
     passed = passed_for_parameter(call, held.get("params", ()), enabled, True)
-    return passed is not None and model.resolver.boolean(passed, scope) is False
+    if passed is None:
+        return any(arg.star for arg in call.args) or held.get("enabled_default") is not True
+    return model.resolver.boolean(passed, scope) is False
+
+
+def _enabled_switch(construction: cst.Call, init: CodeUnit, model: SemanticModel) -> Optional[Tuple[Optional[str], Optional[bool]]]:
+    """(the parameter of `__init__` the construction's `enabled=` is, its default) for
+    `GradScaler(enabled=amp)`; (None, None) when it is always enabled (no `enabled=`, or a
+    literal True); None when it depends on anything else (`enabled=self.use_amp`)."""
+    enabled = keyword_argument(construction, "enabled")
+    if enabled is None or model.resolver.boolean(enabled, init.scope) is True:
+        return None, None
+    if isinstance(enabled, cst.Name) and enabled.value in init.parameters:
+        for param in init.node.params.params + init.node.params.kwonly_params:  # type: ignore[union-attr]
+            if param.name.value == enabled.value:
+                return enabled.value, model.resolver.boolean(param.default, init.scope) if param.default is not None else None
+    return None
 
 
 def _attribute_holding(info: ScalerInfo, owner: Scope, init: CodeUnit) -> Optional[Tuple[str, Optional[str]]]:
@@ -192,11 +222,15 @@ def _attribute_holding(info: ScalerInfo, owner: Scope, init: CodeUnit) -> Option
     return attribute, local
 
 
-def _init_hands_on(init: CodeUnit, attribute: str, local: Optional[str]) -> bool:
+def _init_hands_on(init: CodeUnit, attribute: str, local: Optional[str], keepers: Set[str]) -> bool:
     """Whether `__init__` does anything with the scaler besides building and keeping it
-    (`self.ckpt = Checkpointer(scaler=self.grad_scaler)`): then it is no importer's to keep."""
+    (`self.ckpt = Checkpointer(scaler=self.grad_scaler)`), hands the instance on
+    (`Checkpointer(trainer=self)`) or calls a method that may keep it: then it is no
+    importer's to keep."""
     holder = f"self.{attribute}"
     if _use_beyond(init.node, holder, lambda name, called: called and name in _RUNS_THE_SCALER) is not None:
+        return True
+    if _use_beyond(init.node, "self", lambda name, called: not called or name not in keepers) is not None:
         return True
     if local is None:
         return False
@@ -210,21 +244,23 @@ def _init_hands_on(init: CodeUnit, attribute: str, local: Optional[str]) -> bool
     return _use_beyond(init.node, local, lambda name, called: called and name in _RUNS_THE_SCALER, exempt) is not None
 
 
-def _keepers(model: SemanticModel, owner: Scope, init: CodeUnit, attribute: str) -> Set[str]:
-    """The methods of the class that use `self.<attribute>` other than to run it, and those
-    that call such a method of the instance (`save` calling `self._everything()`)."""
+def _keepers(methods: List[CodeUnit], init: CodeUnit, attribute: str) -> Set[str]:
+    """The methods of the class (`methods`, but `__init__`) that use `self.<attribute>` other
+    than to run it, or hand the instance on (`save_everything(self, path)`), and those that
+    call such a method of the instance (`save` calling `self._everything()`)."""
     holder = f"self.{attribute}"
-    methods = [u for u in model.units if u.scope.class_scope is owner and isinstance(u.node, cst.FunctionDef) and u is not init]
+    others = [u for u in methods if u is not init]
     keepers = {
-        u.node.name.value
-        for u in methods
+        u.node.name.value  # type: ignore[union-attr]
+        for u in others
         if _use_beyond(u.node, holder, lambda name, called: called and name in _RUNS_THE_SCALER) is not None
+        or _use_beyond(u.node, "self", lambda name, called: True) is not None
     }
     calls = {
-        u.node.name.value: {
+        u.node.name.value: {  # type: ignore[union-attr]
             r.node.func.attr.value for r in u.calls if isinstance(r.node.func, cst.Attribute) and dotted_name(r.node.func.value) == "self"
         }
-        for u in methods
+        for u in others
     }
     changed = True
     while changed:

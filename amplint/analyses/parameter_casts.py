@@ -11,20 +11,22 @@ default), when there is one. The calling module reads `run(model=ema.ema)` as a 
 it passes, at the call (`Precision`'s finder, `call_casts`).
 
 Only what the function leaves: the last statement of it that casts the parameter decides (a
-function that casts it back, `model.float()  # for training`, exports nothing). A parameter it
-rebinds before that (but to a call made after it), a cast of unknown dtype, or a method is
-not exported.
+function that casts it back, `model.float()  # for training`, exports nothing). Not exported:
+a parameter it binds anew other than to a call made after its last cast, a cast of unknown
+dtype, a cast under a condition that reads a parameter other than as a plain switch (`if not
+half:`, `if half and cuda:`), a method. A call that unpacks arguments (`**val_cfg`) where the
+switch may be is no cast.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame
 from amplint.semantic.model import SemanticModel
-from amplint.semantic.names import source_text
+from amplint.semantic.names import names_read, source_text
 from amplint.semantic.resolve import passed_for
 from amplint.semantic.walk import iter_tree, top_level_line
 
@@ -59,7 +61,9 @@ def exported_parameter_casts(model: SemanticModel, casts: Sequence["ModuleCast"]
         half = [cast for cast in last if cast.dtypes & _HALF]
         if not half:
             continue  # it leaves the module in float32
-        when = _switch(half, unit)
+        known, when = _switch(half, unit)
+        if not known:
+            continue
         entry = {
             "param": parameter,
             "position": unit.parameters.index(parameter),
@@ -86,6 +90,7 @@ def call_casts(model: SemanticModel, record: CallRecord, family: str) -> List[Tu
     if not isinstance(facts, dict) or not facts.get("casts"):
         return []
     out = []
+    unpacked = any(arg.star for arg in record.node.args)
     for entry in facts["casts"]:
         passed = passed_for(record.node, entry.get("param"), entry.get("position"))
         if passed is None:
@@ -93,6 +98,8 @@ def call_casts(model: SemanticModel, record: CallRecord, family: str) -> List[Tu
         when = entry.get("when")
         if when:
             switch = passed_for(record.node, when, entry.get("when_position"))
+            if switch is None and unpacked:
+                continue  # `**val_cfg` may switch it off: not known
             on = entry.get("when_default") if switch is None else model.resolver.boolean(switch, record.unit.scope)
             if on is False:
                 continue
@@ -125,23 +132,38 @@ def _rebound_only_after(unit: CodeUnit, parameter: str, last: List["ModuleCast"]
     return True
 
 
-def _switch(half: List["ModuleCast"], unit: CodeUnit) -> Optional[str]:
-    """The parameter every half cast is switched by: `if half:` around it, or `model.half() if
-    half else model.float()`; None when there is none (it always casts)."""
-    found = set()
+def _switch(half: List["ModuleCast"], unit: CodeUnit) -> Tuple[bool, Optional[str]]:
+    """(whether it is known, the parameter) that switches every half cast: `if half:` around
+    it, or `model.half() if half else model.float()`; (True, None) when no condition on a
+    parameter is around it (it casts whenever it runs). Not known when a condition around it
+    reads a parameter in any other way (`if not half: ... else: model.half()`, `if half and
+    cuda:`), or the casts have different switches."""
+    found: Set[str] = set()
     for cast in half:
-        tests = [frame.test for frame in cast.record.frames if isinstance(frame, GuardFrame) and frame.outcome]
-        tests += _if_expression_tests(cast.node, unit)
-        names = {test.value for test in tests if isinstance(test, cst.Name) and test.value in unit.parameters}
-        if not names:
-            return None
-        found |= names
-    return found.pop() if len(found) == 1 else None
+        conditions = [(frame.test, frame.outcome) for frame in cast.record.frames if isinstance(frame, GuardFrame)]
+        conditions += _if_expression_tests(cast.node, unit)
+        switches = set()
+        for test, outcome in conditions:
+            read = {name for name in names_read(test) if name.split(".")[0] in unit.parameters}
+            if not read:
+                continue  # (`if training:`: a condition on no parameter)
+            if not (outcome and isinstance(test, cst.Name)):
+                return False, None
+            switches.add(test.value)
+        if len(switches) > 1 or (found and switches != found):
+            return False, None
+        found |= switches
+    return True, (found.pop() if found else None)
 
 
-def _if_expression_tests(node: cst.BaseExpression, unit: CodeUnit) -> List[cst.BaseExpression]:
-    """The tests of the conditional expressions `node` is the chosen value of (`node if test else ...`)."""
-    return [n.test for n in iter_tree(unit.node) if isinstance(n, cst.IfExp) and n.body is node]
+def _if_expression_tests(node: cst.BaseExpression, unit: CodeUnit) -> List[Tuple[cst.BaseExpression, bool]]:
+    """The tests of the conditional expressions `node` is a value of, each with the outcome
+    that chooses it (`node if test else ...`: True)."""
+    found = []
+    for n in iter_tree(unit.node):
+        if isinstance(n, cst.IfExp) and (n.body is node or n.orelse is node):
+            found.append((n.test, n.body is node))
+    return found
 
 
 def _default(unit: CodeUnit, parameter: str, model: SemanticModel) -> Optional[bool]:
