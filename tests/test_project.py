@@ -224,3 +224,19 @@ def test_import_words_are_the_names_on_top_level_import_lines():
 
     source = "import os, torch.nn as nn\nfrom .train_loop import AMPTrainer, SimpleTrainer\nfrom pkg import (\n    utils,\n)\n\ndef f():\n    import json\n"
     assert import_words(source) == ("AMPTrainer", "SimpleTrainer", "nn", "os", "pkg", "torch", "train_loop")
+
+
+def test_an_absolute_import_names_the_nearest_file_above_the_importer():
+    from amplint.import_paths import PathIndex
+
+    root = os.path.join(os.sep, "repo")
+    paths = [os.path.join(root, *p) for p in (("val.py",), ("classify", "val.py"), ("segment", "val.py"), ("tools", "utils.py"), ("utils.py",), ("tools", "train.py"))]
+    index = PathIndex(paths)
+    assert index.path_of(os.path.join(root, "train.py"), "val", 0) == os.path.join(root, "val.py")
+    assert index.path_of(os.path.join(root, "classify", "train.py"), "val", 0) == os.path.join(root, "classify", "val.py")
+    assert index.path_of(os.path.join(root, "classify", "train.py"), "classify.val", 0) == os.path.join(root, "classify", "val.py")
+    # The script's own directory first, as on sys.path.
+    assert index.path_of(os.path.join(root, "tools", "train.py"), "utils", 0) == os.path.join(root, "tools", "utils.py")
+    assert index.path_of(os.path.join(root, "main.py"), "utils", 0) == os.path.join(root, "utils.py")
+    # Nothing above the importer: not decided.
+    assert index.path_of(os.path.join(os.sep, "elsewhere", "main.py"), "val", 0) is None

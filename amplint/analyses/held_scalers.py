@@ -10,16 +10,21 @@ or by handing the trainer to code that may checkpoint it.
 The defining module exports, per top-level class whose `__init__` does so (and whose
 autocast may be float16): the attribute, the construction (quoted), the `__init__`
 parameters that decide it (`given`: a scaler passed there is kept instead; `enabled`: passed
-to the construction's `enabled=`), and `kept_by`: the methods that do anything with the
-scaler besides running it (`scale`, `step`, `update`, ...), or call such a method of the
-instance. A class whose `__init__` already hands the scaler on is not exported, nor a
-wrapper that is a scaler itself (timm's `NativeScaler`: the frameworks table's).
+to the construction's `enabled=`, with its default), `kept_by`: the methods that do anything
+with the scaler besides running it (`scale`, `step`, `update`, ...) or hand the instance on
+(`save_everything(self, path)`), or call such a method of the instance, and `methods`: those
+the class defines itself. Not exported: a class whose `__init__` hands the scaler or the
+instance on or calls a method that may keep it, a scaler whose `enabled=` is anything but a
+literal or a parameter, a wrapper that is a scaler itself (timm's `NativeScaler`: the
+frameworks table's).
 
 The importing module reads each construction of such a class (`AMPTrainer(...)`, or either
 branch of `(AMPTrainer if amp else Trainer)(...)`) into a scaler held at
-`<instance>.<attribute>`, and the scaler's state counts as kept when the file uses the
-instance in any other way than reading its other attributes and calling methods that keep
-nothing (never guessed: any other use may keep it).
+`<instance>.<attribute>`, unless it may be built disabled (`amp=False` passed or by default,
+or arguments unpacked) or handed one. The scaler's state counts as kept when the file uses
+the instance in any other way than reading its other attributes and calling methods of the
+class that keep nothing: a method it inherits may do anything (never guessed: any other
+use may keep it).
 """
 
 from __future__ import annotations
