@@ -80,9 +80,10 @@ def exported_parameter_casts(model: SemanticModel, casts: Sequence["ModuleCast"]
 
 def call_casts(model: SemanticModel, record: CallRecord, family: str) -> List[Tuple[cst.BaseExpression, FrozenSet[str], str]]:
     """What a call of another linted module's function leaves cast (its summary's facts of
-    the family keyed `family`, `Precision`'s): each module the call passes for a parameter it casts, the dtypes, and
-    the cast as quoted there with its file (`model.half()` in val.py); none where the call
-    switches the cast off (`half=False`, or a default of False it keeps)."""
+    the family keyed `family`, `Precision`'s): each module the call passes for a parameter
+    it casts, the dtypes, and the cast as quoted there with its file (`model.half()` in
+    val.py); none where the call switches the cast off (`half=False`, or a default of False
+    it keeps) or may (`**val_cfg`)."""
     if model.external is None or not isinstance(record.node.func, (cst.Name, cst.Attribute)):
         return []
     found = model.exported_facts(record.node.func, record.unit.scope, family)
