@@ -136,11 +136,11 @@ def import_words(source: str) -> Tuple[str, ...]:
     """The names on the file's top-level import lines (`from .train_loop import AMPTrainer`:
     `train_loop`, `AMPTrainer`), by a text search: kept with a file skipped for having no AMP
     words, so that a later run can tell, without reading it again, whether it may import a
-    module another module's summary names (`amplint.project`). A name on a continuation line
-    of `from m import (...)` is not among them; `m` is."""
+    module another module's summary names (`amplint.project`). The names of `from m import
+    (...)` over several lines are among them; comments on those lines too (harmless)."""
     import re
 
-    lines = " ".join(re.findall(r"^(?:from|import)[ \t][^\n]*", source, re.M))
+    lines = " ".join(re.findall(r"^from[ \t][^\n(]*\([^)]*\)|^(?:from|import)[ \t][^\n]*", source, re.M))
     return tuple(sorted(set(re.findall(r"[A-Za-z_]\w*", lines)) - {"from", "import", "as"}))
 
 

@@ -219,11 +219,11 @@ def test_only_files_that_name_a_function_of_an_imported_summary_are_linted_again
     assert sorted(relinted) == ["alias.py", "names_none.py", "train.py"]
 
 
-def test_import_words_are_the_names_on_top_level_import_lines():
+def test_import_words_are_the_names_of_top_level_imports():
     from amplint.catalogue import import_words
 
     source = "import os, torch.nn as nn\nfrom .train_loop import AMPTrainer, SimpleTrainer\nfrom pkg import (\n    utils,\n)\n\ndef f():\n    import json\n"
-    assert import_words(source) == ("AMPTrainer", "SimpleTrainer", "nn", "os", "pkg", "torch", "train_loop")
+    assert import_words(source) == ("AMPTrainer", "SimpleTrainer", "nn", "os", "pkg", "torch", "train_loop", "utils")
 
 
 def test_an_absolute_import_names_the_nearest_file_above_the_importer():
