@@ -34,7 +34,7 @@ from typing import Any, Callable, Collection, Dict, FrozenSet, Iterator, List, O
 
 import libcst as cst
 
-from amplint.semantic.index import CallRecord, CodeUnit, Scope
+from amplint.semantic.index import Binding, CallRecord, CodeUnit, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.pytorch.frameworks import OWNED_SCALER_CLASSES
@@ -80,6 +80,7 @@ class HeldScalers(Analysis):
 
     def _find(self) -> Iterator[HeldScaler]:
         model = self.model
+        bound: Optional[Dict[int, List[Binding]]] = None  # id(value) -> the bindings given it, once needed
         for record in model.index.calls:
             scope = record.unit.scope
             for cls in _classes_called(record.node.func):
@@ -90,8 +91,12 @@ class HeldScalers(Analysis):
                 if _handed_a_scaler(record.node, held) or _disabled(record.node, held, model, scope):
                     continue
                 attribute = held["attribute"]
-                for binding in all_bindings(model.index):
-                    if binding.value is not record.node or binding_key(binding) in model.scalers:
+                if bound is None:
+                    bound = {}
+                    for binding in all_bindings(model.index):
+                        bound.setdefault(id(binding.value), []).append(binding)
+                for binding in bound.get(id(record.node), ()):
+                    if binding_key(binding) in model.scalers:
                         continue  # (an instance that is itself a scaler the file runs: timm's `NativeScaler()`)
                     name = f"{binding.name}.{attribute}"
                     info = ScalerInfo(f"{binding_key(binding)}.{attribute}", name, None, ())
