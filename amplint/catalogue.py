@@ -132,16 +132,36 @@ def state_names(source: str) -> FrozenSet[str]:
     return _defining(source, ((start, False) for start in found), methods=False)
 
 
-def import_words(source: str) -> Tuple[str, ...]:
-    """The names on the file's top-level import lines (`from .train_loop import AMPTrainer`:
-    `train_loop`, `AMPTrainer`), by a text search: kept with a file skipped for having no AMP
-    words, so that a later run can tell, without reading it again, whether it may import a
-    module another module's summary names (`amplint.project`). The names of `from m import
-    (...)` over several lines are among them; comments on those lines too (harmless)."""
+# A top-level import, read from the text: `from <dots><module> import <names, or (names) over
+# lines>`, or `import <modules>`.
+_IMPORT = r"^(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)|import[ \t]+([^\n]*))"
+
+
+def text_imports(source: str) -> List[Tuple[str, int, List[str]]]:
+    """The file's top-level imports, by a text search (a cheap look: its tree decides):
+    (module, relative level, the names imported from it). `from ..pkg.mod import (a, b)` over
+    any number of lines gives ("pkg.mod", 2, ["a", "b"]); `import pkg.mod as m, os` gives
+    ("pkg.mod", 0, []) and ("os", 0, [])."""
     import re
 
-    lines = " ".join(re.findall(r"^from[ \t][^\n(]*\([^)]*\)|^(?:from|import)[ \t][^\n]*", source, re.M))
-    return tuple(sorted(set(re.findall(r"[A-Za-z_]\w*", lines)) - {"from", "import", "as"}))
+    found: List[Tuple[str, int, List[str]]] = []
+    for dots, module, names, plain in re.findall(_IMPORT, source, re.M):
+        if plain:
+            found.extend((name, 0, []) for name in re.findall(r"([\w.]+)(?:[ \t]+as[ \t]+\w+)?", plain))
+        else:
+            found.append((module, len(dots), [name for name in re.findall(r"\w+", names) if name != "as"]))
+    return found
+
+
+def import_words(source: str) -> Tuple[str, ...]:
+    """The names on the file's top-level imports (`from .train_loop import AMPTrainer`:
+    `train_loop`, `AMPTrainer`; read as `text_imports` reads them): kept with a file skipped
+    for having no AMP words, so that a later run can tell, without reading it again, whether
+    it may import a module another module's summary names (`amplint.project`)."""
+    import re
+
+    text = " ".join(" ".join(match) for match in re.findall(_IMPORT, source, re.M))
+    return tuple(sorted(set(re.findall(r"\w+", text)) - {"as"}))
 
 
 def cast_names(source: str) -> FrozenSet[str]:

@@ -11,6 +11,13 @@ import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 
+def module_name(path: str) -> str:
+    """The last part of the module a file is imported as: its stem (`train_loop` of
+    `engine/train_loop.py`), or its package's name for an `__init__.py`."""
+    head, tail = os.path.split(path)
+    return os.path.basename(head) if tail == "__init__.py" else tail[:-3] if tail.endswith(".py") else tail
+
+
 class PathIndex:
     """The linted files by absolute path and by last name, so that finding the file an import
     names costs the few files of that name, not a pass over every linted file."""
@@ -21,9 +28,7 @@ class PathIndex:
         for path in paths:
             absolute = os.path.abspath(path)
             self.by_absolute[absolute] = path
-            head, tail = os.path.split(absolute)
-            name = os.path.basename(head) if tail == "__init__.py" else tail[:-3] if tail.endswith(".py") else tail
-            self.by_name.setdefault(name, []).append(("/" + absolute.lstrip("/"), path))
+            self.by_name.setdefault(module_name(absolute), []).append(("/" + absolute.lstrip("/"), path))
         # What an import names, before `exclude`: an absolute one by its module, a relative
         # one by (the importer's directory, the module, the level). The same few imports
         # recur in every file of a project.

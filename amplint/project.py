@@ -128,10 +128,11 @@ def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[
     import ast
 
     from amplint.evidence import imports
+    from amplint.import_paths import module_name
 
     wanted = sorted({name for names in sources.values() for name in names})
     # What an import of one of them names: the name, or its module (`import train_loop`).
-    words = set(wanted) | {_module_word(path) for path in sources}
+    words = set(wanted) | {module_name(path) for path in sources}
     for position, result in enumerate(results):
         if not result.skipped or result.deferred or result.imports or result.error is not None:
             continue
@@ -141,7 +142,7 @@ def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[
         if text is None:
             continue
         named = {name for name in wanted if name in text and _called(name, text)}
-        if not named or not any(named & sources.get(index.path_of(result.path, module, level) or "", set()) for module, level in _imported_modules(text)):
+        if not named or not any(named & sources.get(index.path_of(result.path, module, level) or "", set()) for module, level in _modules_imported(text)):
             continue
         try:
             tree = ast.parse(text)
@@ -159,30 +160,15 @@ def _called(name: str, text: str) -> bool:
     return re.search(r"\b%s\s*\(|\b%s\s+if\b|\belse\s+%s\s*\)\s*\(" % (word, word, word), text) is not None
 
 
-def _imported_modules(text: str) -> Iterator[Tuple[str, int]]:
-    """The modules `text` may import, read from the text (a cheap look; its tree decides):
-    `from ..pkg.mod import (a, b)` gives `pkg.mod` and `pkg.mod.a`, `pkg.mod.b` (each may be a
-    module), at level 2; `import pkg.mod as m`, `pkg.mod`."""
-    import re
+def _modules_imported(text: str) -> Iterator[Tuple[Optional[str], int]]:
+    """The modules `text`'s top-level imports may name (`catalogue.text_imports`): `from pkg
+    import utils` may name `pkg` and `pkg.utils`."""
+    from amplint.catalogue import text_imports
 
-    for dots, module, names in re.findall(r"(?m)^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", text):
-        level = len(dots)
-        if module:
-            yield module, level
-        for name in re.findall(r"\b(\w+)\b(?:\s+as\s+\w+)?", names.strip("()")):
-            if name != "as":
-                yield f"{module}.{name}" if module else name, level
-    for modules in re.findall(r"(?m)^[ \t]*import[ \t]+([^\n]+)", text):
-        for module in re.findall(r"([\w.]+)(?:\s+as\s+\w+)?", modules):
-            yield module, 0
-
-
-def _module_word(path: str) -> str:
-    """The name an import of the module at `path` ends in: its file's stem, or its
-    package's name for an `__init__.py`."""
-    parts = path.replace("\\", "/").split("/")
-    stem = parts[-1].rsplit(".", 1)[0]
-    return parts[-2] if stem == "__init__" and len(parts) > 1 else stem
+    for module, level, names in text_imports(text):
+        yield module or None, level
+        for name in names:
+            yield f"{module}.{name}" if module else name, level
 
 
 def _scaler_sources(summary: Mapping[str, object]) -> List[str]:

@@ -198,9 +198,7 @@ def _enabled_switch(construction: cst.Call, init: CodeUnit, model: SemanticModel
     if enabled is None or model.resolver.boolean(enabled, init.scope) is True:
         return None, None
     if isinstance(enabled, cst.Name) and enabled.value in init.parameters:
-        for param in init.node.params.params + init.node.params.kwonly_params:  # type: ignore[union-attr]
-            if param.name.value == enabled.value:
-                return enabled.value, model.resolver.boolean(param.default, init.scope) if param.default is not None else None
+        return enabled.value, model.resolver.default_boolean(enabled.value, init.scope)
     return None
 
 

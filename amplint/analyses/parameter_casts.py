@@ -70,7 +70,7 @@ def exported_parameter_casts(model: SemanticModel, casts: Sequence["ModuleCast"]
             "dtypes": sorted(frozenset().union(*(cast.dtypes & _HALF for cast in half))),
             "when": when,
             "when_position": unit.parameters.index(when) if when is not None else None,
-            "when_default": _default(unit, when, model) if when is not None else None,
+            "when_default": model.resolver.default_boolean(when, unit.scope) if when is not None else None,
             "cast": source_text(half[0].node),
         }
         name = unit.node.name.value  # type: ignore[union-attr]
@@ -165,11 +165,3 @@ def _if_expression_tests(node: cst.BaseExpression, unit: CodeUnit) -> List[Tuple
         if isinstance(n, cst.IfExp) and (n.body is node or n.orelse is node):
             found.append((n.test, n.body is node))
     return found
-
-
-def _default(unit: CodeUnit, parameter: str, model: SemanticModel) -> Optional[bool]:
-    """A parameter's default, when it is a literal truth value."""
-    for param in unit.node.params.params + unit.node.params.kwonly_params:  # type: ignore[union-attr]
-        if param.name.value == parameter and param.default is not None:
-            return model.resolver.boolean(param.default, unit.scope)
-    return None

@@ -183,6 +183,14 @@ class Resolver:
             value, scope = bound
         return None
 
+    def default_boolean(self, parameter: str, function: Scope) -> Optional[bool]:
+        """True/False for a parameter of `function` whose default is such a literal (read where
+        the default is evaluated); None for any other default, or none."""
+        for binding in function.bindings.get(parameter, ()):
+            if binding.kind == "param" and isinstance(binding.node, cst.Param) and binding.node.default is not None:
+                return self.boolean(binding.node.default, function.parent or function)
+        return None
+
     def boolean(self, value: Optional[cst.BaseExpression], scope: Scope) -> Optional[bool]:
         """True/False for a literal (followed through names); True when absent; else None."""
         if value is None:
