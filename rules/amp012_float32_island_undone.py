@@ -24,15 +24,18 @@ class Float32IslandUndone(Rule):
     float32: a `.float()` value, a tensor or buffer built with `dtype=torch.float32`), seen
     through views such as `.transpose()` and through variables assigned them on the
     straight-line way there; an operand that is such a float32 tensor itself counts beside
-    an explicit cast (`einsum("i,j->ij", t.type_as(self.inv_freq), self.inv_freq)`). The
+    an explicit cast (`einsum("...i,ij->...j", x.type_as(self.basis), self.basis)`). An
+    `einsum` counts when its equation sums over an index two operands share (`"ij,jk->ik"`,
+    run as a `bmm`); one that sums over none (`"i,j->ij"`, an outer product) runs as an
+    elementwise `mul`, which keeps float32 inputs in float32 under autocast. The
     product may be written in the region or in a function of the file called from inside
     it. A LightningModule's step hooks (`training_step`, ...) are such a region when the
     file builds the Trainer with a known mixed precision (`Trainer(precision="16-mixed")`),
     which runs them under its autocast. So is the `forward` of an `nn.Module` (a class of
     the file deriving from `torch.nn.Module`), with the file's functions it calls, wherever
     the file's own regions do not reach it: it runs under its caller's autocast, and
-    mixed-precision training and inference call their model under one (the rotary
-    embeddings of diffusers and x-transformers were fixed for exactly this). Not there:
+    mixed-precision training and inference call their model under one (diffusers' rotary
+    embeddings were fixed for exactly this). Not there:
     code under autocast switched off in the forward, on it, or around a call of it the
     file makes (also by a wrapper named like autocast given `enabled=False`, as
     transformers' `maybe_autocast`, and by `custom_fwd(cast_inputs=...)`, which runs the
@@ -356,6 +359,25 @@ class Adapter(nn.Module):
         out = x.to(compute_dtype) @ r.to(compute_dtype).t()
         return out + x.to(dtype) @ r.to(dtype).t()
 """,
+        # An outer product written as an einsum sums over no index: autocast runs it as an
+        # elementwise `mul`, in its float32 inputs' dtype (x-transformers' rotary embedding).
+        """
+import torch
+from torch import nn
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, dim, interpolation_factor=1.0, base=10000):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq)
+        self.interpolation_factor = interpolation_factor
+
+    def forward(self, seq_len):
+        t = torch.arange(seq_len, device=self.inv_freq.device).type_as(self.inv_freq)
+        t = t / self.interpolation_factor
+        freqs = torch.einsum("i , j -> i j", t, self.inv_freq)
+        return torch.cat((freqs, freqs), dim=-1)
+""",
     )
     INVALID = (
         Flagged(
@@ -438,16 +460,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-def frequencies(t, inv_freq):
-    return torch.einsum("i,j->ij", t.type_as(inv_freq), inv_freq)
+def project(x, basis):
+    return torch.einsum("...i,ij->...j", x.type_as(basis), basis)
 
-class RotaryEmbedding(nn.Module):
+class Projection(nn.Module):
     def __init__(self, dim):
         super().__init__()
-        self.register_buffer("inv_freq", torch.ones(dim // 2, dtype=torch.float32))
+        self.register_buffer("basis", torch.ones(dim, dim, dtype=torch.float32))
 
-    def forward(self, t):
-        return torch.einsum("i,j->ij", t.type_as(self.inv_freq), self.inv_freq)
+    def forward(self, x):
+        return torch.einsum("...i,ij->...j", x.type_as(self.basis), self.basis)
 
 class Router(nn.Module):
     def forward(self, x):
@@ -457,28 +479,6 @@ class Router(nn.Module):
         return F.linear(x.type(torch.float32), self.weight.type(torch.float32))
 """,
             at=((15, 16), (22, 16)),
-        ),
-        # x-transformers' rotary embedding (fixed with `@autocast(enabled=False)`): positions
-        # `type_as` a float32 buffer, scaled, against that buffer.
-        Flagged(
-            """
-import torch
-from torch import nn
-
-class RotaryEmbedding(nn.Module):
-    def __init__(self, dim, interpolation_factor=1.0, base=10000):
-        super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
-        self.register_buffer("inv_freq", inv_freq)
-        self.interpolation_factor = interpolation_factor
-
-    def forward(self, seq_len):
-        t = torch.arange(seq_len, device=self.inv_freq.device).type_as(self.inv_freq)
-        t = t / self.interpolation_factor
-        freqs = torch.einsum("i , j -> i j", t, self.inv_freq)
-        return torch.cat((freqs, freqs), dim=-1)
-""",
-            at=((15, 17),),
         ),
     )
 

@@ -8,7 +8,7 @@ import pytest
 
 from amplint.analyses.region_ops import RegionOps, rounds_to_one, rounds_to_zero
 from amplint.semantic import analyze, source_text
-from amplint.semantic.pytorch.autocast_ops import BANNED, FLOAT32, LOWER_PRECISION, PROMOTE, autocast_policy
+from amplint.semantic.pytorch.autocast_ops import BANNED, FLOAT32, LOWER_PRECISION, PROMOTE, autocast_policy, einsum_contracts
 
 
 def model(source):
@@ -96,6 +96,48 @@ def test_ops_written_in_an_enabled_region_by_every_spelling():
         """
     )
     assert [name for name, _ in found] == ["matmul", "mm", "linear", "linear", "sigmoid", "log", "binary_cross_entropy", "matmul"]
+
+
+@pytest.mark.parametrize(
+    "equation, contracts",
+    [
+        # A product autocast lowers: einsum runs a `bmm` over an index two operands share.
+        ("ij,jk->ik", True),
+        ("bhid,bhjd->bhij", True),
+        ("bnd,bne->bde", True),
+        ("n d, d -> n", True),
+        ("ij,ij->", True),
+        ("ij,ij", True),  # implicit output: every index summed
+        ("...ij,...jk", True),
+        ("...d,...d->", True),  # broadcast dimensions summed away
+        # No index summed across operands: a `mul`, in its inputs' dtype (measured under autocast).
+        ("i,j->ij", False),
+        ("i , j -> i j", False),
+        ("...i,j->...ij", False),
+        ("bhd,bhd->bhd", False),
+        ("i,j", False),
+        # One operand: no product at all.
+        ("ii->i", False),
+        ("ij->", False),
+    ],
+)
+def test_einsum_is_a_product_only_when_it_contracts(equation, contracts):
+    assert einsum_contracts(equation) is contracts
+
+
+def test_an_einsum_that_contracts_nothing_or_is_not_written_here_is_no_product():
+    found = ops(
+        """
+        import torch
+
+        def f(a, b, equation):
+            with torch.autocast("cuda"):
+                torch.einsum("ij,jk->ik", a, b)
+                torch.einsum("i,j->ij", a, b)
+                torch.einsum(equation, a, b)
+        """
+    )
+    assert [name for name, _ in found] == ["einsum"]
 
 
 def test_disabled_regions_lambdas_and_nested_functions_are_not_in_the_region():

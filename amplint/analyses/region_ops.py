@@ -42,6 +42,7 @@ from amplint.semantic.pytorch.autocast_ops import (
     MODULES,
     OPERANDS,
     autocast_policy,
+    einsum_contracts,
 )
 from amplint.semantic.regions import callers_autocast
 from amplint.semantic.types import AutocastRegion
@@ -445,6 +446,8 @@ class RegionOps(Analysis):
             name = FUNCTIONS.get(qualified)
             if name is None:
                 return None
+            if name == "einsum" and not (positional and isinstance(positional[0], cst.SimpleString) and einsum_contracts(positional[0].evaluated_value)):
+                return None  # no `bmm`: an outer or elementwise product, or an equation not written here
             if name in ("einsum", "chain_matmul", "linalg_multi_dot"):
                 operands = positional[1:] if name == "einsum" else positional
                 if len(operands) == 1 and isinstance(operands[0], (cst.List, cst.Tuple)):

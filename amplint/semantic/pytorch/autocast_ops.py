@@ -185,6 +185,27 @@ OPERANDS: Dict[str, Tuple[int, ...]] = {
 }
 ALL_OPERANDS = frozenset({"einsum", "chain_matmul", "linalg_multi_dot"})
 
+
+
+def einsum_contracts(equation: str) -> bool:
+    """Whether an einsum equation sums over an index that two operands share (`"ij,jk->ik"`,
+    `"bhid,bhjd->bhij"`): only then does einsum run a `bmm`, which autocast lowers. An outer or
+    elementwise product (`"i,j->ij"`, a rotary embedding's frequencies) is a `mul`, which runs
+    in its inputs' dtype under autocast (measured: float32 in, float32 out)."""
+    inputs, arrow, output = equation.replace(" ", "").partition("->")
+    operands = inputs.split(",")
+    shared: Dict[str, int] = {}
+    for operand in operands:
+        for index in set(operand.replace("...", "")):
+            shared[index] = shared.get(index, 0) + 1
+    if not arrow:  # implicit output: the indices written once, and the broadcast ones
+        written = [index for operand in operands for index in operand.replace("...", "")]
+        output = "".join(index for index in written if written.count(index) == 1) + "..."
+    if "..." not in output and sum("..." in operand for operand in operands) >= 2:
+        return True  # broadcast dimensions summed away
+    return any(count >= 2 and index not in output for index, count in shared.items())
+
+
 LOG_OPS = frozenset({"log", "log2", "log10", "log1p"})
 LOWER_PRECISION_OPS = _LOWER_EVERYWHERE | _LOWER_CUDA_ONLY | _LOWER_CPU_ONLY
 
