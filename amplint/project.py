@@ -18,6 +18,13 @@ functions, and every such call names the function (or method) in the file's text
 linted again: its first result stands (a rule whose needs the file's own code lacks cannot
 fire without the other module's events).
 
+One fact flows the other way: a script that builds a framework object which trains the
+modules handed to it (Lightning's `Trainer`) in a precision that may be float16 names, in its
+summary, the classes of other modules it makes instances of (`trains`). Each module that
+defines one is linted with that summary too (`trained_by_importers`), so its LightningModule
+has the Trainer's scaler as if it were built beside it; a deferred script that may be such
+one is analysed for its summary first (`trainer_scripts`).
+
 Nor is a file whose analysis looks up nothing the summaries have. Linted without summaries,
 each file notes what its analysis would look up in another module's (`FileResult.lookups`:
 the module as imported, and the function or method asked for; every call is classified for
@@ -67,7 +74,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     # The texts read lately kept (a file is asked for once per module it imports), not every
     # text of a large repository at once.
     read = functools.lru_cache(maxsize=512)(read)
-    wanted = imported_deferred(results, read)
+    wanted = sorted({*imported_deferred(results, read), *trainer_scripts(results, read)})
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
             results[index] = result
@@ -85,19 +92,23 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
     done: Dict[str, Dict[str, dict]] = {}
     for _ in range(MAX_ROUNDS):
+        # A module whose classes a script trains is linted with that script's summary too.
+        trained = trained_by_importers(summaries, paths)
         jobs: List[Tuple[int, Dict[str, dict]]] = []
         for index, result in enumerate(results):
-            if result.error is not None or not result.imports:
+            given = trained.get(result.path, {})
+            if result.error is not None or not (result.imports or given):
                 continue
-            used = imported_summaries(result, summaries, paths)
+            used = imported_summaries(result, summaries, paths) if result.imports else {}
             if used:
                 used = _called_from(read(result.path), used)
+            used = {**used, **given}
             if used and not _same(done.get(result.path), used):
                 done[result.path] = used
                 jobs.append((index, used))
         if not jobs:
             break
-        relinted = _relint_finding(jobs, results, first, relint)
+        relinted = _relint_finding(jobs, results, first, relint, set(trained))
         changed = False
         for (index, _), result in zip(jobs, relinted):
             results[index] = result
@@ -179,12 +190,19 @@ def _scaler_sources(summary: Mapping[str, object]) -> List[str]:
     return [*(held if isinstance(held, dict) else ()), *(name for name, entry in (state.items() if isinstance(state, dict) else ()) if isinstance(entry, dict) and entry.get("scaler"))]
 
 
-def _relint_finding(jobs: Sequence[Tuple[int, Dict[str, dict]]], results: Sequence[FileResult], first: Sequence[FileResult], relint: Relint) -> List[FileResult]:
+def _relint_finding(
+    jobs: Sequence[Tuple[int, Dict[str, dict]]], results: Sequence[FileResult], first: Sequence[FileResult], relint: Relint, trained: Collection[str] = ()
+) -> List[FileResult]:
     """The results of `jobs` (index, summaries): linted again only where the file's analysis
-    looks up something the summaries have; elsewhere its first result (`first`, linted
-    without summaries), which is the one it would get."""
+    looks up something the summaries have, or another file trains its classes (`trained`);
+    elsewhere its first result (`first`, linted without summaries), which is the one it
+    would get."""
     out = [first[index] for index, _ in jobs]
-    wanted = [position for position, (index, used) in enumerate(jobs) if first[index].lookups is None or _finds_any(first[index].path, used, first[index].lookups)]
+    wanted = [
+        position
+        for position, (index, used) in enumerate(jobs)
+        if first[index].lookups is None or first[index].path in trained or _finds_any(first[index].path, used, first[index].lookups)
+    ]
     if wanted:
         for position, result in zip(wanted, relint([(results[jobs[p][0]].path, jobs[p][1]) for p in wanted])):
             out[position] = result
@@ -275,6 +293,71 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
         if path is not None and path in summaries:
             found[path] = summaries[path]
     return found
+
+
+def trained_by_importers(summaries: Mapping[str, dict], index: "PathIndex") -> Dict[str, Dict[str, dict]]:
+    """For each linted file that defines a class a script makes an instance of beside a
+    framework object that may train it in float16 (the script's summary's `trains`: train.py's
+    `L.Trainer(precision="16-mixed")` and `LitModel()` of `from model import LitModel`): the
+    summaries of those scripts, by path. Which of its classes the framework trains (their
+    bases) is the file's to say (`ExternalModules.trained_here`)."""
+    given: Dict[str, Dict[str, dict]] = {}
+    for importer, summary in summaries.items():
+        trains = summary.get("trains")
+        if not isinstance(trains, dict):
+            continue
+        for module, level, _ in trains.get("classes", ()):
+            target = index.path_of(importer, module or None, level, exclude=importer)
+            if target is not None:
+                given.setdefault(target, {})[importer] = summary
+    return given
+
+
+def trainer_scripts(results: Sequence[FileResult], read: ReadText = read_text) -> List[int]:
+    """The indices of the deferred results that may build a framework object which trains
+    the modules handed to it (`Framework.trains_imported_classes`: `L.Trainer(...)`) and name
+    a class that a file they import defines on one of its module bases (`class
+    LitModel(L.LightningModule)` in model.py): analysed whole, for the summary that says which
+    classes it may train in float16 (`trains`). Such a script is deferred when none of its own
+    code is what a rule needs; its Trainer's precision is what the module's rules need."""
+    candidates = [i for i, r in enumerate(results) if r.deferred and r.error is None and r.imports]
+    if not candidates:
+        return []
+    import re
+
+    from amplint.import_paths import PathIndex
+    from amplint.semantic.pytorch.frameworks import CLASS_FRAMEWORKS
+
+    trainers = [f for f in CLASS_FRAMEWORKS if f.trains_imported_classes]
+    builders = re.compile(r"\b(?:%s)\s*\(" % "|".join(sorted({re.escape(n.rsplit(".", 1)[-1]) for f in trainers for n in f.constructors | f.bare_constructors})))
+    bases = frozenset(base for f in trainers for base in f.module_bases)
+    index: Optional[PathIndex] = None
+    found = []
+    for i in candidates:
+        text = read(results[i].path)
+        if not text or builders.search(text) is None:
+            continue
+        index = index or PathIndex([r.path for r in results])
+        for module, level in results[i].imports:
+            path = index.path_of(results[i].path, module or None, level, exclude=results[i].path)
+            defined = _classes_based_on(read(path) or "", bases) if path is not None else frozenset()
+            if any(re.search(r"\b%s\b" % name, text) for name in defined):
+                found.append(i)
+                break
+    return found
+
+
+def _classes_based_on(text: str, bases: FrozenSet[str]) -> FrozenSet[str]:
+    """The names of the classes `text` defines with one of `bases` among their bases
+    (`class LitModel(L.LightningModule):`, by the base's last name)."""
+    import re
+
+    return frozenset(
+        found.group(1)
+        for found in re.finditer(r"class\s+(\w+)\s*\(([^)]*)", text)
+        if not (found.start() and (text[found.start() - 1].isalnum() or text[found.start() - 1] == "_"))
+        and bases.intersection(re.findall(r"\w+", found.group(2)))
+    )
 
 
 def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text) -> List[int]:

@@ -564,15 +564,18 @@ def _message(backward: Occurrence, step: Occurrence, model: SemanticModel, besid
         fix = framework.backward_advice.format(owner=scaler, loss=tensor, optimizer=optimizer)
     else:
         fix = f"Use `{scaler}.scale({tensor}).backward()` before stepping `{optimizer}`"
+    # A class a framework trains (`self`): the scaler is its Trainer's.
+    who = "the Trainer's scaler" if framework is not None and framework in frameworks.CLASS_FRAMEWORKS else f"`{scaler}`"
+    when = info.when_float16 if info is not None else ""
     if beside:
         return Message(
-            f"{quote(backward)} runs on a loss `{scaler}` never scaled, beside a scaled backward into the same optimizer",
+            f"{quote(backward)} runs on a loss {who} never scaled, beside a scaled backward into the same optimizer{when}",
             f"its gradients add to the scaled ones in the parameters `{optimizer}` updates, and {quote(step)} "
             f"divides them all by the loss scale (65536 at start): this loss's share of the update comes out "
             f"~65,000x too small. {fix}.",
         )
     return Message(
-        f"{quote(backward)} runs on a loss `{scaler}` never scaled",
+        f"{quote(backward)} runs on a loss {who} never scaled{when}",
         f"{quote(step)} still divides the gradients by the loss scale (65536 at start): "
         f"SGD-like updates come out ~65,000x too small (Adam's only slightly). {fix}.",
     )
@@ -583,7 +586,7 @@ def _hook_message(backward: Occurrence, scaler: str, model: SemanticModel) -> Me
     info = model.scalers.get(scaler)
     framework = frameworks.BY_NAME[info.framework or ""] if info is not None else frameworks.HF_TRAINER
     hook = backward.unit.name.rsplit(".", 1)[-1]
-    when = " when float16 mixed precision is chosen" if info is not None and info.enabled is None else ""
+    when = info.when_float16 if info is not None else ""
     return Message(
         f"{quote(backward)} runs on a loss the Trainer's scaler never scaled{when}",
         f"After `{hook}` returns, the Trainer steps through its loss scaler, which divides the gradients by "

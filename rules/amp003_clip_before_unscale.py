@@ -246,7 +246,7 @@ def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel, 
     else:
         fix = f"Call `{scaler}.unscale_({optimizer})` before clipping"
     # A framework whose precision is only one of several configured values scales when it is float16.
-    when = " when float16 mixed precision is chosen" if info is not None and info.framework and info.enabled is None else ""
+    when = info.when_float16 if info is not None else ""
     return Message(
         f"{quote(clip)} clips gradients that still carry the loss scale{when}",
         "The loss scale is 65536 at start, so the threshold is effectively thousands of times too "

@@ -317,8 +317,7 @@ def _message(step: Occurrence, backward: Occurrence, scaler_key: Optional[str], 
     scaler = model.scaler_name(scaler_key)
     title = f"{quote(step)} applies gradients that still carry `{scaler}`'s loss scale"
     if info is not None and info.framework is not None:
-        if info.enabled is None:  # the framework's precision is one of several configured values
-            title += " when float16 mixed precision is chosen"
+        title += info.when_float16  # the framework's precision is one of several configured values
         advice = frameworks.BY_NAME[info.framework].step_advice.format(owner=scaler, optimizer=optimizer)
         return Message(
             title,

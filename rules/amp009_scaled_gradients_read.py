@@ -149,7 +149,7 @@ class ScaledGradientsRead(Rule):
             if how is not None:
                 # A precision that is only one of several configured values scales when it is float16.
                 info = model.scalers.get(scaler)
-                when = " when float16 mixed precision is chosen" if info is not None and info.enabled is None else ""
+                when = info.when_float16 if info is not None else ""
                 yield Report(read.call_site, _message(read, how, model.scaler_name(scaler), _hook_advice(read), when), occurrence=read)
         for grad, state in model.states_before(EventKind.AUTOGRAD_GRAD):
             scaler = grad.event.scaled_inline_by

@@ -286,3 +286,110 @@ def test_training_arguments_built_by_a_function_of_another_module(tmp_path):
     assert found == [("trainer.py", 9, "AMP001")]
     found, _ = _lint(tmp_path, {"config.py": ARGUMENTS_FACTORY.format(precision="bf16=True")})
     assert found == []
+
+
+# --------------------------------------------------------------------------- Lightning: the module in one file, the Trainer in another
+
+# No AMP word a rule needs on its own: nothing in it says which precision trains it.
+LIT_MODEL = """
+import torch
+import lightning as L
+
+
+class LitModel(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.net = torch.nn.Linear(4, 4)
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        loss = self.net(batch).sum()
+        self.manual_backward(loss)
+        {clip}
+        opt.step()
+        opt.zero_grad()
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters())
+
+
+class Head(torch.nn.Module):
+    def forward(self, x):
+        return x
+"""
+
+LIT_TRAIN = """
+import argparse
+
+import lightning as L
+
+{imports}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--precision", default="32-true", choices=["32-true", "16-mixed", "bf16-mixed"])
+    args = parser.parse_args()
+    trainer = L.Trainer(max_epochs=3, precision={precision})
+    trainer.fit({model})
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+RAW_CLIP = "torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)"
+LIGHTNING_CLIP = "self.clip_gradients(opt, gradient_clip_val=1.0)"
+FROM_MODEL = "from model import LitModel"
+
+
+def _lightning(tmp_path, clip=RAW_CLIP, precision='"16-mixed"', model="LitModel()", imports=FROM_MODEL, *options):
+    files = {"model.py": LIT_MODEL.format(clip=clip), "train.py": LIT_TRAIN.format(imports=imports, precision=precision, model=model)}
+    return _lint(tmp_path, files, *options)
+
+
+def test_a_lightning_module_trained_in_float16_by_a_trainer_of_another_module(tmp_path):
+    # Reported in the module, where the clip is; the Trainer that train.py builds decides the precision.
+    found, findings = _lightning(tmp_path)
+    assert found == [("model.py", 15, "AMP003")]
+    assert findings[0]["message"].endswith("clips gradients that still carry the loss scale (train.py trains `LitModel` in float16)")
+    assert "self.clip_gradients(opt, ...)" in findings[0]["help"]
+    # A precision from the command line whose choices include float16.
+    found, findings = _lightning(tmp_path, precision="args.precision")
+    assert found == [("model.py", 15, "AMP003")]
+    assert findings[0]["message"].endswith("when train.py trains `LitModel` in float16")
+
+
+def test_the_instance_may_be_made_any_way_the_script_names_the_class(tmp_path):
+    for imports, model in [
+        (FROM_MODEL, 'LitModel.load_from_checkpoint("last.ckpt")'),
+        ("import model as models", "models.LitModel()"),
+        ("from model import LitModel as Net", "Net()"),
+    ]:
+        found, _ = _lightning(tmp_path, imports=imports, model=model)
+        assert found == [("model.py", 15, "AMP003")], (imports, model)
+
+
+def test_a_lightning_module_of_another_module_that_stays_clean(tmp_path):
+    cases = [
+        # Lightning's own clip unscales first.
+        dict(clip=LIGHTNING_CLIP),
+        # Not float16: bfloat16 needs no scaler, and float32 has none.
+        dict(precision='"bf16-mixed"'),
+        dict(precision='"32-true"'),
+        # A precision the script does not show: unknown, never guessed.
+        dict(precision='load_config("train.yaml").precision'),
+        # The script trains something else: another class of the module, or a model of its own.
+        dict(imports="from model import Head", model="Head()"),
+        dict(imports="", model="build_model()"),
+    ]
+    for case in cases:
+        found, _ = _lightning(tmp_path, **case)
+        assert found == [], case
+
+
+def test_the_same_lightning_modules_warm_from_the_cache(tmp_path):
+    cold, _ = _lightning(tmp_path, RAW_CLIP, '"16-mixed"', "LitModel()", FROM_MODEL, "--cache-dir", str(tmp_path / "cache"))
+    warm, _ = _lint(tmp_path, {}, "--cache-dir", str(tmp_path / "cache"))
+    assert cold == warm == [("model.py", 15, "AMP003")]

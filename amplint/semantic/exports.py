@@ -18,6 +18,12 @@ functions do. A function that builds a new GradScaler on every call and steps an
 that outlives the call with it says so (`fresh_scalers`): a loop of an importing module that
 calls it every iteration restarts the scale each time (AMP008).
 
+A script that builds a framework object which trains the modules handed to it, in a precision
+that may be float16 (`L.Trainer(precision="16-mixed")`), names the classes of other modules it
+makes instances of (`trains`): `project.link` hands that summary to the modules that define
+them, whose classes then have the framework's scaler as if the Trainer were built beside them
+(`ExternalModules.trained_here`).
+
 A fact family of `amplint.analyses` can put facts of its own into the summary (`facts`, under
 the family's `SUMMARY_KEY`, each entry under the class or function it is about): the core
 carries them without reading them, and an importing module's analysis asks for them with
@@ -38,6 +44,7 @@ from amplint.import_paths import PathIndex
 from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.types import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.pytorch import frameworks
 from amplint.semantic.saved_state import export_state
 
 if TYPE_CHECKING:
@@ -145,7 +152,8 @@ def export_summary(model: "SemanticModel", path: str, families: Sequence[Exports
         exported = family.export(model, path)
         if exported:
             facts[family.SUMMARY_KEY] = exported
-    if not functions and not state and not facts:
+    trains = _trains(model)
+    if not functions and not state and not facts and not trains:
         return None
     scalers = {}
     for key, info in model.scalers.items():
@@ -158,6 +166,8 @@ def export_summary(model: "SemanticModel", path: str, families: Sequence[Exports
     summary = {"version": SUMMARY_VERSION, "functions": functions, "scalers": scalers, "classes": exported_classes}
     if state:
         summary["state"] = state
+    if trains:
+        summary["trains"] = trains
     if facts:
         summary["facts"] = facts
     return summary
@@ -196,6 +206,33 @@ def _classes(model: "SemanticModel") -> Dict[str, Dict[str, Any]]:
 def _params_of(model: "SemanticModel", name: str) -> List[str]:
     unit = next((unit for unit in model.units if unit.name == name and not unit.is_module), None)
     return unit.parameters if unit is not None else []
+
+
+def _trains(model: "SemanticModel") -> Optional[Dict[str, Any]]:
+    """The frameworks the file builds that may train, in float16, the modules handed to them
+    (`Framework.trains_imported_classes`), each with whether float16 is sure; and every class
+    of another module the file makes an instance of (`LitModel(...)`, `models.LitModel(...)`,
+    `LitModel.load_from_checkpoint(...)`), as imported: [module, level, name]. Which of those
+    the framework trains is for the module that defines them to say (its bases)."""
+    given = {name: surely for name, surely in model.scaler_facts.class_trainers.items() if frameworks.BY_NAME[name].trains_imported_classes}
+    if not given:
+        return None
+    classes: Set[Tuple[Optional[str], int, str]] = set()
+    for record in model.index.calls:
+        func = record.node.func
+        # `LitModel(...)`, `models.LitModel(...)`; `LitModel.load_from_checkpoint(...)`.
+        named = (func, func.value) if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) else (func,)
+        for name in filter(None, map(dotted_name, named)):
+            if name.rsplit(".", 1)[-1][:1].isupper():  # a class, by the convention
+                classes.update(import_targets(name, model.resolver.bindings(name.partition(".")[0], record.unit.scope)))
+    if not classes:
+        return None
+    return {
+        "frameworks": given,
+        "classes": [list(entry) for entry in sorted(classes, key=lambda c: (c[0] or "", c[1], c[2]))],
+        # What the rules' pre-check sees of the framework in the module given these facts.
+        "words": sorted({f"{frameworks.BY_NAME[name].precision_keyword}=" for name in given}),
+    }
 
 
 def _framework_hooks(model: "SemanticModel", origin: str, classes: Mapping[str, Mapping[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
@@ -600,10 +637,31 @@ class ExternalModules:
                 texts.extend(event.get("text", "") for event in function.get("events", ()))
                 texts.extend(fresh.get("text", "") for fresh in function.get("fresh_scalers", ()))
             texts.extend(entry.get("scaler", "") for entry in summary.get("state", {}).values())
+            texts.extend(summary.get("trains", {}).get("words", ()))
             for family in summary.get("facts", {}).values():
                 for entry in family.values():
                     texts.extend(entry.get("words", ()))
         return "\n" + "\n".join(texts)
+
+    def trained_here(self) -> Dict[Tuple[str, str], Tuple[bool, str]]:
+        """The classes of this file that another linted module makes an instance of beside a
+        framework object that may train them in float16 (train.py's `L.Trainer(precision=
+        "16-mixed")` and `LitModel()`, imported from here: its summary's `trains`, which
+        `project.link` hands this file): (class name, framework) -> whether float16 is sure
+        rather than one of several settings, and the file of the first such script."""
+        found: Dict[Tuple[str, str], Tuple[bool, str]] = {}
+        for importer, summary in sorted(self.summaries.items()):
+            trains = summary.get("trains")
+            if not isinstance(trains, Mapping):
+                continue
+            index = PathIndex([self.path, importer])
+            for module, level, name in trains.get("classes", ()):
+                if index.path_of(importer, module, level, exclude=importer) != self.path:
+                    continue
+                for framework, surely in trains.get("frameworks", {}).items():
+                    before = found.get((name, framework))
+                    found[(name, framework)] = (bool(surely) or (before is not None and before[0]), before[1] if before else os.path.basename(importer))
+        return found
 
     def scaler(self, key: str) -> Optional[ScalerInfo]:
         """A scaler another module holds (`ext:<path>:<key>`), as its summary describes it."""

@@ -51,6 +51,12 @@ class ScalerFacts:
     # under a float16 Trainer, Trainer subclasses under float16 TrainingArguments): class
     # name -> the framework's name. Their scaler's key is `class_scaler_key`.
     fp16_classes: Dict[str, str] = field(default_factory=dict)
+    # The frameworks that may train classes in float16 by what the file builds (a float16
+    # `L.Trainer(...)`): framework name -> whether float16 is sure rather than one of several
+    # settings. The file's own classes get its scaler, and so do another module's classes
+    # the file makes instances of, for the frameworks that train what they are handed
+    # (`Framework.trains_imported_classes`, exported as the summary's `trains`).
+    class_trainers: Dict[str, bool] = field(default_factory=dict)
     # Training loops a framework builds that may autocast in float16 with no scaler
     # (ignite's `create_supervised_trainer(..., amp_mode="amp")`): (the call, the
     # framework's name, whether float16 is sure rather than one of several settings).
@@ -244,15 +250,22 @@ class _ScalerFinder:
                 made = self._made_by_factory(record.node, record.unit.scope, local_factories)
                 if made is not None and made[0].scales_module_classes and made[2]:
                     trainers[made[0].name] = bool(trainers[made[0].name]) or made[3]
+        self.facts.class_trainers = {name: surely for name, surely in trainers.items() if surely is not None}
+        # Classes another linted module makes instances of beside a framework that may train
+        # them in float16 (train.py's `L.Trainer(precision="16-mixed")` and `LitModel()`).
+        given = self.external.trained_here() if self.external is not None else {}
         for trainer in frameworks.CLASS_FRAMEWORKS:
-            float16 = trainers[trainer.name]
-            if float16 is None:
-                continue
             for name, scope in self.index.classes.items():
+                float16, trained_by = trainers[trainer.name], None
+                if float16 is None and scope.parent is self.index.module_scope and (name, trainer.name) in given:
+                    float16, origin = given[(name, trainer.name)]
+                    trained_by = f"{origin} trains `{name}`"
+                if float16 is None:
+                    continue
                 if name not in self.facts.fp16_classes and any(base.rsplit(".", 1)[-1] in trainer.module_bases for base in scope.bases):
                     self.facts.fp16_classes[name] = trainer.name
                     key = class_scaler_key(scope, trainer)
-                    self.facts.scalers[key] = ScalerInfo(key, "self", True if float16 else None, (), trainer.name)
+                    self.facts.scalers[key] = ScalerInfo(key, "self", True if float16 else None, (), trainer.name, trained_by=trained_by)
         self._loops()
         # What these frameworks prepare (or hand back) steps through their scaler.
         self.facts.prepared.update(returned_optimizers)

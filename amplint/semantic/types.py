@@ -96,10 +96,24 @@ class ScalerInfo:
     live_requirements: Tuple[Assumption, ...] = ()
     framework: Optional[str] = None  # "accelerate", "lightning", "fabric"
     constructions: Tuple[cst.Call, ...] = ()  # where it is built, when this file builds it
+    # A framework's scaler for a class of the file that another module trains: "train.py
+    # trains `LitModel`" (`ExternalModules.trained_here`).
+    trained_by: Optional[str] = None
 
     @property
     def known_disabled(self) -> bool:
         return self.enabled is False
+
+    @property
+    def when_float16(self) -> str:
+        """What a message about a framework's scaler adds: that float16 is one of several
+        configured precisions (" when float16 mixed precision is chosen"), and which module
+        trains the class in it, when another one does."""
+        if self.framework is None:
+            return ""
+        if self.trained_by is not None:
+            return f" when {self.trained_by} in float16" if self.enabled is None else f" ({self.trained_by} in float16)"
+        return " when float16 mixed precision is chosen" if self.enabled is None else ""
 
     def live_under(self, facts: FrozenSet[Assumption]) -> bool:
         if self.known_disabled:

@@ -65,6 +65,10 @@ class Framework:
     # imports the class and builds both decides its precision.
     settings_keyword: str = ""
     settings_position: int = -1
+    # The framework object trains the modules a script hands it (`trainer.fit(LitModel())`),
+    # wherever their class is defined: a script that builds it in float16 and makes an
+    # instance of another module's class gives that class the framework's scaler there.
+    trains_imported_classes: bool = False
     # Class names matched whatever module defines them: projects copy timm's scaler into
     # their own utils (`from util.misc import NativeScalerWithGradNormCount as NativeScaler`).
     class_names: FrozenSet[str] = frozenset()
@@ -162,6 +166,7 @@ LIGHTNING = Framework(
     precision_keyword="precision",
     scales_module_classes=True,
     module_bases=frozenset({"LightningModule"}),
+    trains_imported_classes=True,
     self_backward_methods=frozenset({"manual_backward"}),
     self_unscaling_methods=frozenset({"clip_gradients"}),
     self_optimizer_methods=frozenset({"optimizers"}),
