@@ -31,8 +31,10 @@ class DeprecatedAmpApi(Rule):
     the new API exists (`hasattr(torch, "autocast")`, `hasattr(torch.amp, "custom_fwd")`), and a
     name also bound to the new API on another branch (`try: from torch.amp import autocast` /
     `except ImportError: from torch.cuda.amp import autocast`, `from torch import GradScaler`,
-    `custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")`). Nothing else is
-    a shim: under `if hasattr(pl_module, "log_images"):` the old API is flagged, and so is a name
+    `custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")`), and the
+    `except` of a `try` that calls the new API (`try: scaler = torch.amp.GradScaler(device=device)`
+    / `except (AttributeError, TypeError): scaler = torch.cuda.amp.GradScaler()`), which runs only
+    where the new API failed. Nothing else is a shim: under `if hasattr(pl_module, "log_images"):` the old API is flagged, and so is a name
     bound on another branch to another API (`torch.musa.amp.autocast`, fairscale's
     `ShardedGradScaler`), without a fix, since no rewrite of the shared name fits both branches.
 
@@ -108,6 +110,14 @@ class DeprecatedAmpApi(Rule):
             yield Report(use.node, Message.split(_message(use)), fix=_fix(use, uses, model))
 
     VALID = (
+        # The old API as the fallback of a call of the new one (open_clip's `main.py`).
+        """
+import torch
+try:
+    scaler = torch.amp.GradScaler(device=device)
+except (AttributeError, TypeError):
+    scaler = torch.cuda.amp.GradScaler()
+""",
         # Shims: the new API imported from `torch`, a version test in a conditional
         # expression.
         """
@@ -192,6 +202,17 @@ with torch.cuda.amp.autocast(args.amp, torch.bfloat16):
     loss = model(x)
 """,
             at=((3, 10), (4, 6)),
+        ),
+        # The old API tried first: it runs, and warns, on every torch that has it.
+        Flagged(
+            """
+import torch
+try:
+    scaler = torch.cuda.amp.GradScaler()
+except AttributeError:
+    scaler = torch.amp.GradScaler("cuda")
+""",
+            at=((4, 14),),
         ),
         # From-imports: the fix spells `torch.amp.*` and adds `import torch`.
         Flagged(

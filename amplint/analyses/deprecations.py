@@ -16,7 +16,10 @@ what its other branch binds, nothing else:
   whether the new API exists (`hasattr(torch, "autocast")`, `hasattr(torch.amp, "custom_fwd")`);
 - a name also bound to the new API on another branch (`try: from torch.amp import autocast` /
   `except ImportError: from torch.cuda.amp import autocast`, `custom_fwd =
-  partial(torch.amp.custom_fwd, ...)`).
+  partial(torch.amp.custom_fwd, ...)`);
+- the handlers of a `try` whose body calls the new API (`try: scaler =
+  torch.amp.GradScaler(device=device)` / `except (AttributeError, TypeError): scaler =
+  torch.cuda.amp.GradScaler()`): the old API runs only where the new one failed.
 Any other test (`hasattr(pl_module, "log_images")`) or other binding (fairscale's
 `ShardedGradScaler` imported as `GradScaler` on another branch) leaves the old API a use: it
 is reported, without a fix when the name is bound to something else too.
@@ -209,6 +212,11 @@ class _Finder:
                 branches = (node.body, node.orelse) if node.orelse is not None else (node.body,)
                 for branch in branches:
                     found.update(id(inner) for inner in iter_tree(branch))
+            elif isinstance(node, (cst.Try, cst.TryStar)) and self._calls_new_api(node.body):
+                # `try: scaler = torch.amp.GradScaler(device=device)` / `except (AttributeError,
+                # TypeError): scaler = torch.cuda.amp.GradScaler()`: the old API runs only where the new one failed.
+                for handler in node.handlers:
+                    found.update(id(inner) for inner in iter_tree(handler))
             elif isinstance(node, (cst.Module, cst.IndentedBlock)):
                 # `if new_api(): return torch.amp.GradScaler("cuda")` and then the old API: the
                 # statements after an `if` that always leaves are its `else`.
@@ -222,6 +230,10 @@ class _Finder:
                         for rest in node.body[position + 1 :]:
                             found.update(id(inner) for inner in iter_tree(rest))
         return found
+
+    def _calls_new_api(self, body: cst.BaseSuite) -> bool:
+        """Whether a block calls the new API (`torch.amp.GradScaler(...)`, `torch.autocast(...)`)."""
+        return any(isinstance(node, cst.Call) and _is_new_api(self.resolver.qualified(node.func) or "") for node in iter_tree(body))
 
     def _shim_test(self, test: cst.BaseExpression, helpers: Set[str]) -> bool:
         for node in iter_tree(test):
