@@ -74,7 +74,16 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     # The texts read lately kept (a file is asked for once per module it imports), not every
     # text of a large repository at once.
     read = functools.lru_cache(maxsize=512)(read)
-    wanted = sorted({*imported_deferred(results, read), *trainer_scripts(results, read)})
+
+    @functools.lru_cache(maxsize=None)
+    def every_path() -> "PathIndex":
+        """Imports resolve among every linted file, summary or not: `import val` beside
+        `classify/val.py` names `./val.py` even when only the other one has a summary."""
+        from amplint.import_paths import PathIndex
+
+        return PathIndex([r.path for r in results])
+
+    wanted = sorted({*imported_deferred(results, read), *trainer_scripts(results, read, every_path)})
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
             results[index] = result
@@ -82,11 +91,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
     if not summaries:  # nothing to import (a run whose files mention no AMP code: no LibCST)
         return results
-    from amplint.import_paths import PathIndex
-
-    # Imports resolve among every linted file, summary or not: `import val` beside
-    # `classify/val.py` names `./val.py` even when only the other one has a summary.
-    paths = PathIndex([r.path for r in results])
+    paths = every_path()
     _read_imports_of_scaler_users(results, summaries, read, paths)
     # The summaries each file was last linted with, the objects themselves: a summary that
     # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
@@ -313,7 +318,7 @@ def trained_by_importers(summaries: Mapping[str, dict], index: "PathIndex") -> D
     return given
 
 
-def trainer_scripts(results: Sequence[FileResult], read: ReadText = read_text) -> List[int]:
+def trainer_scripts(results: Sequence[FileResult], read: ReadText, every_path: Callable[[], "PathIndex"]) -> List[int]:
     """The indices of the deferred results that may build a framework object which trains
     the modules handed to it (`Framework.trains_imported_classes`: `L.Trainer(...)`) and name
     a class that a file they import defines on one of its module bases (`class
@@ -325,19 +330,18 @@ def trainer_scripts(results: Sequence[FileResult], read: ReadText = read_text) -
         return []
     import re
 
-    from amplint.import_paths import PathIndex
     from amplint.semantic.pytorch.frameworks import CLASS_FRAMEWORKS
 
     trainers = [f for f in CLASS_FRAMEWORKS if f.trains_imported_classes]
-    builders = re.compile(r"\b(?:%s)\s*\(" % "|".join(sorted({re.escape(n.rsplit(".", 1)[-1]) for f in trainers for n in f.constructors | f.bare_constructors})))
+    # Found by its letters, the word boundary checked after (see `_base_names`).
+    builders = re.compile(r"(?:%s)\s*\(" % "|".join(sorted({re.escape(n.rsplit(".", 1)[-1]) for f in trainers for n in f.constructors | f.bare_constructors})))
     bases = frozenset(base for f in trainers for base in f.module_bases)
-    index: Optional[PathIndex] = None
     found = []
     for i in candidates:
         text = read(results[i].path)
-        if not text or builders.search(text) is None:
+        if not text or not any(not (found.start() and (text[found.start() - 1].isalnum() or text[found.start() - 1] == "_")) for found in builders.finditer(text)):
             continue
-        index = index or PathIndex([r.path for r in results])
+        index = every_path()
         for module, level in results[i].imports:
             path = index.path_of(results[i].path, module or None, level, exclude=results[i].path)
             defined = _classes_based_on(read(path) or "", bases) if path is not None else frozenset()
