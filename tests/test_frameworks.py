@@ -157,6 +157,11 @@ def test_lightning_and_fabric_precision_from_configuration():
     assert framework_scalers(trainer) == {"self": ("lightning", None)}
     assert framework_scalers(trainer.replace('"16-mixed", ', "")) == {}
     assert framework_scalers(trainer.replace('choices=["32-true", "16-mixed", "bf16-mixed"]', "type=str")) == {}
+    # A strategy or plugin that hands the precision to something else (DeepSpeed's own loss
+    # scaler, apex, the user's plugin), or one the file does not show: no GradScaler of the Trainer's.
+    assert framework_scalers(trainer.replace("precision=args.precision", 'precision=args.precision, strategy="ddp"')) == {"self": ("lightning", None)}
+    for handed in ('strategy="deepspeed_stage_2"', "strategy=DeepSpeedStrategy(stage=3)", "strategy=args.strategy", 'amp_backend="apex"', "plugins=[MyPrecision()]"):
+        assert framework_scalers(trainer.replace("precision=args.precision", f"precision=args.precision, {handed}")) == {}, handed
     fabric = "from lightning.fabric import Fabric\nfabric = Fabric(precision=16 if use_amp else 32)\n"
     assert framework_scalers(fabric) == {"fabric": ("fabric", None)}
     assert framework_scalers(fabric.replace("16 if use_amp else 32", '"bf16-mixed"')) == {}

@@ -380,6 +380,8 @@ def test_a_lightning_module_of_another_module_that_stays_clean(tmp_path):
         dict(precision='"32-true"'),
         # A precision the script does not show: unknown, never guessed.
         dict(precision='load_config("train.yaml").precision'),
+        # DeepSpeed scales the loss with its own scaler: no GradScaler of the Trainer's.
+        dict(precision='"16-mixed", strategy="deepspeed_stage_2"'),
         # The script trains something else: another class of the module, or a model of its own.
         dict(imports="from model import Head", model="Head()"),
         dict(imports="", model="build_model()"),

@@ -21,7 +21,7 @@ from amplint.semantic.index import CallRecord, CodeUnit, Frames, GuardFrame, Loo
 from amplint.semantic.types import AutocastRegion
 from amplint.semantic.names import dotted_name, is_none, names_bound, roots
 from amplint.semantic.resolve import DEFAULT_DTYPE, Resolver, split_args
-from amplint.semantic.scalers import framework_of, precisions
+from amplint.semantic.scalers import framework_of, hands_precision_away, precisions
 from amplint.semantic.walk import iter_tree
 
 _MAX_DEPTH = 4
@@ -205,7 +205,7 @@ class Regions:
         values: Set[str] = set()
         for call, where in built:
             found, known = precisions(call, framework, where, self.resolver)
-            if not known or not self._hooks_autocast(call, framework, where):
+            if not known or hands_precision_away(call, framework, where, self.resolver):
                 return None
             if len(built) > 1 and found & frameworks.FULL_PRECISIONS:
                 return None  # one of several may train in full precision: which module it fits is not followed
@@ -215,20 +215,6 @@ class Regions:
             return None  # full precision only, or a precision that is no autocast ("16-true")
         dtypes = frozenset(d for d in map(frameworks.autocast_dtype, values - off) if d is not None)
         return built[0][0], built[0][1], dtypes, None if off else True
-
-    def _hooks_autocast(self, call: cst.Call, framework: frameworks.Framework, where: Scope) -> bool:
-        """Whether the framework object `call` builds surely runs its hooks under its own
-        autocast: none of `Framework.autocast_hooks_unless` may say otherwise."""
-        _, keywords = split_args(call.args)
-        if any(arg.star for arg in call.args):
-            return False  # `Trainer(**config)`: keywords we cannot see
-        for keyword, word in framework.autocast_hooks_unless:
-            if keyword not in keywords:
-                continue
-            values, known = self.resolver.settings(keywords[keyword], where)
-            if not known or any(word in value for value in values):
-                return False
-        return True
 
     # one autocast call
     def _region(self, expression: cst.BaseExpression, unit: CodeUnit, scope: Scope, under_no_grad: bool) -> Optional[AutocastRegion]:

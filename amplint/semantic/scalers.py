@@ -511,9 +511,29 @@ def float16_of(call: cst.Call, framework: frameworks.Framework, scope: Scope, re
     """Whether the framework object `call` builds may be in float16 mixed precision (one
     of the values its precision setting may take is float16), and whether it surely is.
     An unknown precision is neither."""
+    if hands_precision_away(call, framework, scope, resolver):
+        return False, False  # `L.Trainer(precision=16, strategy="deepspeed_stage_2")`: DeepSpeed's scaler, not a GradScaler
     values, complete = precisions(call, framework, scope, resolver)
     may = bool(values & frameworks.FP16_PRECISIONS)
     return may, may and complete and values <= frameworks.FP16_PRECISIONS
+
+
+def hands_precision_away(call: cst.Call, framework: frameworks.Framework, scope: Scope, resolver: Resolver) -> bool:
+    """Whether a keyword of the framework object `call` builds may hand its mixed precision
+    to something else (`Framework.precision_handed_to`: Lightning's DeepSpeed strategy, a
+    precision plugin of the user's, apex), or keywords unpacked from a mapping may: then
+    neither its autocast around the hooks nor its GradScaler is known to be there."""
+    if not framework.precision_handed_to:
+        return False
+    _, keywords = split_args(call.args)
+    if any(arg.star for arg in call.args):
+        return True  # `Trainer(**config)`: keywords we cannot see
+    for keyword, word in framework.precision_handed_to:
+        if keyword in keywords:
+            values, known = resolver.settings(keywords[keyword], scope)
+            if not known or any(word in value for value in values):
+                return True
+    return False
 
 
 def settings_float16(

@@ -102,12 +102,13 @@ class Framework:
     # a `torch.autocast` at "16-mixed"/"bf16-mixed"): the ops written there, and in the
     # functions of the file they call, run under autocast (`amplint.semantic.regions`).
     autocast_hooks: FrozenSet[str] = frozenset()
-    # Its constructor's keywords that may run those hooks without that autocast, each with a
-    # word: given, the keyword leaves the region unknown (no region) unless every value it may
-    # take is known and none holds the word ("" : any value). Lightning's DeepSpeed strategy
-    # casts the model instead of autocasting, `plugins=` may replace the precision plugin,
-    # `amp_backend="apex"` (Lightning 1.x) is apex's.
-    autocast_hooks_unless: Tuple[Tuple[str, str], ...] = ()
+    # Its constructor's keywords that may hand its mixed precision to something else, each
+    # with a word: given, the keyword leaves the precision's machinery unknown (neither the
+    # autocast around those hooks nor its GradScaler) unless every value it may take is known
+    # and none holds the word ("" : any value). Lightning's DeepSpeed strategy casts the model
+    # and scales the loss with DeepSpeed's own scaler, `plugins=` may replace the precision
+    # plugin, `amp_backend="apex"` (Lightning 1.x) is apex's.
+    precision_handed_to: Tuple[Tuple[str, str], ...] = ()
     # A training loop the framework builds and runs itself (ignite's
     # `create_supervised_trainer(..., amp_mode="amp", scaler=False)`): the precision values
     # at which its loop autocasts (float16 on CUDA), the keyword that gives it a scaler (true
@@ -172,7 +173,7 @@ LIGHTNING = Framework(
     self_optimizer_methods=frozenset({"optimizers"}),
     scaled_gradient_hooks=frozenset({"on_after_backward"}),
     autocast_hooks=frozenset({"training_step", "validation_step", "test_step", "predict_step"}),
-    autocast_hooks_unless=(("strategy", "deepspeed"), ("plugins", ""), ("amp_backend", "apex")),
+    precision_handed_to=(("strategy", "deepspeed"), ("plugins", ""), ("amp_backend", "apex")),
     hook_advice=(
         "Lightning calls `{hook}` before it unscales them; do this in `on_before_optimizer_step` "
         "(or clip in `configure_gradient_clipping`), which it calls after"
