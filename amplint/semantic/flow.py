@@ -366,7 +366,8 @@ class FlowAnalysis:
         return sequences if len(sequences) <= MAX_SEQUENCES else None
 
     def _analyse(self, unit: CodeUnit) -> Optional[UnitFlow]:
-        if not self.items_of(unit):
+        if not self.items_of(unit) and not self.model.gradient_reads(unit):
+            # Nothing to follow: no event (a `p.grad` read is one, with no call around it).
             return UnitFlow(unit, {}, {FlowState()})
         interpreter = _Interpreter(self, unit, summary_depth=None)
         entry = GradientState(entry=not unit.is_module and not self.has_visible_callers(unit))

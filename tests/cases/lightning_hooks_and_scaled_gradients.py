@@ -1,8 +1,8 @@
 # Lightning calls its hooks in a fixed order under 16-mixed: the scaled backward, then
 # `on_after_backward` (the gradients still carry the loss scale), then the unscale, then
 # `on_before_optimizer_step` and `configure_gradient_clipping` (unscaled), then the step.
-# Clipping or measuring the gradients in `on_after_backward` sees the scale, also through a
-# helper method; the later hooks are where it belongs.
+# Clipping or measuring the gradients in `on_after_backward` sees the scale, in the hook or
+# through a helper method; the later hooks are where it belongs.
 import argparse
 
 import lightning as L
@@ -29,6 +29,17 @@ class MeasuresTooEarly(L.LightningModule):
     def _log_gradient_norm(self):
         total = torch.stack([p.grad.norm() for p in self.parameters() if p.grad is not None]).norm()
         self.log("grad_norm", total)
+
+
+class MeasuresInline(L.LightningModule):
+    def training_step(self, batch, batch_idx):
+        return self.model(batch).loss
+
+    def on_after_backward(self):
+        # The same measurement written in the hook itself: a hook whose only events are reads.
+        for name, p in self.named_parameters():
+            if p.grad is not None:
+                self.log(f"grad_norm/{name}", p.grad.norm())
 
 
 class HooksDoneRight(L.LightningModule):
