@@ -18,12 +18,12 @@ functions, and every such call names the function (or method) in the file's text
 linted again: its first result stands (a rule whose needs the file's own code lacks cannot
 fire without the other module's events).
 
-One fact flows the other way: a script that builds a framework object which trains the
-modules handed to it (Lightning's `Trainer`) in a precision that may be float16 names, in its
-summary, the classes of other modules it makes instances of (`trains`). Each module that
-defines one is linted with that summary too (`trained_by_importers`), so its LightningModule
-has the Trainer's scaler as if it were built beside it; a deferred script that may be such
-one is analysed for its summary first (`trainer_scripts`).
+One fact flows the other way: a script that fits an instance of another module's class with
+a framework object that may be float16 (`L.Trainer(precision="16-mixed").fit(LitModel())`)
+names that class in its summary (`trains`). Each module that defines one is handed what was
+found of it (`trained_by_importers`), so its LightningModule has the Trainer's scaler as if it
+were built beside it; a deferred script that may be such one is analysed for its summary
+first (`trainer_scripts`).
 
 Nor is a file whose analysis looks up nothing the summaries have. Linted without summaries,
 each file notes what its analysis would look up in another module's (`FileResult.lookups`:
@@ -38,6 +38,7 @@ older cache) is linted again whenever its text names a function of a summary it 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -96,9 +97,10 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     # The summaries each file was last linted with, the objects themselves: a summary that
     # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
     done: Dict[str, Dict[str, dict]] = {}
+    handed: Dict[Tuple[str, str, int], dict] = {}  # what `trained_by_importers` handed, kept
     for _ in range(MAX_ROUNDS):
         # A module whose classes a script trains is linted with that script's summary too.
-        trained = trained_by_importers(summaries, paths)
+        trained = trained_by_importers(summaries, paths, handed)
         jobs: List[Tuple[int, Dict[str, dict]]] = []
         for index, result in enumerate(results):
             given = trained.get(result.path, {})
@@ -300,31 +302,45 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     return found
 
 
-def trained_by_importers(summaries: Mapping[str, dict], index: "PathIndex") -> Dict[str, Dict[str, dict]]:
-    """For each linted file that defines a class a script makes an instance of beside a
-    framework object that may train it in float16 (the script's summary's `trains`: train.py's
-    `L.Trainer(precision="16-mixed")` and `LitModel()` of `from model import LitModel`): the
-    summaries of those scripts, by path. Which of its classes the framework trains (their
-    bases) is the file's to say (`ExternalModules.trained_here`)."""
-    given: Dict[str, Dict[str, dict]] = {}
+def trained_by_importers(summaries: Mapping[str, dict], index: "PathIndex", kept: Dict[Tuple[str, str, int], dict]) -> Dict[str, Dict[str, dict]]:
+    """For each linted file that defines a class another module fits with a framework object
+    that may be float16 (that module's summary's `trains`: `L.Trainer(precision="16-mixed").fit(
+    LitModel())` of `from model import LitModel`), what to hand it, by `<that module>::trains`:
+    `{"trains_here": {"classes": [[name, framework, surely, the module's path from there]],
+    "words": [...]}}`. Which of its classes the framework trains (their bases) is the file's to
+    say (`ExternalModules.trained_here`). `kept`: what was handed before, by (file, module,
+    id of the module's summary), so that an unchanged summary hands the same object."""
+    from amplint.semantic.pytorch.frameworks import BY_NAME
+
+    found: Dict[str, Dict[str, list]] = {}
     for importer, summary in summaries.items():
         trains = summary.get("trains")
         if not isinstance(trains, dict):
             continue
-        for module, level, _ in trains.get("classes", ()):
+        for module, level, name, framework, surely in trains.get("classes", ()):
             target = index.path_of(importer, module or None, level, exclude=importer)
-            if target is not None:
-                given.setdefault(target, {})[importer] = summary
+            if target is not None and framework in BY_NAME:
+                origin = os.path.relpath(importer, os.path.dirname(target) or os.curdir)
+                found.setdefault(target, {}).setdefault(importer, []).append([name, framework, bool(surely), origin])
+    given: Dict[str, Dict[str, dict]] = {}
+    for target, by_importer in found.items():
+        for importer, classes in by_importer.items():
+            key = (target, importer, id(summaries[importer]))
+            if key not in kept:
+                words = sorted({f"{BY_NAME[framework].precision_keyword}=" for _, framework, _, _ in classes})
+                kept[key] = {"trains_here": {"classes": sorted(classes), "words": words}}
+            given.setdefault(target, {})[f"{importer}::trains"] = kept[key]
     return given
 
 
 def trainer_scripts(results: Sequence[FileResult], read: ReadText, every_path: Callable[[], "PathIndex"]) -> List[int]:
-    """The indices of the deferred results that may build a framework object which trains
-    the modules handed to it (`Framework.trains_imported_classes`: `L.Trainer(...)`) and name
-    a class that a file they import defines on one of its module bases (`class
-    LitModel(L.LightningModule)` in model.py): analysed whole, for the summary that says which
-    classes it may train in float16 (`trains`). Such a script is deferred when none of its own
-    code is what a rule needs; its Trainer's precision is what the module's rules need."""
+    """The indices of the deferred results that may build a framework object which trains the
+    modules handed to it (`Framework.training_methods`: `L.Trainer(...)` and `.fit(`) and name
+    a class that a file they import defines on one of its module bases, or on such a class of
+    that file (`class LitModel(L.LightningModule)` in model.py): analysed whole, for the summary
+    that says which classes it may fit in float16 (`trains`). Such a script is deferred when
+    none of its own code is what a rule needs; its Trainer's precision is what the module's
+    rules need."""
     candidates = [i for i, r in enumerate(results) if r.deferred and r.error is None and r.imports]
     if not candidates:
         return []
@@ -332,14 +348,17 @@ def trainer_scripts(results: Sequence[FileResult], read: ReadText, every_path: C
 
     from amplint.semantic.pytorch.frameworks import CLASS_FRAMEWORKS
 
-    trainers = [f for f in CLASS_FRAMEWORKS if f.trains_imported_classes]
+    trainers = [f for f in CLASS_FRAMEWORKS if f.training_methods]
     # Found by its letters, the word boundary checked after (see `_base_names`).
     builders = re.compile(r"(?:%s)\s*\(" % "|".join(sorted({re.escape(n.rsplit(".", 1)[-1]) for f in trainers for n in f.constructors | f.bare_constructors})))
+    methods = [f".{method}(" for f in trainers for method in f.training_methods]
     bases = frozenset(base for f in trainers for base in f.module_bases)
     found = []
     for i in candidates:
         text = read(results[i].path)
-        if not text or not any(not (found.start() and (text[found.start() - 1].isalnum() or text[found.start() - 1] == "_")) for found in builders.finditer(text)):
+        if not text or not any(method in text for method in methods):
+            continue
+        if not any(not (m.start() and (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_")) for m in builders.finditer(text)):
             continue
         index = every_path()
         for module, level in results[i].imports:
@@ -352,16 +371,21 @@ def trainer_scripts(results: Sequence[FileResult], read: ReadText, every_path: C
 
 
 def _classes_based_on(text: str, bases: FrozenSet[str]) -> FrozenSet[str]:
-    """The names of the classes `text` defines with one of `bases` among their bases
-    (`class LitModel(L.LightningModule):`, by the base's last name)."""
+    """The names of the classes `text` defines with one of `bases` among their bases (`class
+    LitModel(L.LightningModule):`, by the base's last name), or one of those classes."""
     import re
 
-    return frozenset(
-        found.group(1)
+    classes = [
+        (found.group(1), set(re.findall(r"\w+", found.group(2))))
         for found in re.finditer(r"class\s+(\w+)\s*\(([^)]*)", text)
         if not (found.start() and (text[found.start() - 1].isalnum() or text[found.start() - 1] == "_"))
-        and bases.intersection(re.findall(r"\w+", found.group(2)))
-    )
+    ]
+    based = set(bases)
+    while True:
+        more = {name for name, names in classes if names & based} - based
+        if not more:
+            return frozenset(based - bases)
+        based |= more
 
 
 def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text) -> List[int]:

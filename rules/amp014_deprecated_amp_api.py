@@ -31,10 +31,12 @@ class DeprecatedAmpApi(Rule):
     the new API exists (`hasattr(torch, "autocast")`, `hasattr(torch.amp, "custom_fwd")`), and a
     name also bound to the new API on another branch (`try: from torch.amp import autocast` /
     `except ImportError: from torch.cuda.amp import autocast`, `from torch import GradScaler`,
-    `custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")`), and the
-    `except` of a `try` that calls the new API (`try: scaler = torch.amp.GradScaler(device=device)`
-    / `except (AttributeError, TypeError): scaler = torch.cuda.amp.GradScaler()`), which runs only
-    where the new API failed. Nothing else is a shim: under `if hasattr(pl_module, "log_images"):` the old API is flagged, and so is a name
+    `custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")`), and an
+    `except` that catches what a missing or older API raises (`AttributeError`, `ImportError`,
+    `TypeError`, `NameError`, or bare) after a `try` that itself calls the same name of the new
+    API (`try: scaler = torch.amp.GradScaler(device=device)` / `except (AttributeError,
+    TypeError): scaler = torch.cuda.amp.GradScaler()`), which runs only where the new API
+    failed. Nothing else is a shim (an out-of-memory fallback is flagged): under `if hasattr(pl_module, "log_images"):` the old API is flagged, and so is a name
     bound on another branch to another API (`torch.musa.amp.autocast`, fairscale's
     `ShardedGradScaler`), without a fix, since no rewrite of the shared name fits both branches.
 
@@ -203,7 +205,8 @@ with torch.cuda.amp.autocast(args.amp, torch.bfloat16):
 """,
             at=((3, 10), (4, 6)),
         ),
-        # The old API tried first: it runs, and warns, on every torch that has it.
+        # The old API tried first: it runs, and warns, on every torch that has it. And an
+        # out-of-memory fallback, which runs on every torch.
         Flagged(
             """
 import torch
@@ -211,8 +214,14 @@ try:
     scaler = torch.cuda.amp.GradScaler()
 except AttributeError:
     scaler = torch.amp.GradScaler("cuda")
+try:
+    with torch.autocast("cuda"):
+        out = model(x)
+except torch.cuda.OutOfMemoryError:
+    with torch.cuda.amp.autocast():
+        out = model(x[:1])
 """,
-            at=((4, 14),),
+            at=((4, 14), (11, 10)),
         ),
         # From-imports: the fix spells `torch.amp.*` and adds `import torch`.
         Flagged(

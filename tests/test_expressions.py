@@ -130,14 +130,22 @@ def test_an_einsum_that_contracts_nothing_or_is_not_written_here_is_no_product()
         """
         import torch
 
+        EQUATION = "bid,bjd->bij"
+        OUTER = "i,j->ij"
+
         def f(a, b, equation):
             with torch.autocast("cuda"):
                 torch.einsum("ij,jk->ik", a, b)
+                torch.einsum(EQUATION, a, b)
+                torch.einsum("bid," "bjd->bij", a, b)
+                torch.einsum(f"bid,bjd->bij", a, b)
                 torch.einsum("i,j->ij", a, b)
+                torch.einsum(OUTER, a, b)
                 torch.einsum(equation, a, b)
+                torch.einsum(b"bid,bjd->bij", a, b)
         """
     )
-    assert [name for name, _ in found] == ["einsum"]
+    assert [name for name, _ in found] == ["einsum"] * 4
 
 
 def test_disabled_regions_lambdas_and_nested_functions_are_not_in_the_region():

@@ -157,11 +157,17 @@ def test_lightning_and_fabric_precision_from_configuration():
     assert framework_scalers(trainer) == {"self": ("lightning", None)}
     assert framework_scalers(trainer.replace('"16-mixed", ', "")) == {}
     assert framework_scalers(trainer.replace('choices=["32-true", "16-mixed", "bf16-mixed"]', "type=str")) == {}
-    # A strategy or plugin that hands the precision to something else (DeepSpeed's own loss
-    # scaler, apex, the user's plugin), or one the file does not show: no GradScaler of the Trainer's.
-    assert framework_scalers(trainer.replace("precision=args.precision", 'precision=args.precision, strategy="ddp"')) == {"self": ("lightning", None)}
-    for handed in ('strategy="deepspeed_stage_2"', "strategy=DeepSpeedStrategy(stage=3)", "strategy=args.strategy", 'amp_backend="apex"', "plugins=[MyPrecision()]"):
-        assert framework_scalers(trainer.replace("precision=args.precision", f"precision=args.precision, {handed}")) == {}, handed
+    # A DeepSpeed strategy or apex scales the loss with a scaler of its own: no GradScaler of
+    # the Trainer's. Any other strategy or plugin, or one the file does not show, keeps it.
+    surely = trainer.replace("precision=args.precision", 'precision="16-mixed"')
+    for handed in ('strategy="deepspeed_stage_2"', "strategy=DeepSpeedStrategy(stage=3)", 'amp_backend="apex"'):
+        assert framework_scalers(surely.replace('precision="16-mixed"', f'precision="16-mixed", {handed}')) == {}, handed
+    for kept in ('strategy="ddp"', "strategy=DDPStrategy(find_unused_parameters=True)", "strategy=FSDPStrategy()", "strategy=None",
+                 "strategy=args.strategy", "plugins=[SLURMEnvironment()]", "plugins=None", "plugins=[MyPrecision()]"):
+        assert framework_scalers(surely.replace('precision="16-mixed"', f'precision="16-mixed", {kept}')) == {"self": ("lightning", True)}, kept
+    # A strategy that only may be DeepSpeed's: the GradScaler is one of the possibilities.
+    maybe = surely.replace('precision="16-mixed"', 'precision="16-mixed", strategy="deepspeed_stage_2" if ds else "ddp"')
+    assert framework_scalers(maybe) == {"self": ("lightning", None)}
     fabric = "from lightning.fabric import Fabric\nfabric = Fabric(precision=16 if use_amp else 32)\n"
     assert framework_scalers(fabric) == {"fabric": ("fabric", None)}
     assert framework_scalers(fabric.replace("16 if use_amp else 32", '"bf16-mixed"')) == {}

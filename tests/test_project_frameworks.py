@@ -395,3 +395,45 @@ def test_the_same_lightning_modules_warm_from_the_cache(tmp_path):
     cold, _ = _lightning(tmp_path, RAW_CLIP, '"16-mixed"', "LitModel()", FROM_MODEL, "--cache-dir", str(tmp_path / "cache"))
     warm, _ = _lint(tmp_path, {}, "--cache-dir", str(tmp_path / "cache"))
     assert cold == warm == [("model.py", 15, "AMP003")]
+
+
+def test_only_what_a_float16_trainer_fits_is_trained_in_float16(tmp_path):
+    model = LIT_MODEL.format(clip=RAW_CLIP)
+    cases = {
+        # Predicted with a float16 Trainer, trained with a float32 one.
+        "predict": 'L.Trainer(precision="32-true").fit(LitModel())\nL.Trainer(precision="16-mixed").predict(LitModel.load_from_checkpoint("a.ckpt"))\n',
+        # A frozen teacher loaded beside the student the float16 Trainer fits.
+        "teacher": 'teacher = LitModel.load_from_checkpoint("t.ckpt")\nL.Trainer(precision="16-mixed").fit(Student(teacher))\n',
+        # Two Trainers: the bfloat16 one fits the module, the float16 one something else.
+        "two": 'L.Trainer(precision="bf16-mixed").fit(LitModel())\nL.Trainer(precision="16-mixed").fit(Student(None))\n',
+    }
+    for name, body in cases.items():
+        found, _ = _lint(tmp_path / name, {"model.py": model, "train.py": f"import lightning as L\nfrom model import LitModel\nfrom student import Student\n{body}"})
+        assert found == [], name
+
+
+def test_a_module_of_the_same_name_elsewhere_is_not_the_one_trained(tmp_path):
+    files = {
+        "a/model.py": LIT_MODEL.format(clip=LIGHTNING_CLIP),
+        "a/train.py": 'import lightning as L\nfrom model import LitModel\nfrom b.model import Other\nL.Trainer(precision="16-mixed").fit(LitModel())\nOther()\n',
+        "b/model.py": LIT_MODEL.format(clip=RAW_CLIP),
+    }
+    found, _ = _lint(tmp_path, files)
+    assert found == []
+
+
+def test_a_fitted_class_trains_the_base_class_of_its_module_it_derives_from(tmp_path):
+    model = LIT_MODEL.format(clip=RAW_CLIP).replace("class LitModel(L.LightningModule):", "class Base(L.LightningModule):") + "\n\nclass LitModel(Base):\n    pass\n"
+    found, findings = _lint(tmp_path, {"model.py": model, "train.py": LIT_TRAIN.format(imports=FROM_MODEL, precision='"16-mixed"', model="LitModel()")})
+    assert found == [("model.py", 15, "AMP003")]
+    assert findings[0]["message"].endswith("(train.py trains `LitModel` in float16)")
+
+
+def test_the_message_names_a_script_that_surely_trains_in_float16(tmp_path):
+    files = {"model.py": LIT_MODEL.format(clip=RAW_CLIP)}
+    for script, precision in [("a_finetune.py", "args.precision"), ("b_train.py", '"bf16-mixed"'), ("c_pretrain.py", '"16-mixed"')]:
+        files[f"scripts/{script}"] = LIT_TRAIN.format(imports="from model import LitModel", precision=precision, model="LitModel()")
+    (tmp_path / "scripts").mkdir()
+    found, findings = _lint(tmp_path, files)
+    assert found == [("model.py", 15, "AMP003")]
+    assert findings[0]["message"].endswith("(scripts/c_pretrain.py trains `LitModel` in float16)")

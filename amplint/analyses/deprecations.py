@@ -17,9 +17,12 @@ what its other branch binds, nothing else:
 - a name also bound to the new API on another branch (`try: from torch.amp import autocast` /
   `except ImportError: from torch.cuda.amp import autocast`, `custom_fwd =
   partial(torch.amp.custom_fwd, ...)`);
-- the handlers of a `try` whose body calls the new API (`try: scaler =
-  torch.amp.GradScaler(device=device)` / `except (AttributeError, TypeError): scaler =
-  torch.cuda.amp.GradScaler()`): the old API runs only where the new one failed.
+- an `except` that catches what a missing or older API raises (`AttributeError`,
+  `ImportError`, `TypeError`, `NameError`, or bare), after a `try` whose body itself calls the
+  same name of the new API (`try: scaler = torch.amp.GradScaler(device=device)` / `except
+  (AttributeError, TypeError): scaler = torch.cuda.amp.GradScaler()`): the old API runs only
+  where the new one failed. An out-of-memory fallback, or another name of the new API, is no
+  such shim.
 Any other test (`hasattr(pl_module, "log_images")`) or other binding (fairscale's
 `ShardedGradScaler` imported as `GradScaler` on another branch) leaves the old API a use: it
 is reported, without a fix when the name is bound to something else too.
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst import MaybeSentinel
@@ -108,6 +111,9 @@ class _Finder:
         self.resolver = resolver
         self.uses: List[DeprecatedAmpUse] = []
         self._version_shims: Optional[Set[int]] = None  # found on the first deprecated use
+        # The nodes of an `except` that catches a missing or older API, after a `try` that calls
+        # the new one: id -> the names of the new API it called (found with the version shims).
+        self._fallbacks: Dict[int, Set[str]] = {}
         seen = set()
 
         def add(node: cst.CSTNode, kind: str, scope: Scope, assigned: Optional[Binding] = None) -> None:
@@ -165,6 +171,8 @@ class _Finder:
             self._version_shims = self._under_shim_tests()
         if id(node) in self._version_shims:
             return None  # `if TORCH_VERSION >= (2, 4): ... else: torch.cuda.amp.autocast()`
+        if DEPRECATED[deprecated][0].rsplit(".", 1)[-1] in self._fallbacks.get(id(node), ()):
+            return None  # `try: torch.amp.GradScaler(...)` / `except AttributeError: torch.cuda.amp.GradScaler()`
         # Bound to something else too (`torch.musa.amp.autocast`, fairscale's ShardedGradScaler
         # on another branch): still a use of the old API on this branch, but no rewrite of the
         # shared name is right for both.
@@ -212,11 +220,14 @@ class _Finder:
                 branches = (node.body, node.orelse) if node.orelse is not None else (node.body,)
                 for branch in branches:
                     found.update(id(inner) for inner in iter_tree(branch))
-            elif isinstance(node, (cst.Try, cst.TryStar)) and self._calls_new_api(node.body):
+            elif isinstance(node, (cst.Try, cst.TryStar)):
                 # `try: scaler = torch.amp.GradScaler(device=device)` / `except (AttributeError,
                 # TypeError): scaler = torch.cuda.amp.GradScaler()`: the old API runs only where the new one failed.
-                for handler in node.handlers:
-                    found.update(id(inner) for inner in iter_tree(handler))
+                called = self._new_api_called(node.body)
+                for handler in node.handlers if called else ():
+                    if _catches_a_missing_api(handler):
+                        for inner in iter_tree(handler):
+                            self._fallbacks[id(inner)] = called
             elif isinstance(node, (cst.Module, cst.IndentedBlock)):
                 # `if new_api(): return torch.amp.GradScaler("cuda")` and then the old API: the
                 # statements after an `if` that always leaves are its `else`.
@@ -231,9 +242,22 @@ class _Finder:
                             found.update(id(inner) for inner in iter_tree(rest))
         return found
 
-    def _calls_new_api(self, body: cst.BaseSuite) -> bool:
-        """Whether a block calls the new API (`torch.amp.GradScaler(...)`, `torch.autocast(...)`)."""
-        return any(isinstance(node, cst.Call) and _is_new_api(self.resolver.qualified(node.func) or "") for node in iter_tree(body))
+    def _new_api_called(self, body: cst.BaseSuite) -> Set[str]:
+        """The names of the new API a block calls itself (`GradScaler` of
+        `torch.amp.GradScaler(...)`, `autocast` of `torch.autocast(...)`), not in a function,
+        lambda or class it defines."""
+        called: Set[str] = set()
+        waiting: List[cst.CSTNode] = [body]
+        while waiting:
+            node = waiting.pop()
+            if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                continue
+            if isinstance(node, cst.Call):
+                qualified = self.resolver.qualified(node.func) or ""
+                if _is_new_api(qualified):
+                    called.add(qualified.rsplit(".", 1)[-1])
+            waiting.extend(node.children)
+        return called
 
     def _shim_test(self, test: cst.BaseExpression, helpers: Set[str]) -> bool:
         for node in iter_tree(test):
@@ -320,6 +344,20 @@ def _local_of(binding: Binding, target: str) -> Optional[str]:
         elif (full if alias.asname is not None else full.split(".")[0]) == target:
             return local or full.split(".")[0]
     return None
+
+
+# What a `try` around the new API catches when that API is missing or older than its call.
+_MISSING_API_ERRORS = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "TypeError", "NameError"})
+
+
+def _catches_a_missing_api(handler: cst.CSTNode) -> bool:
+    """A bare `except:`, or one whose every exception is one a missing or older API raises
+    (`except (AttributeError, TypeError):`); not `except torch.cuda.OutOfMemoryError:`."""
+    caught = getattr(handler, "type", None)
+    if caught is None:
+        return True
+    names = [element.value for element in caught.elements] if isinstance(caught, cst.Tuple) else [caught]
+    return all((dotted_name(name) or "").rsplit(".", 1)[-1] in _MISSING_API_ERRORS for name in names)
 
 
 def _always_leaves(body: cst.BaseSuite) -> bool:

@@ -446,8 +446,8 @@ class RegionOps(Analysis):
             name = FUNCTIONS.get(qualified)
             if name is None:
                 return None
-            if name == "einsum" and not (positional and isinstance(positional[0], cst.SimpleString) and einsum_contracts(positional[0].evaluated_value)):
-                return None  # no `bmm`: an outer or elementwise product, or an equation not written here
+            if name == "einsum" and not (positional and self._contracts(positional[0], unit.scope)):
+                return None  # no `bmm`: an outer or elementwise product, or an equation we cannot read
             if name in ("einsum", "chain_matmul", "linalg_multi_dot"):
                 operands = positional[1:] if name == "einsum" else positional
                 if len(operands) == 1 and isinstance(operands[0], (cst.List, cst.Tuple)):
@@ -468,6 +468,20 @@ class RegionOps(Analysis):
             if module is not None:
                 return TorchOp(node, module, "module", tuple(positional))
         return None
+
+    def _contracts(self, equation: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+        """Whether an einsum's equation, as written (`"bid,bjd->bij"`, implicitly concatenated,
+        an f-string without fields) or as every value a name is given (`EQ = "bid,bjd->bij"`),
+        contracts an index (`einsum_contracts`); False when it cannot be read."""
+        if isinstance(equation, (cst.SimpleString, cst.ConcatenatedString)):
+            text = equation.evaluated_value
+            return isinstance(text, str) and einsum_contracts(text)
+        if isinstance(equation, cst.FormattedString) and all(isinstance(part, cst.FormattedStringText) for part in equation.parts):
+            return einsum_contracts("".join(part.value for part in equation.parts))  # type: ignore[union-attr]
+        if isinstance(equation, cst.Name) and depth < 4:
+            values = self.model.resolver.values(equation.value, scope)
+            return bool(values) and all(value is not None and self._contracts(value, where, depth + 1) for value, where in values)
+        return False
 
     def _names_a_module(self, receiver: cst.BaseExpression, unit: CodeUnit) -> bool:
         """`F.softmax(x, -1)`, `np.log(x)`: a function of a module (imported, or named like

@@ -18,11 +18,11 @@ functions do. A function that builds a new GradScaler on every call and steps an
 that outlives the call with it says so (`fresh_scalers`): a loop of an importing module that
 calls it every iteration restarts the scale each time (AMP008).
 
-A script that builds a framework object which trains the modules handed to it, in a precision
-that may be float16 (`L.Trainer(precision="16-mixed")`), names the classes of other modules it
-makes instances of (`trains`): `project.link` hands that summary to the modules that define
-them, whose classes then have the framework's scaler as if the Trainer were built beside them
-(`ExternalModules.trained_here`).
+A script that fits an instance of another module's class with a framework object that may be
+float16 (`L.Trainer(precision="16-mixed").fit(LitModel())`) names that class as imported
+(`trains`). `project.link` resolves it among every linted file and hands the module that
+defines it what it found (under `<script path>::trains`), whose class then has the
+framework's scaler as if the Trainer were built beside it (`ExternalModules.trained_here`).
 
 A fact family of `amplint.analyses` can put facts of its own into the summary (`facts`, under
 the family's `SUMMARY_KEY`, each entry under the class or function it is about): the core
@@ -44,7 +44,6 @@ from amplint.import_paths import PathIndex
 from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.types import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.pytorch import frameworks
 from amplint.semantic.saved_state import export_state
 
 if TYPE_CHECKING:
@@ -209,30 +208,14 @@ def _params_of(model: "SemanticModel", name: str) -> List[str]:
 
 
 def _trains(model: "SemanticModel") -> Optional[Dict[str, Any]]:
-    """The frameworks the file builds that may train, in float16, the modules handed to them
-    (`Framework.trains_imported_classes`), each with whether float16 is sure; and every class
-    of another module the file makes an instance of (`LitModel(...)`, `models.LitModel(...)`,
-    `LitModel.load_from_checkpoint(...)`), as imported: [module, level, name]. Which of those
-    the framework trains is for the module that defines them to say (its bases)."""
-    given = {name: surely for name, surely in model.scaler_facts.class_trainers.items() if frameworks.BY_NAME[name].trains_imported_classes}
-    if not given:
+    """The classes of other modules the file fits with a framework object that may be float16
+    (`ScalerFacts.trained_imports`): [module, level, name, framework, whether float16 is sure],
+    as imported. Which module that is, `project.link` works out among every linted file, and
+    hands that module what it found (`ExternalModules.trained_here`)."""
+    trained = model.scaler_facts.trained_imports
+    if not trained:
         return None
-    classes: Set[Tuple[Optional[str], int, str]] = set()
-    for record in model.index.calls:
-        func = record.node.func
-        # `LitModel(...)`, `models.LitModel(...)`; `LitModel.load_from_checkpoint(...)`.
-        named = (func, func.value) if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) else (func,)
-        for name in filter(None, map(dotted_name, named)):
-            if name.rsplit(".", 1)[-1][:1].isupper():  # a class, by the convention
-                classes.update(import_targets(name, model.resolver.bindings(name.partition(".")[0], record.unit.scope)))
-    if not classes:
-        return None
-    return {
-        "frameworks": given,
-        "classes": [list(entry) for entry in sorted(classes, key=lambda c: (c[0] or "", c[1], c[2]))],
-        # What the rules' pre-check sees of the framework in the module given these facts.
-        "words": sorted({f"{frameworks.BY_NAME[name].precision_keyword}=" for name in given}),
-    }
+    return {"classes": [[module, level, name, framework, surely] for (module, level, name, framework), surely in sorted(trained.items(), key=lambda item: (item[0][0] or "", *item[0][1:]))]}
 
 
 def _framework_hooks(model: "SemanticModel", origin: str, classes: Mapping[str, Mapping[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
@@ -637,30 +620,27 @@ class ExternalModules:
                 texts.extend(event.get("text", "") for event in function.get("events", ()))
                 texts.extend(fresh.get("text", "") for fresh in function.get("fresh_scalers", ()))
             texts.extend(entry.get("scaler", "") for entry in summary.get("state", {}).values())
-            texts.extend(summary.get("trains", {}).get("words", ()))
+            texts.extend(summary.get("trains_here", {}).get("words", ()))
             for family in summary.get("facts", {}).values():
                 for entry in family.values():
                     texts.extend(entry.get("words", ()))
         return "\n" + "\n".join(texts)
 
     def trained_here(self) -> Dict[Tuple[str, str], Tuple[bool, str]]:
-        """The classes of this file that another linted module makes an instance of beside a
-        framework object that may train them in float16 (train.py's `L.Trainer(precision=
-        "16-mixed")` and `LitModel()`, imported from here: its summary's `trains`, which
-        `project.link` hands this file): (class name, framework) -> whether float16 is sure
-        rather than one of several settings, and the file of the first such script."""
+        """The classes of this file that another linted module fits with a framework object that
+        may train them in float16 (train.py's `L.Trainer(precision="16-mixed").fit(LitModel())`:
+        what `project.link` found of its `trains` for this file): (class name, framework) ->
+        whether float16 is sure rather than one of several settings, and the fitting module's
+        path from here (one that surely fits it in float16 first)."""
         found: Dict[Tuple[str, str], Tuple[bool, str]] = {}
-        for importer, summary in sorted(self.summaries.items()):
-            trains = summary.get("trains")
-            if not isinstance(trains, Mapping):
+        for summary in self.summaries.values():
+            given = summary.get("trains_here")
+            if not isinstance(given, Mapping):
                 continue
-            index = PathIndex([self.path, importer])
-            for module, level, name in trains.get("classes", ()):
-                if index.path_of(importer, module, level, exclude=importer) != self.path:
-                    continue
-                for framework, surely in trains.get("frameworks", {}).items():
-                    before = found.get((name, framework))
-                    found[(name, framework)] = (bool(surely) or (before is not None and before[0]), before[1] if before else os.path.basename(importer))
+            for name, framework, surely, origin in given.get("classes", ()):
+                before = found.get((name, framework))
+                if before is None or (surely and not before[0]) or (surely == before[0] and origin < before[1]):
+                    found[(name, framework)] = (bool(surely), origin)
         return found
 
     def scaler(self, key: str) -> Optional[ScalerInfo]:

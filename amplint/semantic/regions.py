@@ -21,7 +21,7 @@ from amplint.semantic.index import CallRecord, CodeUnit, Frames, GuardFrame, Loo
 from amplint.semantic.types import AutocastRegion
 from amplint.semantic.names import dotted_name, is_none, names_bound, roots
 from amplint.semantic.resolve import DEFAULT_DTYPE, Resolver, split_args
-from amplint.semantic.scalers import framework_of, hands_precision_away, precisions
+from amplint.semantic.scalers import framework_of, hands_hooks_away, precisions
 from amplint.semantic.walk import iter_tree
 
 _MAX_DEPTH = 4
@@ -205,7 +205,7 @@ class Regions:
         values: Set[str] = set()
         for call, where in built:
             found, known = precisions(call, framework, where, self.resolver)
-            if not known or hands_precision_away(call, framework, where, self.resolver):
+            if not known or hands_hooks_away(call, framework, where, self.resolver):
                 return None
             if len(built) > 1 and found & frameworks.FULL_PRECISIONS:
                 return None  # one of several may train in full precision: which module it fits is not followed

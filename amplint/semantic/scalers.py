@@ -33,7 +33,7 @@ from amplint.semantic.index import Binding, CallRecord, ModuleIndex, Scope
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.walk import own_returns
-from amplint.semantic.resolve import Resolver, split_args
+from amplint.semantic.resolve import Resolver, argument, split_args
 
 
 @dataclass
@@ -51,12 +51,11 @@ class ScalerFacts:
     # under a float16 Trainer, Trainer subclasses under float16 TrainingArguments): class
     # name -> the framework's name. Their scaler's key is `class_scaler_key`.
     fp16_classes: Dict[str, str] = field(default_factory=dict)
-    # The frameworks that may train classes in float16 by what the file builds (a float16
-    # `L.Trainer(...)`): framework name -> whether float16 is sure rather than one of several
-    # settings. The file's own classes get its scaler, and so do another module's classes
-    # the file makes instances of, for the frameworks that train what they are handed
-    # (`Framework.trains_imported_classes`, exported as the summary's `trains`).
-    class_trainers: Dict[str, bool] = field(default_factory=dict)
+    # The classes of other modules whose instances the file hands to a training method of a
+    # framework object that may be float16 (`L.Trainer(precision="16-mixed").fit(LitModel())`,
+    # `Framework.training_methods`), as imported: (module, level, name, framework) -> whether
+    # float16 is sure rather than one of several settings. Exported as the summary's `trains`.
+    trained_imports: Dict[Tuple[Optional[str], int, str, str], bool] = field(default_factory=dict)
     # Training loops a framework builds that may autocast in float16 with no scaler
     # (ignite's `create_supervised_trainer(..., amp_mode="amp")`): (the call, the
     # framework's name, whether float16 is sure rather than one of several settings).
@@ -250,19 +249,20 @@ class _ScalerFinder:
                 made = self._made_by_factory(record.node, record.unit.scope, local_factories)
                 if made is not None and made[0].scales_module_classes and made[2]:
                     trainers[made[0].name] = bool(trainers[made[0].name]) or made[3]
-        self.facts.class_trainers = {name: surely for name, surely in trainers.items() if surely is not None}
-        # Classes another linted module makes instances of beside a framework that may train
-        # them in float16 (train.py's `L.Trainer(precision="16-mixed")` and `LitModel()`).
-        given = self.external.trained_here() if self.external is not None else {}
+        self._trained_imports(constructions)
+        # Classes another linted module fits with a framework object that may train them in
+        # float16 (train.py's `L.Trainer(precision="16-mixed").fit(LitModel())`), and the
+        # classes of the file they derive from.
+        given = self._given_by_importers()
         for trainer in frameworks.CLASS_FRAMEWORKS:
             for name, scope in self.index.classes.items():
                 float16, trained_by = trainers[trainer.name], None
-                if float16 is None and scope.parent is self.index.module_scope and (name, trainer.name) in given:
-                    float16, origin = given[(name, trainer.name)]
-                    trained_by = f"{origin} trains `{name}`"
+                if float16 is None and (name, trainer.name) in given:
+                    float16, origin, fitted = given[(name, trainer.name)]
+                    trained_by = f"{origin} trains `{fitted}`"
                 if float16 is None:
                     continue
-                if name not in self.facts.fp16_classes and any(base.rsplit(".", 1)[-1] in trainer.module_bases for base in scope.bases):
+                if name not in self.facts.fp16_classes and (trained_by is not None or any(base.rsplit(".", 1)[-1] in trainer.module_bases for base in scope.bases)):
                     self.facts.fp16_classes[name] = trainer.name
                     key = class_scaler_key(scope, trainer)
                     self.facts.scalers[key] = ScalerInfo(key, "self", True if float16 else None, (), trainer.name, trained_by=trained_by)
@@ -290,6 +290,72 @@ class _ScalerFinder:
                 continue
             if vocabulary.looks_like_optimizer(binding.name):
                 self.facts.prepared[binding_key(binding)] = owner
+
+    def _trained_imports(self, constructions: List[Tuple[CallRecord, frameworks.Framework]]) -> None:
+        """`ScalerFacts.trained_imports`: each `<object>.fit(model)` of a framework object the
+        file builds in a precision that may be float16, with the classes `model` may be an
+        instance of (`LitModel(...)`, `LitModel.load_from_checkpoint(...)`, through names)."""
+        trainers = {id(record.node): framework for record, framework in constructions if framework.training_methods}
+        if not trainers:
+            return
+        for record in self.index.calls:
+            func = record.node.func
+            if not isinstance(func, cst.Attribute):
+                continue
+            scope = record.unit.scope
+            for built, where in self._made(func.value, scope):
+                framework = trainers.get(id(built))
+                if framework is None or func.attr.value not in framework.training_methods:
+                    continue
+                may, surely = self.float16(built, framework, where)
+                if not may:
+                    continue
+                for made, made_where in self._made(argument(record.node, 0, "model"), scope):
+                    name = dotted_name(made.func.value if isinstance(made.func, cst.Attribute) and made.func.attr.value[:1].islower() else made.func)
+                    if name is None:
+                        continue
+                    for module, level, imported in import_targets(name, self.resolver.bindings(name.partition(".")[0], made_where)):
+                        key = (module, level, imported, framework.name)
+                        self.facts.trained_imports[key] = self.facts.trained_imports.get(key, False) or surely
+
+    def _made(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> Iterator[Tuple[cst.Call, Scope]]:
+        """The calls whose result `value` may be: the call itself, either branch of a
+        conditional, every value a name is given."""
+        if value is None or depth > 3:
+            return
+        if isinstance(value, cst.Call):
+            yield value, scope
+        elif isinstance(value, cst.IfExp):
+            yield from self._made(value.body, scope, depth + 1)
+            yield from self._made(value.orelse, scope, depth + 1)
+        elif isinstance(value, (cst.Name, cst.Attribute)):
+            name = dotted_name(value)
+            for bound, where in self.resolver.values(name, scope) if name is not None else ():
+                yield from self._made(bound, where, depth + 1)
+
+    def _given_by_importers(self) -> Dict[Tuple[str, str], Tuple[bool, str, str]]:
+        """The classes of the file another module fits (`ExternalModules.trained_here`), and the
+        classes of the file each derives from, by name: (class, framework) -> (whether float16
+        is sure, the fitting module, the class it fits)."""
+        given: Dict[Tuple[str, str], Tuple[bool, str, str]] = {}
+        if self.external is None:
+            return given
+        module_scope = self.index.module_scope
+        for (name, framework), (surely, origin) in self.external.trained_here().items():
+            bases = frameworks.BY_NAME[framework].module_bases
+            chain: List[str] = []
+            waiting = [name]
+            while waiting:
+                current = waiting.pop()
+                scope = self.index.classes.get(current)
+                if current in chain or scope is None or scope.parent is not module_scope:
+                    continue
+                chain.append(current)
+                waiting.extend(base for base in scope.bases if "." not in base)
+            if any(base.rsplit(".", 1)[-1] in bases for current in chain for base in self.index.classes[current].bases):
+                for current in chain:
+                    given[(current, framework)] = (surely, origin, name)
+        return given
 
     def _factories(self, constructions: List[Tuple[CallRecord, frameworks.Framework]]) -> Dict[str, Tuple[cst.Call, Scope, frameworks.Framework]]:
         """The top-level functions that build a framework object and return it (every way
@@ -511,24 +577,46 @@ def float16_of(call: cst.Call, framework: frameworks.Framework, scope: Scope, re
     """Whether the framework object `call` builds may be in float16 mixed precision (one
     of the values its precision setting may take is float16), and whether it surely is.
     An unknown precision is neither."""
-    if hands_precision_away(call, framework, scope, resolver):
+    replaced = scaler_replaced(call, framework, scope, resolver)
+    if replaced is True:
         return False, False  # `L.Trainer(precision=16, strategy="deepspeed_stage_2")`: DeepSpeed's scaler, not a GradScaler
     values, complete = precisions(call, framework, scope, resolver)
     may = bool(values & frameworks.FP16_PRECISIONS)
-    return may, may and complete and values <= frameworks.FP16_PRECISIONS
+    return may, may and complete and values <= frameworks.FP16_PRECISIONS and replaced is False
 
 
-def hands_precision_away(call: cst.Call, framework: frameworks.Framework, scope: Scope, resolver: Resolver) -> bool:
-    """Whether a keyword of the framework object `call` builds may hand its mixed precision
-    to something else (`Framework.precision_handed_to`: Lightning's DeepSpeed strategy, a
-    precision plugin of the user's, apex), or keywords unpacked from a mapping may: then
-    neither its autocast around the hooks nor its GradScaler is known to be there."""
-    if not framework.precision_handed_to:
-        return False
+def scaler_replaced(call: cst.Call, framework: frameworks.Framework, scope: Scope, resolver: Resolver) -> Optional[bool]:
+    """Whether a keyword of the framework object `call` builds puts another loss scaler in
+    charge instead of its GradScaler (`Framework.scaler_replaced_by`): True when every value it
+    may take names it (`strategy="deepspeed_stage_2"`, `strategy=DeepSpeedStrategy(stage=3)`),
+    None when only some may (`"deepspeed_stage_2" if ds else "ddp"`), False otherwise, a value
+    that cannot be read included."""
+    _, keywords = split_args(call.args)
+    found: Optional[bool] = False
+    for keyword, word in framework.scaler_replaced_by:
+        value = keywords.get(keyword)
+        if value is None:
+            continue
+        named = (dotted_name(value.func) or "").lower() if isinstance(value, cst.Call) else None
+        if named is not None:
+            if word in named:
+                return True
+            continue
+        values, known = resolver.settings(value, scope)
+        if values and known and all(word in v for v in values):
+            return True
+        if any(word in v for v in values):
+            found = None
+    return found
+
+
+def hands_hooks_away(call: cst.Call, framework: frameworks.Framework, scope: Scope, resolver: Resolver) -> bool:
+    """Whether the framework object `call` builds may run its hooks without its own autocast
+    (`Framework.autocast_hooks_unless`), or keywords unpacked from a mapping may."""
     _, keywords = split_args(call.args)
     if any(arg.star for arg in call.args):
         return True  # `Trainer(**config)`: keywords we cannot see
-    for keyword, word in framework.precision_handed_to:
+    for keyword, word in framework.autocast_hooks_unless:
         if keyword in keywords:
             values, known = resolver.settings(keywords[keyword], scope)
             if not known or any(word in value for value in values):

@@ -65,10 +65,10 @@ class Framework:
     # imports the class and builds both decides its precision.
     settings_keyword: str = ""
     settings_position: int = -1
-    # The framework object trains the modules a script hands it (`trainer.fit(LitModel())`),
-    # wherever their class is defined: a script that builds it in float16 and makes an
-    # instance of another module's class gives that class the framework's scaler there.
-    trains_imported_classes: bool = False
+    # The framework object's methods that train the module handed to them (`trainer.fit(
+    # LitModel())`), wherever its class is defined: a script that builds the object in float16
+    # and fits an instance of another module's class gives that class the object's scaler there.
+    training_methods: FrozenSet[str] = frozenset()
     # Class names matched whatever module defines them: projects copy timm's scaler into
     # their own utils (`from util.misc import NativeScalerWithGradNormCount as NativeScaler`).
     class_names: FrozenSet[str] = frozenset()
@@ -102,13 +102,17 @@ class Framework:
     # a `torch.autocast` at "16-mixed"/"bf16-mixed"): the ops written there, and in the
     # functions of the file they call, run under autocast (`amplint.semantic.regions`).
     autocast_hooks: FrozenSet[str] = frozenset()
-    # Its constructor's keywords that may hand its mixed precision to something else, each
-    # with a word: given, the keyword leaves the precision's machinery unknown (neither the
-    # autocast around those hooks nor its GradScaler) unless every value it may take is known
-    # and none holds the word ("" : any value). Lightning's DeepSpeed strategy casts the model
-    # and scales the loss with DeepSpeed's own scaler, `plugins=` may replace the precision
-    # plugin, `amp_backend="apex"` (Lightning 1.x) is apex's.
-    precision_handed_to: Tuple[Tuple[str, str], ...] = ()
+    # Its constructor's keywords that may run those hooks without that autocast, each with a
+    # word: given, the keyword leaves the region unknown (no region) unless every value it may
+    # take is known and none holds the word ("" : any value). Lightning's DeepSpeed strategy
+    # casts the model instead of autocasting, `plugins=` may replace the precision plugin,
+    # `amp_backend="apex"` (Lightning 1.x) is apex's.
+    autocast_hooks_unless: Tuple[Tuple[str, str], ...] = ()
+    # Its constructor's keywords that put another loss scaler in charge instead of its
+    # GradScaler when their value names the word: Lightning's DeepSpeed strategy (the engine
+    # scales the loss and clips), apex. A value that only may name it leaves the GradScaler one
+    # of the possibilities; one that cannot be read (`strategy=MyStrategy()`) leaves it.
+    scaler_replaced_by: Tuple[Tuple[str, str], ...] = ()
     # A training loop the framework builds and runs itself (ignite's
     # `create_supervised_trainer(..., amp_mode="amp", scaler=False)`): the precision values
     # at which its loop autocasts (float16 on CUDA), the keyword that gives it a scaler (true
@@ -167,13 +171,14 @@ LIGHTNING = Framework(
     precision_keyword="precision",
     scales_module_classes=True,
     module_bases=frozenset({"LightningModule"}),
-    trains_imported_classes=True,
+    training_methods=frozenset({"fit"}),
     self_backward_methods=frozenset({"manual_backward"}),
     self_unscaling_methods=frozenset({"clip_gradients"}),
     self_optimizer_methods=frozenset({"optimizers"}),
     scaled_gradient_hooks=frozenset({"on_after_backward"}),
     autocast_hooks=frozenset({"training_step", "validation_step", "test_step", "predict_step"}),
-    precision_handed_to=(("strategy", "deepspeed"), ("plugins", ""), ("amp_backend", "apex")),
+    autocast_hooks_unless=(("strategy", "deepspeed"), ("plugins", ""), ("amp_backend", "apex")),
+    scaler_replaced_by=(("strategy", "deepspeed"), ("amp_backend", "apex")),
     hook_advice=(
         "Lightning calls `{hook}` before it unscales them; do this in `on_before_optimizer_step` "
         "(or clip in `configure_gradient_clipping`), which it calls after"
