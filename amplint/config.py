@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from amplint.discovery import PatternError, check_patterns
-from amplint.torch_target import ASSUMED, TorchVersion, declared_torch, parse_torch_version
+from amplint.torch_target import ASSUMED, TorchTarget, TorchVersion, declared_torch, parse_torch_version
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -75,6 +75,8 @@ class Config:
     # says where it came from.
     torch_target: Optional[TorchVersion] = None
     torch_target_from: Optional[str] = None
+    # The newest torch the project's declarations admit (None: no upper bound, or not declared).
+    torch_newest: Optional[TorchVersion] = None
     # `--fix`: the rules whose fixes may be applied (ruff's `fixable`/`unfixable`), and
     # whether unsafe fixes are applied without `--unsafe-fixes`.
     fixable: List[str] = field(default_factory=lambda: ["ALL"])
@@ -93,8 +95,8 @@ class Config:
     def torch(self) -> Tuple[TorchVersion, str]:
         """The torch fixes must work on, and where that comes from."""
         if self.torch_target is not None:
-            return self.torch_target, self.torch_target_from or "target-torch-version"
-        return ASSUMED, "assumed: the project declares no lower bound on torch"
+            return TorchTarget(self.torch_target, self.torch_newest), self.torch_target_from or "target-torch-version"
+        return TorchTarget(ASSUMED), "assumed: the project declares no lower bound on torch"
 
 
 def find_config(start: str) -> Optional[str]:
@@ -169,7 +171,7 @@ def _declared_torch(config: Config, start: str) -> None:
     if config.torch_target is None:
         declared = declared_torch(start)
         if declared is not None:
-            config.torch_target, config.torch_target_from = declared.version, declared.where
+            config.torch_target, config.torch_target_from, config.torch_newest = declared.version, declared.where, declared.newest
 
 
 OVERRIDE = "--config KEY=VALUE"

@@ -135,6 +135,8 @@ class Runner:
             target=str(target) if target is not None else None,
             analysis_limit=analysis_limit,
             torch_target=list(torch_target) if torch_target is not None else None,
+            # A project pinned below the release whose old AMP names warn reports none (AMP014).
+            torch_newest=list(torch_newest) if (torch_newest := getattr(torch_target, "newest", None)) is not None else None,
             # A parser that runs out of memory may report what it could not finish as the
             # file's verdict ("nested too deeply"): a result is only as good as its limit.
             file_memory=memory,

@@ -71,4 +71,7 @@ def _torch(config: Config) -> Tuple[str, str]:
     from amplint.torch_target import describe
 
     version, source = config.torch()
+    newest = getattr(version, "newest", None)
+    if newest is not None:
+        source += f"; newest admitted {describe(newest)}"
     return describe(version), visible(source)

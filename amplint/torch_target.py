@@ -56,6 +56,25 @@ _PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
 class Declared:
     version: TorchVersion
     where: str  # "pyproject.toml: torch>=1.13"
+    # The newest release the project's declarations admit, all of them together: None when one
+    # has no upper bound (`torch>=1.13`). `torch==1.13.1` -> (1, 13).
+    newest: Optional[TorchVersion] = None
+
+
+class TorchTarget(tuple):
+    """The oldest torch a project supports, as a (major, minor) tuple (what a fix must work
+    on), that also knows the newest it admits (`newest`, None: no upper bound): a project
+    pinned to `torch==2.1.0` never runs a torch whose old AMP names warn (AMP014)."""
+
+    newest: Optional[TorchVersion]
+
+    def __new__(cls, oldest: TorchVersion, newest: Optional[TorchVersion] = None) -> "TorchTarget":
+        target = super().__new__(cls, tuple(oldest))
+        target.newest = tuple(newest) if newest is not None else None  # type: ignore[assignment]
+        return target
+
+    def __reduce__(self) -> Any:  # to the workers, with its `newest`
+        return (TorchTarget, (tuple(self), self.newest))
 
 
 def parse_torch_version(value: Any) -> Optional[TorchVersion]:
@@ -77,6 +96,14 @@ def oldest_admitted(specifier: str) -> Optional[TorchVersion]:
     """The oldest torch release (major, minor) a version specifier admits: `>=1.13,<3` ->
     (1, 13); only upper bounds -> `ASSUMED` but no newer than they allow; no bound or a
     specifier amplint cannot read -> None."""
+    found = admitted(specifier)
+    return found[0] if found is not None else None
+
+
+def admitted(specifier: str) -> Optional[Tuple[TorchVersion, Optional[TorchVersion]]]:
+    """The oldest release a version specifier admits (as `oldest_admitted` says) and the newest
+    (None: no upper bound): `==1.13.1` -> ((1, 13), (1, 13)), `>=1.13,<2.4` -> ((1, 13), (2, 3)),
+    `>=2.1` -> ((2, 1), None); None when there is no bound or amplint cannot read it."""
     lower: Optional[TorchVersion] = None
     upper: Optional[TorchVersion] = None  # the newest release admitted
     for clause in specifier.split(","):
@@ -89,35 +116,58 @@ def oldest_admitted(specifier: str) -> Optional[TorchVersion]:
         release = (major, int(minor) if minor not in (None, "*") else 0)
         if operator in (">=", ">", "==", "===", "~="):
             lower = release if lower is None else max(lower, release)
+            newest: Optional[TorchVersion] = None
             if operator in ("==", "===") and minor not in (None, "*"):
-                upper = release if upper is None else min(upper, release)
+                newest = release  # `==2.1.0`, `==2.1.*`
+            elif operator in ("==", "===") or (operator == "~=" and patch is None):
+                newest = (major, _ANY_MINOR)  # `==2.*`, `~=2.1`: the last 2.x
+            elif operator == "~=":
+                newest = release  # `~=2.1.0`: 2.1.x
+            if newest is not None:
+                upper = newest if upper is None else min(upper, newest)
         elif operator in ("<", "<="):
             if operator == "<=" or patch not in (None, "*", "0"):
-                newest = release  # `<=2.2`, `<2.3.1`: 2.2.x, 2.3.0
+                below = release  # `<=2.2`, `<2.3.1`: 2.2.x, 2.3.0
             elif minor not in (None, "*", "0"):
-                newest = (major, release[1] - 1)  # `<2.3`: 2.2.x
+                below = (major, release[1] - 1)  # `<2.3`: 2.2.x
             else:
-                newest = (major - 1, _ANY_MINOR)  # `<2`, `<2.0`: the last 1.x
-            upper = newest if upper is None else min(upper, newest)
+                below = (major - 1, _ANY_MINOR)  # `<2`, `<2.0`: the last 1.x
+            upper = below if upper is None else min(upper, below)
     if lower is not None:
-        return lower
+        return lower, upper
     if upper is not None:
-        return min(ASSUMED, upper)
+        return min(ASSUMED, upper), upper
     return None
 
 
 def poetry_oldest(constraint: str) -> Optional[TorchVersion]:
     """Poetry's constraints: `^2.1`, `~2.1`, `2.1.*`, `2.1` (exact), or PEP 440 specifiers."""
+    found = poetry_admitted(constraint)
+    return found[0] if found is not None else None
+
+
+def poetry_admitted(constraint: str) -> Optional[Tuple[TorchVersion, Optional[TorchVersion]]]:
+    """The oldest and newest releases a poetry constraint admits (`poetry_oldest`): `^2.1` ->
+    2.1 to the last 2.x, `~2.1` -> 2.1 only."""
     text = constraint.strip()
     if text.startswith(("^", "~")) and not text.startswith("~="):
-        return parse_torch_version(text[1:].strip().rstrip(".*") or "x")
+        oldest = parse_torch_version(text[1:].strip().rstrip(".*") or "x")
+        if oldest is None:
+            return None
+        return oldest, (oldest[0], _ANY_MINOR) if text.startswith("^") else oldest
     if text and text[0].isdigit():
-        return oldest_admitted("==" + text)
-    return oldest_admitted(text)
+        return admitted("==" + text)
+    return admitted(text)
 
 
 def requirement_version(requirement: str) -> Optional[TorchVersion]:
     """The oldest torch a PEP 508 requirement admits; None for another package or no bound."""
+    found = requirement_range(requirement)
+    return found[0] if found is not None else None
+
+
+def requirement_range(requirement: str) -> Optional[Tuple[TorchVersion, Optional[TorchVersion]]]:
+    """The oldest and newest torch a PEP 508 requirement admits (`admitted`)."""
     name = _NAME.match(requirement)
     if name is None or name.group(1).lower() != "torch":
         return None
@@ -125,7 +175,7 @@ def requirement_version(requirement: str) -> Optional[TorchVersion]:
     if match is None:
         return None
     specifier = match.group("paren") if match.group("paren") is not None else match.group("spec")
-    return oldest_admitted(specifier.strip()) if specifier and specifier.strip() else None
+    return admitted(specifier.strip()) if specifier and specifier.strip() else None
 
 
 def project_root(start: str) -> Optional[str]:
@@ -158,7 +208,12 @@ def declared_torch(start: str) -> Optional[Declared]:
     seen: Set[str] = set()
     for path in _requirement_files(root):
         found += _from_requirements(path, root, seen)
-    return min(found, key=lambda declared: declared.version) if found else None
+    if not found:
+        return None
+    oldest = min(found, key=lambda declared: declared.version)
+    # The project supports every declaration: the newest any of them admits.
+    newest = None if any(d.newest is None for d in found) else max(d.newest for d in found if d.newest is not None)
+    return Declared(oldest.version, oldest.where, newest)
 
 
 def _requirement_files(directory: str) -> List[str]:
@@ -168,9 +223,9 @@ def _requirement_files(directory: str) -> List[str]:
 
 
 def _declared(requirement: str, path: str, root: str) -> Iterator[Declared]:
-    version = requirement_version(requirement)
-    if version is not None:
-        yield Declared(version, f"{os.path.relpath(path, root)}: {requirement.strip()}")
+    found = requirement_range(requirement)
+    if found is not None:
+        yield Declared(found[0], f"{os.path.relpath(path, root)}: {requirement.strip()}", found[1])
 
 
 def _from_pyproject(path: str) -> List[Declared]:
@@ -213,9 +268,9 @@ def _from_poetry(value: Any, path: str, root: str) -> List[Declared]:
         if isinstance(constraint, dict):
             constraint = constraint.get("version")
         if isinstance(constraint, str):
-            version = poetry_oldest(constraint)
-            if version is not None:
-                found.append(Declared(version, f"{os.path.relpath(path, root)}: torch = {constraint!r}"))
+            admits = poetry_admitted(constraint)
+            if admits is not None:
+                found.append(Declared(admits[0], f"{os.path.relpath(path, root)}: torch = {constraint!r}", admits[1]))
     return found
 
 

@@ -4,7 +4,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint.analyses.deprecations import DeprecatedAmpUse, Deprecations
+from amplint.analyses.deprecations import WARNS_SINCE, DeprecatedAmpUse, Deprecations
 from amplint.fix import SAFE, UNSAFE, Fix, with_import, without_import
 from amplint.rule import Flagged, Message, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text
@@ -36,7 +36,9 @@ class DeprecatedAmpApi(Rule):
     `TypeError`, `NameError`, or bare) after a `try` that itself calls the same name of the new
     API (`try: scaler = torch.amp.GradScaler(device=device)` / `except (AttributeError,
     TypeError): scaler = torch.cuda.amp.GradScaler()`), which runs only where the new API
-    failed. Nothing else is a shim (an out-of-memory fallback is flagged): under `if hasattr(pl_module, "log_images"):` the old API is flagged, and so is a name
+    failed. Nothing is reported in a project whose declared torch never reaches 2.4, where the
+    old names do not warn (`torch==2.1.0` in requirements.txt: docs/configuration.md). Nothing
+    else is a shim (an out-of-memory fallback is flagged): under `if hasattr(pl_module, "log_images"):` the old API is flagged, and so is a name
     bound on another branch to another API (`torch.musa.amp.autocast`, fairscale's
     `ShardedGradScaler`), without a fix, since no rewrite of the shared name fits both branches.
 
@@ -107,6 +109,9 @@ class DeprecatedAmpApi(Rule):
     triggers = ("cuda.amp", "cpu.amp", "import amp")
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
+        newest = getattr(model.torch_target, "newest", None)
+        if newest is not None and tuple(newest) < WARNS_SINCE:
+            return  # `torch==2.1.0`: no torch the project declares warns
         uses = model.facts(Deprecations).uses
         for use in uses:
             yield Report(use.node, Message.split(_message(use)), fix=_fix(use, uses, model))

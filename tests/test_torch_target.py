@@ -10,7 +10,7 @@ import pytest
 from amplint.config import ConfigError, load
 from amplint.engine import lint_source
 from amplint.rules import ALL_RULES
-from amplint.torch_target import ASSUMED, declared_torch, oldest_admitted, parse_torch_version, poetry_oldest, requirement_version
+from amplint.torch_target import ASSUMED, admitted, declared_torch, oldest_admitted, parse_torch_version, poetry_oldest, requirement_version
 
 SCALER = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
 FIXED_SCALER = 'import torch\nscaler = torch.amp.GradScaler("cuda")\n'
@@ -54,6 +54,32 @@ def amp014_fixes(result):
 )
 def test_the_oldest_release_a_specifier_admits(specifier, oldest):
     assert oldest_admitted(specifier) == oldest
+
+
+@pytest.mark.parametrize(
+    "specifier, newest",
+    [
+        (">=1.13", None),  # no upper bound
+        ("==1.13.1", (1, 13)),
+        ("==2.1.*", (2, 1)),
+        ("==2.*", (2, 999)),
+        ("~=2.2.0", (2, 2)),
+        ("~=2.2", (2, 999)),
+        (">=1.13,<2.4", (2, 3)),
+        ("<2", (1, 999)),
+    ],
+)
+def test_the_newest_release_a_specifier_admits(specifier, newest):
+    found = admitted(specifier)
+    assert found is not None and found[1] == newest
+
+
+def test_several_declarations_admit_the_newest_any_of_them_does(tmp_path):
+    write(tmp_path, {"requirements.txt": "torch==1.13.1\n", "requirements-dev.txt": "torch>=1.13,<2.2\n"})
+    declared = declared_torch(str(tmp_path))
+    assert (declared.version, declared.newest) == ((1, 13), (2, 1))
+    write(tmp_path, {"pyproject.toml": PYPROJECT.format(requirement="torch>=1.12")})
+    assert declared_torch(str(tmp_path)).newest is None
 
 
 @pytest.mark.parametrize(
@@ -221,10 +247,24 @@ def test_the_setting_overrides_the_declaration_and_the_flag_overrides_the_settin
 
 
 def test_requirements_txt_is_read_by_the_command(amplint, tmp_path):
-    write(tmp_path, {"requirements.txt": "torch==2.2.*\n", "train.py": SCALER})
+    write(tmp_path, {"requirements.txt": "torch>=2.2,<3\n", "train.py": SCALER})
     assert amp014_fixes(amplint("--no-cache", "--output-format", "json", ".", cwd=tmp_path)) == ["unsafe"]
     settings = amplint("--show-settings", ".", cwd=tmp_path).stdout
-    assert 'target-torch-version = "2.2"  # requirements.txt: torch==2.2.*' in settings
+    assert 'target-torch-version = "2.2"  # requirements.txt: torch>=2.2,<3; newest admitted 2.x' in settings
+
+
+def test_a_project_pinned_below_the_warning_gets_no_deprecation(amplint, tmp_path):
+    # torch 2.1 has the old names without a warning: there is nothing to report.
+    write(tmp_path, {"requirements.txt": "torch==2.1.0\n", "train.py": SCALER})
+    cache = ["--cache-dir", str(tmp_path / "cache"), "--output-format", "json", "."]
+    assert amp014_fixes(amplint(*cache, cwd=tmp_path)) == []
+    assert "newest admitted 2.1" in amplint("--show-settings", ".", cwd=tmp_path).stdout
+    # A declaration that admits a newer torch too, beside it, or in its place (the cache follows).
+    write(tmp_path, {"pyproject.toml": PYPROJECT.format(requirement="torch>=2.0")})
+    assert amp014_fixes(amplint(*cache, cwd=tmp_path)) == ["unsafe"]
+    (tmp_path / "pyproject.toml").unlink()
+    (tmp_path / "requirements.txt").write_text("torch~=2.3\n")
+    assert amp014_fixes(amplint(*cache, cwd=tmp_path)) == ["safe"]
 
 
 def test_with_nothing_declared_the_rewrite_is_safe(amplint, tmp_path):

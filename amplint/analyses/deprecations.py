@@ -53,7 +53,7 @@ from libcst import MaybeSentinel
 from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.pytorch.deprecated_api import DEPRECATED, DEPRECATED_SINCE, LEGACY_AUTOCAST_PARAMETERS, SAME_AS, SINCE
+from amplint.semantic.pytorch.deprecated_api import DEPRECATED, DEPRECATED_SINCE, LEGACY_AUTOCAST_PARAMETERS, SAME_AS, SINCE, WARNS_SINCE
 from amplint.semantic.resolve import Resolver
 from amplint.semantic.scalers import all_bindings
 from amplint.semantic.walk import iter_tree
@@ -103,6 +103,9 @@ class Deprecations(Analysis):
 
 def find_deprecated_uses(index: ModuleIndex, resolver: Resolver) -> List[DeprecatedAmpUse]:
     return _Finder(index, resolver).uses
+
+
+__all__ = ["WARNS_SINCE", "DeprecatedAmpUse", "Deprecations", "find_deprecated_uses"]
 
 
 class _Finder:

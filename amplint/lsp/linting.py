@@ -144,7 +144,7 @@ def lint_isolated(
     if too_large:
         return FileResult(name, error=too_large)
     runners: Dict[Tuple[Optional[PythonVersion], Optional[Tuple[int, int]]], Runner] = _lane.__dict__.setdefault("runners", {})
-    key = (target, torch_target)
+    key = (target, torch_target, getattr(torch_target, "newest", None))
     runner = runners.get(key)
     if runner is None or runner.linted >= RECYCLE_AFTER:
         if runner is not None:

@@ -45,6 +45,9 @@ SINCE = {
     "torch.amp.custom_bwd": (2, 4),
     "torch.amp.autocast_mode.custom_bwd": (2, 4),
 }
+# The first release where calling the old names raises a FutureWarning: a project whose
+# declared torch never reaches it sees no warning (AMP014 reports nothing there).
+WARNS_SINCE = (2, 4)
 # Deprecated names no older than their replacement: code that calls them already needs that
 # torch, so rewriting them never raises what it needs (`torch.cpu.amp.GradScaler` came in 2.3,
 # together with `torch.amp.GradScaler`).
