@@ -164,8 +164,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             found.add(mark)
         elif name == "optim" or name in vocabulary.OPTIMIZER_CLASSES or name.lower() in vocabulary.OPTIMIZER_FACTORIES:
             found.add(OPTIMIZER)
-        elif vocabulary.looks_like_optimizer(name):
-            found.add(_NAMED_LIKE_OPTIMIZER)
+        elif "opt" in name.lower() and _NAMED_LIKE_OPTIMIZER not in found and vocabulary.looks_like_optimizer(name):
+            found.add(_NAMED_LIKE_OPTIMIZER)  # (every optimizer-like name has "opt" in it)
     if "grad" in names:
         found.add(GRADIENT)
     if hooks and builds and names & frameworks.AUTOCAST_HOOK_BASES:

@@ -8,6 +8,18 @@ from amplint.semantic.pytorch.vocabulary import clip_unscales_itself, is_framewo
 @pytest.mark.parametrize("name", ["opt", "optimizer", "self.optimizer", "optD", "opt_g", "d_optim", "model_opt", "optimizerG"])
 def test_optimizer_names(name):
     assert looks_like_optimizer(name)
+    # The pre-check asks `looks_like_optimizer` only of names with "opt" in them.
+    assert "opt" in name.lower()
+
+
+def test_no_name_without_opt_looks_like_an_optimizer():
+    import itertools
+    import string
+
+    letters = "opt_imzerdgDG" + string.digits[:3]
+    for size in range(1, 5):
+        for name in map("".join, itertools.product(letters, repeat=size)):
+            assert not looks_like_optimizer(name) or "opt" in name.lower(), name
 
 
 @pytest.mark.parametrize("name", ["scheduler", "lr_scheduler", "ema", "pbar", "env", "scaler", "self.sched", "options", "adopt"])
