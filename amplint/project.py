@@ -97,7 +97,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     # The summaries each file was last linted with, the objects themselves: a summary that
     # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
     done: Dict[str, Dict[str, dict]] = {}
-    handed: Dict[Tuple[str, str, int], dict] = {}  # what `trained_by_importers` handed, kept
+    handed: Dict[Tuple[str, str], Tuple[dict, dict]] = {}  # what `trained_by_importers` handed, kept
     for _ in range(MAX_ROUNDS):
         # A module whose classes a script trains is linted with that script's summary too.
         trained = trained_by_importers(summaries, paths, handed)
@@ -302,14 +302,14 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     return found
 
 
-def trained_by_importers(summaries: Mapping[str, dict], index: "PathIndex", kept: Dict[Tuple[str, str, int], dict]) -> Dict[str, Dict[str, dict]]:
+def trained_by_importers(summaries: Mapping[str, dict], index: "PathIndex", kept: Dict[Tuple[str, str], Tuple[dict, dict]]) -> Dict[str, Dict[str, dict]]:
     """For each linted file that defines a class another module fits with a framework object
     that may be float16 (that module's summary's `trains`: `L.Trainer(precision="16-mixed").fit(
     LitModel())` of `from model import LitModel`), what to hand it, by `<that module>::trains`:
     `{"trains_here": {"classes": [[name, framework, surely, the module's path from there]],
     "words": [...]}}`. Which of its classes the framework trains (their bases) is the file's to
-    say (`ExternalModules.trained_here`). `kept`: what was handed before, by (file, module,
-    id of the module's summary), so that an unchanged summary hands the same object."""
+    say (`ExternalModules.trained_here`). `kept`: what was handed before, by (file, module),
+    with the module's summary it came from, so that an unchanged summary hands the same object."""
     from amplint.semantic.pytorch.frameworks import BY_NAME
 
     found: Dict[str, Dict[str, list]] = {}
@@ -325,11 +325,12 @@ def trained_by_importers(summaries: Mapping[str, dict], index: "PathIndex", kept
     given: Dict[str, Dict[str, dict]] = {}
     for target, by_importer in found.items():
         for importer, classes in by_importer.items():
-            key = (target, importer, id(summaries[importer]))
-            if key not in kept:
+            key = (target, importer)
+            summary = summaries[importer]
+            if key not in kept or kept[key][0] is not summary:
                 words = sorted({f"{BY_NAME[framework].precision_keyword}=" for _, framework, _, _ in classes})
-                kept[key] = {"trains_here": {"classes": sorted(classes), "words": words}}
-            given.setdefault(target, {})[f"{importer}::trains"] = kept[key]
+                kept[key] = (summary, {"trains_here": {"classes": sorted(classes), "words": words}})
+            given.setdefault(target, {})[f"{importer}::trains"] = kept[key][1]
     return given
 
 

@@ -68,6 +68,7 @@ def load_config(options: Any, paths: Sequence[str]) -> Config:
         if config.torch_target is None:
             raise ConfigError(torch_version_error(options.target_torch_version, "--target-torch-version"))
         config.torch_target_from = "--target-torch-version"
+        config.torch_newest = None  # a configured target says nothing of the newest
     return config
 
 

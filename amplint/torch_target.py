@@ -54,7 +54,7 @@ _PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
 
 @dataclass(frozen=True)
 class Declared:
-    version: TorchVersion
+    version: Optional[TorchVersion]  # None: a requirement on torch with no bound (`torch`)
     where: str  # "pyproject.toml: torch>=1.13"
     # The newest release the project's declarations admit, all of them together: None when one
     # has no upper bound (`torch>=1.13`). `torch==1.13.1` -> (1, 13).
@@ -166,16 +166,17 @@ def requirement_version(requirement: str) -> Optional[TorchVersion]:
     return found[0] if found is not None else None
 
 
-def requirement_range(requirement: str) -> Optional[Tuple[TorchVersion, Optional[TorchVersion]]]:
-    """The oldest and newest torch a PEP 508 requirement admits (`admitted`)."""
+def requirement_range(requirement: str) -> Optional[Tuple[Optional[TorchVersion], Optional[TorchVersion]]]:
+    """The oldest and newest torch a PEP 508 requirement admits (`admitted`); (None, None)
+    for a requirement on torch with no bound amplint can read (`torch`, a URL); None for
+    another package."""
     name = _NAME.match(requirement)
     if name is None or name.group(1).lower() != "torch":
         return None
     match = _REQUIREMENT.match(requirement)
-    if match is None:
-        return None
-    specifier = match.group("paren") if match.group("paren") is not None else match.group("spec")
-    return admitted(specifier.strip()) if specifier and specifier.strip() else None
+    specifier = (match.group("paren") if match.group("paren") is not None else match.group("spec")) if match is not None else None
+    found = admitted(specifier.strip()) if specifier and specifier.strip() else None
+    return found if found is not None else (None, None)
 
 
 def project_root(start: str) -> Optional[str]:
@@ -208,12 +209,23 @@ def declared_torch(start: str) -> Optional[Declared]:
     seen: Set[str] = set()
     for path in _requirement_files(root):
         found += _from_requirements(path, root, seen)
-    if not found:
+    bounded = [declared for declared in found if declared.version is not None]
+    if not bounded:
         return None
-    oldest = min(found, key=lambda declared: declared.version)
-    # The project supports every declaration: the newest any of them admits.
-    newest = None if any(d.newest is None for d in found) else max(d.newest for d in found if d.newest is not None)
+    oldest = min(bounded, key=lambda declared: declared.version)  # type: ignore[arg-type,return-value]
+    # The project supports every declaration: the newest any of them admits, none when one
+    # has no upper bound (`torch` alone included), or when setup.py, a program, may declare one.
+    unbounded = any(d.newest is None for d in found) or _mentions_torch(os.path.join(root, "setup.py"))
+    newest = None if unbounded else max(d.newest for d in found if d.newest is not None)
     return Declared(oldest.version, oldest.where, newest)
+
+
+def _mentions_torch(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return "torch" in handle.read()
+    except OSError:
+        return False
 
 
 def _requirement_files(directory: str) -> List[str]:
@@ -268,9 +280,8 @@ def _from_poetry(value: Any, path: str, root: str) -> List[Declared]:
         if isinstance(constraint, dict):
             constraint = constraint.get("version")
         if isinstance(constraint, str):
-            admits = poetry_admitted(constraint)
-            if admits is not None:
-                found.append(Declared(admits[0], f"{os.path.relpath(path, root)}: torch = {constraint!r}", admits[1]))
+            admits = poetry_admitted(constraint) or (None, None)  # `"*"`: any torch
+            found.append(Declared(admits[0], f"{os.path.relpath(path, root)}: torch = {constraint!r}", admits[1]))
     return found
 
 

@@ -117,13 +117,21 @@ class DeprecatedAmpApi(Rule):
             yield Report(use.node, Message.split(_message(use)), fix=_fix(use, uses, model))
 
     VALID = (
-        # The old API as the fallback of a call of the new one (open_clip's `main.py`).
+        # The old API as the fallback of a call of the new one (open_clip's `main.py`), also
+        # inside the fallback of another name.
         """
 import torch
 try:
     scaler = torch.amp.GradScaler(device=device)
 except (AttributeError, TypeError):
     scaler = torch.cuda.amp.GradScaler()
+try:
+    other = torch.amp.GradScaler("cuda")
+except AttributeError:
+    try:
+        torch.autocast("cuda")
+    except AttributeError:
+        other = torch.cuda.amp.GradScaler()
 """,
         # Shims: the new API imported from `torch`, a version test in a conditional
         # expression.

@@ -165,6 +165,21 @@ def test_lightning_and_fabric_precision_from_configuration():
     for kept in ('strategy="ddp"', "strategy=DDPStrategy(find_unused_parameters=True)", "strategy=FSDPStrategy()", "strategy=None",
                  "strategy=args.strategy", "plugins=[SLURMEnvironment()]", "plugins=None", "plugins=[MyPrecision()]"):
         assert framework_scalers(surely.replace('precision="16-mixed"', f'precision="16-mixed", {kept}')) == {"self": ("lightning", True)}, kept
+    # A subclass of the file's LightningModule is trained by the same Trainer.
+    chained = '''
+    import torch
+    import lightning as L
+    class Base(L.LightningModule):
+        pass
+    class Net(Base):
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            self.manual_backward(self(batch).sum())
+            torch.nn.utils.clip_grad_norm_(self.parameters(), 1.0)
+            opt.step()
+    trainer = L.Trainer(precision="16-mixed")
+    '''
+    assert codes(chained) == ["10:AMP003"]
     # A strategy that only may be DeepSpeed's: the GradScaler is one of the possibilities.
     maybe = surely.replace('precision="16-mixed"', 'precision="16-mixed", strategy="deepspeed_stage_2" if ds else "ddp"')
     assert framework_scalers(maybe) == {"self": ("lightning", None)}

@@ -437,3 +437,20 @@ def test_the_message_names_a_script_that_surely_trains_in_float16(tmp_path):
     found, findings = _lint(tmp_path, files)
     assert found == [("model.py", 15, "AMP003")]
     assert findings[0]["message"].endswith("(scripts/c_pretrain.py trains `LitModel` in float16)")
+
+
+def test_what_the_script_fits_is_followed_through_names_and_wrappers(tmp_path):
+    for model in ["LitModel().to(device)", "torch.compile(LitModel())"]:
+        found, _ = _lightning(tmp_path, model=model, imports=f"import torch\n{FROM_MODEL}")
+        assert found == [("model.py", 15, "AMP003")], model
+    # A DeepSpeed strategy built into a name, and a Trainer name that also holds a float32
+    # Trainer when it fits this module (pretrain, then fine-tune): nothing to say.
+    quiet = {
+        "strategy": 'import lightning as L\nfrom lightning.pytorch.strategies import DeepSpeedStrategy\nfrom model import LitModel\n'
+        'strategy = DeepSpeedStrategy(stage=2)\nL.Trainer(precision="16-mixed", strategy=strategy).fit(LitModel())\n',
+        "sequence": 'import lightning as L\nfrom model import LitModel\nfrom pre import Pre\n'
+        'trainer = L.Trainer(precision="16-mixed")\ntrainer.fit(Pre())\ntrainer = L.Trainer(precision="32-true")\ntrainer.fit(LitModel())\n',
+    }
+    for name, train in quiet.items():
+        found, _ = _lint(tmp_path / name, {"model.py": LIT_MODEL.format(clip=RAW_CLIP), "train.py": train})
+        assert found == [], name

@@ -74,6 +74,17 @@ def test_the_newest_release_a_specifier_admits(specifier, newest):
     assert found is not None and found[1] == newest
 
 
+def test_a_declaration_without_a_bound_admits_any_newest(tmp_path):
+    # `torch` alone (or poetry's "*") beside a pin: the project supports the newest torch too.
+    write(tmp_path / "bare", {"requirements.txt": "torch==2.1.0\n", "requirements-dev.txt": "torch\n"})
+    assert declared_torch(str(tmp_path / "bare")).newest is None
+    write(tmp_path / "poetry", {"requirements.txt": "torch==2.1.0\n", "pyproject.toml": '[tool.poetry.dependencies]\ntorch = "*"\n'})
+    assert declared_torch(str(tmp_path / "poetry")).newest is None
+    # setup.py is a program: what it may declare is not read, and may be anything.
+    write(tmp_path / "setup", {"requirements.txt": "torch==2.1.0\n", "setup.py": 'setup(install_requires=["torch>=1.13"])\n'})
+    assert declared_torch(str(tmp_path / "setup")).newest is None
+
+
 def test_several_declarations_admit_the_newest_any_of_them_does(tmp_path):
     write(tmp_path, {"requirements.txt": "torch==1.13.1\n", "requirements-dev.txt": "torch>=1.13,<2.2\n"})
     declared = declared_torch(str(tmp_path))
@@ -263,6 +274,8 @@ def test_a_project_pinned_below_the_warning_gets_no_deprecation(amplint, tmp_pat
     write(tmp_path, {"pyproject.toml": PYPROJECT.format(requirement="torch>=2.0")})
     assert amp014_fixes(amplint(*cache, cwd=tmp_path)) == ["unsafe"]
     (tmp_path / "pyproject.toml").unlink()
+    # A target given on the command line says nothing of the newest.
+    assert amp014_fixes(amplint("--target-torch-version", "2.0", *cache, cwd=tmp_path)) == ["unsafe"]
     (tmp_path / "requirements.txt").write_text("torch~=2.3\n")
     assert amp014_fixes(amplint(*cache, cwd=tmp_path)) == ["safe"]
 

@@ -230,7 +230,7 @@ class _Finder:
                 for handler in node.handlers if called else ():
                     if _catches_a_missing_api(handler):
                         for inner in iter_tree(handler):
-                            self._fallbacks[id(inner)] = called
+                            self._fallbacks.setdefault(id(inner), set()).update(called)
             elif isinstance(node, (cst.Module, cst.IndentedBlock)):
                 # `if new_api(): return torch.amp.GradScaler("cuda")` and then the old API: the
                 # statements after an `if` that always leaves are its `else`.

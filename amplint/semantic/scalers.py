@@ -262,7 +262,7 @@ class _ScalerFinder:
                     trained_by = f"{origin} trains `{fitted}`"
                 if float16 is None:
                     continue
-                if name not in self.facts.fp16_classes and (trained_by is not None or any(base.rsplit(".", 1)[-1] in trainer.module_bases for base in scope.bases)):
+                if name not in self.facts.fp16_classes and (trained_by is not None or self._based_on(name, trainer.module_bases)):
                     self.facts.fp16_classes[name] = trainer.name
                     key = class_scaler_key(scope, trainer)
                     self.facts.scalers[key] = ScalerInfo(key, "self", True if float16 else None, (), trainer.name, trained_by=trained_by)
@@ -303,20 +303,35 @@ class _ScalerFinder:
             if not isinstance(func, cst.Attribute):
                 continue
             scope = record.unit.scope
-            for built, where in self._made(func.value, scope):
-                framework = trainers.get(id(built))
-                if framework is None or func.attr.value not in framework.training_methods:
-                    continue
-                may, surely = self.float16(built, framework, where)
-                if not may:
-                    continue
-                for made, made_where in self._made(argument(record.node, 0, "model"), scope):
-                    name = dotted_name(made.func.value if isinstance(made.func, cst.Attribute) and made.func.attr.value[:1].islower() else made.func)
-                    if name is None:
-                        continue
-                    for module, level, imported in import_targets(name, self.resolver.bindings(name.partition(".")[0], made_where)):
-                        key = (module, level, imported, framework.name)
-                        self.facts.trained_imports[key] = self.facts.trained_imports.get(key, False) or surely
+            built = list(self._made(func.value, scope))
+            fitting = [(call, where, trainers.get(id(call))) for call, where in built]
+            framework = fitting[0][2] if fitting else None
+            if framework is None or func.attr.value not in framework.training_methods:
+                continue
+            # Every object the name may hold must be a float16 Trainer (a script that fits one
+            # model in float16 and then another in float32 with the same name is no guess to make).
+            states = [self.float16(call, framework, where) if trainer is framework else (False, False) for call, where, trainer in fitting]
+            if not all(may for may, _ in states):
+                continue
+            classes = {name: where for made, made_where in self._made(argument(record.node, 0, "model"), scope) for name, where in [self._class_made(made, made_where)] if name is not None}
+            surely = all(sure for _, sure in states) and len(classes) == 1
+            for name, made_where in classes.items():
+                for module, level, imported in import_targets(name, self.resolver.bindings(name.partition(".")[0], made_where)):
+                    key = (module, level, imported, framework.name)
+                    self.facts.trained_imports[key] = self.facts.trained_imports.get(key, False) or surely
+
+    def _class_made(self, made: cst.Call, where: Scope, depth: int = 0) -> Tuple[Optional[str], Scope]:
+        """The class a call makes an instance of, as named: `LitModel(...)`, `models.LitModel(...)`,
+        `LitModel.load_from_checkpoint(...)`, and through `LitModel().to(device)` and
+        `torch.compile(LitModel())`."""
+        func = made.func
+        if depth < 3 and self.resolver.qualified(func) == "torch.compile" and made.args and isinstance(made.args[0].value, cst.Call):
+            return self._class_made(made.args[0].value, where, depth + 1)
+        if isinstance(func, cst.Attribute) and func.attr.value[:1].islower():
+            if isinstance(func.value, cst.Call) and depth < 3:
+                return self._class_made(func.value, where, depth + 1)  # `LitModel().to(device)`
+            return dotted_name(func.value), where
+        return dotted_name(func), where
 
     def _made(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> Iterator[Tuple[cst.Call, Scope]]:
         """The calls whose result `value` may be: the call itself, either branch of a
@@ -340,22 +355,33 @@ class _ScalerFinder:
         given: Dict[Tuple[str, str], Tuple[bool, str, str]] = {}
         if self.external is None:
             return given
-        module_scope = self.index.module_scope
         for (name, framework), (surely, origin) in self.external.trained_here().items():
-            bases = frameworks.BY_NAME[framework].module_bases
-            chain: List[str] = []
-            waiting = [name]
-            while waiting:
-                current = waiting.pop()
-                scope = self.index.classes.get(current)
-                if current in chain or scope is None or scope.parent is not module_scope:
-                    continue
-                chain.append(current)
-                waiting.extend(base for base in scope.bases if "." not in base)
-            if any(base.rsplit(".", 1)[-1] in bases for current in chain for base in self.index.classes[current].bases):
-                for current in chain:
+            if self._based_on(name, frameworks.BY_NAME[framework].module_bases):
+                for current in self._local_chain(name):
                     given[(current, framework)] = (surely, origin, name)
         return given
+
+    def _local_chain(self, name: str) -> List[str]:
+        """The top-level class `name` and the top-level classes of the file it derives from."""
+        chain: List[str] = []
+        waiting = [name]
+        while waiting:
+            current = waiting.pop()
+            scope = self.index.classes.get(current)
+            if current in chain or scope is None or scope.parent is not self.index.module_scope:
+                continue
+            chain.append(current)
+            waiting.extend(base for base in scope.bases if "." not in base)
+        return chain
+
+    def _based_on(self, name: str, bases: FrozenSet[str]) -> bool:
+        """Whether the class `name` has one of `bases` (by last name) among its own bases or
+        those of the file's classes it derives from (`class LitModel(Base)`, `class
+        Base(L.LightningModule)`)."""
+        own = self.index.classes.get(name)
+        if own is not None and any(base.rsplit(".", 1)[-1] in bases for base in own.bases):
+            return True  # (a class nested in a function too: a test's LightningModule)
+        return any(base.rsplit(".", 1)[-1] in bases for current in self._local_chain(name) for base in self.index.classes[current].bases)
 
     def _factories(self, constructions: List[Tuple[CallRecord, frameworks.Framework]]) -> Dict[str, Tuple[cst.Call, Scope, frameworks.Framework]]:
         """The top-level functions that build a framework object and return it (every way
@@ -597,10 +623,14 @@ def scaler_replaced(call: cst.Call, framework: frameworks.Framework, scope: Scop
         value = keywords.get(keyword)
         if value is None:
             continue
-        named = (dotted_name(value.func) or "").lower() if isinstance(value, cst.Call) else None
-        if named is not None:
-            if word in named:
+        # A strategy object, written there or through a name (`strategy = DeepSpeedStrategy(stage=2)`).
+        built = [v for v, _ in resolver.values(dotted_name(value) or "", scope)] if isinstance(value, (cst.Name, cst.Attribute)) else [value]
+        objects = [(dotted_name(v.func) or "").lower() for v in built if isinstance(v, cst.Call)]
+        if objects:
+            if all(word in name for name in objects) and len(objects) == len(built):
                 return True
+            if any(word in name for name in objects):
+                found = None
             continue
         values, known = resolver.settings(value, scope)
         if values and known and all(word in v for v in values):
