@@ -298,9 +298,10 @@ class _ScalerFinder:
         trainers = {id(record.node): framework for record, framework in constructions if framework.training_methods}
         if not trainers:
             return
+        methods = {method for framework in trainers.values() for method in framework.training_methods}
         for record in self.index.calls:
             func = record.node.func
-            if not isinstance(func, cst.Attribute):
+            if not isinstance(func, cst.Attribute) or func.attr.value not in methods:
                 continue
             scope = record.unit.scope
             built = list(self._made(func.value, scope))
