@@ -220,10 +220,15 @@ def declared_torch(start: str) -> Optional[Declared]:
     return Declared(oldest.version, oldest.where, newest)
 
 
+_TORCH_REQUIREMENT = re.compile(r"""["']\s*torch\s*(?:[<>=!~;\[@(][^"']*)?["']""", re.IGNORECASE)
+
+
 def _mentions_torch(path: str) -> bool:
+    """Whether a setup.py has a requirement on torch as a string (`"torch>=1.13"`, `'torch'`;
+    not `"torchvision"`)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return "torch" in handle.read()
+            return _TORCH_REQUIREMENT.search(handle.read()) is not None
     except OSError:
         return False
 
@@ -278,7 +283,8 @@ def _from_poetry(value: Any, path: str, root: str) -> List[Declared]:
     found = []
     for constraint in constraints:
         if isinstance(constraint, dict):
-            constraint = constraint.get("version")
+            # `{path = ...}`, `{url = ...}`, `{git = ...}`: any torch.
+            constraint = constraint.get("version", "*")
         if isinstance(constraint, str):
             admits = poetry_admitted(constraint) or (None, None)  # `"*"`: any torch
             found.append(Declared(admits[0], f"{os.path.relpath(path, root)}: torch = {constraint!r}", admits[1]))

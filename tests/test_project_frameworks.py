@@ -454,3 +454,18 @@ def test_what_the_script_fits_is_followed_through_names_and_wrappers(tmp_path):
     for name, train in quiet.items():
         found, _ = _lint(tmp_path / name, {"model.py": LIT_MODEL.format(clip=RAW_CLIP), "train.py": train})
         assert found == [], name
+
+
+def test_the_trainer_that_reaches_the_fit_decides(tmp_path):
+    # Fit with a float16 Trainer, then test on one device with a float32 one under the same name.
+    fit_then_test = 'import lightning as L\nfrom model import LitModel\nmodel = LitModel()\nmodel = model.to("cuda")\n' \
+        'trainer = L.Trainer(precision="16-mixed")\ntrainer.fit(model)\ntrainer = L.Trainer(precision=32, devices=1)\ntrainer.test(model)\n'
+    found, findings = _lint(tmp_path / "a", {"model.py": LIT_MODEL.format(clip=RAW_CLIP), "train.py": fit_then_test})
+    assert found == [("model.py", 15, "AMP003")]
+    assert findings[0]["message"].endswith("(train.py trains `LitModel` in float16)")  # sure: one class, one Trainer
+    # A strategy name that may be DeepSpeed's: the GradScaler is one of the possibilities.
+    maybe = 'import sys\nimport lightning as L\nfrom lightning.pytorch.strategies import DDPStrategy\nfrom model import LitModel\n' \
+        'strategy = "deepspeed_stage_2" if sys.argv[1] else DDPStrategy()\nL.Trainer(precision="16-mixed", strategy=strategy).fit(LitModel())\n'
+    found, findings = _lint(tmp_path / "b", {"model.py": LIT_MODEL.format(clip=RAW_CLIP), "train.py": maybe})
+    assert found == [("model.py", 15, "AMP003")]
+    assert findings[0]["message"].endswith("when train.py trains `LitModel` in float16")

@@ -80,9 +80,14 @@ def test_a_declaration_without_a_bound_admits_any_newest(tmp_path):
     assert declared_torch(str(tmp_path / "bare")).newest is None
     write(tmp_path / "poetry", {"requirements.txt": "torch==2.1.0\n", "pyproject.toml": '[tool.poetry.dependencies]\ntorch = "*"\n'})
     assert declared_torch(str(tmp_path / "poetry")).newest is None
-    # setup.py is a program: what it may declare is not read, and may be anything.
+    # setup.py is a program: a requirement on torch in it may be anything (not torchvision's).
     write(tmp_path / "setup", {"requirements.txt": "torch==2.1.0\n", "setup.py": 'setup(install_requires=["torch>=1.13"])\n'})
     assert declared_torch(str(tmp_path / "setup")).newest is None
+    write(tmp_path / "vision", {"requirements.txt": "torch==2.1.0\n", "setup.py": 'setup(install_requires=["torchvision"])\n'})
+    assert declared_torch(str(tmp_path / "vision")).newest == (2, 1)
+    # A poetry dependency by path, URL or git: any torch.
+    write(tmp_path / "path", {"pyproject.toml": '[tool.poetry.dependencies]\ntorch = {path = "wheels/torch.whl"}\n[tool.poetry.group.dev.dependencies]\ntorch = "~1.13"\n'})
+    assert declared_torch(str(tmp_path / "path")).newest is None
 
 
 def test_several_declarations_admit_the_newest_any_of_them_does(tmp_path):

@@ -32,7 +32,7 @@ from amplint.semantic.exports import ExternalModules, FactoryReturn, import_targ
 from amplint.semantic.index import Binding, CallRecord, ModuleIndex, Scope
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.walk import own_returns
+from amplint.semantic.walk import iter_tree, own_returns
 from amplint.semantic.resolve import Resolver, argument, split_args
 
 
@@ -304,7 +304,8 @@ class _ScalerFinder:
             if not isinstance(func, cst.Attribute) or func.attr.value not in methods:
                 continue
             scope = record.unit.scope
-            built = list(self._made(func.value, scope))
+            reaching = self._reaching(func.value, record) if isinstance(func.value, cst.Name) else None
+            built = [made for value, where in reaching for made in self._made(value, where)] if reaching is not None else list(self._made(func.value, scope))
             fitting = [(call, where, trainers.get(id(call))) for call, where in built]
             framework = fitting[0][2] if fitting else None
             if framework is None or func.attr.value not in framework.training_methods:
@@ -314,25 +315,60 @@ class _ScalerFinder:
             states = [self.float16(call, framework, where) if trainer is framework else (False, False) for call, where, trainer in fitting]
             if not all(may for may, _ in states):
                 continue
-            classes = {name: where for made, made_where in self._made(argument(record.node, 0, "model"), scope) for name, where in [self._class_made(made, made_where)] if name is not None}
-            surely = all(sure for _, sure in states) and len(classes) == 1
-            for name, made_where in classes.items():
-                for module, level, imported in import_targets(name, self.resolver.bindings(name.partition(".")[0], made_where)):
-                    key = (module, level, imported, framework.name)
-                    self.facts.trained_imports[key] = self.facts.trained_imports.get(key, False) or surely
+            imported = {
+                target
+                for made, made_where in self._made(argument(record.node, 0, "model"), scope)
+                for name, where in self._classes_made(made, made_where)
+                for target in import_targets(name, self.resolver.bindings(name.partition(".")[0], where))
+            }
+            surely = all(sure for _, sure in states) and len({name for _, _, name in imported}) == 1
+            for module, level, name in imported:
+                key = (module, level, name, framework.name)
+                self.facts.trained_imports[key] = self.facts.trained_imports.get(key, False) or surely
 
-    def _class_made(self, made: cst.Call, where: Scope, depth: int = 0) -> Tuple[Optional[str], Scope]:
-        """The class a call makes an instance of, as named: `LitModel(...)`, `models.LitModel(...)`,
-        `LitModel.load_from_checkpoint(...)`, and through `LitModel().to(device)` and
-        `torch.compile(LitModel())`."""
+    def _reaching(self, name: cst.Name, record: CallRecord) -> Optional[List[Tuple[Optional[cst.BaseExpression], Scope]]]:
+        """The values of `name` that reach the call `record`, when its block shows them: the last
+        statement of the block before the call that assigns it, and any assignment nested in
+        the statements between (`trainer = L.Trainer(precision="16-mixed")`, `trainer.fit(...)`,
+        then `trainer = L.Trainer(precision=32)` for the test: the fit sees the first). None when
+        no statement of the block before the call assigns it: every value it is given."""
+        statement = self.index.statement_of(record.node)
+        block = next((node.body for node in iter_tree(record.unit.node) if isinstance(node, (cst.Module, cst.IndentedBlock)) and any(s is statement for s in node.body)), None) if statement is not None else None
+        if block is None:
+            return None
+        position = next(i for i, s in enumerate(block) if s is statement)
+        bindings = [b for b in self.resolver.bindings(name.value, record.unit.scope) if b.kind == "assign"]
+        for last in range(position - 1, -1, -1):
+            line = block[last]
+            direct = [b for b in bindings if isinstance(line, cst.SimpleStatementLine) and any(small is b.node for small in line.body)]
+            if direct:
+                between = {id(node) for later in block[last + 1 : position] for node in iter_tree(later)}
+                return [(b.value, b.value_scope) for b in direct[-1:] + [b for b in bindings if id(b.node) in between]]
+        return None
+
+    def _classes_made(self, made: cst.Call, where: Scope, depth: int = 0) -> Iterator[Tuple[str, Scope]]:
+        """The classes a call may make an instance of, as named: `LitModel(...)`,
+        `models.LitModel(...)`, `LitModel.load_from_checkpoint(...)`, and through
+        `LitModel().to(device)`, `model.to(device)` and `torch.compile(model)`."""
+        if depth > 4:
+            return
         func = made.func
-        if depth < 3 and self.resolver.qualified(func) == "torch.compile" and made.args and isinstance(made.args[0].value, cst.Call):
-            return self._class_made(made.args[0].value, where, depth + 1)
-        if isinstance(func, cst.Attribute) and func.attr.value[:1].islower():
-            if isinstance(func.value, cst.Call) and depth < 3:
-                return self._class_made(func.value, where, depth + 1)  # `LitModel().to(device)`
-            return dotted_name(func.value), where
-        return dotted_name(func), where
+        inner: Optional[cst.BaseExpression] = None
+        if self.resolver.qualified(func) == "torch.compile" and made.args:
+            inner = made.args[0].value
+        elif isinstance(func, cst.Attribute) and func.attr.value[:1].islower():
+            name = dotted_name(func.value)
+            if name is not None and name.rsplit(".", 1)[-1][:1].isupper():
+                yield name, where  # `LitModel.load_from_checkpoint(...)`
+                return
+            inner = func.value  # `LitModel().to(device)`, `model.cuda()`
+        else:
+            name = dotted_name(func)
+            if name is not None:
+                yield name, where
+            return
+        for call, call_where in self._made(inner, where, depth + 1):
+            yield from self._classes_made(call, call_where, depth + 1)
 
     def _made(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> Iterator[Tuple[cst.Call, Scope]]:
         """The calls whose result `value` may be: the call itself, either branch of a
@@ -624,19 +660,21 @@ def scaler_replaced(call: cst.Call, framework: frameworks.Framework, scope: Scop
         value = keywords.get(keyword)
         if value is None:
             continue
-        # A strategy object, written there or through a name (`strategy = DeepSpeedStrategy(stage=2)`).
-        built = [v for v, _ in resolver.values(dotted_name(value) or "", scope)] if isinstance(value, (cst.Name, cst.Attribute)) else [value]
-        objects = [(dotted_name(v.func) or "").lower() for v in built if isinstance(v, cst.Call)]
-        if objects:
-            if all(word in name for name in objects) and len(objects) == len(built):
-                return True
-            if any(word in name for name in objects):
-                found = None
-            continue
-        values, known = resolver.settings(value, scope)
-        if values and known and all(word in v for v in values):
+        # A strategy object or name, written there or through a name (`strategy =
+        # DeepSpeedStrategy(stage=2)`, `strategy = "deepspeed_stage_2"`): each value names it or not.
+        built = [(v, where) for v, where in resolver.values(dotted_name(value) or "", scope)] if isinstance(value, (cst.Name, cst.Attribute)) else [(value, scope)]
+        named: List[bool] = []
+        for each, where in built:
+            if isinstance(each, cst.Call):
+                named.append(word in (dotted_name(each.func) or "").lower())
+                continue
+            values, known = resolver.settings(each, where)
+            named.append(bool(values) and known and all(word in v for v in values))
+            if not named[-1] and any(word in v for v in values):
+                named[-1] = None  # type: ignore[call-overload]
+        if named and all(n is True for n in named):
             return True
-        if any(word in v for v in values):
+        if any(n is not False for n in named):
             found = None
     return found
 
