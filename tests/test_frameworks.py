@@ -180,6 +180,10 @@ def test_lightning_and_fabric_precision_from_configuration():
     trainer = L.Trainer(precision="16-mixed")
     '''
     assert codes(chained) == ["10:AMP003"]
+    # Two Trainers of the file: each class is trained by the one that fits it.
+    paired = chained.replace('trainer = L.Trainer(precision="16-mixed")', 'L.Trainer(precision="32-true").fit(Net())\n    L.Trainer(precision="16-mixed").fit(Other())')
+    assert codes(paired) == []
+    assert codes(paired.replace('precision="32-true"', 'precision="16-mixed"')) == ["10:AMP003"]
     # A strategy that only may be DeepSpeed's: the GradScaler is one of the possibilities.
     maybe = surely.replace('precision="16-mixed"', 'precision="16-mixed", strategy="deepspeed_stage_2" if ds else "ddp"')
     assert framework_scalers(maybe) == {"self": ("lightning", None)}

@@ -257,6 +257,11 @@ class _ScalerFinder:
         for trainer in frameworks.CLASS_FRAMEWORKS:
             for name, scope in self.index.classes.items():
                 float16, trained_by = trainers[trainer.name], None
+                fits = self._fitted_here.get((name, trainer.name))
+                if fits is not None:
+                    # Fitted here: by the Trainers that fit it (or a class deriving from it), not
+                    # by every Trainer of the file (one may pretrain another model in float16).
+                    float16 = (any(sure for _, sure in fits)) if any(may for may, _ in fits) else None
                 if float16 is None and (name, trainer.name) in given:
                     float16, origin, fitted = given[(name, trainer.name)]
                     trained_by = f"{origin} trains `{fitted}`"
@@ -296,6 +301,7 @@ class _ScalerFinder:
         file builds in a precision that may be float16, with the classes `model` may be an
         instance of (`LitModel(...)`, `LitModel.load_from_checkpoint(...)`, through names)."""
         trainers = {id(record.node): framework for record, framework in constructions if framework.training_methods}
+        self._fitted_here: Dict[Tuple[str, str], List[Tuple[bool, bool]]] = {}  # (class, framework) -> (may, surely) of each fit
         if not trainers:
             return
         methods = {method for framework in trainers.values() for method in framework.training_methods}
@@ -313,15 +319,16 @@ class _ScalerFinder:
             # Every object the name may hold must be a float16 Trainer (a script that fits one
             # model in float16 and then another in float32 with the same name is no guess to make).
             states = [self.float16(call, framework, where) if trainer is framework else (False, False) for call, where, trainer in fitting]
-            if not all(may for may, _ in states):
+            made = [(name, where) for call, call_where in self._made(argument(record.node, 0, "model"), scope) for name, where in self._classes_made(call, call_where)]
+            may, sure = all(m for m, _ in states), all(s for _, s in states)
+            for name, _ in made:  # the file's own classes: which Trainer fits them (`fitted_here`)
+                if "." not in name and name in self.index.classes:
+                    for current in self._local_chain(name):
+                        self._fitted_here.setdefault((current, framework.name), []).append((may, may and sure and len(made) == 1))
+            if not may:
                 continue
-            imported = {
-                target
-                for made, made_where in self._made(argument(record.node, 0, "model"), scope)
-                for name, where in self._classes_made(made, made_where)
-                for target in import_targets(name, self.resolver.bindings(name.partition(".")[0], where))
-            }
-            surely = all(sure for _, sure in states) and len({name for _, _, name in imported}) == 1
+            imported = {target for name, where in made for target in import_targets(name, self.resolver.bindings(name.partition(".")[0], where))}
+            surely = sure and len({name for _, _, name in imported}) == 1
             for module, level, name in imported:
                 key = (module, level, name, framework.name)
                 self.facts.trained_imports[key] = self.facts.trained_imports.get(key, False) or surely
