@@ -316,7 +316,8 @@ def _locate(
 
 
 def _shown(module: cst.Module, reports: Sequence[Tuple[Type[Rule], cst.CSTNode, Report]], fixes: bool) -> Iterator[cst.CSTNode]:
-    suggested = [report.fix for _, _, report in reports if report.fix is not None] if fixes else []
+    # A fix several findings share (one rewrite of every use of an import) is read once.
+    suggested = list({id(report.fix): report.fix for _, _, report in reports if report.fix is not None}.values()) if fixes else []
     yield from (node for _, node, _ in reports)
     for fix in suggested:
         yield from fix.nodes()

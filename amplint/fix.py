@@ -15,6 +15,7 @@ no fix applies: overlapping fixes are applied one after another, never merged.
 from __future__ import annotations
 
 import difflib
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -27,6 +28,7 @@ from amplint.semantic.walk import children, iter_tree
 if TYPE_CHECKING:
     from amplint.diagnostics import FixSuggestion
     from amplint.semantic import Occurrence, SemanticModel
+    from amplint.semantic.index import ModuleIndex
 
 SAFE = "safe"
 UNSAFE = "unsafe"
@@ -88,12 +90,11 @@ def _statements(tree: cst.CSTNode) -> Iterator[cst.CSTNode]:
     return iter_tree(tree, descend=lambda node: not isinstance(node, (cst.BaseExpression, cst.SimpleStatementLine)))
 
 
-def block_of(module: cst.Module, statement: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
-    """The statements of the block `statement` stands in (by identity), or None."""
-    for node in _statements(module):
-        if isinstance(node, (cst.Module, cst.IndentedBlock)) and any(item is statement for item in node.body):
-            return node.body
-    return None
+def block_of(index: "ModuleIndex", statement: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
+    """The statements of the indented block (or module) `statement` stands in, by identity; None
+    for a statement of a one-line suite (`if x: a(); b()`) or an `elif`."""
+    block = index.block_of(statement)
+    return block if isinstance(statement, cst.BaseStatement) else None  # type: ignore[return-value]
 
 
 def contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
@@ -125,7 +126,7 @@ def unscale_before(model: "SemanticModel", occurrence: "Occurrence", scaler_key:
         if step.kind is not EventKind.SCALER_STEP or step.argument is None:
             continue
         line = model.index.statement_of(step.node)
-        block = block_of(model.module, line) if line is not None else None
+        block = block_of(model.index, line) if line is not None else None
         if block is None:
             continue
         position = next(i for i, item in enumerate(block) if item is line)
@@ -175,7 +176,7 @@ def out_of_region(model: "SemanticModel", occurrence: "Occurrence") -> Optional[
     line = model.index.statement_of(occurrence.call_site)
     if line is None:
         return None
-    return out_of_with(model.module, region.anchor, line, f"`{source_text(occurrence.call_site)}`")
+    return out_of_with(model.index, region.anchor, line, f"`{source_text(occurrence.call_site)}`")
 
 
 def _computed_already(tensor: cst.BaseExpression) -> bool:
@@ -192,14 +193,12 @@ def _computed_already(tensor: cst.BaseExpression) -> bool:
     return False
 
 
-def out_of_with(module: cst.Module, anchor: cst.Call, line: cst.BaseStatement, what: str) -> Optional[Fix]:
+def out_of_with(index: "ModuleIndex", anchor: cst.Call, line: cst.BaseStatement, what: str) -> Optional[Fix]:
     """Move `line`, and the statements after it in the same `with` body, to just after the
     `with` statement whose only item is `anchor` (`with torch.autocast(...):`). None when
     `line` is not directly in that body, or would leave it empty."""
-    with_node = next(
-        (n for n in _statements(module) if isinstance(n, cst.With) and len(n.items) == 1 and n.items[0].item is anchor), None
-    )
-    if with_node is None or not isinstance(with_node.body, cst.IndentedBlock):
+    with_node = index.with_of(anchor)
+    if with_node is None or len(with_node.items) != 1 or not isinstance(with_node.body, cst.IndentedBlock):
         return None
     body = list(with_node.body.body)
     at = next((i for i, item in enumerate(body) if item is line), None)
@@ -229,13 +228,13 @@ def with_import(module: cst.Module, code: str, fix: Fix) -> Fix:
     return fix if not body else replace(fix, insert_after=fix.insert_after + ((body[-1], added),), touches=fix.touches + (body[-1],))
 
 
-def without_import(module: cst.Module, alias: cst.ImportAlias, fix: Fix) -> Fix:
+def without_import(index: "ModuleIndex", alias: cst.ImportAlias, fix: Fix) -> Fix:
     """`fix` that also drops `alias` from its import (the whole import when it is the only
     name there). Where that would leave a block empty (`try: from torch.cuda.amp import
     autocast`), the import becomes `pass`, so that no unused import stays behind."""
     found = [
         (line, small)
-        for line in _statements(module)
+        for line in _statements(index.module)
         if isinstance(line, cst.SimpleStatementLine)
         for small in line.body
         if isinstance(small, (cst.Import, cst.ImportFrom))
@@ -253,7 +252,7 @@ def without_import(module: cst.Module, alias: cst.ImportAlias, fix: Fix) -> Fix:
         rest = [small for small in line.body if small is not importer]
         rest[-1] = rest[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         return replace(fix, replace=fix.replace + ((line, line.with_changes(body=rest)),), touches=fix.touches + (line,))
-    block = block_of(module, line)
+    block = block_of(index, line)
     if block is None:
         return fix
     if len(block) < 2:
@@ -375,6 +374,9 @@ class Suggestions:
         self.positions = positions
         self._codes: Dict[int, str] = dict(codes or {})
         self._parents: Dict[int, Dict[int, cst.CSTNode]] = {}
+        self._spans: List[Tuple[int, int, cst.CSTNode]] = []  # (first row, last row, top-level statement)
+        self._starts: Optional[List[int]] = None
+        self._made: Dict[int, Tuple[Fix, "FixSuggestion"]] = {}  # id(fix) -> (fix, its suggestion)
 
     @staticmethod
     def anchors(module: cst.Module, changed: Optional[Set[int]] = None) -> Iterator[cst.CSTNode]:
@@ -395,25 +397,46 @@ class Suggestions:
                 yield decorators[0]
 
     def __call__(self, fix: Fix) -> "FixSuggestion":
+        """The suggestion `fix` makes; worked out once for a fix several findings share."""
+        made = self._made.get(id(fix))
+        if made is None:
+            made = self._made[id(fix)] = (fix, self._suggestion(fix))
+        return made[1]
+
+    def _suggestion(self, fix: Fix) -> "FixSuggestion":
         from amplint.diagnostics import FixSuggestion
 
         positions = self.positions
-        rows = [positions[node].start.line for node in fix.nodes() if node in positions]
+        rows = sorted({positions[node].start.line for node in fix.nodes() if node in positions})
         changes: List[Edit] = []
-        for item in self.module.body:
-            span = positions.get(item)
-            if span is None:
-                continue
-            # A decorated definition's position starts at `def`/`class`: its code, at the decorators.
-            decorators = getattr(item, "decorators", ())
-            start = positions[decorators[0]].start.line - len(decorators[0].leading_lines) if decorators else span.start.line
-            if not any(start <= row <= span.end.line for row in rows):
-                continue
+        for start, item in self._holding(rows):
             applier = _Applier([fix], within=self._way_to(item, fix.nodes()))
             new = "".join(self.module.code_for_node(node) for node in applier._body([item.visit(applier)]))
             changes.extend(edits(self._code(item), new, start - len(item.leading_lines)))
         found = tuple((e.row, e.column, e.end_row, e.end_column, e.content) for e in changes)
         return FixSuggestion(fix.title, fix.applicability, found)
+
+    def _holding(self, rows: Sequence[int]) -> List[Tuple[int, cst.CSTNode]]:
+        """(first row, statement) of the top-level statements that hold any of `rows` (sorted),
+        in the module's order: found by bisection, so a module's many fixes cost no more than
+        their own statements."""
+        if self._starts is None:
+            for item in self.module.body:
+                span = self.positions.get(item)
+                if span is None:
+                    continue
+                # A decorated definition's position starts at `def`/`class`: its code, at the decorators.
+                decorators = getattr(item, "decorators", ())
+                start = self.positions[decorators[0]].start.line - len(decorators[0].leading_lines) if decorators else span.start.line
+                self._spans.append((start, span.end.line, item))
+            self._starts = [start for start, _, _ in self._spans]
+        spans, starts = self._spans, self._starts
+        found: Dict[int, Tuple[int, cst.CSTNode]] = {}
+        for row in rows:
+            at = bisect_right(starts, row) - 1
+            if at >= 0 and row <= spans[at][1]:
+                found[at] = (spans[at][0], spans[at][2])
+        return [found[at] for at in sorted(found)]
 
     def _code(self, item: cst.CSTNode) -> str:
         code = self._codes.get(id(item))

@@ -372,7 +372,7 @@ def _fix(step: Occurrence, scaler_key: Optional[str], model: SemanticModel) -> O
         )
     # An update that follows in the same block runs after every such step; one in a branch
     # or before it would leave steps without one (or update twice): no fix.
-    block = block_of(model.module, line)
+    block = block_of(model.index, line)
     following = model.following(step, EventKind.SCALER_UPDATE)
     if block is None or following is None or following.receiver is None or following.receiver.key != scaler_key:
         return None

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -113,8 +113,9 @@ class DeprecatedAmpApi(Rule):
         if newest is not None and tuple(newest) < WARNS_SINCE:
             return  # `torch==2.1.0`: no torch the project declares warns
         uses = model.facts(Deprecations).uses
+        shared: Dict[Tuple[int, str, str, str], Optional[Fix]] = {}  # one fix per import's family of uses
         for use in uses:
-            yield Report(use.node, Message.split(_message(use)), fix=_fix(use, uses, model))
+            yield Report(use.node, Message.split(_message(use)), fix=_fix(use, uses, model, shared))
 
     VALID = (
         # The old API as the fallback of a call of the new one (open_clip's `main.py`), also
@@ -322,22 +323,33 @@ def _release(version: Tuple[int, int]) -> str:
     return f"{version[0]}.{version[1]}" if version[1] < 999 else f"{version[0]}.x"
 
 
-def _fix(use: DeprecatedAmpUse, uses: List[DeprecatedAmpUse], model: SemanticModel) -> Optional[Fix]:
+def _fix(
+    use: DeprecatedAmpUse, uses: List[DeprecatedAmpUse], model: SemanticModel, shared: Dict[Tuple[int, str, str, str], Optional[Fix]]
+) -> Optional[Fix]:
     """The rewritten call or decorator, and the import its spelling needs; none where the
     rewrite is not certain (`*args`, a hand-on, a base class). Where every use of the name an
     old import binds is rewritten, one fix rewrites them all and drops that import, so that
-    no half-done round leaves a name without its import."""
+    no half-done round leaves a name without its import: the same fix for each of them (made
+    once, kept in `shared`), so that a file of many uses costs their number, not its square."""
     if use.new_node is None:
         return None
     together = [use]
     alias = use.import_alias
     if alias is not None:
+        key = (id(alias), use.replacement, use.device_type, use.import_to_add or "")
+        if key in shared:
+            return shared[key]
         local = (dotted_name(alias.asname.name if alias.asname is not None else alias.name) or "").split(".")[0]
         same = [other for other in uses if other.import_alias is alias]
         if all(other.new_node is not None for other in same) and model.names_used.get(local, 0) == len(same):
             together = same
-        else:
-            alias = None
+            shared[key] = fix = _rewrite(use, together, model, alias)
+            return fix
+        alias = None
+    return _rewrite(use, together, model, alias)
+
+
+def _rewrite(use: DeprecatedAmpUse, together: List[DeprecatedAmpUse], model: SemanticModel, alias: Optional[cst.ImportAlias]) -> Fix:
     title = f"Use `{use.replacement}` with `\"{use.device_type}\"`"
     # Safe only where every torch the project supports has the name the rewrite writes.
     needs = max((other.needs_torch for other in together if other.needs_torch is not None), default=None)
@@ -353,4 +365,4 @@ def _fix(use: DeprecatedAmpUse, uses: List[DeprecatedAmpUse], model: SemanticMod
     )
     if use.import_to_add:
         fix = with_import(model.module, use.import_to_add, fix)
-    return without_import(model.module, alias, fix) if alias is not None else fix
+    return without_import(model.index, alias, fix) if alias is not None else fix

@@ -17,8 +17,8 @@ CODES = tuple(rule.code for rule in ALL_RULES)
 
 
 def heavy(functions: int) -> str:
-    """Many small AMP functions, each calling the next: every finding's fix reads the whole
-    module, so the work grows with the square of the file (the report's D12 shape)."""
+    """Many small AMP functions, each calling the next, each with two findings and a fix (the
+    report's D12 shape)."""
     head = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
     return head + "".join(
         f"def f{i}(opt, loss):\n    with torch.autocast('cuda'):\n        loss.backward()\n    scaler.step(opt)\n    f{i + 1}(opt, loss)\n"
@@ -106,6 +106,13 @@ def test_in_process_j1_j2_cold_and_warm_agree_at_the_limit(steps, amplint, tmp_p
     assert len(outputs) == 2
 
 
+def test_findings_cost_in_proportion_to_their_number(steps):
+    # Each finding's fix once looked its `with` (and its block) up by walking the whole
+    # module: the steps grew with the square of the findings, and 3,000 helpers hit the limit.
+    small, large = steps(heavy(100)), steps(heavy(400))
+    assert large < 4.4 * small
+
+
 def test_training_scripts_are_far_under_the_limit(steps):
     # A 2,000-line script of 160 training loops in methods of one class, far denser in AMP
     # code than real ones (the largest real training scripts measured take 1/20 of the
@@ -134,9 +141,9 @@ def test_training_scripts_are_far_under_the_limit(steps):
 def test_the_cpu_safety_net_is_far_above_the_work_limit():
     from amplint.driver import DEFAULT_BUDGET
 
-    # ~2 microseconds a step where the weights were measured: the step limit is reached in a
-    # fraction of the CPU safety net's seconds.
-    assert DEFAULT_BUDGET >= 10 * work.FILE_STEPS * 1e-6
+    # 2 to 3 microseconds a step where the weights were measured, up to 13 on a slower shared
+    # machine: the step limit is reached in a fraction of the CPU safety net's seconds there too.
+    assert DEFAULT_BUDGET >= 3 * work.FILE_STEPS * 13e-6
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "x", "nan", "inf"])

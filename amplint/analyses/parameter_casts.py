@@ -28,7 +28,7 @@ from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame
 from amplint.semantic.model import SemanticModel
 from amplint.semantic.names import names_read, source_text
 from amplint.semantic.resolve import passed_for
-from amplint.semantic.walk import iter_tree, top_level_line
+from amplint.semantic.walk import iter_tree
 
 if TYPE_CHECKING:
     from amplint.analyses.precision import ModuleCast
@@ -74,7 +74,7 @@ def exported_parameter_casts(model: SemanticModel, casts: Sequence["ModuleCast"]
             "cast": source_text(half[0].node),
         }
         name = unit.node.name.value  # type: ignore[union-attr]
-        exported.setdefault(name, {"line": top_level_line(model.module, unit.node), "casts": [], "words": _WORDS})["casts"].append(entry)
+        exported.setdefault(name, {"line": model.index.top_level_line(unit.node), "casts": [], "words": _WORDS})["casts"].append(entry)
     return exported
 
 

@@ -57,7 +57,7 @@ from amplint.semantic.pytorch.api import (
 from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS, AdapterCall
 from amplint.semantic.resolve import Resolver, drawn_from, passed_for, split_args
 from amplint.semantic.scalers import all_bindings
-from amplint.semantic.walk import children, iter_tree, own_returns, top_level_line
+from amplint.semantic.walk import children, iter_tree, own_returns
 
 _MAX_DEPTH = 10
 # `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
@@ -1812,7 +1812,7 @@ def exported_averages(model: SemanticModel) -> Dict[str, Any]:
         positional = [p.name.value for p in (*init.node.params.posonly_params, *init.node.params.params)]
         position = positional.index(param) - 1 if param in positional and positional[:1] == ["self"] else None
         copy = f"`{source_text(binding.value)}`" if isinstance(node, cst.Call) else f"copies of `{source}`'s tensors"
-        entry = found.setdefault(scope.name, {"line": top_level_line(model.module, scope.node), "averages": [], "words": []})
+        entry = found.setdefault(scope.name, {"line": model.index.top_level_line(scope.node), "averages": [], "words": []})
         methods = _running(model, scope, {unit.name.rsplit(".", 1)[-1] for unit, _ in decays})
         update = f"`{source_text(decays[0][1])}`"
         entry["averages"].append(

@@ -68,6 +68,11 @@ class Repetitions(Analysis):
         self._callers: Optional[Dict[int, List[CallRecord]]] = None
         self._bodies: Dict[int, FrozenSet[int]] = {}
         self._bindings: Optional[List[Binding]] = None
+        # The file's bindings by their statement's id, by their key, by the unit they are in:
+        # each query reads only its own (a file of many loops costs their number, not its square).
+        self._by_node: Dict[int, List[Binding]] = {}
+        self._by_key: Dict[str, List[Binding]] = {}
+        self._by_unit: Dict[int, List[Binding]] = {}
 
     # ------------------------------------------------------------------ lookups
     def record(self, call: cst.Call) -> Optional[CallRecord]:
@@ -203,6 +208,12 @@ class Repetitions(Analysis):
     def all_bindings(self) -> List[Binding]:
         if self._bindings is None:
             self._bindings = list(all_bindings(self.index))
+            for binding in self._bindings:
+                self._by_node.setdefault(id(binding.node), []).append(binding)
+                self._by_key.setdefault(binding_key(binding), []).append(binding)
+                home = self.index.unit_of_scope.get(id(binding.value_scope))
+                if home is not None:
+                    self._by_unit.setdefault(id(home), []).append(binding)
         return self._bindings
 
     def runs_every_iteration(self, record: CallRecord, repetition: Repetition) -> bool:
@@ -224,10 +235,10 @@ class Repetitions(Analysis):
         return True
 
     def _bound_in_loop(self, repetition: Repetition) -> Set[str]:
-        names: Set[str] = set()
-        for binding in self.all_bindings():
-            if self.inside(binding.node, repetition.loop) or binding.node is repetition.loop:
-                names.add(binding.name)
+        self.all_bindings()
+        names = {binding.name for binding in self._by_node.get(id(repetition.loop), ())}
+        for node in self.body(repetition.loop):
+            names.update(binding.name for binding in self._by_node.get(node, ()))
         return names
 
     def _varying_in_callee(self, call: CallRecord, varying: Set[str]) -> Optional[Set[str]]:
@@ -237,11 +248,8 @@ class Repetitions(Analysis):
         if not isinstance(item, HelperCall) or item.callee is None:
             return None
         callee = item.callee
-        names = {
-            binding.name
-            for binding in self.all_bindings()
-            if binding.kind != "param" and self.index.unit_of_scope.get(id(binding.value_scope)) is callee
-        }
+        self.all_bindings()
+        names = {binding.name for binding in self._by_unit.get(id(callee), ()) if binding.kind != "param"}
         for parameter in callee.parameters:
             argument = item.argument_for(parameter)
             if argument is not None and set(roots(names_read(argument))) & _roots(varying):
@@ -301,7 +309,8 @@ class Repetitions(Analysis):
             # `self.optimizer.optimizer` is new when `self.optimizer` is.
             parts = name.split(".")
             keys = {self.model.resolver.identity(".".join(parts[:n]), scope) for n in range(1, len(parts) + 1) if parts[:n] != ["self"]}
-            bindings = [b for b in all_bindings(self.index) if binding_key(b) in keys]
+            self.all_bindings()
+            bindings = [b for key in keys for b in self._by_key.get(key, ())]
             if any(self.binds_each_iteration(b, repetition) for b in bindings):
                 return False
             parameter = "." not in name and name in scope.params

@@ -19,7 +19,7 @@ from amplint.semantic.index import CallRecord, CodeUnit
 from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.resolve import keyword_argument
-from amplint.semantic.walk import own_returns, top_level_line
+from amplint.semantic.walk import own_returns
 
 # FSDP's first API: each rank holds a flat shard of the parameters and of their gradients,
 # as plain tensors.
@@ -59,7 +59,7 @@ class Sharding(Analysis):
             if unit.is_module or unit.scope.parent is not model.index.module_scope or not isinstance(unit.node, cst.FunctionDef):
                 continue
             if any(shards(record.node, model) for record in unit.calls) and _returns_a_wrap(unit, model):
-                exported[unit.node.name.value] = {"line": top_level_line(model.module, unit.node), "words": ["FullyShardedDataParallel"]}
+                exported[unit.node.name.value] = {"line": model.index.top_level_line(unit.node), "words": ["FullyShardedDataParallel"]}
         return exported
 
 

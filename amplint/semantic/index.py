@@ -12,13 +12,13 @@ again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
 from amplint.semantic.names import dotted_name, names_bound, names_read, roots
 from amplint.semantic.pytorch.api import ImportAliases
-from amplint.semantic.walk import children, post_order
+from amplint.semantic.walk import children, post_order, top_level_lines
 
 ScopeNode = Union[cst.Module, cst.ClassDef, cst.FunctionDef]
 
@@ -189,7 +189,10 @@ class ModuleIndex:
     _owners: Dict[int, List[Tuple[cst.CSTNode, StatementRecord]]] = field(default_factory=dict)
     _lines: Dict[int, Union[cst.SimpleStatementLine, cst.SimpleStatementSuite]] = field(default_factory=dict)
     _owners_of_calls: Dict[int, cst.CSTNode] = field(default_factory=dict)
+    _blocks: Dict[int, Sequence[cst.CSTNode]] = field(default_factory=dict)  # id(statement) -> its block's statements
+    _with_of_item: Dict[int, cst.With] = field(default_factory=dict)  # id(with item's expression) -> the `with`
     _calls_by_last_name: Optional[Dict[str, List[CallRecord]]] = None
+    _top_lines: Optional[Dict[int, int]] = None
 
     def statement_of(self, call: cst.Call) -> Optional[cst.BaseStatement]:
         """The statement a call is evaluated in, as it stands in its block: the line of a
@@ -204,6 +207,22 @@ class ModuleIndex:
         if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
             return line
         return None
+
+    def block_of(self, statement: cst.CSTNode) -> Optional[Sequence[cst.CSTNode]]:
+        """The statements of the block `statement` stands in (by identity): a module's, an
+        indented block's, or a one-line suite's small statements. None for an `elif`."""
+        return self._blocks.get(id(statement))
+
+    def with_of(self, item: cst.BaseExpression) -> Optional[cst.With]:
+        """The `with` statement that enters `item` (by identity)."""
+        return self._with_of_item.get(id(item))
+
+    def top_level_line(self, statement: cst.CSTNode) -> Optional[int]:
+        """The line a top-level class or function starts on (`walk.top_level_lines`); None for
+        a node that is not a top-level statement."""
+        if self._top_lines is None:  # asked only by what a summary exports: worked out on first use
+            self._top_lines = top_level_lines(self.module)
+        return self._top_lines.get(id(statement))
 
     def record(self, node: cst.CSTNode) -> Optional[StatementRecord]:
         return self.statements.get(id(node))
@@ -245,6 +264,8 @@ class _Indexer:
         self.owners: Dict[int, List[Tuple[cst.CSTNode, StatementRecord]]] = {}
         self.lines: Dict[int, Union[cst.SimpleStatementLine, cst.SimpleStatementSuite]] = {}
         self.owners_of_calls: Dict[int, cst.CSTNode] = {}
+        self.blocks: Dict[int, Sequence[cst.CSTNode]] = {}
+        self.with_of_item: Dict[int, cst.With] = {}
 
         scope = self._scope("module", module, "<module>", None)
         unit = CodeUnit(module, "<module>", scope)
@@ -266,6 +287,8 @@ class _Indexer:
             _owners=self.owners,
             _lines=self.lines,
             _owners_of_calls=self.owners_of_calls,
+            _blocks=self.blocks,
+            _with_of_item=self.with_of_item,
         )
 
     def _scope(self, kind: str, node: ScopeNode, name: str, parent: Optional[Scope]) -> Scope:
@@ -280,6 +303,7 @@ class _Indexer:
     # statements
     def _block(self, statements, scope: Scope, unit: CodeUnit, frames: Frames) -> None:
         for statement in statements:
+            self.blocks[id(statement)] = statements
             self._statement(statement, scope, unit, frames)
 
     def _suite(self, suite: cst.BaseSuite, scope: Scope, unit: CodeUnit, frames: Frames) -> None:
@@ -325,6 +349,7 @@ class _Indexer:
                     bound = self._bind_target(item.asname.name, None, "with", node, scope, item.item)
                     self._flows(unit, bound, item.item)
                 frame = WithFrame(item.item, scope, node)
+                self.with_of_item[id(item.item)] = node
                 self.withs.append((unit, frame, inner))
                 inner = inner + (frame,)
             self._suite(node.body, scope, unit, inner)

@@ -136,14 +136,15 @@ def post_order(node: cst.CSTNode, descend: Optional[Callable[[cst.CSTNode], bool
         stack.extend((child, False) for child in reversed(children(current)))
 
 
-def top_level_line(module: cst.Module, node: cst.CSTNode) -> Optional[int]:
-    """The line a top-level statement (a class, a function) starts on, its decorators and comments
-    before it left out, counted from the code of the statements before it."""
+def top_level_lines(module: cst.Module) -> Dict[int, int]:
+    """id(top-level statement) -> the line it starts on (a class, a function: its `class`/`def`
+    line, decorators and comments before it left out), counted from the code of the
+    statements before it: each statement printed once."""
     lines = 1 + "".join(module.code_for_node(line) for line in module.header).count("\n")
+    found: Dict[int, int] = {}
     for statement in module.body:
-        if statement is node:
-            own = module.code_for_node(statement)
-            start = own.find("class ") if isinstance(statement, cst.ClassDef) else own.find("def ")
-            return lines + own[: max(start, 0)].count("\n")
-        lines += module.code_for_node(statement).count("\n")
-    return None
+        own = module.code_for_node(statement)
+        start = own.find("class ") if isinstance(statement, cst.ClassDef) else own.find("def ") if isinstance(statement, cst.FunctionDef) else 0
+        found[id(statement)] = lines + own[: max(start, 0)].count("\n")
+        lines += own.count("\n")
+    return found
