@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 OUTPUT_FORMATS = ("full", "concise", "json", "json-lines", "junit", "github", "gitlab", "pylint", "sarif")
 # As amplint.cache and amplint.driver define them (a test keeps them equal).
 CACHE_DIR_NAME, ENV_CACHE_DIR = ".amplint_cache", "AMPLINT_CACHE_DIR"
-DEFAULT_BUDGET = 30.0
+DEFAULT_BUDGET = 120.0
 DEFAULT_MEMORY = 2048
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2

@@ -19,8 +19,10 @@ of linting a file is counted, and the limits are on the count:
 The weights make a step about the same CPU whatever it counts: 2 to 3 microseconds on the
 (shared, loaded) machine they were measured on, where a node expansion takes 2.3 us, a flow
 evaluation 5 to 9 us, LibCST's parse 1 us per character and its printing 0.8 us. So the file
-limit is 6 to 9 s of CPU there. The largest training scripts of timm, diffusers,
-pytorch/examples and accelerate (2,000 to 4,400 lines, 144 files with AMP code) take at most
+limit is 6 to 9 s of CPU there; on a slower shared machine (2 December 2026) a step cost 7 to
+13 us in every phase and the whole limit 36 s, still far under the CPU safety net of
+`amplint.driver`. The largest training scripts of timm, diffusers, pytorch/examples and
+accelerate (2,000 to 4,400 lines, 144 files with AMP code) take at most
 140,000 steps, 1/20 of the limit, and 240 mutants of the 12 largest (blocks duplicated, lines
 deleted, AMP calls inserted) at most 260,000; a generated 2,000-line trainer of 160 AMP
 training loops takes 430,000 (`tests/test_work_limit.py`). Not counted, because linear in the
