@@ -134,7 +134,7 @@ def state_names(source: str) -> FrozenSet[str]:
 
 # A top-level import, read from the text: `from <dots><module> import <names, or (names) over
 # lines>`, or `import <modules>`.
-_IMPORT = r"^(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)|import[ \t]+([^\n]*))"
+IMPORT_LINE = r"^(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)|import[ \t]+([^\n]*))"
 
 
 def text_imports(source: str) -> List[Tuple[str, int, List[str]]]:
@@ -145,7 +145,7 @@ def text_imports(source: str) -> List[Tuple[str, int, List[str]]]:
     import re
 
     found: List[Tuple[str, int, List[str]]] = []
-    for dots, module, names, plain in re.findall(_IMPORT, source, re.M):
+    for dots, module, names, plain in re.findall(IMPORT_LINE, source, re.M):
         if plain:
             found.extend((name, 0, []) for name in re.findall(r"([\w.]+)(?:[ \t]+as[ \t]+\w+)?", plain))
         else:
@@ -160,7 +160,7 @@ def import_words(source: str) -> Tuple[str, ...]:
     it may import a module another module's summary names (`amplint.project`)."""
     import re
 
-    text = " ".join(" ".join(match) for match in re.findall(_IMPORT, source, re.M))
+    text = " ".join(" ".join(match) for match in re.findall(IMPORT_LINE, source, re.M))
     return tuple(sorted(set(re.findall(r"\w+", text)) - {"as"}))
 
 

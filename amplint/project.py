@@ -43,6 +43,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from amplint.diagnostics import FileResult
+from amplint.reexports import ReExports, origins
 
 if TYPE_CHECKING:
     from amplint.import_paths import PathIndex
@@ -94,6 +95,8 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         return results
     paths = every_path()
     _read_imports_of_scaler_users(results, summaries, read, paths)
+    # `from utils import grad_norm`, which `utils/__init__.py` binds from `.grads`.
+    reexports = ReExports.found(results, read, paths)
     # The summaries each file was last linted with, the objects themselves: a summary that
     # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
     done: Dict[str, Dict[str, dict]] = {}
@@ -101,12 +104,13 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     for _ in range(MAX_ROUNDS):
         # A module whose classes a script trains is linted with that script's summary too.
         trained = trained_by_importers(summaries, paths, handed)
+        visible = reexports.apply(summaries)
         jobs: List[Tuple[int, Dict[str, dict]]] = []
         for index, result in enumerate(results):
             given = trained.get(result.path, {})
             if result.error is not None or not (result.imports or given):
                 continue
-            used = imported_summaries(result, summaries, paths) if result.imports else {}
+            used = imported_summaries(result, visible, paths) if result.imports else {}
             if used:
                 used = _called_from(read(result.path), used)
             used = {**used, **given}
@@ -409,11 +413,18 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
     from amplint.import_paths import PathIndex
 
     index = PathIndex(deferred)
+    # `from utils import grad_norm` imports what `utils/__init__.py` re-exports (`amplint.reexports`).
+    packages = PathIndex([r.path for r in results if os.path.basename(r.path) == "__init__.py" and r.error is None])
     wanted: Dict[int, List[str]] = {}  # -> the files that import it
+    renamed: Dict[int, Dict[str, str]] = {}  # -> what a package that re-exports from it calls its names
     for result in importers:
         for module, level in result.imports:
             for path in index.paths_of(result.path, module or None, level, exclude=result.path):
                 wanted.setdefault(deferred[path], []).append(result.path)
+            package = packages.path_of(result.path, module or None, level, exclude=result.path)
+            for path, names in origins(package, read, index, packages).items():
+                wanted.setdefault(deferred[path], []).append(result.path)
+                renamed.setdefault(deferred[path], {}).update(names)
     from amplint.catalogue import cast_names, helper_names, state_names
 
     found = []
@@ -424,6 +435,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
         # No AMP words: only if a file that imports it names one of its functions that may do AMP work.
         text = read(results[i].path) or ""
         names = helper_names(text) | state_names(text) | cast_names(text)
+        names |= {renamed[i][name] for name in names if renamed.get(i, {}).get(name, "*") != "*"}
         if names and any(name in (read(path) or "") for path in dict.fromkeys(importing) for name in names):
             found.append(i)
     return found

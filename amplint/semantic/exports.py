@@ -544,23 +544,25 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
     for name, raw in data.get("functions", {}).items():
         sequences = raw.get("sequences")
         table = [*raw["events"], *raw.get("sequence_events", ())]
+        # A function a package re-exports from one of its modules is that module's (`amplint.reexports`).
+        home = raw.get("home") if isinstance(raw.get("home"), str) else path
         functions[name] = ForeignFunction(
             name,
             tuple(raw["params"]),
             bool(raw.get("method")),
-            tuple(_foreign_event(e, path) for e in raw["events"]),
+            tuple(_foreign_event(e, home) for e in raw["events"]),
             tuple(
                 (
                     frozenset((Condition(text, frozenset(names)), bool(value)) for text, names, value in s["facts"]),
                     # an event of its own in each way through, as each was written out before
-                    tuple(_foreign_event(table[_place(place, len(table))], path) for place in s["events"]),
+                    tuple(_foreign_event(table[_place(place, len(table))], home) for place in s["events"]),
                 )
                 for s in sequences
             )
             if sequences is not None
             else None,
             tuple(FreshScaler(f["name"], f["text"], f["optimizer"], f.get("optimizer_text", "the optimizer")) for f in raw.get("fresh_scalers", ())),
-            os.path.basename(path),
+            os.path.basename(home),
             tuple(
                 ForeignHook(h["framework"], h["owner"], h["hook"], h["text"], h["tensor"], h["origin"], int(h["line"]), int(h["position"]))
                 for h in raw.get("framework_hooks", ())

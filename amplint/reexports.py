@@ -1,0 +1,156 @@
+"""What a package's `__init__.py` re-exports from its modules, for the second phase of a run.
+
+`from utils import grad_norm` names the package `utils`, whose `__init__.py` only binds
+`grad_norm` from `.grads` (`from .grads import grad_norm`). Python gives the importer the
+function of `utils/grads.py`; so does the linter: each linted `__init__.py` whose top-level
+`from X import a [as b]` (or `from X import *`) names a linted module with a summary is seen,
+by the files that import the package, with a summary that holds those functions, classes and
+facts under the names it binds (`ReExports.apply`). Each copied function keeps its own file
+(`home`), so a message still says "in grads.py". Chains (`utils/__init__.py` re-exporting
+what `utils/ops/__init__.py` re-exports) are followed a few packages deep.
+
+The re-exports are read from the `__init__.py`'s text, as `catalogue.text_imports` reads
+imports (top-level lines only: an import under `if TYPE_CHECKING:` or in a function is not
+one); a star import re-exports every public name, as Python does without an `__all__`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from amplint.catalogue import IMPORT_LINE
+from amplint.diagnostics import FileResult
+
+if TYPE_CHECKING:
+    from amplint.import_paths import PathIndex
+
+# Packages a re-export is followed through (`a/__init__.py` from `a/b/__init__.py` from `a/b/c.py`).
+MAX_DEPTH = 3
+
+# (the name the package binds, the module it comes from, the name there; "*": every public one)
+Spec = Tuple[str, str, str]
+
+
+def reexported(text: str) -> List[Tuple[str, int, str, str]]:
+    """The top-level `from X import ...` lines of `text`, one entry per name: (module, relative
+    level, name there, name bound here). `from .grads import (grad_norm as gn,  # note` gives
+    ("grads", 1, "grad_norm", "gn"); `from .ops import *` gives ("ops", 1, "*", "*")."""
+    found = []
+    for dots, module, names, plain in re.findall(IMPORT_LINE, text, re.M):
+        if plain or not (module or dots):
+            continue
+        names = re.sub(r"#[^\n]*", "", names).strip("() \t\n")
+        for item in names.split(","):
+            parts = item.split()
+            if len(parts) == 1 and (parts[0] == "*" or parts[0].isidentifier()):
+                found.append((module, len(dots), parts[0], parts[0]))
+            elif len(parts) == 3 and parts[1] == "as" and parts[0].isidentifier() and parts[2].isidentifier():
+                found.append((module, len(dots), parts[0], parts[2]))
+    return found
+
+
+class ReExports:
+    """The re-exports of the linted `__init__.py` files that name another linted module."""
+
+    def __init__(self, specs: Mapping[str, Sequence[Spec]]) -> None:
+        self.specs = dict(specs)
+        self._made: Dict[str, Tuple[Tuple[int, ...], dict]] = {}
+
+    @classmethod
+    def found(cls, results: Sequence[FileResult], read, index: "PathIndex") -> "ReExports":
+        """Read from the `__init__.py` files among `results` (`read`: a file's text)."""
+        specs: Dict[str, List[Spec]] = {}
+        for result in results:
+            if os.path.basename(result.path) != "__init__.py" or result.error is not None:
+                continue
+            text = read(result.path)
+            if not text or "import" not in text:
+                continue
+            for module, level, name, local in reexported(text):
+                origin = index.path_of(result.path, module or None, level, exclude=result.path)
+                if origin is not None:
+                    specs.setdefault(result.path, []).append((local, origin, name))
+        return cls(specs)
+
+    def apply(self, summaries: Mapping[str, dict]) -> Dict[str, dict]:
+        """`summaries` with each re-exporting package's own summary (or none) joined by what it
+        re-exports from them. A package's summary is the same object as long as what it is made
+        of is, so that a file's summaries compare unchanged between rounds (`project._same`)."""
+        if not self.specs:
+            return dict(summaries)
+        seen: Dict[str, dict] = dict(summaries)
+        for _ in range(MAX_DEPTH):
+            changed = False
+            for package, specs in self.specs.items():
+                made = self._make(package, specs, seen, summaries.get(package))
+                if made is not None and seen.get(package) is not made:
+                    seen[package] = made
+                    changed = True
+            if not changed:
+                break
+        return seen
+
+    def _make(self, package: str, specs: Sequence[Spec], seen: Mapping[str, dict], own: Optional[dict]) -> Optional[dict]:
+        sources = [(local, seen.get(origin), name, origin) for local, origin, name in specs]
+        sources = [(local, source, name, origin) for local, source, name, origin in sources if isinstance(source, dict) and source.get("version") is not None]
+        if not sources:
+            return own
+        key = (id(own), *(id(source) for _, source, _, _ in sources))
+        before = self._made.get(package)
+        if before is not None and before[0] == key:
+            return before[1]
+        made: Dict[str, Any] = {"version": sources[0][1]["version"], "functions": {}, "scalers": {}, "classes": {}}
+        for part, value in (own or {}).items():
+            made[part] = {name: entry for name, entry in value.items()} if isinstance(value, dict) and part != "facts" else value
+        made["facts"] = {family: dict(entries) for family, entries in (own or {}).get("facts", {}).items() if isinstance(entries, dict)}
+        for local, source, name, origin in sources:
+            for part in ("functions", "classes", "state"):
+                for bound, entry in _entries(source.get(part), name, local):
+                    if part == "functions" and isinstance(entry, dict) and "home" not in entry:
+                        entry = {**entry, "home": origin}
+                    made.setdefault(part, {}).setdefault(bound, entry)
+            facts = source.get("facts")
+            for family, entries in (facts.items() if isinstance(facts, dict) else ()):
+                for bound, entry in _entries(entries, name, local):
+                    made["facts"].setdefault(family, {}).setdefault(bound, entry)
+        self._made[package] = (key, made)
+        return made
+
+
+def _entries(table: Any, name: str, local: str) -> List[Tuple[str, Any]]:
+    """The entries of a summary's table (by function, class or `Class.method` name) that the
+    re-export of `name` as `local` binds, under their names in the package."""
+    if not isinstance(table, dict):
+        return []
+    if name == "*":
+        return [(key, entry) for key, entry in table.items() if not key.startswith("_")]
+    found = []
+    for key, entry in table.items():
+        if key == name:
+            found.append((local, entry))
+        elif key.startswith(name + "."):
+            found.append((local + key[len(name) :], entry))
+    return found
+
+
+def origins(package: Optional[str], read, index: "PathIndex", packages: "PathIndex", depth: int = MAX_DEPTH) -> Dict[str, Dict[str, str]]:
+    """The files among `index`'s that the `__init__.py` `package` re-exports from, followed
+    through the `__init__.py` files of `packages` it re-exports from in turn (`read`: a
+    file's text): each with the names it gives them in the package (name there -> name in
+    the package; "*": every public name, as it is)."""
+    found: Dict[str, Dict[str, str]] = {}
+    if package is None or depth <= 0:
+        return found
+    for module, level, name, local in reexported(read(package) or ""):
+        for path in index.paths_of(package, module or None, level, exclude=package):
+            found.setdefault(path, {})[name] = local
+        inner = packages.path_of(package, module or None, level, exclude=package)
+        if inner is not None and inner != package:
+            for path, names in origins(inner, read, index, packages, depth - 1).items():
+                for there, here in names.items():
+                    # `from .inner import a as b` of an inner `a` (or of everything inner re-exports)
+                    if name == "*" or here == name:
+                        found.setdefault(path, {})[there] = here if name == "*" else local
+    return found
