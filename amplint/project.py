@@ -103,7 +103,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     handed: Dict[Tuple[str, str], Tuple[dict, dict]] = {}  # what `trained_by_importers` handed, kept
     for _ in range(MAX_ROUNDS):
         # A module whose classes a script trains is linted with that script's summary too.
-        trained = trained_by_importers(summaries, paths, handed)
+        trained = trained_by_importers(summaries, paths, handed, reexports)
         visible = reexports.apply(summaries)
         jobs: List[Tuple[int, Dict[str, dict]]] = []
         for index, result in enumerate(results):
@@ -306,14 +306,17 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     return found
 
 
-def trained_by_importers(summaries: Mapping[str, dict], index: "PathIndex", kept: Dict[Tuple[str, str], Tuple[dict, dict]]) -> Dict[str, Dict[str, dict]]:
+def trained_by_importers(
+    summaries: Mapping[str, dict], index: "PathIndex", kept: Dict[Tuple[str, str], Tuple[dict, dict]], reexports: Optional[ReExports] = None
+) -> Dict[str, Dict[str, dict]]:
     """For each linted file that defines a class another module fits with a framework object
     that may be float16 (that module's summary's `trains`: `L.Trainer(precision="16-mixed").fit(
     LitModel())` of `from model import LitModel`), what to hand it, by `<that module>::trains`:
     `{"trains_here": {"classes": [[name, framework, surely, the module's path from there]],
     "words": [...]}}`. Which of its classes the framework trains (their bases) is the file's to
     say (`ExternalModules.trained_here`). `kept`: what was handed before, by (file, module),
-    with the module's summary it came from, so that an unchanged summary hands the same object."""
+    with the module's summary it came from, so that an unchanged summary hands the same object.
+    A class a package re-exports (`from models import LitModel`) is its module's (`reexports`)."""
     from amplint.semantic.pytorch.frameworks import BY_NAME
 
     found: Dict[str, Dict[str, list]] = {}
@@ -323,6 +326,8 @@ def trained_by_importers(summaries: Mapping[str, dict], index: "PathIndex", kept
             continue
         for module, level, name, framework, surely in trains.get("classes", ()):
             target = index.path_of(importer, module or None, level, exclude=importer)
+            if target is not None and reexports is not None:
+                target, name = reexports.origin_of(target, name)
             if target is not None and framework in BY_NAME:
                 origin = os.path.relpath(importer, os.path.dirname(target) or os.curdir)
                 found.setdefault(target, {}).setdefault(importer, []).append([name, framework, bool(surely), origin])
@@ -368,7 +373,10 @@ def trainer_scripts(results: Sequence[FileResult], read: ReadText, every_path: C
         index = every_path()
         for module, level in results[i].imports:
             path = index.path_of(results[i].path, module or None, level, exclude=results[i].path)
-            defined = _classes_based_on(read(path) or "", bases) if path is not None else frozenset()
+            defined = set(_classes_based_on(read(path) or "", bases)) if path is not None else set()
+            if path is not None and os.path.basename(path) == "__init__.py":  # and what the package re-exports
+                for origin, names in origins(path, read, index, index).items():
+                    defined |= {names.get(name, name if "*" in names else "") for name in _classes_based_on(read(origin) or "", bases)} - {""}
             if any(re.search(r"\b%s\b" % name, text) for name in defined):
                 found.append(i)
                 break

@@ -74,6 +74,14 @@ class ReExports:
                     specs.setdefault(result.path, []).append((local, origin, name))
         return cls(specs)
 
+    def origin_of(self, package: str, name: str, depth: int = MAX_DEPTH) -> Tuple[str, str]:
+        """The module that defines what `package` binds as `name` (`LitModel` of `models`, from
+        `models/lit.py`), and its name there; (`package`, `name`) where it re-exports no such name."""
+        for local, origin, there in self.specs.get(package, ()) if depth > 0 else ():
+            if local == name or local == "*":
+                return self.origin_of(origin, name if there == "*" else there, depth - 1)
+        return package, name
+
     def apply(self, summaries: Mapping[str, dict]) -> Dict[str, dict]:
         """`summaries` with each re-exporting package's own summary (or none) joined by what it
         re-exports from them. A package's summary is the same object as long as what it is made

@@ -155,3 +155,21 @@ def test_a_package_summary_is_the_same_object_while_its_sources_are():
     assert reexports.apply({"u/grads.py": grads, "u/__init__.py": own})["u/__init__.py"] is made
     changed = {**grads, "functions": {}}
     assert reexports.apply({"u/grads.py": changed, "u/__init__.py": own})["u/__init__.py"] is not made
+
+
+@pytest.mark.parametrize("init", ["from .lit import LitModel\n", "from .lit import *\n", "from .lit import LitModel as Model\n"])
+def test_a_lightning_module_a_package_re_exports_is_trained_where_it_is_defined(tmp_path, init):
+    from test_project_frameworks import LIT_MODEL, LIT_TRAIN, RAW_CLIP
+
+    local = "Model" if " as " in init else "LitModel"
+    files = {
+        "models/__init__.py": init,
+        "models/lit.py": LIT_MODEL.format(clip=RAW_CLIP),
+        "train.py": LIT_TRAIN.format(imports=f"from models import {local}", precision='"16-mixed"', model=f"{local}()"),
+    }
+    rows, findings = _codes(tmp_path, files, "--no-cache")
+    assert rows == [("models/lit.py", 15, "AMP003")]
+    assert findings[0]["message"].endswith("(../train.py trains `LitModel` in float16)")
+    # A Trainer in 32 bits trains nothing in float16.
+    files["train.py"] = files["train.py"].replace('"16-mixed"', '"32-true"')
+    assert _codes(tmp_path / "fp32", files, "--no-cache")[0] == []
