@@ -6,6 +6,7 @@ import pytest
 
 from amplint.reexports import ReExports, reexported
 from conftest import lint_project
+from test_project_ema import EMA_UTILS as EMA
 
 GRADS = """
 def grad_norm(model):
@@ -34,23 +35,6 @@ def train(model, loader, opt):
         print(norm)
 """
 
-EMA = """
-import copy
-
-import torch
-
-
-class ModelEMA:
-    def __init__(self, model, decay=0.9999):
-        self.ema = copy.deepcopy(model).eval()
-        self.decay = decay
-
-    def update(self, model):
-        with torch.no_grad():
-            for e, p in zip(self.ema.parameters(), model.parameters()):
-                e.mul_(self.decay).add_(p.detach(), alpha=1 - self.decay)
-"""
-
 EMA_TRAIN = """
 import torch
 from utils import ModelEMA
@@ -71,9 +55,7 @@ def _train(import_line="from utils import grad_norm", call="grad_norm", unscale=
     return TRAIN.format(import_line=import_line, call=call, unscale=unscale)
 
 
-def _codes(root, files, *options):
-    rows, findings = lint_project(root, files, *options)
-    return rows, findings
+_codes = lint_project  # (file, row, code) of each finding, and the findings
 
 
 @pytest.mark.parametrize(
