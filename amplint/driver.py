@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 # CPU seconds one file may take (parse and analysis): a safety net only, far above what the
 # step limit of amplint.work allows, so that no machine or load reaches it first: the full
 # limit took 6 to 9 s where it was calibrated and 36 s on a slower shared machine (a step
-# there cost 11 to 13 us in every phase). --file-budget changes it, 0 lifts it.
+# there cost 7 to 13 us in every phase). --file-budget changes it, 0 lifts it.
 DEFAULT_BUDGET = 120.0
 # MiB of memory a worker may take beyond what it holds when it starts (its address space, the
 # kernel's RLIMIT_AS): a safety net like the CPU one. The costliest real files measured take a

@@ -16,6 +16,7 @@ one); a star import re-exports every public name, as Python does without an `__a
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -33,7 +34,8 @@ MAX_DEPTH = 3
 Spec = Tuple[str, str, str]
 
 
-def reexported(text: str) -> List[Tuple[str, int, str, str]]:
+@functools.lru_cache(maxsize=1024)  # asked for each import of a package, by every importer
+def reexported(text: str) -> Tuple[Tuple[str, int, str, str], ...]:
     """The top-level `from X import ...` lines of `text`, one entry per name: (module, relative
     level, name there, name bound here). `from .grads import (grad_norm as gn,  # note` gives
     ("grads", 1, "grad_norm", "gn"); `from .ops import *` gives ("ops", 1, "*", "*")."""
@@ -48,7 +50,7 @@ def reexported(text: str) -> List[Tuple[str, int, str, str]]:
                 found.append((module, len(dots), parts[0], parts[0]))
             elif len(parts) == 3 and parts[1] == "as" and parts[0].isidentifier() and parts[2].isidentifier():
                 found.append((module, len(dots), parts[0], parts[2]))
-    return found
+    return tuple(found)
 
 
 class ReExports:

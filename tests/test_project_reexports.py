@@ -115,7 +115,7 @@ def test_a_class_re_exported_by_a_package_carries_its_facts(tmp_path):
 
 def test_reexported_reads_top_level_from_imports():
     text = "from .a import x, y as z  # note\nfrom . import b\nimport os\nfrom .c import (\n    p,\n    q as r,\n)\nfrom .d import *\n    from .e import w\n"
-    assert reexported(text) == [
+    assert list(reexported(text)) == [
         ("a", 1, "x", "x"),
         ("a", 1, "y", "z"),
         ("", 1, "b", "b"),
