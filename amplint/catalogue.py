@@ -173,6 +173,17 @@ def cast_names(source: str) -> FrozenSet[str]:
     return _defining(source, ((start, False) for word in CAST_WORDS for start in _occurrences(source, word)), methods=False)
 
 
+def constant_names(source: str) -> FrozenSet[str]:
+    """The top-level names assigned on a line that names a half dtype, by a text search:
+    `AMP_DTYPE` for `AMP_DTYPE = torch.float16` in `config.py`. What another module must name
+    to read one (`amplint.semantic.exports`' `constants`)."""
+    import re
+
+    if not any(word in source for word in ("float16", "half", "bfloat16")):
+        return frozenset()
+    return frozenset(re.findall(r"^([A-Za-z]\w*)[ \t]*(?::[^=\n]*)?=(?!=)[^\n]*\b(?:float16|half|bfloat16)\b", source, re.M))
+
+
 def _occurrences(source: str, word: str) -> Iterator[int]:
     start = source.find(word)
     while start != -1:

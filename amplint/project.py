@@ -235,12 +235,12 @@ def _finds_any(importer: str, used: Mapping[str, dict], lookups: Collection[Tupl
 
 
 def _fact_names(summary: Mapping[str, object]) -> List[str]:
-    """The classes and functions a summary says something of besides their events: what its
-    fact families export (`exports.ExportsFacts`) and its state table (what they checkpoint,
-    `semantic.saved_state`)."""
+    """The classes, functions and constants a summary says something of besides their events:
+    what its fact families export (`exports.ExportsFacts`), its state table (what they
+    checkpoint, `semantic.saved_state`) and its constants (`AMP_DTYPE = torch.float16`)."""
     facts = summary.get("facts")
     families = list(facts.values()) if isinstance(facts, dict) else []
-    return [name for family in [*families, summary.get("state")] if isinstance(family, dict) for name in family]
+    return [name for family in [*families, summary.get("state"), summary.get("constants")] if isinstance(family, dict) for name in family]
 
 
 def _same(before: Optional[Dict[str, dict]], now: Dict[str, dict]) -> bool:
@@ -433,7 +433,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
             for path, names in origins(package, read, index, packages).items():
                 wanted.setdefault(deferred[path], []).append(result.path)
                 renamed.setdefault(deferred[path], {}).update(names)
-    from amplint.catalogue import cast_names, helper_names, state_names
+    from amplint.catalogue import cast_names, constant_names, helper_names, state_names
 
     found = []
     for i, importing in sorted(wanted.items()):
@@ -442,7 +442,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
             continue
         # No AMP words: only if a file that imports it names one of its functions that may do AMP work.
         text = read(results[i].path) or ""
-        names = helper_names(text) | state_names(text) | cast_names(text)
+        names = helper_names(text) | state_names(text) | cast_names(text) | constant_names(text)
         names |= {renamed[i][name] for name in names if renamed.get(i, {}).get(name, "*") != "*"}
         if names and any(name in (read(path) or "") for path in dict.fromkeys(importing) for name in names):
             found.append(i)

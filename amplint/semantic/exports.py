@@ -152,7 +152,8 @@ def export_summary(model: "SemanticModel", path: str, families: Sequence[Exports
         if exported:
             facts[family.SUMMARY_KEY] = exported
     trains = _trains(model)
-    if not functions and not state and not facts and not trains:
+    constants = _constants(model)
+    if not functions and not state and not facts and not trains and not constants:
         return None
     scalers = {}
     for key, info in model.scalers.items():
@@ -167,6 +168,8 @@ def export_summary(model: "SemanticModel", path: str, families: Sequence[Exports
         summary["state"] = state
     if trains:
         summary["trains"] = trains
+    if constants:
+        summary["constants"] = constants
     if facts:
         summary["facts"] = facts
     return summary
@@ -807,6 +810,21 @@ def import_targets(name: str, bindings: Iterable[Any]) -> Iterator[Tuple[Optiona
             targets = [".".join(filter(None, [module, imported, *parts[:-1]]))]
         for target in dict.fromkeys(targets):
             yield target or None, level, parts[-1]
+
+
+def _constants(model: "SemanticModel") -> Dict[str, Dict[str, List[str]]]:
+    """The module's top-level names given one value that may be a half dtype (`AMP_DTYPE =
+    torch.float16`, `DTYPE = torch.bfloat16 if BF16 else torch.float16`), with every dtype it
+    may be: what an importer's `Resolver.dtypes` reads of `from config import AMP_DTYPE`."""
+    scope = model.index.module_scope
+    found: Dict[str, Dict[str, List[str]]] = {}
+    for name, bindings in scope.bindings.items():
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].value is None or name.startswith("_"):
+            continue
+        dtypes = model.resolver.dtypes(bindings[0].value, scope)
+        if dtypes & {"float16", "bfloat16"}:
+            found[name] = {"dtypes": sorted(dtypes)}
+    return found
 
 
 def imports_of(index) -> Tuple[Tuple[str, int], ...]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Type, TypeVar
 
 import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.conditions import Assumption, ConditionMemo, StandIn, alternatives, assumptions, stand_ins, substitute
-from amplint.semantic.exports import ExternalModules, ForeignHook, import_targets
+from amplint.semantic.exports import ExternalModules, ForeignHook, import_targets, imported_module
 from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, ModuleIndex, Scope, build_index
 from amplint.semantic.pytorch import frameworks, vocabulary
@@ -60,7 +60,7 @@ class SemanticModel:
         self.external = external
         self.torch_target = torch_target  # None: amplint.torch_target.ASSUMED
         self.index: ModuleIndex = build_index(module)
-        self.resolver = Resolver(self.index)
+        self.resolver = Resolver(self.index, self._imported_constant if external is not None else None)
         self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver, external)
         self.scalers: Dict[str, ScalerInfo] = self.scaler_facts.scalers
         self.classifier = Classifier(self.index, self.resolver, self.scaler_facts, external)
@@ -75,6 +75,30 @@ class SemanticModel:
         self._call_order: Optional[Dict[int, int]] = None
         self._records: Optional[Dict[int, CallRecord]] = None
         self._facts: Dict[type, "Analysis"] = {}
+
+    # ------------------------------------------------------------------ other modules
+    def _imported_constant(self, node: cst.CSTNode, local: str, attribute: str) -> Optional[Mapping[str, Any]]:
+        """What the summary of the linted module an import names says of a constant it defines
+        (`Resolver.dtypes`): `from config import AMP_DTYPE`, `import config` read as
+        `config.AMP_DTYPE`, `from pkg import config` read as `config.AMP_DTYPE`."""
+        found = imported_module(node, local)
+        if found is None or self.external is None:
+            return None
+        module, level, name = found
+        if name is not None and attribute:
+            if "." in attribute:
+                return None
+            module, name = (f"{module}.{name}" if module else name), attribute
+        elif name is None:
+            if not attribute or "." in attribute:
+                return None
+            name = attribute
+        elif "." in name:
+            return None
+        raw = self.external.raw(module, level)
+        constants = raw.get("constants") if isinstance(raw, Mapping) else None
+        entry = constants.get(name) if isinstance(constants, Mapping) else None
+        return entry if isinstance(entry, Mapping) else None
 
     # ------------------------------------------------------------------ fact families
     def facts(self, family: Type[A]) -> A:

@@ -10,7 +10,7 @@ and unknown is never guessed.
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -29,11 +29,18 @@ _PARSED_NAMES = ("args", "opt", "opts")
 KNOWN_DEVICES = ("cuda", "cpu", "mps", "xpu", "hpu", "npu", "xla", "meta")
 
 
+# What another linted module's summary says of a constant it defines (`constants`: its
+# `dtypes`), asked with the import that binds the name, the name as bound and the attribute
+# read of it: `ImportedConstant(<from config import AMP_DTYPE>, "AMP_DTYPE", "")`.
+ImportedConstant = Callable[[cst.CSTNode, str, str], Optional[Mapping[str, Any]]]
+
+
 class Resolver:
-    def __init__(self, index: ModuleIndex) -> None:
+    def __init__(self, index: ModuleIndex, imported_constant: Optional[ImportedConstant] = None) -> None:
         self.index = index
         self.aliases = index.aliases
         self._options: Optional[Dict[str, List[Tuple[cst.Call, Scope]]]] = None
+        self._imported_constant = imported_constant
 
     # names
     def qualified(self, node: cst.BaseExpression) -> Optional[str]:
@@ -218,10 +225,25 @@ class Resolver:
                 if isinstance(element, cst.DictElement):
                     found |= self.dtypes(element.value, table[1], depth + 1)
             return found
-        dtype = torch_api.DTYPES.get(self.aliases.resolve(value) or "")
+        qualified = self.aliases.resolve(value)
+        dtype = torch_api.DTYPES.get(qualified or "")
         if dtype is not None:
             return frozenset({dtype})
+        if qualified is not None and not qualified.startswith("torch."):
+            return self._imported_dtypes(value, scope)
         return self._through_names(value, scope, depth, self.dtypes)
+
+    def _imported_dtypes(self, value: cst.BaseExpression, scope: Scope) -> FrozenSet[str]:
+        """The dtypes a constant of another linted module may be (`from config import
+        AMP_DTYPE`, `config.AMP_DTYPE`), as its summary says; empty when unknown."""
+        name = dotted_name(value) or ""
+        head, _, rest = name.partition(".")
+        bindings = self.bindings(head, scope)
+        if self._imported_constant is None or len(bindings) != 1 or bindings[0].kind != "import":
+            return frozenset()
+        entry = self._imported_constant(bindings[0].node, head, rest)
+        dtypes = entry.get("dtypes") if isinstance(entry, Mapping) else None
+        return frozenset(d for d in dtypes if d in torch_api.DTYPES.values()) if isinstance(dtypes, list) else frozenset()
 
     def devices(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> FrozenSet[str]:
         """The device types `value` can name: `"cuda:0"`, `torch.device("cuda" if ok else
