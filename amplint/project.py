@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -112,9 +113,11 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
                 continue
             used = imported_summaries(result, visible, paths) if result.imports else {}
             if used:
-                used = _called_from(read(result.path), used)
+                text = read(result.path)
+                used = _called_from(text, {path: reexports.seen_by(path, result.path, summary, text) for path, summary in used.items()})
             used = {**used, **given}
-            if used and not _same(done.get(result.path), used):
+            before = done.get(result.path)
+            if used and not _same(before, used) and not reexports.only_packages_changed(before, used):
                 done[result.path] = used
                 jobs.append((index, used))
         if not jobs:
@@ -424,14 +427,16 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
     # `from utils import grad_norm` imports what `utils/__init__.py` re-exports (`amplint.reexports`).
     packages = PathIndex([r.path for r in results if os.path.basename(r.path) == "__init__.py" and r.error is None])
     wanted: Dict[int, List[str]] = {}  # -> the files that import it
-    renamed: Dict[int, Dict[str, str]] = {}  # -> what a package that re-exports from it calls its names
+    # -> the files that import a package re-exporting from it, and what the package calls its names
+    through: Dict[int, List[str]] = {}
+    renamed: Dict[int, Dict[str, str]] = {}
     for result in importers:
         for module, level in result.imports:
             for path in index.paths_of(result.path, module or None, level, exclude=result.path):
                 wanted.setdefault(deferred[path], []).append(result.path)
             package = packages.path_of(result.path, module or None, level, exclude=result.path)
             for path, names in origins(package, read, index, packages).items():
-                wanted.setdefault(deferred[path], []).append(result.path)
+                through.setdefault(deferred[path], []).append(result.path)
                 renamed.setdefault(deferred[path], {}).update(names)
     from amplint.catalogue import cast_names, constant_names, helper_names, state_names
 
@@ -446,4 +451,20 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
         names |= {renamed[i][name] for name in names if renamed.get(i, {}).get(name, "*") != "*"}
         if names and any(name in (read(path) or "") for path in dict.fromkeys(importing) for name in names):
             found.append(i)
-    return found
+    # Reached through a package only (`from diffusers import *` reaches hundreds of modules): a
+    # module whose code may do AMP work (or, without AMP words, whose such function) a file
+    # importing the package names, as the package calls it.
+    for i, importing in sorted(through.items()):
+        if i in wanted:
+            continue
+        text = read(results[i].path) or ""
+        names = (_defined_names(text) if results[i].deferred else helper_names(text) | state_names(text) | cast_names(text) | constant_names(text))
+        names = {renamed[i].get(name, name if "*" in renamed[i] else "") for name in names} - {""}
+        if names and any(re.search(r"\b%s\b" % re.escape(name), read(path) or "") for path in dict.fromkeys(importing) for name in names):
+            found.append(i)
+    return sorted(found)
+
+
+def _defined_names(text: str) -> FrozenSet[str]:
+    """The top-level functions and classes a module's text defines, and the names it assigns."""
+    return frozenset(defined or assigned for defined, assigned in re.findall(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*(?::[^=\n]*)?=(?!=)", text, re.M))

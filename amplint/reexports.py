@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from amplint.catalogue import IMPORT_LINE
 from amplint.diagnostics import FileResult
@@ -59,6 +59,7 @@ class ReExports:
     def __init__(self, specs: Mapping[str, Sequence[Spec]]) -> None:
         self.specs = dict(specs)
         self._made: Dict[str, Tuple[Tuple[int, ...], dict]] = {}
+        self._seen: Dict[Tuple[str, str], dict] = {}  # (package, importer) -> what it saw last
 
     @classmethod
     def found(cls, results: Sequence[FileResult], read, index: "PathIndex") -> "ReExports":
@@ -102,6 +103,37 @@ class ReExports:
                 break
         return seen
 
+    def only_packages_changed(self, before: Optional[Mapping[str, dict]], now: Mapping[str, dict]) -> bool:
+        """Whether a file linted before with the summaries `before` would now be linted again only
+        because a package's changed: a package stands for many modules, each of which may
+        change round after round as its own imports settle. A file is linted with the first view
+        of a package it names and not again for that package alone (as the rounds' limit cuts
+        any chain short), so that a package costs one round, not one per module behind it."""
+        if before is None or before.keys() != now.keys():
+            return False
+        changed = [path for path in now if before[path] is not now[path]]
+        return bool(changed) and all(path in self.specs for path in changed)
+
+    def seen_by(self, package: str, importer: str, summary: dict, text: Optional[str]) -> dict:
+        """A package's summary as the file `importer` (whose text is `text`) sees it: only what it
+        names, so that a change elsewhere in a package of many modules (its summary is theirs
+        together) starts no new round for it; the same object while that part is unchanged."""
+        if package not in self.specs or text is None:
+            return summary
+        named = _words(text)
+
+        def kept(table: Any) -> Any:
+            return {key: entry for key, entry in table.items() if key.split(".", 1)[0] in named} if isinstance(table, dict) else table
+
+        seen = {part: kept(value) if part in _TABLES else value for part, value in summary.items()}
+        if isinstance(summary.get("facts"), dict):
+            seen["facts"] = {family: kept(entries) for family, entries in summary["facts"].items()}
+        before = self._seen.get((package, importer))
+        if before is not None and before == seen:
+            return before
+        self._seen[(package, importer)] = seen
+        return seen
+
     def _make(self, package: str, specs: Sequence[Spec], seen: Mapping[str, dict], own: Optional[dict]) -> Optional[dict]:
         sources = [(local, seen.get(origin), name, origin) for local, origin, name in specs]
         sources = [(local, source, name, origin) for local, source, name, origin in sources if isinstance(source, dict) and source.get("version") is not None]
@@ -116,7 +148,7 @@ class ReExports:
             made[part] = {name: entry for name, entry in value.items()} if isinstance(value, dict) and part != "facts" else value
         made["facts"] = {family: dict(entries) for family, entries in (own or {}).get("facts", {}).items() if isinstance(entries, dict)}
         for local, source, name, origin in sources:
-            for part in ("functions", "classes", "state"):
+            for part in _TABLES:
                 for bound, entry in _entries(source.get(part), name, local):
                     if part == "functions" and isinstance(entry, dict) and "home" not in entry:
                         entry = {**entry, "home": origin}
@@ -125,8 +157,19 @@ class ReExports:
             for family, entries in (facts.items() if isinstance(facts, dict) else ()):
                 for bound, entry in _entries(entries, name, local):
                     made["facts"].setdefault(family, {}).setdefault(bound, entry)
+        if before is not None and before[1] == made:
+            made = before[1]  # the same summary as before: its importers need no new round
         self._made[package] = (key, made)
         return made
+
+
+# A summary's tables by function, class or `Class.method` name.
+_TABLES = ("functions", "classes", "state", "constants")
+
+
+@functools.lru_cache(maxsize=64)
+def _words(text: str) -> FrozenSet[str]:
+    return frozenset(re.findall(r"\w+", text))
 
 
 def _entries(table: Any, name: str, local: str) -> List[Tuple[str, Any]]:

@@ -155,3 +155,22 @@ def test_a_lightning_module_a_package_re_exports_is_trained_where_it_is_defined(
     # A Trainer in 32 bits trains nothing in float16.
     files["train.py"] = files["train.py"].replace('"16-mixed"', '"32-true"')
     assert _codes(tmp_path / "fp32", files, "--no-cache")[0] == []
+
+
+def test_an_importer_sees_only_what_it_names_of_a_package():
+    grads = {"version": 4, "functions": {"grad_norm": {"params": ["m"], "events": []}, "Ema.update": {"params": ["self"], "events": []}}}
+    reexports = ReExports({"u/__init__.py": [("*", "u/grads.py", "*")]})
+    package = reexports.apply({"u/grads.py": grads})["u/__init__.py"]
+    seen = reexports.seen_by("u/__init__.py", "train.py", package, "from u import grad_norm\ngrad_norm(model)\n")
+    assert set(seen["functions"]) == {"grad_norm"}
+    again = reexports.seen_by("u/__init__.py", "train.py", {**package, "functions": dict(package["functions"])}, "from u import grad_norm\ngrad_norm(model)\n")
+    assert again is seen  # the same view while what it names is unchanged: no new round
+    assert reexports.seen_by("u/grads.py", "train.py", grads, "") is grads  # a module is seen whole
+
+
+def test_a_package_alone_changing_starts_no_new_round():
+    reexports = ReExports({"u/__init__.py": [("*", "u/grads.py", "*")]})
+    first = {"u/__init__.py": {"version": 4}, "m.py": {"version": 4}}
+    assert reexports.only_packages_changed(first, {**first, "u/__init__.py": {"version": 4}})
+    assert not reexports.only_packages_changed(first, {**first, "m.py": {"version": 4}})
+    assert not reexports.only_packages_changed(None, first)
