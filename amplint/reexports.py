@@ -80,10 +80,13 @@ class ReExports:
     def origin_of(self, package: str, name: str, depth: int = MAX_DEPTH) -> Tuple[str, str]:
         """The module that defines what `package` binds as `name` (`LitModel` of `models`, from
         `models/lit.py`), and its name there; (`package`, `name`) where it re-exports no such name."""
-        for local, origin, there in self.specs.get(package, ()) if depth > 0 else ():
-            if local == name or local == "*":
-                return self.origin_of(origin, name if there == "*" else there, depth - 1)
-        return package, name
+        specs = self.specs.get(package, ()) if depth > 0 else ()
+        # A name the package binds by name first: a star before it may not hold it.
+        found = next((spec for spec in specs if spec[0] == name), None) or next((spec for spec in specs if spec[0] == "*"), None)
+        if found is None:
+            return package, name
+        _, origin, there = found
+        return self.origin_of(origin, name if there == "*" else there, depth - 1)
 
     def apply(self, summaries: Mapping[str, dict]) -> Dict[str, dict]:
         """`summaries` with each re-exporting package's own summary (or none) joined by what it

@@ -174,3 +174,10 @@ def test_a_package_alone_changing_starts_no_new_round():
     assert reexports.only_packages_changed(first, {**first, "u/__init__.py": {"version": 4}})
     assert not reexports.only_packages_changed(first, {**first, "m.py": {"version": 4}})
     assert not reexports.only_packages_changed(None, first)
+
+
+def test_a_name_bound_by_name_wins_over_a_star_before_it():
+    reexports = ReExports({"m/__init__.py": [("*", "m/other.py", "*"), ("LitModel", "m/lit.py", "LitModel")]})
+    assert reexports.origin_of("m/__init__.py", "LitModel") == ("m/lit.py", "LitModel")
+    assert reexports.origin_of("m/__init__.py", "Else") == ("m/other.py", "Else")
+    assert reexports.origin_of("x.py", "LitModel") == ("x.py", "LitModel")
