@@ -44,7 +44,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from amplint.diagnostics import FileResult
-from amplint.reexports import ReExports, origins
+from amplint.reexports import ReExports
 
 if TYPE_CHECKING:
     from amplint.import_paths import PathIndex
@@ -86,7 +86,9 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
 
         return PathIndex([r.path for r in results])
 
-    wanted = sorted({*imported_deferred(results, read), *trainer_scripts(results, read, every_path)})
+    # `from utils import grad_norm`, which `utils/__init__.py` binds from `.grads`.
+    reexports = ReExports.found(results, read, every_path())
+    wanted = sorted({*imported_deferred(results, read, reexports), *trainer_scripts(results, read, every_path, reexports)})
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
             results[index] = result
@@ -96,8 +98,6 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         return results
     paths = every_path()
     _read_imports_of_scaler_users(results, summaries, read, paths)
-    # `from utils import grad_norm`, which `utils/__init__.py` binds from `.grads`.
-    reexports = ReExports.found(results, read, paths)
     # The summaries each file was last linted with, the objects themselves: a summary that
     # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
     done: Dict[str, Dict[str, dict]] = {}
@@ -346,7 +346,7 @@ def trained_by_importers(
     return given
 
 
-def trainer_scripts(results: Sequence[FileResult], read: ReadText, every_path: Callable[[], "PathIndex"]) -> List[int]:
+def trainer_scripts(results: Sequence[FileResult], read: ReadText, every_path: Callable[[], "PathIndex"], reexports: Optional[ReExports] = None) -> List[int]:
     """The indices of the deferred results that may build a framework object which trains the
     modules handed to it (`Framework.training_methods`: `L.Trainer(...)` and `.fit(`) and name
     a class that a file they import defines on one of its module bases, or on such a class of
@@ -377,8 +377,8 @@ def trainer_scripts(results: Sequence[FileResult], read: ReadText, every_path: C
         for module, level in results[i].imports:
             path = index.path_of(results[i].path, module or None, level, exclude=results[i].path)
             defined = set(_classes_based_on(read(path) or "", bases)) if path is not None else set()
-            if path is not None and os.path.basename(path) == "__init__.py":  # and what the package re-exports
-                for origin, names in origins(path, read, index, index).items():
+            if reexports is not None:  # and what a package re-exports
+                for origin, names in reexports.names_from(path).items():
                     defined |= {names.get(name, name if "*" in names else "") for name in _classes_based_on(read(origin) or "", bases)} - {""}
             if any(re.search(r"\b%s\b" % name, text) for name in defined):
                 found.append(i)
@@ -404,7 +404,7 @@ def _classes_based_on(text: str, bases: FrozenSet[str]) -> FrozenSet[str]:
         based |= more
 
 
-def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text) -> List[int]:
+def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text, reexports: Optional[ReExports] = None) -> List[int]:
     """The indices of the deferred results whose functions may do AMP work (a summary to
     export) that a result which may use a summary imports: every file an import may name
     (`PathIndex.paths_of`), so that which imports resolve, and to what, is what it would be
@@ -425,7 +425,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
 
     index = PathIndex(deferred)
     # `from utils import grad_norm` imports what `utils/__init__.py` re-exports (`amplint.reexports`).
-    packages = PathIndex([r.path for r in results if os.path.basename(r.path) == "__init__.py" and r.error is None])
+    packages = PathIndex(list(reexports.specs)) if reexports is not None and reexports.specs else None
     wanted: Dict[int, List[str]] = {}  # -> the files that import it
     # -> the files that import a package re-exporting from it, and what the package calls its names
     through: Dict[int, List[str]] = {}
@@ -434,10 +434,11 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text)
         for module, level in result.imports:
             for path in index.paths_of(result.path, module or None, level, exclude=result.path):
                 wanted.setdefault(deferred[path], []).append(result.path)
-            package = packages.path_of(result.path, module or None, level, exclude=result.path)
-            for path, names in origins(package, read, index, packages).items():
-                through.setdefault(deferred[path], []).append(result.path)
-                renamed.setdefault(deferred[path], {}).update(names)
+            package = packages.path_of(result.path, module or None, level, exclude=result.path) if packages is not None else None
+            for path, names in reexports.names_from(package).items() if reexports is not None else ():
+                if path in deferred:
+                    through.setdefault(deferred[path], []).append(result.path)
+                    renamed.setdefault(deferred[path], {}).update(names)
     from amplint.catalogue import cast_names, constant_names, helper_names, state_names
 
     found = []

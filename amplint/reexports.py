@@ -106,6 +106,20 @@ class ReExports:
                 break
         return seen
 
+    def names_from(self, package: Optional[str], depth: int = MAX_DEPTH) -> Dict[str, Dict[str, str]]:
+        """The files the package `package` re-exports from, followed through the packages it
+        re-exports from in turn: each with the names the package gives them (name there ->
+        name in the package; "*": every public name, as it is)."""
+        found: Dict[str, Dict[str, str]] = {}
+        for local, origin, there in self.specs.get(package or "", ()) if depth > 0 else ():
+            found.setdefault(origin, {})[there] = local
+            for path, names in self.names_from(origin, depth - 1).items():
+                for inner, here in names.items():
+                    # `from .inner import a as b` of an inner `a` (or of everything inner re-exports)
+                    if there == "*" or here == there:
+                        found.setdefault(path, {})[inner] = here if there == "*" else local
+        return found
+
     def only_packages_changed(self, before: Optional[Mapping[str, dict]], now: Mapping[str, dict]) -> bool:
         """Whether a file linted before with the summaries `before` would now be linted again only
         because a package's changed: a package stands for many modules, each of which may
@@ -190,23 +204,3 @@ def _entries(table: Any, name: str, local: str) -> List[Tuple[str, Any]]:
             found.append((local + key[len(name) :], entry))
     return found
 
-
-def origins(package: Optional[str], read, index: "PathIndex", packages: "PathIndex", depth: int = MAX_DEPTH) -> Dict[str, Dict[str, str]]:
-    """The files among `index`'s that the `__init__.py` `package` re-exports from, followed
-    through the `__init__.py` files of `packages` it re-exports from in turn (`read`: a
-    file's text): each with the names it gives them in the package (name there -> name in
-    the package; "*": every public name, as it is)."""
-    found: Dict[str, Dict[str, str]] = {}
-    if package is None or depth <= 0:
-        return found
-    for module, level, name, local in reexported(read(package) or ""):
-        for path in index.paths_of(package, module or None, level, exclude=package):
-            found.setdefault(path, {})[name] = local
-        inner = packages.path_of(package, module or None, level, exclude=package)
-        if inner is not None and inner != package:
-            for path, names in origins(inner, read, index, packages, depth - 1).items():
-                for there, here in names.items():
-                    # `from .inner import a as b` of an inner `a` (or of everything inner re-exports)
-                    if name == "*" or here == name:
-                        found.setdefault(path, {})[there] = here if name == "*" else local
-    return found
