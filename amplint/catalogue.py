@@ -173,15 +173,45 @@ def cast_names(source: str) -> FrozenSet[str]:
     return _defining(source, ((start, False) for word in CAST_WORDS for start in _occurrences(source, word)), methods=False)
 
 
+# What `exports._constants` exports, as text: an assignment whose value names a half dtype, or
+# holds a setting that chooses a half precision (`frameworks.HALF_SETTINGS`, a test keeps the
+# two the same), or True/False or 16 for a name with a precision word (`vocabulary.PRECISION_NAME_WORDS`).
+_ASSIGNMENT = r"^([ \t]*)([A-Za-z]\w*)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)"
+_HALF_VALUE = r"\b(?:float16|half|bfloat16)\b|[\"'](?i:fp16|bf16|16|16[-_]mixed|bf16[-_]mixed|float16|bfloat16|half)[\"']"
+_FLAG_VALUE = r"^[ \t]*(?:True|False|16)\b"
+_FLAG_NAME = r"(?:^|_)(?:fp16|bf16|amp|half|precision|mixed|autocast)(?:_|$)"
+
+
 def constant_names(source: str) -> FrozenSet[str]:
-    """The top-level names assigned on a line that names a half dtype, by a text search:
-    `AMP_DTYPE` for `AMP_DTYPE = torch.float16` in `config.py`. What another module must name
-    to read one (`amplint.semantic.exports`' `constants`)."""
+    """The top-level names assigned a precision, and the top-level classes with a field that
+    is, by a text search: `AMP_DTYPE` for `AMP_DTYPE = torch.float16`, `MIXED_PRECISION` for
+    `MIXED_PRECISION = "fp16"`, `TrainConfig` for its `mixed_precision: str = "bf16"` or `fp16:
+    bool = True`. What another module must name to read one (`amplint.semantic.exports`'
+    `constants`)."""
+    import bisect
     import re
 
-    if not any(word in source for word in ("float16", "half", "bfloat16")):
-        return frozenset()
-    return frozenset(re.findall(r"^([A-Za-z]\w*)[ \t]*(?::[^=\n]*)?=(?!=)[^\n]*\b(?:float16|half|bfloat16)\b", source, re.M))
+    names = set()
+    tops: Optional[List[Tuple[int, Optional[str]]]] = None  # None: an `if`'s, a `try`'s...; "": any other's
+    starts: List[int] = []
+    for found in re.finditer(_ASSIGNMENT, source, re.M):
+        indent, name, value = found.groups()
+        if not (re.search(_HALF_VALUE, value) or (re.match(_FLAG_VALUE, value) and re.search(_FLAG_NAME, name, re.I))):
+            continue
+        if not indent:
+            names.add(name)
+            continue
+        if tops is None:  # every line that starts a top-level statement, with the class it defines
+            found_tops = re.finditer(r"^(?:class[ \t]+(\w+)|(if|elif|else|try|except|finally|with|for|while)\b|[^\s#])", source, re.M)
+            tops = [(m.start(), m.group(1) or (None if m.group(2) else "")) for m in found_tops]
+            starts = [start for start, _ in tops]
+        at = bisect.bisect_right(starts, found.start())
+        owner = tops[at - 1][1] if at else ""
+        if owner:
+            names.add(owner)  # a field in a class's body (or a method's: an over-approximation)
+        elif owner is None:
+            names.add(name)  # assigned on a top-level branch: `if AMP: MIXED_PRECISION = "fp16"`
+    return frozenset(names)
 
 
 def _occurrences(source: str, word: str) -> Iterator[int]:

@@ -1,8 +1,9 @@
 """A dtype constant of another linted module (issue 24's "constants across modules"):
 `from config import AMP_DTYPE` where `config.py` has `AMP_DTYPE = torch.float16` is float16, as
 the same constant in the training script itself is. The module exports its top-level names
-given one value of a known dtype (`exports._constants`); the importer's `Resolver.dtypes`
-reads them. Nothing is guessed: a name assigned twice, or not a dtype, stays unknown."""
+that hold a known dtype (`exports._constants`); the importer's `Resolver.dtypes` reads them.
+Nothing is guessed: a name assigned something unknown, or not a dtype, stays unknown, and of
+a name assigned twice in the module's body the last value holds."""
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_one_that_may_be_float16_counts_on_some_runs(tmp_path):
     "config",
     [
         "import torch\nAMP_DTYPE = torch.bfloat16\n",
-        "import torch\nAMP_DTYPE = torch.float16\nAMP_DTYPE = torch.bfloat16\n",  # given twice: unknown
+        "import torch\nAMP_DTYPE = torch.float16\nAMP_DTYPE = torch.bfloat16\n",  # given twice: the last holds
         "import torch\nAMP_DTYPE = get_dtype()\n",  # unknown
         "import torch\nOTHER = torch.float16\n",  # not the name imported
     ],

@@ -44,6 +44,7 @@ from amplint.import_paths import PathIndex
 from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.types import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic.pytorch import frameworks, vocabulary
 from amplint.semantic.saved_state import export_state
 
 if TYPE_CHECKING:
@@ -813,18 +814,52 @@ def import_targets(name: str, bindings: Iterable[Any]) -> Iterator[Tuple[Optiona
 
 
 def _constants(model: "SemanticModel") -> Dict[str, Dict[str, List[str]]]:
-    """The module's top-level names given one value that may be a half dtype (`AMP_DTYPE =
-    torch.float16`, `DTYPE = torch.bfloat16 if BF16 else torch.float16`), with every dtype it
-    may be: what an importer's `Resolver.dtypes` reads of `from config import AMP_DTYPE`."""
-    scope = model.index.module_scope
+    """The module's top-level names, and the fields of its top-level classes (`TrainConfig.
+    mixed_precision`), that hold a precision: a value that may be a half dtype (`AMP_DTYPE =
+    torch.float16`, `torch.bfloat16 if BF16 else torch.float16`: its `dtypes`), or settings
+    known whole that may choose one (`MIXED_PRECISION = "fp16"`, a field `fp16: bool = True`:
+    its `settings`). What an importer's `Resolver.dtypes` and `Resolver.settings` read of
+    `from config import AMP_DTYPE` and of `TrainConfig().mixed_precision`."""
+    from amplint.semantic.resolve import field_default
+
+    index = model.index
     found: Dict[str, Dict[str, List[str]]] = {}
-    for name, bindings in scope.bindings.items():
-        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].value is None or name.startswith("_"):
-            continue
-        dtypes = model.resolver.dtypes(bindings[0].value, scope)
-        if dtypes & {"float16", "bfloat16"}:
-            found[name] = {"dtypes": sorted(dtypes)}
+    owners = [(index.module_scope, "", index.module.body)]
+    for scope in index.scopes:
+        if scope.kind == "class" and scope.parent is index.module_scope and isinstance(scope.node, cst.ClassDef) and isinstance(scope.node.body, cst.IndentedBlock):
+            owners.append((scope, f"{scope.name}.", scope.node.body.body))
+    for scope, prefix, body in owners:
+        direct = {id(small) for line in body if isinstance(line, cst.SimpleStatementLine) for small in line.body}
+        for name, bindings in scope.bindings.items():
+            if name.startswith("_") or not all(b.kind == "assign" and b.value is not None for b in bindings):
+                continue
+            # The last value written in the block itself, and each one a branch may write after it.
+            last = max((i for i, b in enumerate(bindings) if id(b.node) in direct), default=0)
+            entry = _precision_held(model, name, [field_default(b.value) for b in bindings[last:]], scope)
+            if entry:
+                found[prefix + name] = entry
     return found
+
+
+def _precision_held(model: "SemanticModel", name: str, values: List[Optional[cst.BaseExpression]], scope) -> Dict[str, List[str]]:
+    """What `_constants` exports of a name given `values`: the half dtypes they may be, and the
+    settings they may hold when they are known whole and one chooses a precision."""
+    entry: Dict[str, List[str]] = {}
+    dtypes: FrozenSet[str] = frozenset()
+    settings: FrozenSet[str] = frozenset()
+    complete = True
+    for value in values:
+        dtypes |= model.resolver.dtypes(value, scope)
+        held, known = model.resolver.settings(value, scope)
+        settings, complete = settings | held, complete and known
+    if dtypes & {"float16", "bfloat16"}:
+        entry["dtypes"] = sorted(dtypes)
+    # A number or True/False chooses a precision only under a name that says so (`precision: int
+    # = 16`, `fp16: bool = True`; not `BATCH_SIZE = 16`).
+    named = vocabulary.named_like_a_precision(name)
+    if complete and any(s in frameworks.HALF_SETTINGS and not s.isdigit() or named and s in ("16", "True", "False") for s in settings):
+        entry["settings"] = sorted(settings)
+    return entry
 
 
 def imports_of(index) -> Tuple[Tuple[str, int], ...]:

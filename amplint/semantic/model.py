@@ -77,10 +77,12 @@ class SemanticModel:
         self._facts: Dict[type, "Analysis"] = {}
 
     # ------------------------------------------------------------------ other modules
-    def _imported_constant(self, node: cst.CSTNode, local: str, attribute: str) -> Optional[Mapping[str, Any]]:
+    def _imported_constant(self, node: cst.CSTNode, local: str, attribute: str, field: str = "") -> Optional[Mapping[str, Any]]:
         """What the summary of the linted module an import names says of a constant it defines
-        (`Resolver.dtypes`): `from config import AMP_DTYPE`, `import config` read as
-        `config.AMP_DTYPE`, `from pkg import config` read as `config.AMP_DTYPE`."""
+        (`Resolver.dtypes`, `Resolver.settings`): `from config import AMP_DTYPE`, `import
+        config` read as `config.AMP_DTYPE`, `from pkg import config` read as
+        `config.AMP_DTYPE`; with `field`, of that field of the class so named
+        (`TrainConfig.mixed_precision`)."""
         found = imported_module(node, local)
         if found is None or self.external is None:
             return None
@@ -97,7 +99,7 @@ class SemanticModel:
             return None
         raw = self.external.raw(module, level)
         constants = raw.get("constants") if isinstance(raw, Mapping) else None
-        entry = constants.get(name) if isinstance(constants, Mapping) else None
+        entry = constants.get(f"{name}.{field}" if field else name) if isinstance(constants, Mapping) else None
         return entry if isinstance(entry, Mapping) else None
 
     # ------------------------------------------------------------------ fact families

@@ -29,10 +29,12 @@ _PARSED_NAMES = ("args", "opt", "opts")
 KNOWN_DEVICES = ("cuda", "cpu", "mps", "xpu", "hpu", "npu", "xla", "meta")
 
 
-# What another linted module's summary says of a constant it defines (`constants`: its
-# `dtypes`), asked with the import that binds the name, the name as bound and the attribute
-# read of it: `ImportedConstant(<from config import AMP_DTYPE>, "AMP_DTYPE", "")`.
-ImportedConstant = Callable[[cst.CSTNode, str, str], Optional[Mapping[str, Any]]]
+# What another linted module's summary says of a constant it defines (`constants`: the
+# `dtypes` or `settings` it may hold), asked with the import that binds the name, the name as
+# bound, the attribute read of it and, for a field of a class it defines, the field:
+# `ImportedConstant(<from config import AMP_DTYPE>, "AMP_DTYPE", "", "")`,
+# `ImportedConstant(<from config import TrainConfig>, "TrainConfig", "", "mixed_precision")`.
+ImportedConstant = Callable[[cst.CSTNode, str, str, str], Optional[Mapping[str, Any]]]
 
 
 class Resolver:
@@ -225,25 +227,43 @@ class Resolver:
                 if isinstance(element, cst.DictElement):
                     found |= self.dtypes(element.value, table[1], depth + 1)
             return found
+        if isinstance(value, cst.Call):
+            return self._dtype_named(value, scope, depth)
         qualified = self.aliases.resolve(value)
         dtype = torch_api.DTYPES.get(qualified or "")
         if dtype is not None:
             return frozenset({dtype})
         if qualified is not None and not qualified.startswith("torch."):
-            return self._imported_dtypes(value, scope)
+            return _entry_dtypes(self._imported_entry(value, scope))
+        name = dotted_name(value)
+        if name is not None and "." in name and not self.bindings(name, scope):
+            # `config.amp_dtype` where `config = TrainConfig()`: the class's default, or what
+            # the construction passes.
+            found: FrozenSet[str] = frozenset()
+            for source, where in self._field_values(*name.rsplit(".", 1), scope)[0]:
+                found |= _entry_dtypes(source) if where is None else self.dtypes(source, where, depth + 1)  # type: ignore[arg-type]
+            return found
         return self._through_names(value, scope, depth, self.dtypes)
 
-    def _imported_dtypes(self, value: cst.BaseExpression, scope: Scope) -> FrozenSet[str]:
-        """The dtypes a constant of another linted module may be (`from config import
-        AMP_DTYPE`, `config.AMP_DTYPE`), as its summary says; empty when unknown."""
+    def _dtype_named(self, call: cst.Call, scope: Scope, depth: int) -> FrozenSet[str]:
+        """`getattr(torch, args.dtype)`: the dtype each name the setting may hold is
+        (`"float16"`, `"bfloat16"`); any other call is unknown."""
+        if dotted_name(call.func) != "getattr" or len(call.args) < 2 or self.aliases.resolve(call.args[0].value) != "torch":
+            return frozenset()
+        names, _ = self.settings(call.args[1].value, scope, depth + 1)
+        return frozenset(torch_api.DTYPES[f"torch.{name}"] for name in names if f"torch.{name}" in torch_api.DTYPES)
+
+    def _imported_entry(self, value: cst.BaseExpression, scope: Scope, field: str = "") -> Optional[Mapping[str, Any]]:
+        """What another linted module's summary says of the constant `value` names (`from
+        config import AMP_DTYPE`, `config.AMP_DTYPE`), or of the `field` of the class it
+        names (`TrainConfig` of `from config import TrainConfig`); None when unknown."""
         name = dotted_name(value) or ""
         head, _, rest = name.partition(".")
         bindings = self.bindings(head, scope)
         if self._imported_constant is None or len(bindings) != 1 or bindings[0].kind != "import":
-            return frozenset()
-        entry = self._imported_constant(bindings[0].node, head, rest)
-        dtypes = entry.get("dtypes") if isinstance(entry, Mapping) else None
-        return frozenset(d for d in dtypes if d in torch_api.DTYPES.values()) if isinstance(dtypes, list) else frozenset()
+            return None
+        entry = self._imported_constant(bindings[0].node, head, rest, field)
+        return entry if isinstance(entry, Mapping) else None
 
     def devices(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> FrozenSet[str]:
         """The device types `value` can name: `"cuda:0"`, `torch.device("cuda" if ok else
@@ -323,8 +343,10 @@ class Resolver:
                 found = _union(found, self.settings(element.value, table[1], depth + 1))
             return found
         name = dotted_name(value)
-        if name is None or self.aliases.resolve(value) is not None:
+        if name is None:
             return frozenset(), False
+        if self.aliases.resolve(value) is not None:
+            return _entry_settings(self._imported_entry(value, scope))  # `from config import MIXED_PRECISION`
         bindings = self.bindings(name, scope)
         if bindings:
             found = (frozenset(), True)
@@ -398,36 +420,44 @@ class Resolver:
         return found
 
     def _config_default(self, owner: str, attribute: str, scope: Scope, depth: int) -> Tuple[FrozenSet[str], bool]:
-        """`config.mixed_precision` where `config = TrainingConfig(...)`, a class of this file:
-        the keyword the construction passes, else the class's default (a dataclass field's
-        `default=` too). Positional arguments may fill it: then the default is one value of
-        several. Anything else is unknown."""
-        found: Tuple[FrozenSet[str], bool] = (frozenset(), True)
+        """`config.mixed_precision` where `config = TrainingConfig(...)`: what each value
+        `_field_values` finds may take."""
+        sources, complete = self._field_values(owner, attribute, scope)
+        found: Tuple[FrozenSet[str], bool] = (frozenset(), complete and bool(sources))
+        for source, where in sources:
+            found = _union(found, _entry_settings(source) if where is None else self.settings(source, where, depth + 1))  # type: ignore[arg-type]
+        return found
+
+    def _field_values(self, owner: str, attribute: str, scope: Scope) -> Tuple[List[Tuple[Any, Optional[Scope]]], bool]:
+        """What `owner.attribute` may be where `owner = TrainingConfig(...)` builds a config
+        class: the keyword the construction passes, else the class's default (a dataclass
+        field's `default=` too), read in the class, or, for a class of another linted module
+        (`from config import TrainingConfig`), what its summary says of the field (an entry of
+        its `constants`, with None for the scope). Positional arguments may fill it: then the
+        default is one value of several. Anything else makes the answer incomplete: (values,
+        whether they are all it can be)."""
         values, complete = self._objects(owner, scope)
-        if not values:
-            return frozenset(), False
-        found = (found[0], complete)
+        found: List[Tuple[Any, Optional[Scope]]] = []
         for bound, where in values:
             if not isinstance(bound, cst.Call):
-                return found[0], False
-            cls = self.index.classes.get(dotted_name(bound.func) or "")
-            if cls is None:
-                return found[0], False
+                return found, False
             positional, keywords = split_args(bound.args)
             if attribute in keywords:
-                found = _union(found, self.settings(keywords[attribute], where, depth + 1))
+                found.append((keywords[attribute], where))
                 continue
-            defaults = [b for b in cls.bindings.get(attribute, ()) if b.kind == "assign"]
+            cls = self.index.classes.get(dotted_name(bound.func) or "")
+            if cls is not None:
+                defaults = [b for b in cls.bindings.get(attribute, ()) if b.kind == "assign"]
+                found.extend((field_default(default.value), cls) for default in defaults)
+            else:
+                entry = self._imported_entry(bound.func, where, attribute)
+                defaults = [entry] if entry is not None else []
+                found.extend((entry, None) for entry in defaults)
             if not defaults:
-                return found[0], False
-            for default in defaults:
-                value = default.value
-                if isinstance(value, cst.Call) and dotted_name(value.func) in ("field", "dataclasses.field"):
-                    value = split_args(value.args)[1].get("default")
-                found = _union(found, self.settings(value, cls, depth + 1))
+                return found, False
             if positional or any(arg.star for arg in bound.args):
-                found = (found[0], False)
-        return found
+                complete = False
+        return found, complete and bool(values)
 
     def _objects(self, name: str, scope: Scope) -> Tuple[List[Tuple[Optional[cst.BaseExpression], Scope]], bool]:
         """The values `name` is given, and whether they are all it can hold; for a parameter
@@ -486,6 +516,28 @@ class Resolver:
         if resolved is not None and isinstance(resolved[0], cst.Dict):
             return resolved  # type: ignore[return-value]
         return None
+
+
+def field_default(value: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """A class attribute's default: `default=` of a dataclass `field(...)`, else the value."""
+    if isinstance(value, cst.Call) and dotted_name(value.func) in ("field", "dataclasses.field"):
+        return split_args(value.args)[1].get("default")
+    return value
+
+
+def _entry_dtypes(entry: Optional[Mapping[str, Any]]) -> FrozenSet[str]:
+    """The dtypes an exported constant may be (`exports._constants`); empty when unknown."""
+    dtypes = entry.get("dtypes") if entry is not None else None
+    return frozenset(d for d in dtypes if d in torch_api.DTYPES.values()) if isinstance(dtypes, list) else frozenset()
+
+
+def _entry_settings(entry: Optional[Mapping[str, Any]]) -> Tuple[FrozenSet[str], bool]:
+    """The settings an exported constant may hold, all of them (`exports._constants` exports
+    only those it knows whole); unknown when it exports none."""
+    settings = entry.get("settings") if entry is not None else None
+    if not isinstance(settings, list) or not all(isinstance(s, str) for s in settings):
+        return frozenset(), False
+    return frozenset(settings), True
 
 
 def _parsed(value: cst.BaseExpression) -> bool:

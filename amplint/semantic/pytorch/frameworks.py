@@ -19,6 +19,9 @@ from typing import Dict, FrozenSet, Optional, Tuple
 # Precision values, lower-cased, as `str()` of the argument would write them.
 FP16_PRECISIONS = frozenset({"fp16", "16", "16-mixed", "16_mixed"})
 BF16_PRECISIONS = frozenset({"bf16", "bf16-mixed", "bf16_mixed"})
+# Settings that choose a half precision somewhere: a framework's (`"fp16"`, `"bf16-mixed"`)
+# or a dtype's name (`getattr(torch, "float16")`). `catalogue.constant_names` looks for them in text.
+HALF_SETTINGS = FP16_PRECISIONS | BF16_PRECISIONS | frozenset({"float16", "bfloat16", "half"})
 # No autocast at all: full precision.
 FULL_PRECISIONS = frozenset({"no", "32", "32-true", "64", "64-true", "fp32"})
 

@@ -92,6 +92,17 @@ def named_like_checkpointing(name: str) -> bool:
     return _CHECKPOINTING.search(name.lower()) is not None
 
 
+# The words of a name whose True/False chooses a precision (`catalogue.constant_names` reads
+# the same ones from text).
+PRECISION_NAME_WORDS = frozenset({"fp16", "bf16", "amp", "half", "precision", "mixed", "autocast"})
+
+
+def named_like_a_precision(name: str) -> bool:
+    """A flag or setting named like a precision choice: `fp16`, `USE_AMP`, `mixed_precision`
+    (whole words between underscores: not `sample`, `clamp`)."""
+    return not PRECISION_NAME_WORDS.isdisjoint(name.lower().split("_"))
+
+
 def named_like_scaling(name: str) -> bool:
     """A helper that may scale a loss: `self.scale_loss(loss)`, apex's `amp.scale_loss(...)`."""
     return "scale" in _last(name)
