@@ -4,7 +4,16 @@ from typing import Iterator
 
 import libcst as cst
 
-from amplint.analyses.precision import ForeignAverage, InPlaceAverage, ModuleCast, OptimizerBuild, Precision, adapters_added
+from amplint.analyses.precision import (
+    ForeignAverage,
+    InPlaceAverage,
+    LoadHookAdapters,
+    ModuleCast,
+    OptimizerBuild,
+    Precision,
+    adapters_added,
+    adapters_recreated_on_load,
+)
 from amplint.evidence import AVERAGE, HALF, OPTIMIZER
 from amplint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text
@@ -40,6 +49,43 @@ def train(model, optimizer, loader):
 """
 
 
+# A diffusers LoRA script (#6514 before its fix): the adapters are upcast after they are
+# added, but the load-state hook that resuming runs builds them again in the unet's float16.
+_RESUMED_LORA = """
+import torch
+from diffusers.training_utils import cast_training_params
+
+def main(args, unet, lora_config, loader):
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    weight_dtype = torch.float16 if accelerator.mixed_precision == "fp16" else torch.float32
+    unet.requires_grad_(False)
+    unet.to(accelerator.device, dtype=weight_dtype)
+    unet.add_adapter(lora_config)
+    cast_training_params(unet, dtype=torch.float32)
+
+    def unwrap_model(model):
+        return accelerator.unwrap_model(model)
+
+    def load_model_hook(models, input_dir):
+        unet_ = None
+        while len(models) > 0:
+            model = models.pop()
+            if isinstance(model, type(unwrap_model(unet))):
+                unet_ = model
+        lora_state_dict, network_alphas = LoraLoaderMixin.lora_state_dict(input_dir)
+        LoraLoaderMixin.load_lora_into_unet(lora_state_dict, network_alphas=network_alphas, unet=unet_){after}
+
+    accelerator.register_load_state_pre_hook(load_model_hook)
+    optimizer = torch.optim.AdamW(filter(lambda p: p.requires_grad, unet.parameters()), lr=1e-4)
+    unet, optimizer = accelerator.prepare(unet, optimizer)
+    if args.resume_from_checkpoint:
+        accelerator.load_state(args.resume_from_checkpoint)
+    for batch in loader:
+        accelerator.backward(loss_fn(unet, batch))
+        optimizer.step()
+"""
+
+
 class HalfPrecisionMasterWeights(Rule):
     """Parameters cast to float16 and trained, or averaged, with no float32 master copy.
 
@@ -61,7 +107,14 @@ class HalfPrecisionMasterWeights(Rule):
     peft's `inject_adapter_in_model`, diffusers' `load_lora_into_unet`, `get_peft_model(...,
     autocast_adapter_dtype=False)`) are built in the dtype of the layers they wrap and are the
     only trainable parameters: a LoRA script that trains them as they are trains float16
-    parameters (diffusers #6086, #6119, #6245). An EMA class of another linted module counts where it is
+    parameters (diffusers #6086, #6119, #6245). So are adapters a load-state hook builds anew
+    when the run resumes: `accelerator.load_state(...)` runs the hook registered with
+    `accelerator.register_load_state_pre_hook(load_model_hook)`, whose `load_lora_into_unet(sd,
+    unet=unet_)` re-creates the adapters of the module it picked from its `models`
+    (`isinstance(model, type(unwrap_model(unet)))`) in the dtype the unet was cast to; the
+    script's upcast after `add_adapter` ran before and does not reach them (diffusers #6514,
+    #7018), so the creating call is reported unless something after it in the hook upcasts
+    (`cast_training_params(models)`). An EMA class of another linted module counts where it is
     built: `ema = ModelEMA(model)` after `model.half()`, where `ModelEMA.__init__` (in
     `utils.py`) keeps `deepcopy(model)` and its `update` decays the copy in place (timm's
     `ModelEma`/`ModelEmaV3`, yolov5's `ModelEMA`, a dict of shadow copies), is reported at
@@ -241,6 +294,8 @@ class HalfPrecisionMasterWeights(Rule):
             adapters = adapters_added(precision, cast)
             text = _adapter_message(cast, optimizer, adapters.node) if adapters is not None else _trained_message(cast, optimizer)
             yield Report(cast.node, Message.split(text))
+        for recreated in adapters_recreated_on_load(precision, "float16"):
+            yield Report(recreated.record.node, Message.split(_recreated_message(recreated)))
         for cast, average in model.facts(Precision).averaged_in_low_precision("float16"):
             yield Report(cast.node, Message.split(_averaged_message(cast, average)))
         for foreign, update in model.facts(Precision).averaged_elsewhere_in_low_precision("float16"):
@@ -398,6 +453,8 @@ for x in loader:
     optimizer.step()
 """,        # The EMA's copy halved for validation and cast back before the next update.
         _VALIDATED_EMA + "        ema.ema.float()\n",
+        # The load hook upcasts the adapters it re-creates (diffusers after #6514).
+        _RESUMED_LORA.format(after="\n        cast_training_params([unet_], dtype=torch.float32)"),
     )
     INVALID = (
         Flagged(
@@ -530,6 +587,8 @@ class ModelEMA:
         # yolov5 #9016 in one file: validation halves the copy an EMA class of the file keeps,
         # and the next epoch decays it in float16.
         Flagged(_VALIDATED_EMA, at=((24, 9),)),
+        # diffusers #6514: the load hook re-creates the adapters the script upcast, in float16.
+        Flagged(_RESUMED_LORA.format(after=""), at=((23, 9),)),
     )
 
 
@@ -592,6 +651,21 @@ def _adapter_message(cast: ModuleCast, optimizer: OptimizerBuild, adapters: cst.
         "updates smaller than ~1/4000 of a weight round away. Upcast the trainable parameters after adding the "
         f"adapters: `cast_training_params({cast.name}, dtype=torch.float32)` (diffusers.training_utils), or "
         "`p.data = p.to(torch.float32)` for each parameter that requires grad."
+    )
+
+
+def _recreated_message(found: LoadHookAdapters) -> str:
+    """Adapters a load-state hook builds anew on resuming (diffusers #6514): upcasts made where
+    the adapters were first added ran before, and do not reach them."""
+    holder = f"`{found.optimizer.name}`" if found.optimizer.name else "the optimizer"
+    return (
+        f"`{source_text(found.record.node)}` re-creates the adapters of `{found.module}` when "
+        f"`{source_text(found.load)}` runs `{found.hook}` to resume, and `{source_text(found.cast.node)}` cast "
+        f"`{found.cast.name}` to {_dtype_words(found.cast)} before: the new adapters are in that dtype, and nothing after this call in "
+        f"`{found.hook}` upcasts them, so a resumed run trains float16 parameters with {holder}. With a GradScaler "
+        "(accelerate's fp16) the first `unscale_` raises 'Attempting to unscale FP16 gradients'; without one updates "
+        "smaller than ~1/4000 of a weight round away. Upcast them at the end of the hook: "
+        "`cast_training_params(models, dtype=torch.float32)` (diffusers.training_utils)."
     )
 
 
