@@ -4,6 +4,7 @@ from typing import Iterator, Optional, Set
 
 import libcst as cst
 
+from amplint.analyses.checkpoints import Checkpoints
 from amplint.analyses.repetition import Repetition, Repetitions
 from amplint.evidence import GRAD_SCALER
 from amplint.fix import UNSAFE, Fix
@@ -31,7 +32,9 @@ class GradScalerInLoop(Rule):
     - built in a function that a loop of the file calls in every iteration (a per-step
       `train_step`, a per-epoch `train_one_epoch`), with the step in that function;
     - built the same way in a function or method of another linted module (its summary says
-      so), reported at the call in the loop.
+      so), reported at the call in the loop;
+    - returned by a function of another linted module that builds it (`scaler =
+      build_scaler()`), called in the loop's body with the step in the same iteration.
 
     It is not flagged when the optimizer is built in the same iteration too (a loop over
     folds or experiments, each a fresh training run), when an `if` between the loop and the
@@ -157,6 +160,16 @@ class GradScalerInLoop(Rule):
                 lasting = [step for step in steps if model.facts(Repetitions).outlives(step.argument, record.unit, loop)]
                 if lasting:
                     yield Report(record.node, Message.split(_message(scaler.name, record, loop, lasting[0])), fix=_hoist(record, loop, model))
+                    break
+        # `scaler = build_scaler()`, a function of another linted module that returns a new
+        # one (its summary's state table), built in every iteration of a loop that steps with it.
+        for scaler, record, built in model.facts(Checkpoints).scalers_built_by_imports():
+            for loop in model.facts(Repetitions).iterations_of(record):
+                steps = model.facts(Repetitions).scaler_steps_within(scaler.key, record, loop)
+                lasting = [step for step in steps if model.facts(Repetitions).outlives(step.argument, record.unit, loop)]
+                if lasting:
+                    optimizer = lasting[0].argument.text if lasting[0].argument is not None else "the optimizer"
+                    yield Report(record.node, Message.split(_message_for_call(built, record, loop, optimizer, "Call it once, before the loop.")))
                     break
         # A function of another linted module that builds one on every call (its summary says so).
         for record, built, optimizer in model.grad_scalers_built_by_calls():
@@ -402,7 +415,9 @@ def _message(name: str, record: CallRecord, loop: Repetition, step: Occurrence) 
     )
 
 
-def _message_for_call(built: str, record: CallRecord, loop: Repetition, optimizer: str) -> str:
+def _message_for_call(
+    built: str, record: CallRecord, loop: Repetition, optimizer: str, fix: str = "Build the scaler once, outside the loop, and pass it in."
+) -> str:
     call = f"`{source_text(record.node)}`"
     where = f"{call} builds a new GradScaler on every call ({built})"
     if loop.via:
@@ -411,8 +426,7 @@ def _message_for_call(built: str, record: CallRecord, loop: Repetition, optimize
         where += f", and runs in every iteration of `{loop.header}`"
     return (
         f"{where}: each starts again at the initial scale (65536 by default) while `{optimizer}` carries on, so the "
-        f"scale never adapts and, whenever 65536 overflows float16, the same steps are skipped again. "
-        f"Build the scaler once, outside the loop, and pass it in."
+        f"scale never adapts and, whenever 65536 overflows float16, the same steps are skipped again. {fix}"
     )
 
 

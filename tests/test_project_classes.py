@@ -5,6 +5,8 @@ counts where it is called (`amplint.semantic.exports`: the class index of a summ
 import json
 import textwrap
 
+import pytest
+
 from amplint.engine import lint_source
 from amplint.rules import ALL_RULES
 from amplint.semantic.exports import SUMMARY_VERSION, ExternalModules, load_summary
@@ -317,6 +319,55 @@ def test_a_grad_scaler_built_by_another_modules_function_every_epoch(tmp_path):
 def test_a_scaler_built_once_or_per_fresh_run_is_clean(tmp_path):
     found, _ = _lint(tmp_path, {"engine.py": ENGINE, "main.py": FOLDS})
     assert found == []
+
+
+FACTORY = """
+import torch
+
+
+def build_scaler(enabled=True):
+    return torch.amp.GradScaler("cuda", enabled=enabled)
+"""
+
+FACTORY_EPOCHS = """
+import torch
+from scalers import build_scaler
+
+
+def main(model, loader, epochs, optimizer):
+    {before}
+    for epoch in range(epochs):
+        {built}
+        for x, y in loader:
+            with torch.autocast("cuda", dtype={dtype}):
+                loss = model(x, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+"""
+
+
+def test_a_grad_scaler_another_modules_function_returns_every_epoch(tmp_path):
+    main = FACTORY_EPOCHS.format(before="pass", built="scaler = build_scaler()", dtype="torch.float16")
+    found, findings = _lint(tmp_path, {"scalers.py": FACTORY, "main.py": main})
+    assert found == [("main.py", 8, "AMP008")]
+    assert '`build_scaler()` builds a new GradScaler on every call (`torch.amp.GradScaler("cuda", enabled=enabled)` in scalers.py)' in findings[0]["message"]
+    assert "Call it once, before the loop." in findings[0]["help"]
+
+
+@pytest.mark.parametrize(
+    "before, built, dtype",
+    [
+        ("scaler = build_scaler()", "pass", "torch.float16"),  # once, before the loop
+        ("pass", "scaler = build_scaler(enabled=False)", "torch.float16"),  # disabled by the caller
+        ("pass", "scaler = build_scaler()", "torch.bfloat16"),  # bfloat16 only: never overflows
+        # A fresh run each time: the optimizer is new in the same iteration.
+        ("pass", "scaler = build_scaler()\n        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)", "torch.float16"),
+    ],
+)
+def test_a_returned_scaler_built_once_or_for_a_fresh_run_is_clean(tmp_path, before, built, dtype):
+    main = FACTORY_EPOCHS.format(before=before, built=built, dtype=dtype)
+    assert _lint(tmp_path, {"scalers.py": FACTORY, "main.py": main})[0] == []
 
 
 # --------------------------------------------------------------------------- checkpointers
