@@ -199,7 +199,11 @@ def test_a_file_changed_since_it_was_fixed_is_left_alone(tmp_path):
 
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["replaced", "in-place"])
-def test_ctrl_c_while_writing_waits_until_the_file_is_whole(tmp_path, monkeypatch, in_place):
+def test_ctrl_c_while_writing_waits_until_the_file_is_whole(tmp_path, monkeypatch, request, in_place):
+    # Python's own Ctrl-C handler, also where the tests run with SIGINT ignored (a background
+    # job of a non-interactive shell): what is tested is how write_back holds it back.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     path = tmp_path / "a.py"
     path.write_text(BUGGY)
     if in_place:
