@@ -843,9 +843,9 @@ _RESULT_CHECKS: Dict[str, Tuple[bool, Callable[[Any], bool]]] = {  # name: (requ
     "summary": (False, _optional(_SUMMARY)),
     "imports": (False, _optional(_list_of(_row_of(_optional(_is_str), _is_int)))),
     "lookups": (False, _optional(_list_of(_row_of(_optional(_is_str), _is_int, _optional(_is_str))))),
-    # amplint.diagnostics: where a file's error is (FileError.row, .column), and each
-    # NotAnalysed's row, column, name, cell, cell row and line in the file.
-    "error_at": (False, _optional(_row_of(_optional(_is_int), _optional(_is_int)))),
+    # amplint.diagnostics: where a file's error is (FileError.row, .column, .cell, .cell_row),
+    # and each NotAnalysed's row, column, name, cell, cell row and line in the file.
+    "error_at": (False, _optional(_row_of(_optional(_is_int), _optional(_is_int), _optional(_is_int), _optional(_is_int)))),
     "skipped_functions": (
         False,
         _optional(_list_of(_row_of(_is_int, _is_int, _is_str, _optional(_is_int), _optional(_is_int), _optional(_is_int)))),

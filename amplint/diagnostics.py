@@ -64,6 +64,9 @@ class FileError:
     # linted source (for a notebook: its joined code cells). None: the file as a whole.
     row: Optional[int] = field(default=None, compare=False)
     column: Optional[int] = field(default=None, compare=False)
+    # Notebooks: the cell the place is in (as Jupyter numbers them) and the row within it.
+    cell: Optional[int] = field(default=None, compare=False)
+    cell_row: Optional[int] = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, order=True)

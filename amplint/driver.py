@@ -796,7 +796,7 @@ def _to_payload(result: FileResult) -> Dict[str, Any]:
     return {
         "findings": [[_field_payload(f, name) for name in _FINDING_FIELDS] for f in result.findings],
         "error": result.error.message if result.error is not None else None,
-        "error_at": [result.error.row, result.error.column] if result.error is not None else None,
+        "error_at": [result.error.row, result.error.column, result.error.cell, result.error.cell_row] if result.error is not None else None,
         "skipped": result.skipped,
         "deferred": result.deferred,
         "may_export": result.may_export,

@@ -74,11 +74,16 @@ class CellMap:
         cell = self.cell_at(row)
         return (cell.number, row - cell.first_row + 1) if cell else (None, None)
 
-    def describe(self, row: int, column: int) -> str:
-        """`cell 3:2:5`, as the text output writes a location."""
-        # A syntax error at end of input is reported one row past the last cell's end.
+    def place(self, row: int) -> Tuple[Optional[int], Optional[int]]:
+        """(cell number, row within the cell) of a joined row where a syntax error may be:
+        one at end of input is reported one row past the last cell's end."""
         cell = self._cell_from(row)
-        return f"cell {cell.number}:{row - cell.first_row + 1}:{column}" if cell else f"{row}:{column}"
+        return (cell.number, row - cell.first_row + 1) if cell else (None, None)
+
+    def describe(self, row: int, column: int) -> str:
+        """`cell 3:2:5`, as the text output writes a syntax error's place."""
+        number, cell_row = self.place(row)
+        return f"cell {number}:{cell_row}:{column}" if number is not None else f"{row}:{column}"
 
 
 @dataclass

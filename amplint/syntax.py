@@ -160,7 +160,8 @@ def _describe(error: SyntaxError, path: str, cells: Optional[CellMap]) -> FileEr
         # CPython's "... on line 7" counts rows of the joined cells; say where that is.
         message = re.sub(r"on line (\d+)", lambda m: _cell_line(int(m.group(1)), cells), message)
     row, column = error.lineno or 1, error.offset or 1
-    return FileError(path, f"syntax error at {where(row, column, cells)}: {message}", row, column)
+    cell, cell_row = cells.place(row) if cells is not None else (None, None)
+    return FileError(path, f"syntax error at {where(row, column, cells)}: {message}", row, column, cell, cell_row)
 
 
 def _cell_line(row: int, cells: CellMap) -> str:

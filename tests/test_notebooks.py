@@ -313,6 +313,16 @@ def test_broken_notebooks_are_per_file_errors(amplint, tmp_path):
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
 
 
+def test_a_syntax_error_in_json_says_its_cell(amplint, tmp_path):
+    """As a finding does: `cell`, and `cell_location` within it; the same from the cache."""
+    write(tmp_path, "syntax.ipynb", notebook(cell("x = 1\n"), cell("# Notes", kind="markdown"), cell("import torch\nwith torch.autocast('cuda'):\n    y = (\n")))
+    for _ in range(2):  # linted, then read back from the cache
+        result = amplint("--output-format", "json", "--cache-dir", str(tmp_path / "cache"), "syntax.ipynb", cwd=tmp_path)
+        (item,) = json.loads(result.stdout)
+        assert item["message"].startswith("syntax error at cell 3:3:9: ")
+        assert (item["cell"], item["cell_location"], item["location"]) == (3, {"column": 9, "row": 3}, {"column": 9, "row": 4})
+
+
 def test_a_lone_surrogate_in_a_cell_is_an_invalid_notebook(amplint, tmp_path):
     # JSON can escape half of a UTF-16 pair; json.loads hands back a str no encoder takes.
     write(tmp_path, "train.ipynb", TRAIN)

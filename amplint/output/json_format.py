@@ -97,8 +97,8 @@ def _not_analysed(skipped: NotAnalysed) -> Dict[str, Any]:
 def _not_linted(error: FileError) -> Dict[str, Any]:
     start = {"column": error.column or 1, "row": error.row or 1}
     return {
-        "cell": None,
-        "cell_location": None,
+        "cell": error.cell,
+        "cell_location": ({"column": error.column or 1, "row": error.cell_row} if error.cell is not None else None),
         "code": None,
         "end_location": start,
         "filename": _filename(error.path),
