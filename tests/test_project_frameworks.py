@@ -469,3 +469,29 @@ def test_the_trainer_that_reaches_the_fit_decides(tmp_path):
     found, findings = _lint(tmp_path / "b", {"model.py": LIT_MODEL.format(clip=RAW_CLIP), "train.py": maybe})
     assert found == [("model.py", 15, "AMP003")]
     assert findings[0]["message"].endswith("when train.py trains `LitModel` in float16")
+
+
+BRANCHES = """import argparse
+import lightning as L
+from model import LitModel
+args = argparse.ArgumentParser().parse_args()
+if args.amp:
+    trainer = L.Trainer(precision={amp})
+else:
+    trainer = L.Trainer()
+trainer.fit(LitModel())
+"""
+
+
+def test_a_trainer_built_on_branches_may_be_float16(tmp_path):
+    """`if args.amp: trainer = L.Trainer(precision="16-mixed") else: trainer = L.Trainer()`: each
+    branch's Trainer reaches the fit, so the model may be trained in float16."""
+    found, findings = _lint(tmp_path / "a", {"model.py": LIT_MODEL.format(clip=RAW_CLIP), "train.py": BRANCHES.format(amp='"16-mixed"')})
+    assert found == [("model.py", 15, "AMP003")]
+    assert findings[0]["message"].endswith("when train.py trains `LitModel` in float16")  # on some runs only
+    for amp in ('"bf16-mixed"', '"32-true"'):
+        assert _lint(tmp_path / amp.strip('"'), {"model.py": LIT_MODEL.format(clip=RAW_CLIP), "train.py": BRANCHES.format(amp=amp)})[0] == []
+    # Built again after the fit as well: which object reaches it is not read from the branches.
+    later = BRANCHES.format(amp='"16-mixed"') + "trainer = L.Trainer()\ntrainer.test(LitModel())\n"
+    assert _lint(tmp_path / "later", {"model.py": LIT_MODEL.format(clip=RAW_CLIP), "train.py": later})[0] == []
+

@@ -316,11 +316,15 @@ class _ScalerFinder:
             framework = fitting[0][2] if fitting else None
             if framework is None or func.attr.value not in framework.training_methods:
                 continue
-            # Every object the name may hold must be a float16 Trainer (a script that fits one
-            # model in float16 and then another in float32 with the same name is no guess to make).
             states = [self.float16(call, framework, where) if trainer is framework else (False, False) for call, where, trainer in fitting]
             made = [(name, where) for call, call_where in self._made(argument(record.node, 0, "model"), scope) for name, where in self._classes_made(call, call_where)]
-            may, sure = all(m for m, _ in states), all(s for _, s in states)
+            # Of the Trainers that reach the call, one that may be float16 makes it "may" (`if
+            # args.amp: trainer = L.Trainer(precision="16-mixed") else: trainer = L.Trainer()`),
+            # as a precision setting that may be float16 does. Where what reaches is unknown,
+            # every object the name holds must be one (a script that fits one model in float16
+            # and then another in float32 with the same name is no guess to make).
+            may = any(m for m, _ in states) if reaching is not None else all(m for m, _ in states)
+            sure = all(s for _, s in states)
             for name, _ in made:  # the file's own classes: which Trainer fits them (`fitted_here`)
                 if "." not in name and name in self.index.classes:
                     for current in self._local_chain(name):
@@ -337,8 +341,9 @@ class _ScalerFinder:
         """The values of `name` that reach the call `record`, when its block shows them: the last
         statement of the block before the call that assigns it, and any assignment nested in
         the statements between (`trainer = L.Trainer(precision="16-mixed")`, `trainer.fit(...)`,
-        then `trainer = L.Trainer(precision=32)` for the test: the fit sees the first). None when
-        no statement of the block before the call assigns it: every value it is given."""
+        then `trainer = L.Trainer(precision=32)` for the test: the fit sees the first); or, when
+        it is assigned only inside statements of the block before the call (the branches of an
+        `if`), every one of those. None otherwise: every value it is given."""
         statement = self.index.statement_of(record.node)
         block = next((node.body for node in iter_tree(record.unit.node) if isinstance(node, (cst.Module, cst.IndentedBlock)) and any(s is statement for s in node.body)), None) if statement is not None else None
         if block is None:
@@ -351,6 +356,11 @@ class _ScalerFinder:
             if direct:
                 between = {id(node) for later in block[last + 1 : position] for node in iter_tree(later)}
                 return [(b.value, b.value_scope) for b in direct[-1:] + [b for b in bindings if id(b.node) in between]]
+        # Assigned only inside statements of the block before the call (`if args.amp: trainer
+        # = ... else: trainer = ...`): each of those may reach it.
+        before = {id(node) for earlier in block[:position] for node in iter_tree(earlier)}
+        if bindings and all(id(b.node) in before for b in bindings):
+            return [(b.value, b.value_scope) for b in bindings]
         return None
 
     def _classes_made(self, made: cst.Call, where: Scope, depth: int = 0) -> Iterator[Tuple[str, Scope]]:
