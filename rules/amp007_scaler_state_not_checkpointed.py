@@ -140,7 +140,7 @@ class ScalerStateNotCheckpointed(Rule):
         # The GradScalers the file builds, and those another linted module's function builds
         # for it (`scaler = build_scaler()`), quoted as built there.
         built = [(scaler, record, f"`{source_text(record.node)}`") for scaler, record in model.grad_scalers_built()]
-        built += [(scaler, record, f"`{source_text(record.node)}`, which builds {there}") for scaler, record, there in facts.scalers_built_by_imports()]
+        built += [(scaler, record, f"`{source_text(record.node)}`, which builds {there}") for scaler, record, there in facts.scalers_built_by_calls()]
         for scaler, record, construction in built:
             restore = facts.restored_before(record, scaler.key)
             if restore is not None:

@@ -33,8 +33,9 @@ class GradScalerInLoop(Rule):
       `train_step`, a per-epoch `train_one_epoch`), with the step in that function;
     - built the same way in a function or method of another linted module (its summary says
       so), reported at the call in the loop;
-    - returned by a function of another linted module that builds it (`scaler =
-      build_scaler()`), called in the loop's body with the step in the same iteration.
+    - returned by a function of the file or of another linted module that builds it
+      (`scaler = build_scaler()`), called in the loop's body with the step in the same
+      iteration.
 
     It is not flagged when the optimizer is built in the same iteration too (a loop over
     folds or experiments, each a fresh training run), when an `if` between the loop and the
@@ -161,9 +162,9 @@ class GradScalerInLoop(Rule):
                 if lasting:
                     yield Report(record.node, Message.split(_message(scaler.name, record, loop, lasting[0])), fix=_hoist(record, loop, model))
                     break
-        # `scaler = build_scaler()`, a function of another linted module that returns a new
-        # one (its summary's state table), built in every iteration of a loop that steps with it.
-        for scaler, record, built in model.facts(Checkpoints).scalers_built_by_imports():
+        # `scaler = build_scaler()`, a function of the file or of another linted module that
+        # returns a new one, called in every iteration of a loop that steps with it.
+        for scaler, record, built in model.facts(Checkpoints).scalers_built_by_calls():
             for loop in model.facts(Repetitions).iterations_of(record):
                 steps = model.facts(Repetitions).scaler_steps_within(scaler.key, record, loop)
                 lasting = [step for step in steps if model.facts(Repetitions).outlives(step.argument, record.unit, loop)]

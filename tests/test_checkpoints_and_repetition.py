@@ -529,3 +529,45 @@ def test_grad_scalers_built_leave_out_literally_disabled_ones():
 )
 def test_float16_possible(regions, possible):
     assert model(f"import torch\n{regions}\n").float16_possible is possible
+
+
+# --------------------------------------------------------------------------- scalers built by the file's own factory
+
+OWN_FACTORY = """
+import torch
+
+
+def build_scaler(enabled=True):
+    return torch.amp.GradScaler("cuda", enabled=enabled)
+
+
+def train(model, loader, optimizer, epochs):
+    {before}
+    for epoch in range(epochs):
+        {built}
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        torch.save({{"model": model.state_dict(), "optimizer": optimizer.state_dict(){saved}}}, "ckpt.pt")
+"""
+
+
+def _rows(source):
+    from amplint.engine import lint_text
+
+    return [(f.row, f.code) for f in lint_text(source)]
+
+
+def test_a_scaler_the_files_own_function_returns_is_a_grad_scaler():
+    """`scaler = build_scaler()` with `build_scaler` of the file: built every epoch (AMP008),
+    and a checkpoint that leaves its state out (AMP007), as for one built in place."""
+    every_epoch = OWN_FACTORY.format(before="pass", built="scaler = build_scaler()", saved="")
+    assert _rows(every_epoch) == [(12, "AMP008"), (19, "AMP007")]
+    once = OWN_FACTORY.format(before="scaler = build_scaler()", built="pass", saved="")
+    assert _rows(once) == [(19, "AMP007")]
+    assert _rows(OWN_FACTORY.format(before="scaler = build_scaler()", built="pass", saved=', "scaler": scaler.state_dict()')) == []
+    # Disabled by its caller: no scaler to build anew or to save.
+    assert _rows(OWN_FACTORY.format(before="pass", built="scaler = build_scaler(enabled=False)", saved="")) == []

@@ -46,6 +46,7 @@ from amplint.semantic.model import Analysis, SemanticModel
 from amplint.semantic.names import dotted_name
 from amplint.semantic.pytorch import vocabulary
 from amplint.semantic.resolve import Resolver, passed_for_parameter
+from amplint.semantic.saved_state import scalers_returned
 from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.walk import iter_tree, own_returns
@@ -259,14 +260,14 @@ class Checkpoints(Analysis):
         return None
 
     # ------------------------------------------------------------------ scalers built elsewhere
-    def scalers_built_by_imports(self) -> List[Tuple[ScalerInfo, CallRecord, str]]:
-        """Each `scaler = build_scaler()` with `build_scaler` another linted module's
-        function that returns a new GradScaler (its summary's `state`), not one whose
-        `enabled` parameter is passed a literal False; and each scaler an instance made here
-        of another linted module's class builds and holds (`trainer = AMPTrainer(...)`:
+    def scalers_built_by_calls(self) -> List[Tuple[ScalerInfo, CallRecord, str]]:
+        """Each `scaler = build_scaler()` with `build_scaler` a function of this file or of
+        another linted module (its summary's `state`) that returns a new GradScaler, not one
+        whose `enabled` parameter is passed a literal False; and each scaler an instance made
+        here of another linted module's class builds and holds (`trainer = AMPTrainer(...)`:
         `trainer.grad_scaler`, `HeldScalers`): the scaler, the call, and the construction as
-        quoted there with its file."""
-        found: List[Tuple[ScalerInfo, CallRecord, str]] = []
+        quoted there with the function or file it is in."""
+        found = self._scalers_built_by_own_functions()
         if self.model.external is None:
             return found
         for record in self.index.calls:
@@ -288,6 +289,32 @@ class Checkpoints(Analysis):
                     found.append((info, record, f"{entry['scaler']} in {origin}"))
         for held in self.model.facts(HeldScalers).held_by_instances():
             found.append((held.scaler, held.record, held.construction))
+        return found
+
+    def _scalers_built_by_own_functions(self) -> List[Tuple[ScalerInfo, CallRecord, str]]:
+        """`scaler = build_scaler()` for a function of this file that returns a GradScaler it
+        builds (`saved_state.scalers_returned`, what the file's summary exports of it)."""
+        returned = {id(unit.node): (unit, built) for unit, built in scalers_returned(self.model, self.model.units)}
+        found: List[Tuple[ScalerInfo, CallRecord, str]] = []
+        if not returned:
+            return found
+        for record in self.index.calls:
+            func = record.node.func
+            if not isinstance(func, cst.Name):
+                continue
+            defined = [b.node for b in self.resolver.bindings(func.value, record.unit.scope) if b.kind == "def"]
+            unit, built = returned.get(id(defined[0]), (None, None)) if len(defined) == 1 else (None, None)
+            if unit is None or built is None:
+                continue
+            if built.get("enabled"):
+                passed = passed_for_parameter(record.node, unit.parameters, built["enabled"], False)
+                if passed is not None and self.resolver.boolean(passed, record.unit.scope) is False:
+                    continue
+            for binding in self._bindings_from(record):
+                if binding.value is record.node:
+                    key = binding_key(binding)
+                    info = self.model.scalers.get(key) or ScalerInfo(key, binding.name, None, ())
+                    found.append((info, record, f"{built['scaler']} in `{unit.name}`"))
         return found
 
     def _parents(self) -> Dict[int, CallRecord]:

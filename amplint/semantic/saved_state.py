@@ -78,7 +78,7 @@ def export_state(model: "SemanticModel", exported: Callable[[CodeUnit], bool]) -
                 sets[attribute] = parameter
         if sets:
             table[unit.name] = {"params": unit.parameters, "method": True, "sets": sets}
-    for unit, built in _scalers_returned(model, units):
+    for unit, built in scalers_returned(model, units):
         table.setdefault(unit.name, {"params": unit.parameters, "method": unit.scope.class_scope is not None}).update(built)
     return table
 
@@ -206,7 +206,7 @@ def _parameter_in(value: cst.BaseExpression, init: CodeUnit) -> Optional[str]:
     return parameter(value)
 
 
-def _scalers_returned(model: "SemanticModel", units: List[CodeUnit]) -> List[Tuple[CodeUnit, Dict[str, Any]]]:
+def scalers_returned(model: "SemanticModel", units: List[CodeUnit]) -> List[Tuple[CodeUnit, Dict[str, Any]]]:
     """The functions that return a GradScaler they build (not one built with a literal
     `enabled=False`): each with `scaler` (the construction, quoted) and `enabled` (the
     parameter its `enabled=` is, or None)."""
