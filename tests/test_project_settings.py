@@ -65,6 +65,8 @@ def _config(field='mixed_precision: str = "fp16"'):
         # A field of a config class of another module, by name and through its module.
         {"config.py": _config(), "train.py": _train("from config import TrainConfig", "cfg.mixed_precision", "cfg = TrainConfig(lr=3e-4)")},
         {"config.py": _config('mixed_precision: str = field(default="fp16")'), "train.py": _train("import config", "cfg.mixed_precision", "cfg = config.TrainConfig()")},
+        # The construction passes it: what it passes, whatever the default.
+        {"config.py": _config('mixed_precision: str = "no"'), "train.py": _train("from config import TrainConfig", "cfg.mixed_precision", 'cfg = TrainConfig(mixed_precision="fp16")')},
         # Positional arguments may fill the field: its default stays one of its values.
         {"config.py": _config(), "train.py": _train("from config import TrainConfig", "cfg.mixed_precision", "cfg = TrainConfig(3e-4)")},
         # AMP words, but nothing else a rule needs: deferred, then analysed for its importer.
@@ -90,8 +92,9 @@ def test_a_float16_precision_set_in_another_module_may_be_float16(tmp_path, file
         # A field with no default, and one of a class the config module only imports.
         {"config.py": _config("mixed_precision: str"), "train.py": _train("from config import TrainConfig", "cfg.mixed_precision", "cfg = TrainConfig()")},
         {"config.py": "from base import TrainConfig\n", "base.py": "X = 1\n", "train.py": _train("from config import TrainConfig", "cfg.mixed_precision", "cfg = TrainConfig()")},
-        # A config object the file does not build: unknown.
+        # A config object the file does not build: unknown; nor is a keyword of a function's.
         {"config.py": _config(), "train.py": _train("from config import TrainConfig", "cfg.mixed_precision", "cfg = load(TrainConfig)")},
+        {"config.py": _config(), "train.py": _train("def load(**kw):\n    return kw", "cfg.mixed_precision", 'cfg = load(mixed_precision="fp16")')},
     ],
 )
 def test_what_is_not_float16_or_not_known_stays_clean(tmp_path, files):

@@ -439,13 +439,15 @@ class Resolver:
         values, complete = self._objects(owner, scope)
         found: List[Tuple[Any, Optional[Scope]]] = []
         for bound, where in values:
-            if not isinstance(bound, cst.Call):
-                return found, False
+            name = dotted_name(bound.func) if isinstance(bound, cst.Call) else None
+            cls = self.index.classes.get(name or "")
+            imported = cls is None and name is not None and [b.kind for b in self.bindings(name.partition(".")[0], where)] == ["import"]
+            if not isinstance(bound, cst.Call) or not (cls is not None or imported):
+                return found, False  # not built by a class the file or a linted module defines
             positional, keywords = split_args(bound.args)
             if attribute in keywords:
                 found.append((keywords[attribute], where))
                 continue
-            cls = self.index.classes.get(dotted_name(bound.func) or "")
             if cls is not None:
                 defaults = [b for b in cls.bindings.get(attribute, ()) if b.kind == "assign"]
                 found.extend((field_default(default.value), cls) for default in defaults)
