@@ -57,9 +57,6 @@ FRAMEWORK_OBJECT = "framework object"  # `Accelerator(...)`, `TrainingArguments(
 # that may be a float32 cast (`x.float()`, `x.to(torch.float32)`, `t.type_as(self.inv_freq)`):
 # a float32 island its caller's autocast may undo (`RegionOps.ops_under_callers_autocast`).
 MODULE_ISLAND = "module island"
-# A top-level name, or a field of a top-level class, assigned a precision: `AMP_DTYPE =
-# torch.float16`, `MIXED_PRECISION = "fp16"`, `fp16: bool = True` (`exports._constants`).
-PRECISION_CONSTANT = "precision constant"
 
 # With the wrappers of one the user's code owns (timm's NativeScaler).
 _GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"}) | frameworks.OWNED_SCALER_CLASSES
@@ -102,10 +99,10 @@ Needs = Tuple[FrozenSet[str], ...]
 # A framework object a function builds may be what it returns (`build_accelerator(cfg)`).
 EVENTS = frozenset({BACKWARD, FRAMEWORK_BACKWARD, STEP, SCALE_CALL, UNSCALE, CLIP, GRADIENT, ZERO_GRAD, SCALER_UPDATE, GRAD_SCALER, FRAMEWORK_OBJECT})
 # ... and what a fact family exports (`amplint.analyses.EXPORTING`): a class whose method
-# decays a copy in place (`Precision.export`); and a constant or config field that holds a
-# precision (`AMP_DTYPE = torch.float16`, `exports._constants`). A file with none of these
-# exports no summary.
-EXPORTS = EVENTS | frozenset({AVERAGE, PRECISION_CONSTANT})
+# decays a copy in place (`Precision.export`). A file with none of these exports no summary
+# but its constants (`exports._constants`: `AMP_DTYPE = torch.float16`), for which it is
+# analysed only where an importer names one (`project.imported_deferred`).
+EXPORTS = EVENTS | frozenset({AVERAGE})
 
 
 def marks(tree: ast.AST) -> FrozenSet[str]:
@@ -187,8 +184,6 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         found.add(MODULE_ISLAND)
     if any(id(call) not in entered for call in autocasts):
         found.add(AUTOCAST_OBJECT)
-    if _precision_constant(tree):
-        found.add(PRECISION_CONSTANT)
     # `optimizer = OPTIMIZERS[name](model.parameters())`: built by a call the file does not name.
     if _NAMED_LIKE_OPTIMIZER in found and _PARAMETERS in found:
         found.add(OPTIMIZER)
@@ -196,31 +191,6 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_HALF_DTYPES = frozenset({"float16", "half", "bfloat16"})
-
-
-def _precision_constant(tree: ast.AST) -> bool:
-    """Whether a top-level assignment, or one in a top-level class's body, may hold a precision:
-    its value names a half dtype (`AMP_DTYPE = torch.float16`) or is a string that chooses one
-    (`"fp16"`, `"bf16-mixed"`), or it gives True/False or 16 to a name with a precision word
-    (`fp16: bool = True`, `precision: int = 16`)."""
-    body = list(getattr(tree, "body", ()))
-    body += [statement for cls in body if isinstance(cls, ast.ClassDef) for statement in cls.body]
-    for statement in body:
-        if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is None:
-            continue
-        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        named = any(isinstance(t, ast.Name) and vocabulary.named_like_a_precision(t.id) for t in targets)
-        for node in ast.walk(statement.value):
-            if (isinstance(node, ast.Attribute) and node.attr in _HALF_DTYPES) or (isinstance(node, ast.Name) and node.id in _HALF_DTYPES):
-                return True
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in frameworks.HALF_SETTINGS:
-                return True
-            if named and isinstance(node, ast.Constant) and (isinstance(node.value, bool) or node.value == 16):
-                return True
-    return False
-
-
 # Calls that cast to a dtype or a tensor's dtype they are given (`_Island.casts`).
 _DTYPE_CASTS = frozenset({"to", "type"})
 _PRODUCT_NAMES = frozenset(name for name, mark in _NAMED.items() if mark == PRODUCT)

@@ -416,9 +416,11 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text,
     class that saves or restores an object's state (`catalogue.state_names`): a
     `Checkpointer` handed the optimizer checkpoints it wherever it is made; and a function
     that casts to a half dtype (`catalogue.cast_names`): `val.run(model=ema.ema)` leaves the
-    EMA copy in float16."""
+    EMA copy in float16. A precision constant or config class (`catalogue.constant_names`:
+    `AMP_DTYPE = torch.float16`, `TrainConfig` with `mixed_precision = "fp16"`) counts the same
+    way, in a file without AMP words and in a deferred one whose functions export nothing."""
     importers = [r for r in results if r.error is None and r.imports and not (r.skipped and not r.deferred)]
-    deferred = {r.path: index for index, r in enumerate(results) if r.error is None and (r.deferred and r.may_export or r.skipped and not r.deferred)}
+    deferred = {r.path: index for index, r in enumerate(results) if r.error is None and r.skipped}
     if not deferred or not importers:
         return []
     from amplint.import_paths import PathIndex
@@ -443,12 +445,13 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text,
 
     found = []
     for i, importing in sorted(wanted.items()):
-        if results[i].deferred:
+        if results[i].deferred and results[i].may_export:
             found.append(i)
             continue
-        # No AMP words: only if a file that imports it names one of its functions that may do AMP work.
+        # No AMP words (or no code that exports): only if a file that imports it names one of
+        # its functions that may do AMP work, or of its constants.
         text = read(results[i].path) or ""
-        names = helper_names(text) | state_names(text) | cast_names(text) | constant_names(text)
+        names = constant_names(text) if results[i].deferred else helper_names(text) | state_names(text) | cast_names(text) | constant_names(text)
         names |= {renamed[i][name] for name in names if renamed.get(i, {}).get(name, "*") != "*"}
         if names and any(name in (read(path) or "") for path in dict.fromkeys(importing) for name in names):
             found.append(i)
@@ -459,7 +462,10 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text,
         if i in wanted:
             continue
         text = read(results[i].path) or ""
-        names = (_defined_names(text) if results[i].deferred else helper_names(text) | state_names(text) | cast_names(text) | constant_names(text))
+        if results[i].deferred:
+            names = _defined_names(text) if results[i].may_export else constant_names(text)
+        else:
+            names = helper_names(text) | state_names(text) | cast_names(text) | constant_names(text)
         names = {renamed[i].get(name, name if "*" in renamed[i] else "") for name in names} - {""}
         if names and any(re.search(r"\b%s\b" % re.escape(name), read(path) or "") for path in dict.fromkeys(importing) for name in names):
             found.append(i)

@@ -48,6 +48,7 @@ def test_the_picked_model_itself_inside_the_isinstance_test():
         (CALL, CALL + "\n        cast_training_params([unet_], dtype=torch.float32)"),
         (CALL, CALL + "\n        for p in unet_.parameters():\n            if p.requires_grad:\n                p.data = p.to(torch.float32)"),
         (CALL, CALL + "\n        upcast_lora_params(unet_)"),  # named like a precision change: may be one
+        (CALL, CALL + "\n        unet_.to(dtype=torch.float32)"),
         # It loads values into the adapters it has: no new parameter.
         (CALL, "set_peft_model_state_dict(unet_, lora_state_dict, adapter_name='default')"),
         # bfloat16 is left alone, as AMP010 leaves it everywhere.

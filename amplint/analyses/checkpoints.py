@@ -296,9 +296,8 @@ class Checkpoints(Analysis):
         builds (`saved_state.scalers_returned`, what the file's summary exports of it)."""
         returned = {id(unit.node): (unit, built) for unit, built in scalers_returned(self.model, self.model.units)}
         found: List[Tuple[ScalerInfo, CallRecord, str]] = []
-        if not returned:
-            return found
-        for record in self.index.calls:
+        names = {unit.node.name.value for unit, _ in returned.values() if isinstance(unit.node, cst.FunctionDef)}
+        for record in (record for name in sorted(names) for record in self.index.calls_to(name)):
             func = record.node.func
             if not isinstance(func, cst.Name):
                 continue

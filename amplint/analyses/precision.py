@@ -1765,9 +1765,13 @@ def _may_upcast(precision: "Precision", after: List[CallRecord], modules: Collec
                 handed.append(dotted_name(call.func.value))
             if any(name is not None and name.split(".")[0] in modules for name in handed):
                 return True
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_CHAIN and call.func.attr.value not in ("train", "requires_grad_", "cpu", "cuda"):
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _MAY_UPCAST:
             return True
     return False
+
+
+# Methods that may give a module's parameters a wider dtype: `.to(torch.float32)`, `.float()`.
+_MAY_UPCAST = frozenset({"to", "float", "double", "type"})
 
 
 # What may make a frozen module's parameters trainable again, or give it new ones, by name.

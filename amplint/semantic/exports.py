@@ -616,6 +616,15 @@ class ExternalModules:
             return None
         return self.summaries[self.path_of(name, level) or ""]
 
+    def constant(self, name: Optional[str], level: int, key: str) -> Optional[Mapping[str, Any]]:
+        """What the summary of the linted module `from <level dots><name> import` refers to
+        says of its constant `key` (`AMP_DTYPE`, `TrainConfig.mixed_precision`: an entry of
+        its `constants`), or None."""
+        raw = self.raw(name, level)
+        constants = raw.get("constants") if isinstance(raw, Mapping) else None
+        entry = constants.get(key) if isinstance(constants, Mapping) else None
+        return entry if isinstance(entry, Mapping) else None
+
     def words(self) -> str:
         """The code the summaries quote (each event's call, each scaler built), for the words
         a rule looks for before a file is parsed: a file that calls a helper which builds a
@@ -759,6 +768,10 @@ class LookupRecorder(ExternalModules):
 
     def path_of(self, name: Optional[str], level: int) -> Optional[str]:
         self.lookups.add((name, level, None))
+        return None
+
+    def constant(self, name: Optional[str], level: int, key: str) -> Optional[Mapping[str, Any]]:
+        self.lookups.add((name, level, key))  # found again only where a summary has that constant
         return None
 
 

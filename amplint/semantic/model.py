@@ -97,10 +97,7 @@ class SemanticModel:
             name = attribute
         elif "." in name:
             return None
-        raw = self.external.raw(module, level)
-        constants = raw.get("constants") if isinstance(raw, Mapping) else None
-        entry = constants.get(f"{name}.{field}" if field else name) if isinstance(constants, Mapping) else None
-        return entry if isinstance(entry, Mapping) else None
+        return self.external.constant(module, level, f"{name}.{field}" if field else name)
 
     # ------------------------------------------------------------------ fact families
     def facts(self, family: Type[A]) -> A:

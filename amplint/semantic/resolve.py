@@ -345,8 +345,10 @@ class Resolver:
         name = dotted_name(value)
         if name is None:
             return frozenset(), False
-        if self.aliases.resolve(value) is not None:
-            return _entry_settings(self._imported_entry(value, scope))  # `from config import MIXED_PRECISION`
+        qualified = self.aliases.resolve(value)
+        if qualified is not None:
+            # `from config import MIXED_PRECISION`; not `torch.float16`, no constant of a linted module.
+            return _entry_settings(self._imported_entry(value, scope)) if not qualified.startswith("torch.") else (frozenset(), False)
         bindings = self.bindings(name, scope)
         if bindings:
             found = (frozenset(), True)
