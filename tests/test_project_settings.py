@@ -108,6 +108,53 @@ def test_a_flag_field_turns_the_framework_on(tmp_path):
     assert lint_project(tmp_path, {"config.py": _config("fp16: bool = False"), "train.py": train}, "--no-cache")[0] == []
 
 
+PARSED = """
+import torch
+{imports}
+from accelerate import Accelerator
+from config import TrainConfig
+
+
+{decorator}def main({signature}):
+    {setup}
+    accelerator = Accelerator(mixed_precision=cfg.mixed_precision)
+    model, optimizer, loader = accelerator.prepare(*build())
+    for x, y in loader:
+        loss = model(x, y)
+        accelerator.backward(loss)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+{after}"""
+
+
+@pytest.mark.parametrize(
+    "imports, decorator, signature, setup, after",
+    [
+        # A command-line parser fills the config class: its defaults where no flag is given.
+        ("import tyro", "", "", "cfg = tyro.cli(TrainConfig)", ""),
+        ("import draccus", "", "", "cfg = draccus.parse(config_class=TrainConfig)", ""),
+        ("from omegaconf import OmegaConf", "", "", "cfg = OmegaConf.structured(TrainConfig)", ""),
+        # ... or the parameter a parser builds from its annotation.
+        ("import draccus", "@draccus.wrap()\n", "cfg: TrainConfig", "pass", ""),
+        ("import tyro", "", "cfg: TrainConfig", "pass", "\n\nif __name__ == '__main__':\n    tyro.cli(main)\n"),
+    ],
+)
+def test_a_config_a_command_line_parser_builds_may_hold_its_defaults(tmp_path, imports, decorator, signature, setup, after):
+    train = PARSED.format(imports=imports, decorator=decorator, signature=signature, setup=setup, after=after)
+    rows, findings = lint_project(tmp_path, {"config.py": _config(), "train.py": train}, "--no-cache")
+    line = train.strip().splitlines().index("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)") + 1
+    assert rows == [("train.py", line, "AMP003")]
+    assert "when float16 mixed precision is chosen" in findings[0]["message"]  # a flag may choose another
+    bf16 = lint_project(tmp_path, {"config.py": _config('mixed_precision: str = "bf16"'), "train.py": train}, "--no-cache")
+    assert bf16[0] == []
+
+
+def test_an_annotation_alone_says_nothing_of_what_a_caller_passes(tmp_path):
+    """`def main(cfg: TrainConfig)` that no parser builds: another module may pass any config."""
+    train = PARSED.format(imports="", decorator="", signature="cfg: TrainConfig", setup="pass", after="")
+    assert lint_project(tmp_path, {"config.py": _config(), "train.py": train}, "--no-cache")[0] == []
+
+
 DTYPE_TRAIN = """
 import torch
 {imports}

@@ -10,6 +10,7 @@ and unknown is never guessed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
@@ -441,12 +442,14 @@ class Resolver:
         values, complete = self._objects(owner, scope)
         found: List[Tuple[Any, Optional[Scope]]] = []
         for bound, where in values:
-            name = dotted_name(bound.func) if isinstance(bound, cst.Call) else None
+            built = self._built_config(bound)
+            name = dotted_name(built[0]) if built is not None else None
             cls = self.index.classes.get(name or "")
             imported = cls is None and name is not None and [b.kind for b in self.bindings(name.partition(".")[0], where)] == ["import"]
-            if not isinstance(bound, cst.Call) or not (cls is not None or imported):
+            if built is None or not (cls is not None or imported):
                 return found, False  # not built by a class the file or a linted module defines
-            positional, keywords = split_args(bound.args)
+            func, args, parsed = built
+            positional, keywords = split_args(args)
             if attribute in keywords:
                 found.append((keywords[attribute], where))
                 continue
@@ -454,20 +457,38 @@ class Resolver:
                 defaults = [b for b in cls.bindings.get(attribute, ()) if b.kind == "assign"]
                 found.extend((field_default(default.value), cls) for default in defaults)
             else:
-                entry = self._imported_entry(bound.func, where, attribute)
+                entry = self._imported_entry(func, where, attribute)
                 defaults = [entry] if entry is not None else []
                 found.extend((entry, None) for entry in defaults)
             if not defaults:
                 return found, False
-            if positional or any(arg.star for arg in bound.args):
-                complete = False
+            if parsed or positional or any(arg.star for arg in args):
+                complete = False  # the command line, or an argument, may set it
         return found, complete and bool(values)
 
-    def _objects(self, name: str, scope: Scope) -> Tuple[List[Tuple[Optional[cst.BaseExpression], Scope]], bool]:
+    def _built_config(self, bound: Optional[cst.BaseExpression]) -> Optional[Tuple[cst.BaseExpression, Sequence[cst.Arg], bool]]:
+        """How an object whose fields are read may have been built: (the class as named, the
+        arguments of its construction, whether a command-line parser fills it): `TrainConfig(
+        lr=1e-4)`; `tyro.cli(TrainConfig)` and the other `CONFIG_PARSERS`, and the annotation
+        of a parameter that `draccus.wrap` or `tyro.cli(main)` fills (`cfg: TrainConfig`), with
+        no arguments (the class's defaults, where no flag is given). None for anything else."""
+        if isinstance(bound, cst.Call):
+            parser = self.qualified(bound.func) or dotted_name(bound.func) or ""
+            if parser in CONFIG_PARSERS:
+                positional, keywords = split_args(bound.args)
+                cls = keywords.get("config_class", positional[0] if positional else None)
+                return (cls, (), True) if isinstance(cls, (cst.Name, cst.Attribute)) else None
+            return bound.func, bound.args, False
+        if isinstance(bound, _Annotated):
+            return bound.annotation, (), True
+        return None
+
+    def _objects(self, name: str, scope: Scope) -> Tuple[List[Tuple[Any, Scope]], bool]:
         """The values `name` is given, and whether they are all it can hold; for a parameter
         (`def main(cfg):`), what the callers in this file pass for it and its default (None
-        among them when there are none), and callers elsewhere may pass anything else."""
-        found: List[Tuple[Optional[cst.BaseExpression], Scope]] = []
+        among them when there are none, or what a command-line parser builds from its
+        annotation: `_parsed_parameter`), and callers elsewhere may pass anything else."""
+        found: List[Tuple[Any, Scope]] = []
         complete = True
         for binding in self.bindings(name, scope):
             if binding.kind != "param":
@@ -480,8 +501,28 @@ class Resolver:
             passed = self.arguments_for(binding.name, binding.scope)
             found.extend(passed)
             if not passed and not (isinstance(param, cst.Param) and param.default is not None):
-                found.append((None, binding.scope))
+                annotated = self._parsed_parameter(param, binding.scope)
+                found.append((annotated, binding.scope.parent or binding.scope) if annotated is not None else (None, binding.scope))
         return found, complete
+
+    def _parsed_parameter(self, param: cst.CSTNode, function: Scope) -> Optional["_Annotated"]:
+        """A parameter whose value a command-line parser builds from its annotation: `def
+        main(cfg: TrainConfig)` decorated with `@draccus.wrap()` (`CLI_DECORATORS`), or handed
+        to `tyro.cli(main)`."""
+        if not isinstance(param, cst.Param) or param.annotation is None or not isinstance(param.annotation.annotation, (cst.Name, cst.Attribute)):
+            return None
+        node = function.node
+        if not isinstance(node, cst.FunctionDef):
+            return None
+        decorators = [d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator for d in node.decorators]
+        parsed = any((self.qualified(d) or dotted_name(d)) in CLI_DECORATORS for d in decorators)
+        if not parsed:
+            name = node.name.value
+            parsed = any(
+                (self.qualified(r.node.func) or dotted_name(r.node.func)) in CONFIG_PARSERS and any(dotted_name(a.value) == name for a in r.node.args[:1])
+                for r in self.index.calls_to("cli")
+            )
+        return _Annotated(param.annotation.annotation) if parsed else None
 
     def _through_names(self, value: cst.BaseExpression, scope: Scope, depth: int, follow) -> FrozenSet[str]:
         # A name set on several branches can be each of its values; a parameter can be what
@@ -520,6 +561,20 @@ class Resolver:
         if resolved is not None and isinstance(resolved[0], cst.Dict):
             return resolved  # type: ignore[return-value]
         return None
+
+
+# Command-line parsers that build a config object from a class, its defaults where no flag is
+# given: `cfg = tyro.cli(TrainConfig)`; and decorators that build a function's annotated
+# parameters so (`@draccus.wrap() def main(cfg: TrainConfig)`).
+CONFIG_PARSERS = frozenset({"tyro.cli", "draccus.parse", "pyrallis.parse", "omegaconf.OmegaConf.structured", "OmegaConf.structured"})
+CLI_DECORATORS = frozenset({"draccus.wrap", "pyrallis.wrap"})
+
+
+@dataclass(frozen=True)
+class _Annotated:
+    """A parameter's value as `_objects` gives it when a parser builds it from its annotation."""
+
+    annotation: cst.BaseExpression
 
 
 def field_default(value: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
