@@ -173,11 +173,14 @@ def cast_names(source: str) -> FrozenSet[str]:
     return _defining(source, ((start, False) for word in CAST_WORDS for start in _occurrences(source, word)), methods=False)
 
 
-# What `exports._constants` exports, as text: an assignment whose value names a half dtype, or
-# holds a setting that chooses a half precision (`frameworks.HALF_SETTINGS`, a test keeps the
-# two the same), or True/False or 16 for a name with a precision word (`vocabulary.PRECISION_NAME_WORDS`).
+# What `exports._constants` exports, as text: an assignment whose value names a half dtype
+# (`torch.float16`, `torch.half`, `bfloat16`), or is a string that chooses a half precision
+# (`frameworks.HALF_SETTINGS`, a test keeps the two the same) written as the value itself, a
+# `field(default=...)` or a branch of a conditional expression, or is True/False or 16 for a
+# name with a precision word (`vocabulary.PRECISION_NAME_WORDS`).
 _ASSIGNMENT = r"^([ \t]*)([A-Za-z]\w*)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)"
-_HALF_VALUE = r"\b(?:float16|half|bfloat16)\b|[\"'](?i:fp16|bf16|16|16[-_]mixed|bf16[-_]mixed|float16|bfloat16|half)[\"']"
+_SETTING = r"[\"'](?i:fp16|bf16|16|16[-_]mixed|bf16[-_]mixed|float16|bfloat16|half)[\"']"
+_HALF_VALUE = rf"\b(?:float16|bfloat16)\b|\.half\b(?!\s*\()|^\s*{_SETTING}|default\s*=\s*{_SETTING}|\belse\s+{_SETTING}|{_SETTING}\s+if\b"
 _FLAG_VALUE = r"^[ \t]*(?:True|False|16)\b"
 _FLAG_NAME = r"(?:^|_)(?:fp16|bf16|amp|half|precision|mixed|autocast)(?:_|$)"
 
@@ -186,13 +189,15 @@ def constant_names(source: str) -> FrozenSet[str]:
     """The top-level names assigned a precision, and the top-level classes with a field that
     is, by a text search: `AMP_DTYPE` for `AMP_DTYPE = torch.float16`, `MIXED_PRECISION` for
     `MIXED_PRECISION = "fp16"`, `TrainConfig` for its `mixed_precision: str = "bf16"` or `fp16:
-    bool = True`. What another module must name to read one (`amplint.semantic.exports`'
-    `constants`)."""
+    bool = True` (in the class's body, not in its methods). What another module must name to
+    read one (`amplint.semantic.exports`' `constants`)."""
     import bisect
     import re
 
     names = set()
-    tops: Optional[List[Tuple[int, Optional[str]]]] = None  # None: an `if`'s, a `try`'s...; "": any other's
+    # Where each top-level statement starts, with the class it defines and its body's indent
+    # (None: an `if`'s, a `try`'s... whose assignments are the module's; "": any other's).
+    tops: Optional[List[Tuple[int, Optional[str], str]]] = None
     starts: List[int] = []
     for found in re.finditer(_ASSIGNMENT, source, re.M):
         indent, name, value = found.groups()
@@ -201,14 +206,14 @@ def constant_names(source: str) -> FrozenSet[str]:
         if not indent:
             names.add(name)
             continue
-        if tops is None:  # every line that starts a top-level statement, with the class it defines
-            found_tops = re.finditer(r"^(?:class[ \t]+(\w+)|(if|elif|else|try|except|finally|with|for|while)\b|[^\s#])", source, re.M)
-            tops = [(m.start(), m.group(1) or (None if m.group(2) else "")) for m in found_tops]
-            starts = [start for start, _ in tops]
+        if tops is None:
+            found_tops = re.finditer(r"^(?:class[ \t]+(\w+)[^\n]*\n(?:[ \t]*(?:#[^\n]*)?\n)*([ \t]+)|(if|elif|else|try|except|finally|with|for|while)\b|[^\s#])", source, re.M)
+            tops = [(m.start(), m.group(1) or (None if m.group(3) else ""), m.group(2) or "") for m in found_tops]
+            starts = [start for start, _, _ in tops]
         at = bisect.bisect_right(starts, found.start())
-        owner = tops[at - 1][1] if at else ""
-        if owner:
-            names.add(owner)  # a field in a class's body (or a method's: an over-approximation)
+        _, owner, body_indent = tops[at - 1] if at else (0, "", "")
+        if owner and indent == body_indent:
+            names.add(owner)  # a field in a class's body
         elif owner is None:
             names.add(name)  # assigned on a top-level branch: `if AMP: MIXED_PRECISION = "fp16"`
     return frozenset(names)

@@ -137,8 +137,8 @@ class ScalerStateNotCheckpointed(Rule):
             return
         reported: Set[str] = set()
         facts = model.facts(Checkpoints)
-        # The GradScalers the file builds, and those another linted module's function builds
-        # for it (`scaler = build_scaler()`), quoted as built there.
+        # The GradScalers the file builds, and those a function of the file or of another
+        # linted module builds for it (`scaler = build_scaler()`), quoted as built there.
         built = [(scaler, record, f"`{source_text(record.node)}`") for scaler, record in model.grad_scalers_built()]
         built += [(scaler, record, f"`{source_text(record.node)}`, which builds {there}") for scaler, record, there in facts.scalers_built_by_calls()]
         for scaler, record, construction in built:

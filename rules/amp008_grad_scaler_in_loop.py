@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional, Set
+from typing import Iterator, List, Optional, Set
 
 import libcst as cst
 
@@ -157,8 +157,7 @@ class GradScalerInLoop(Rule):
             return
         for scaler, record in model.grad_scalers_built():
             for loop in model.facts(Repetitions).iterations_of(record):
-                steps = model.facts(Repetitions).scaler_steps_within(scaler.key, record, loop)
-                lasting = [step for step in steps if model.facts(Repetitions).outlives(step.argument, record.unit, loop)]
+                lasting = _steps_of_lasting_optimizers(model, scaler.key, record, loop)
                 if lasting:
                     yield Report(record.node, Message.split(_message(scaler.name, record, loop, lasting[0])), fix=_hoist(record, loop, model))
                     break
@@ -166,8 +165,7 @@ class GradScalerInLoop(Rule):
         # returns a new one, called in every iteration of a loop that steps with it.
         for scaler, record, built in model.facts(Checkpoints).scalers_built_by_calls():
             for loop in model.facts(Repetitions).iterations_of(record):
-                steps = model.facts(Repetitions).scaler_steps_within(scaler.key, record, loop)
-                lasting = [step for step in steps if model.facts(Repetitions).outlives(step.argument, record.unit, loop)]
+                lasting = _steps_of_lasting_optimizers(model, scaler.key, record, loop)
                 if lasting:
                     optimizer = lasting[0].argument.text if lasting[0].argument is not None else "the optimizer"
                     yield Report(record.node, Message.split(_message_for_call(built, record, loop, optimizer, "Call it once, before the loop.")))
@@ -392,6 +390,13 @@ class Trainer:
             at=((8, 23),),
         ),
     )
+
+
+def _steps_of_lasting_optimizers(model: SemanticModel, scaler: str, record: CallRecord, loop: Repetition) -> List[Occurrence]:
+    """The steps through `scaler` in the same iteration as its construction `record`, of an
+    optimizer that outlives the iteration."""
+    repetitions = model.facts(Repetitions)
+    return [step for step in repetitions.scaler_steps_within(scaler, record, loop) if repetitions.outlives(step.argument, record.unit, loop)]
 
 
 def _message(name: str, record: CallRecord, loop: Repetition, step: Occurrence) -> str:

@@ -13,6 +13,7 @@ import pytest
 from amplint.catalogue import constant_names
 from amplint.semantic.pytorch import frameworks
 from conftest import lint_project
+from test_project_constants import _train as dtype_train  # the same loop, its autocast's dtype chosen elsewhere
 
 TRAIN = """
 import torch
@@ -155,21 +156,6 @@ def test_an_annotation_alone_says_nothing_of_what_a_caller_passes(tmp_path):
     assert lint_project(tmp_path, {"config.py": _config(), "train.py": train}, "--no-cache")[0] == []
 
 
-DTYPE_TRAIN = """
-import torch
-{imports}
-
-
-def train(model, loader, opt):
-    {setup}
-    for x, y in loader:
-        with torch.autocast("cuda", dtype={dtype}):
-            loss = model(x, y)
-        loss.backward()
-        opt.step()
-"""
-
-
 @pytest.mark.parametrize(
     "config, imports, setup, dtype",
     [
@@ -183,7 +169,7 @@ def train(model, loader, opt):
     ],
 )
 def test_a_dtype_chosen_by_configuration_may_be_float16(tmp_path, config, imports, setup, dtype):
-    files = {"train.py": DTYPE_TRAIN.format(imports=imports, setup=setup, dtype=dtype)}
+    files = {"train.py": dtype_train(imports, dtype, scaler=setup)}
     if config:
         files["config.py"] = config
     line = files["train.py"].strip().splitlines().index(f'        with torch.autocast("cuda", dtype={dtype}):') + 1
@@ -194,7 +180,7 @@ def test_a_dtype_chosen_by_configuration_may_be_float16(tmp_path, config, import
 
 def test_getattr_on_anything_but_torch_or_an_unknown_name_stays_unknown(tmp_path):
     for dtype in ('getattr(np, "float16")', "getattr(torch, name)"):
-        assert lint_project(tmp_path, {"train.py": DTYPE_TRAIN.format(imports="import numpy as np", setup="name = load()", dtype=dtype)}, "--no-cache")[0] == []
+        assert lint_project(tmp_path, {"train.py": dtype_train("import numpy as np", dtype, scaler="name = load()")}, "--no-cache")[0] == []
 
 
 def test_constant_names_reads_precision_assignments_and_config_classes():

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -277,16 +277,7 @@ class Checkpoints(Analysis):
             if state is None or not state[0].get("scaler") or state[2] is not None:
                 continue
             entry, origin, _ = state
-            enabled = entry.get("enabled")
-            if enabled:
-                passed = passed_for_parameter(record.node, entry.get("params", ()), enabled, False)
-                if passed is not None and self.resolver.boolean(passed, record.unit.scope) is False:
-                    continue
-            for binding in self._bindings_from(record):
-                if binding.value is record.node:
-                    key = binding_key(binding)
-                    info = self.model.scalers.get(key) or ScalerInfo(key, binding.name, None, ())
-                    found.append((info, record, f"{entry['scaler']} in {origin}"))
+            found += self._filled_by(record, entry, entry.get("params", ()), f"{entry['scaler']} in {origin}")
         for held in self.model.facts(HeldScalers).held_by_instances():
             found.append((held.scaler, held.record, held.construction))
         return found
@@ -303,17 +294,24 @@ class Checkpoints(Analysis):
                 continue
             defined = [b.node for b in self.resolver.bindings(func.value, record.unit.scope) if b.kind == "def"]
             unit, built = returned.get(id(defined[0]), (None, None)) if len(defined) == 1 else (None, None)
-            if unit is None or built is None:
-                continue
-            if built.get("enabled"):
-                passed = passed_for_parameter(record.node, unit.parameters, built["enabled"], False)
-                if passed is not None and self.resolver.boolean(passed, record.unit.scope) is False:
-                    continue
-            for binding in self._bindings_from(record):
-                if binding.value is record.node:
-                    key = binding_key(binding)
-                    info = self.model.scalers.get(key) or ScalerInfo(key, binding.name, None, ())
-                    found.append((info, record, f"{built['scaler']} in `{unit.name}`"))
+            if unit is not None and built is not None:
+                found += self._filled_by(record, built, unit.parameters, f"{built['scaler']} in `{unit.name}`")
+        return found
+
+    def _filled_by(self, record: CallRecord, entry: Mapping[str, Any], params: Sequence[str], built: str) -> List[Tuple[ScalerInfo, CallRecord, str]]:
+        """The variables a call of a function that returns a new GradScaler fills (`entry`: what
+        the state table says of it, `params`: its parameters), each with the call and `built`;
+        none when the call passes a literal False for its `enabled` parameter."""
+        enabled = entry.get("enabled")
+        if enabled:
+            passed = passed_for_parameter(record.node, params, enabled, False)
+            if passed is not None and self.resolver.boolean(passed, record.unit.scope) is False:
+                return []
+        found = []
+        for binding in self._bindings_from(record):
+            if binding.value is record.node:
+                key = binding_key(binding)
+                found.append((self.model.scalers.get(key) or ScalerInfo(key, binding.name, None, ()), record, built))
         return found
 
     def _parents(self) -> Dict[int, CallRecord]:

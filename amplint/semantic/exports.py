@@ -45,6 +45,7 @@ from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.types import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.pytorch import frameworks, vocabulary
+from amplint.semantic.resolve import field_default
 from amplint.semantic.saved_state import export_state
 
 if TYPE_CHECKING:
@@ -833,8 +834,6 @@ def _constants(model: "SemanticModel") -> Dict[str, Dict[str, List[str]]]:
     known whole that may choose one (`MIXED_PRECISION = "fp16"`, a field `fp16: bool = True`:
     its `settings`). What an importer's `Resolver.dtypes` and `Resolver.settings` read of
     `from config import AMP_DTYPE` and of `TrainConfig().mixed_precision`."""
-    from amplint.semantic.resolve import field_default
-
     index = model.index
     found: Dict[str, Dict[str, List[str]]] = {}
     owners = [(index.module_scope, "", index.module.body)]
