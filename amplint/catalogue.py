@@ -178,11 +178,14 @@ def cast_names(source: str) -> FrozenSet[str]:
 # (`frameworks.HALF_SETTINGS`, a test keeps the two the same) written as the value itself, a
 # `field(default=...)` or a branch of a conditional expression, or is True/False or 16 for a
 # name with a precision word (`vocabulary.PRECISION_NAME_WORDS`).
-_ASSIGNMENT = r"^([ \t]*)([A-Za-z]\w*)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)"
 _SETTING = r"[\"'](?i:fp16|bf16|16|16[-_]mixed|bf16[-_]mixed|float16|bfloat16|half)[\"']"
 _HALF_VALUE = rf"\b(?:float16|bfloat16)\b|\.half\b(?!\s*\()|^\s*{_SETTING}|default\s*=\s*{_SETTING}|\belse\s+{_SETTING}|{_SETTING}\s+if\b"
 _FLAG_VALUE = r"^[ \t]*(?:True|False|16)\b"
 _FLAG_NAME = r"(?:^|_)(?:fp16|bf16|amp|half|precision|mixed|autocast)(?:_|$)"
+# An assignment line (its indent, name and value); and the words one of those needs.
+_LINE = r"([ \t]*)([A-Za-z]\w*)[ \t]*(?::[^=\n]*)?=(?!=)(.*)"
+_VALUE_WORDS = ("16", ".half")
+_NAME_WORDS = ("fp16", "bf16", "amp", "half", "precision", "mixed", "autocast")
 
 
 def constant_names(source: str) -> FrozenSet[str]:
@@ -199,7 +202,13 @@ def constant_names(source: str) -> FrozenSet[str]:
     # (None: an `if`'s, a `try`'s... whose assignments are the module's; "": any other's).
     tops: Optional[List[Tuple[int, Optional[str], str]]] = None
     starts: List[int] = []
-    for found in re.finditer(_ASSIGNMENT, source, re.M):
+    # Only the lines with one of the words are looked at closely (most modules have none).
+    lowered = source.lower()
+    for line_start in sorted({*_lines_with(source, _VALUE_WORDS), *_lines_with(lowered, _NAME_WORDS)}):
+        line_end = source.find("\n", line_start)
+        found = re.match(_LINE, source[line_start : line_end if line_end != -1 else len(source)])
+        if found is None:
+            continue
         indent, name, value = found.groups()
         if not (re.search(_HALF_VALUE, value) or (re.match(_FLAG_VALUE, value) and re.search(_FLAG_NAME, name, re.I))):
             continue
@@ -210,13 +219,23 @@ def constant_names(source: str) -> FrozenSet[str]:
             found_tops = re.finditer(r"^(?:class[ \t]+(\w+)[^\n]*\n(?:[ \t]*(?:#[^\n]*)?\n)*([ \t]+)|(if|elif|else|try|except|finally|with|for|while)\b|[^\s#])", source, re.M)
             tops = [(m.start(), m.group(1) or (None if m.group(3) else ""), m.group(2) or "") for m in found_tops]
             starts = [start for start, _, _ in tops]
-        at = bisect.bisect_right(starts, found.start())
+        at = bisect.bisect_right(starts, line_start)
         _, owner, body_indent = tops[at - 1] if at else (0, "", "")
         if owner and indent == body_indent:
             names.add(owner)  # a field in a class's body
         elif owner is None:
             names.add(name)  # assigned on a top-level branch: `if AMP: MIXED_PRECISION = "fp16"`
     return frozenset(names)
+
+
+def _lines_with(text: str, words: Iterable[str]) -> Iterator[int]:
+    """Where each line holding one of `words` starts."""
+    for word in words:
+        at = text.find(word)
+        while at != -1:
+            yield text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            at = text.find(word, end) if end != -1 else -1
 
 
 def _occurrences(source: str, word: str) -> Iterator[int]:
