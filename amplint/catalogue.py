@@ -181,11 +181,12 @@ def cast_names(source: str) -> FrozenSet[str]:
 _SETTING = r"[\"'](?i:fp16|bf16|16|16[-_]mixed|bf16[-_]mixed|float16|bfloat16|half)[\"']"
 _HALF_VALUE = rf"\b(?:float16|bfloat16)\b|\.half\b(?!\s*\()|^\s*{_SETTING}|default\s*=\s*{_SETTING}|\belse\s+{_SETTING}|{_SETTING}\s+if\b"
 _FLAG_VALUE = r"^[ \t]*(?:True|False|16)\b"
-_FLAG_NAME = r"(?:^|_)(?:fp16|bf16|amp|half|precision|mixed|autocast)(?:_|$)"
-# An assignment line (its indent, name and value); and the words one of those needs.
+# `vocabulary.PRECISION_NAME_WORDS`, which a test keeps the same.
+_NAME_WORDS = ("fp16", "bf16", "amp", "half", "precision", "mixed", "autocast")
+_FLAG_NAME = r"(?:^|_)(?:%s)(?:_|$)" % "|".join(_NAME_WORDS)
+# An assignment line (its indent, name and value); and the words a value needs.
 _LINE = r"([ \t]*)([A-Za-z]\w*)[ \t]*(?::[^=\n]*)?=(?!=)(.*)"
 _VALUE_WORDS = ("16", ".half")
-_NAME_WORDS = ("fp16", "bf16", "amp", "half", "precision", "mixed", "autocast")
 
 
 def constant_names(source: str) -> FrozenSet[str]:

@@ -10,8 +10,9 @@ nothing, and a field the construction passes is what it passes."""
 
 import pytest
 
+from amplint import catalogue
 from amplint.catalogue import constant_names
-from amplint.semantic.pytorch import frameworks
+from amplint.semantic.pytorch import frameworks, vocabulary
 from conftest import lint_project
 from test_project_constants import _train as dtype_train  # the same loop, its autocast's dtype chosen elsewhere
 
@@ -191,6 +192,11 @@ def test_constant_names_reads_precision_assignments_and_config_classes():
         'def f():\n    LOCAL = "fp16"\nif AMP:\n    BRANCH = "fp16"\nelse:\n    BRANCH = "no"\n'
     )
     assert constant_names(text) == {"MIXED_PRECISION", "PRECISION", "USE_AMP", "TrainConfig", "OTHER_DTYPE", "BRANCH"}
+
+
+def test_the_text_check_knows_the_precision_words_of_names():
+    """`catalogue.constant_names` reads flags by the words `exports._constants` reads them by."""
+    assert frozenset(catalogue._NAME_WORDS) == vocabulary.PRECISION_NAME_WORDS
 
 
 @pytest.mark.parametrize("setting", sorted(frameworks.HALF_SETTINGS))

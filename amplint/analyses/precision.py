@@ -1544,8 +1544,6 @@ def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord], p
         if not vocabulary.may_change_parameter_precision(callee):
             continue
         handed = handed_modules(finder, call, record.unit.scope)
-        if isinstance(call.func, cst.Attribute):
-            handed.append(dotted_name(call.func.value))
         for name in handed:
             if name is None:
                 continue
@@ -1761,8 +1759,6 @@ def _may_upcast(precision: "Precision", after: List[CallRecord], modules: Collec
             return True
         if effect is None and vocabulary.may_change_parameter_precision(dotted_name(call.func) or ""):
             handed = handed_modules(precision.finder, call, record.unit.scope)
-            if isinstance(call.func, cst.Attribute):
-                handed.append(dotted_name(call.func.value))
             if any(name is not None and name.split(".")[0] in modules for name in handed):
                 return True
         if isinstance(call.func, cst.Attribute) and call.func.attr.value in _MAY_UPCAST:
@@ -1817,8 +1813,9 @@ def frozen_untrained(precision: "Precision", cast: ModuleCast, optimizers: List[
 def handed_modules(finder: "PrecisionFinder", call: cst.Call, scope: Scope) -> List[Optional[str]]:
     """The modules a call is handed, as written: its arguments, and the members of those that
     are lists of modules (`cast_training_params([unet, text_encoder])`, or `models = [unet]`,
-    `models.extend([text_encoder_one, text_encoder_two])`, then `cast_training_params(models)`)."""
-    found: List[Optional[str]] = []
+    `models.extend([text_encoder_one, text_encoder_two])`, then `cast_training_params(models)`),
+    and the object a method is called on (`unet.add_lora_layers()`)."""
+    found: List[Optional[str]] = [dotted_name(call.func.value)] if isinstance(call.func, cst.Attribute) else []
     for arg in call.args:
         name = dotted_name(arg.value)
         members = _members(finder, arg.value, scope)
@@ -1898,8 +1895,6 @@ def _handed_away(precision: "Precision", path: ModulePath) -> bool:
         if last == "requires_grad_":
             continue  # weighed by `_may_unfreeze`
         handed = handed_modules(finder, call, record.unit.scope)
-        if isinstance(call.func, cst.Attribute):
-            handed.append(dotted_name(call.func.value))
         for name in handed:
             if name is not None and any(_nested(path, other) for other in finder.paths(name, record.unit.scope)):
                 return True
