@@ -443,6 +443,10 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text,
                     renamed.setdefault(deferred[path], {}).update(names)
     from amplint.catalogue import cast_names, constant_names, helper_names, state_names
 
+    def exportable(text: str) -> FrozenSet[str]:
+        """What a file without AMP words may export, by name: helpers, state, casts, constants."""
+        return helper_names(text) | state_names(text) | cast_names(text) | constant_names(text)
+
     found = []
     for i, importing in sorted(wanted.items()):
         if results[i].deferred and results[i].may_export:
@@ -451,7 +455,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text,
         # No AMP words (or no code that exports): only if a file that imports it names one of
         # its functions that may do AMP work, or of its constants.
         text = read(results[i].path) or ""
-        names = constant_names(text) if results[i].deferred else helper_names(text) | state_names(text) | cast_names(text) | constant_names(text)
+        names = constant_names(text) if results[i].deferred else exportable(text)
         names |= {renamed[i][name] for name in names if renamed.get(i, {}).get(name, "*") != "*"}
         if names and any(name in (read(path) or "") for path in dict.fromkeys(importing) for name in names):
             found.append(i)
@@ -465,7 +469,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text,
         if results[i].deferred:
             names = _defined_names(text) if results[i].may_export else constant_names(text)
         else:
-            names = helper_names(text) | state_names(text) | cast_names(text) | constant_names(text)
+            names = exportable(text)
         names = {renamed[i].get(name, name if "*" in renamed[i] else "") for name in names} - {""}
         if names and any(re.search(r"\b%s\b" % re.escape(name), read(path) or "") for path in dict.fromkeys(importing) for name in names):
             found.append(i)
