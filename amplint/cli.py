@@ -18,27 +18,27 @@ import sys
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TextIO, Tuple, Type
 
 from amplint import __version__, subcommands
-from amplint.config import FAIL_LEVELS, TARGET_VERSIONS, ConfigError, PythonVersion, split_codes
+from amplint.config.options import FAIL_LEVELS, TARGET_VERSIONS, ConfigError, PythonVersion, split_codes
 from amplint.escape import visible
-from amplint.noqa import directives_ignored, ignoring_directives
-from amplint.settings import codes_for as _codes_for
-from amplint.settings import load_config as _load_config
-from amplint.settings import per_file_ignores as _per_file_ignores
-from amplint.settings import selected_rules as _selected_rules
+from amplint.lint.noqa import directives_ignored, ignoring_directives
+from amplint.config.per_file import codes_for as _codes_for
+from amplint.config.per_file import load_config as _load_config
+from amplint.config.per_file import per_file_ignores as _per_file_ignores
+from amplint.config.per_file import selected_rules as _selected_rules
 from amplint.work import metered, parse_factor
 
 # Everything else is imported where it is used: `amplint --version` and a run on files that
 # mention no AMP code should not pay for LibCST, the rules and every output format
 # (bench/startup.py measures it).
 if TYPE_CHECKING:
-    from amplint.diagnostics import FileError, FileResult, RunReport
-    from amplint.fixer import FileFix
-    from amplint.rule import Rule
+    from amplint.lint.diagnostics import FileError, FileResult, RunReport
+    from amplint.lint.fix_loop import FileFix
+    from amplint.lint.rule import Rule
 
 # The names of amplint.output.FORMATS (a test keeps them equal), known without importing the
 # renderers; `text` is the old name of `full`.
 OUTPUT_FORMATS = ("full", "concise", "json", "json-lines", "junit", "github", "gitlab", "pylint", "sarif")
-# As amplint.cache and amplint.driver define them (a test keeps them equal).
+# As amplint.run.cache and amplint.run.driver define them (a test keeps them equal).
 CACHE_DIR_NAME, ENV_CACHE_DIR = ".amplint_cache", "AMPLINT_CACHE_DIR"
 DEFAULT_BUDGET = 120.0
 DEFAULT_MEMORY = 2048
@@ -202,13 +202,13 @@ def check_command(argv: Sequence[str]) -> int:
 
 def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> int:
     """One run. `watched`: filled with the files it linted and the configuration it read."""
-    from amplint import show
-    from amplint.catalogue import RULES
-    from amplint.config import parse_target_version
-    from amplint.diagnostics import FileError, RunReport
-    from amplint.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
+    from amplint.config import show
+    from amplint.lint.catalogue import RULES
+    from amplint.config.options import parse_target_version
+    from amplint.lint.diagnostics import FileError, RunReport
+    from amplint.run.discovery import DEFAULT_EXCLUDES, Discovery, PatternError, check_patterns
     from amplint.output import HUMAN_FORMATS
-    from amplint.selection import SelectionError, validate
+    from amplint.config.selection import SelectionError, validate
 
     paths = options.paths or (["-"] if options.stdin_filename is not None else ["."])
     reads_stdin = "-" in paths
@@ -281,9 +281,9 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
             why = "".join(f"; {path} is {reason}" for path, reason in discovery.skipped)
             print(f"amplint: warning: no Python files or notebooks found under {visible(' '.join(paths) + why)}", file=sys.stderr)
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
-        from amplint import progress
-        from amplint.cache import open_cache
-        from amplint.driver import Job, Runner
+        from amplint.run import progress
+        from amplint.run.cache import open_cache
+        from amplint.run.driver import Job, Runner
 
         cache = None if options.no_cache else open_cache(options.cache_dir, config.root, config.cache_dir)
         if cache is not None and cache.problem:
@@ -305,7 +305,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         return _add_noqa(results, errors, paths)
     fixes: List[FileFix] = []
     if fixing:
-        from amplint.fixer import fix_results, wanted_by, write_fixed
+        from amplint.lint.fix_loop import fix_results, wanted_by, write_fixed
 
         # Functions are followed as far as the lint followed them, so every fix it showed is found.
         with metered(analysis_limit, limited=False):
@@ -363,7 +363,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         else:
             _write(report, options, sys.stderr if reads_stdin and fixing else None)
         if options.show_fixes and report.fixed:
-            from amplint.fixer import applied_fixes
+            from amplint.lint.fix_loop import applied_fixes
 
             (sys.stderr if reads_stdin or options.output_format not in HUMAN_FORMATS else sys.stdout).write(applied_fixes(fixes))
     except OSError as error:
@@ -396,7 +396,7 @@ def exit_status(report: "RunReport", fail_level: str = "error", exit_zero: bool 
 def _add_noqa(results: List[FileResult], errors: List[FileError], paths: Sequence[str]) -> int:
     """`--add-noqa`: mark every finding's line and exit (0, or 2 if a file could not be linted
     or written), as ruff does."""
-    from amplint.add_noqa import add_noqa
+    from amplint.lint.add_noqa import add_noqa
 
     added = add_noqa(results, paths)
     for note in added.notes:
@@ -455,7 +455,7 @@ def _stamps(paths: Sequence[str]) -> Dict[str, Optional[Tuple[int, int]]]:
 def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[FileError], exit_zero: bool = False) -> int:
     """`--diff`: the fixes as a unified diff; exit 1 when there is something to fix (0 with
     `--exit-zero`, as for findings)."""
-    from amplint.fix import diff
+    from amplint.lint.fix import diff
 
     from amplint.output.text import count_words
 
@@ -476,7 +476,7 @@ def _fixed_by_severity(fixes: Sequence["FileFix"]) -> Tuple[int, int]:
     """(errors, warnings) that `fixes` settled; the fixer is imported only when there are some."""
     if not fixes:
         return 0, 0
-    from amplint.fixer import fixed_by_severity
+    from amplint.lint.fix_loop import fixed_by_severity
 
     return fixed_by_severity(fixes)
 
@@ -508,9 +508,9 @@ def lint_stdin(
     memory: int = DEFAULT_MEMORY,
 ) -> FileResult:
     """Lint standard input (or `data` read from it) as the file `name`, isolated like any other file."""
-    from amplint.diagnostics import FileResult
-    from amplint.driver import Job, Runner
-    from amplint.source import size_error
+    from amplint.lint.diagnostics import FileResult
+    from amplint.run.driver import Job, Runner
+    from amplint.run.source import size_error
 
     data = sys.stdin.buffer.read() if data is None else data
     too_large = size_error(name, len(data))

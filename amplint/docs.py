@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence, Type
 
-from amplint.rule import Rule
+from amplint.lint.rule import Rule
 from amplint.rules import ALL_RULES
 
 TABLE_START = "<!-- rules-table:start -->"

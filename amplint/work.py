@@ -21,7 +21,7 @@ The weights make a step about the same CPU whatever it counts: 2 to 3 microsecon
 evaluation 5 to 9 us, LibCST's parse 1 us per character and its printing 0.8 us. So the file
 limit is 6 to 9 s of CPU there; on a slower shared machine (2 December 2026) a step cost 7 to
 13 us in every phase and the whole limit 36 s, still far under the CPU safety net of
-`amplint.driver`. The largest training scripts of timm, diffusers, pytorch/examples and
+`amplint.run.driver`. The largest training scripts of timm, diffusers, pytorch/examples and
 accelerate (2,000 to 4,400 lines, 144 files with AMP code) take at most
 140,000 steps, 1/20 of the limit, and 240 mutants of the 12 largest (blocks duplicated, lines
 deleted, AMP calls inserted) at most 260,000; a generated 2,000-line trainer of 160 AMP
@@ -30,7 +30,7 @@ file's size (which is limited) or done only for what is reported: CPython's synt
 the evidence pre-check, positions of findings, the rules' own bookkeeping.
 
 `--analysis-limit FACTOR` (config: `analysis-limit`) multiplies every limit for a run. The
-CPU seconds of `--file-budget` (amplint.driver) remain only as a safety net far above what the
+CPU seconds of `--file-budget` (amplint.run.driver) remain only as a safety net far above what the
 step limit allows, for native code that is never counted (a pathological parse).
 
 The meter is a context variable: each thread (the language server's) and each worker process

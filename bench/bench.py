@@ -254,16 +254,17 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
     """Every file's CPU and steps (amplint.work's meter, without its limit, so that a file
     past the limit shows its whole cost), phase by phase, in this process; the `worst`
     costliest files; then the scheduler replayed."""
-    from amplint import engine, evidence, work
-    from amplint.diagnostics import FileResult
-    from amplint.driver import _BATCH_FILES, plan, simulate
-    from amplint.parse_guard import parse_hazard
-    from amplint.project import link
+    from amplint.lint import engine, evidence
+    from amplint import work
+    from amplint.lint.diagnostics import FileResult
+    from amplint.run.driver import _BATCH_FILES, plan, simulate
+    from amplint.lint.parse_guard import parse_hazard
+    from amplint.project.link import link
     from amplint.rules import ALL_RULES
     from amplint.semantic import analyze
     from amplint.semantic.exports import ExternalModules, LookupRecorder, export_summary, imports_of
-    from amplint.source import decode_python
-    from amplint.syntax import parse_module_exactly, python_tree, quiet_collector, syntax_error
+    from amplint.run.source import decode_python
+    from amplint.lint.syntax import parse_module_exactly, python_tree, quiet_collector, syntax_error
 
     clock = time.process_time
     phases = ["read+pre-check", "syntax check", "marks (files with AMP words)", "parse guard", "LibCST parse", "semantic model", "rules", "positions+noqa", "summary export"]
@@ -433,7 +434,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
 _ISOLATION_RUN = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from amplint.driver import Job, Runner
+from amplint.run.driver import Job, Runner
 from amplint.rules import ALL_RULES
 codes = tuple(rule.code for rule in ALL_RULES)
 with Runner(workers={jobs}, isolate={isolate}) as runner:
@@ -446,7 +447,7 @@ def isolation(roots: Sequence[str], jobs: int, rounds: int) -> dict:
     files linted in worker processes, and in the interpreter itself (unprotected). Both pay
     the same start-up and the same first-use costs, so the difference is what isolation costs."""
     sys.path.insert(0, REPO)
-    from amplint import engine
+    from amplint.lint import engine
     from amplint.rules import ALL_RULES
 
     files = python_files(roots)
@@ -666,7 +667,7 @@ def _short(path: str, roots: Sequence[str]) -> str:
 
 def _default_memory() -> int:
     try:
-        from amplint.driver import DEFAULT_MEMORY
+        from amplint.run.driver import DEFAULT_MEMORY
     except ImportError:  # another build's amplint
         return 0
     return DEFAULT_MEMORY

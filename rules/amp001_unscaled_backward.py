@@ -5,9 +5,9 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import libcst as cst
 
 from amplint.analyses.precision import Precision
-from amplint.evidence import BACKWARD, STEP
-from amplint.fix import Fix, expression
-from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.lint.evidence import BACKWARD, STEP
+from amplint.lint.fix import Fix, expression
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import CodeUnit, EventKind, Occurrence, SemanticModel, dotted_name, iter_tree, source_text
 from amplint.semantic.pytorch import frameworks
 

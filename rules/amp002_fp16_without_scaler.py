@@ -3,8 +3,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from amplint.analyses.training import Training
-from amplint.evidence import AUTOCAST, BACKWARD
-from amplint.rule import Flagged, Message, Prediction, Report, Rule
+from amplint.lint.evidence import AUTOCAST, BACKWARD
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import AutocastRegion, SemanticModel, source_text
 from amplint.semantic.pytorch import frameworks
 

@@ -4,9 +4,9 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from amplint.evidence import CLIP, FRAMEWORK_BACKWARD, SCALE, STEP, UNSCALE
-from amplint.fix import Fix, unscale_before
-from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.lint.evidence import CLIP, FRAMEWORK_BACKWARD, SCALE, STEP, UNSCALE
+from amplint.lint.fix import Fix, unscale_before
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
 from amplint.semantic.pytorch import frameworks
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.evidence import AUTOCAST, STEP
-from amplint.fix import out_of_region
-from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.lint.evidence import AUTOCAST, STEP
+from amplint.lint.fix import out_of_region
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
 
 

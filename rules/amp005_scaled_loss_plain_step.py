@@ -4,9 +4,9 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from amplint.evidence import FRAMEWORK_BACKWARD, SCALE, STEP
-from amplint.fix import Fix, block_of, expression, statement
-from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.lint.evidence import FRAMEWORK_BACKWARD, SCALE, STEP
+from amplint.lint.fix import Fix, block_of, expression, statement
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.pytorch import frameworks
 

@@ -4,9 +4,9 @@ from typing import Iterator
 
 import libcst as cst
 
-from amplint.evidence import AUTOCAST, BACKWARD, FRAMEWORK_BACKWARD
-from amplint.fix import out_of_region
-from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.lint.evidence import AUTOCAST, BACKWARD, FRAMEWORK_BACKWARD
+from amplint.lint.fix import out_of_region
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
 from amplint.semantic.pytorch import frameworks
 

@@ -5,8 +5,8 @@ from typing import Iterator, Set
 import libcst as cst
 
 from amplint.analyses.checkpoints import Checkpoints, StateCall
-from amplint.evidence import GRAD_SCALER
-from amplint.rule import Flagged, Message, Prediction, Report, Rule
+from amplint.lint.evidence import GRAD_SCALER
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import ScalerInfo, SemanticModel, dotted_name, source_text
 
 _SAVING = ("save", "checkpoint", "ckpt", "dump", "snapshot")

@@ -6,9 +6,9 @@ import libcst as cst
 
 from amplint.analyses.checkpoints import Checkpoints
 from amplint.analyses.repetition import Repetition, Repetitions
-from amplint.evidence import GRAD_SCALER
-from amplint.fix import UNSAFE, Fix
-from amplint.rule import Flagged, Message, Prediction, Report, Rule
+from amplint.lint.evidence import GRAD_SCALER
+from amplint.lint.fix import UNSAFE, Fix
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import (
     CallRecord,
     Occurrence,

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from amplint.evidence import CLIP, FRAMEWORK_BACKWARD, GRADIENT, SCALE, STEP, UNSCALE
-from amplint.fix import unscale_before
-from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.lint.evidence import CLIP, FRAMEWORK_BACKWARD, GRADIENT, SCALE, STEP, UNSCALE
+from amplint.lint.fix import unscale_before
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel
 from amplint.semantic.pytorch import frameworks
 

@@ -14,8 +14,8 @@ from amplint.analyses.precision import (
     adapters_added,
     adapters_recreated_on_load,
 )
-from amplint.evidence import AVERAGE, HALF, OPTIMIZER
-from amplint.rule import Flagged, Message, Prediction, Report, Rule
+from amplint.lint.evidence import AVERAGE, HALF, OPTIMIZER
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text
 
 

@@ -5,8 +5,8 @@ from typing import Iterator, List
 import libcst as cst
 
 from amplint.analyses.devices import Devices, Placement
-from amplint.evidence import AUTOCAST
-from amplint.rule import Flagged, Message, Prediction, Report, Rule
+from amplint.lint.evidence import AUTOCAST
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import KNOWN_DEVICES, AutocastRegion, SemanticModel, dotted_name, source_text
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from amplint.analyses.region_ops import RegionOp, RegionOps, region_words
-from amplint.evidence import AUTOCAST, FLOAT32_CAST, MODULE_ISLAND, PRODUCT
-from amplint.rule import Flagged, Message, Prediction, Report, Rule
+from amplint.lint.evidence import AUTOCAST, FLOAT32_CAST, MODULE_ISLAND, PRODUCT
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, source_text
 from amplint.semantic.pytorch import frameworks
 from amplint.semantic.pytorch.autocast_ops import LOWER_PRECISION

@@ -5,8 +5,8 @@ from typing import Iterator, List
 import libcst as cst
 
 from amplint.analyses.region_ops import Probability, RegionOp, RegionOps, region_devices, region_words
-from amplint.evidence import AUTOCAST, BCE, LOG, PROBABILITY
-from amplint.rule import Flagged, Message, Prediction, Report, Rule
+from amplint.lint.evidence import AUTOCAST, BCE, LOG, PROBABILITY
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, source_text
 from amplint.semantic.pytorch import frameworks
 from amplint.semantic.pytorch.autocast_ops import BANNED, LOG_OPS, autocast_policy

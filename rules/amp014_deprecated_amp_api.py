@@ -5,8 +5,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amplint.analyses.deprecations import WARNS_SINCE, DeprecatedAmpUse, Deprecations
-from amplint.fix import SAFE, UNSAFE, Fix, with_import, without_import
-from amplint.rule import Flagged, Message, Report, Rule
+from amplint.lint.fix import SAFE, UNSAFE, Fix, with_import, without_import
+from amplint.lint.rule import Flagged, Message, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 from amplint.analyses.repetition import Loop, Repetition, Repetitions, loop_header
-from amplint.evidence import BACKWARD, SCALE, STEP
-from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.lint.evidence import BACKWARD, SCALE, STEP
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
 
 

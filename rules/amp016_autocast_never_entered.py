@@ -4,8 +4,8 @@ from typing import Iterator, Optional, Set, Tuple
 
 import libcst as cst
 
-from amplint.evidence import AUTOCAST_OBJECT
-from amplint.rule import Flagged, Message, Prediction, Report, Rule
+from amplint.lint.evidence import AUTOCAST_OBJECT
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import CodeUnit, SemanticModel, dotted_name, iter_tree, source_text
 from amplint.semantic.pytorch.api import AUTOCAST as AUTOCAST_CLASSES
 from amplint.semantic.pytorch.api import LEGACY_AUTOCAST_DEVICE

@@ -5,8 +5,8 @@ from typing import Dict, Iterator, List, Optional, Set
 import libcst as cst
 
 from amplint.analyses.sharding import Sharding
-from amplint.evidence import GRAD_SCALER
-from amplint.rule import Flagged, Message, Report, Rule
+from amplint.lint.evidence import GRAD_SCALER
+from amplint.lint.rule import Flagged, Message, Report, Rule
 from amplint.semantic import CallRecord, CodeUnit, EventKind, GuardFrame, SemanticModel, dotted_name, source_text
 
 _SHARDED_SCALER = frozenset(

@@ -5,8 +5,8 @@ from typing import FrozenSet, Iterator, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from amplint.analyses.repetition import Loop, Repetitions, loop_header
-from amplint.evidence import SCALE, STEP
-from amplint.rule import Flagged, Message, Prediction, Report, Rule, quote
+from amplint.lint.evidence import SCALE, STEP
+from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, iter_tree, source_text
 
 

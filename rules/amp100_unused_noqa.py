@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.noqa import UNUSED_NOQA
-from amplint.rule import Flagged, Report, Rule
+from amplint.lint.noqa import UNUSED_NOQA
+from amplint.lint.rule import Flagged, Report, Rule
 from amplint.semantic import SemanticModel
 
 
@@ -54,7 +54,7 @@ class UnusedNoqa(Rule):
     triggers = ("noqa", "NOQA")
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        # The engine runs this check after the other rules (amplint.noqa.unused_directives):
+        # The engine runs this check after the other rules (amplint.lint.noqa.unused_directives):
         # which directives they used is known only once their findings are placed.
         return iter(())
 

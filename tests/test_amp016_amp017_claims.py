@@ -12,7 +12,7 @@ import inspect
 
 import pytest
 
-from amplint import evidence
+from amplint.lint import evidence
 
 torch = pytest.importorskip("torch")
 

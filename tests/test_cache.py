@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from amplint import cache as cache_module
-from amplint.cache import Cache, result_key
-from amplint.driver import Job, Runner
+from amplint.run import cache as cache_module
+from amplint.run.cache import Cache, result_key
+from amplint.run.driver import Job, Runner
 from amplint.rules import ALL_RULES
 
 from conftest import BUGGY, REPO
@@ -159,9 +159,9 @@ def test_phase_two_results_are_keyed_by_the_summaries_they_used(project, tmp_pat
 
 
 def test_budget_overruns_and_crashes_are_not_cached(project, tmp_path, monkeypatch):
-    import amplint.engine
+    import amplint.lint.engine
 
-    monkeypatch.setattr(amplint.engine, "lint_bytes", lambda *a, **k: [][1])
+    monkeypatch.setattr(amplint.lint.engine, "lint_bytes", lambda *a, **k: [][1])
     results, _ = lint(project, tmp_path / "cache", names=("train.py",))
     assert results[0].error.message.startswith("internal error while linting")
     monkeypatch.undo()
@@ -551,9 +551,9 @@ def test_a_corrupt_cache_is_a_miss_whatever_its_shape(project, tmp_path, name, s
 
 
 def test_every_result_amplint_stores_passes_the_check_on_read(tmp_path):
-    """The reader's shape check and `amplint.driver`'s payloads agree: on the fixtures
+    """The reader's shape check and `amplint.run.driver`'s payloads agree: on the fixtures
     (findings with fixes, notebooks, module summaries), nothing stored is refused."""
-    from amplint.driver import _to_payload
+    from amplint.run.driver import _to_payload
 
     paths = sorted(str(p) for p in (REPO / "fixtures").rglob("*.py"))
     cache = Cache(str(tmp_path / "cache"), fingerprint="test-build")
@@ -612,7 +612,7 @@ def test_a_file_linted_in_every_round_of_the_second_phase_is_warm_the_next_run(t
     # its own. Every one of those results must be kept, or the next run lints it again
     # (each result pushed out by the one after it, run after run).
     from amplint import cli
-    from amplint import driver as driver_module
+    from amplint.run import driver as driver_module
 
     package = tmp_path / "pkg"
     package.mkdir()
@@ -679,7 +679,7 @@ def _run(root, cache_dir, capsys):
 
 
 def test_a_warm_run_takes_its_second_phase_from_the_cache(tmp_path, monkeypatch, capsys):
-    from amplint import project as project_module
+    from amplint.project import link as project_module
 
     _two_module_project(tmp_path)
     cold = _run(tmp_path, tmp_path / "cache", capsys)
@@ -694,7 +694,7 @@ def test_a_warm_run_takes_its_second_phase_from_the_cache(tmp_path, monkeypatch,
 
 
 def test_a_changed_file_works_the_second_phase_out_again(tmp_path, monkeypatch, capsys):
-    from amplint import project as project_module
+    from amplint.project import link as project_module
 
     package = _two_module_project(tmp_path)
     _run(tmp_path, tmp_path / "cache", capsys)
@@ -707,7 +707,7 @@ def test_a_changed_file_works_the_second_phase_out_again(tmp_path, monkeypatch, 
 
 
 def test_a_remembered_run_whose_results_are_gone_or_forged_is_worked_out_again(tmp_path, monkeypatch, capsys):
-    from amplint import project as project_module
+    from amplint.project import link as project_module
 
     _two_module_project(tmp_path)
     cold = _run(tmp_path, tmp_path / "cache", capsys)

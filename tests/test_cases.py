@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from amplint.engine import lint_text
+from amplint.lint.engine import lint_text
 
 CASES = sorted((Path(__file__).parent / "cases").glob("*.py"))
 

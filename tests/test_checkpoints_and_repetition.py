@@ -556,7 +556,7 @@ def train(model, loader, optimizer, epochs):
 
 
 def _rows(source):
-    from amplint.engine import lint_text
+    from amplint.lint.engine import lint_text
 
     return [(f.row, f.code) for f in lint_text(source)]
 

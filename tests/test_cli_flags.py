@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from amplint.diagnostics import FileResult
-from amplint.noqa import apply_line_edits, edits_adding_codes, parse_suppressions
+from amplint.lint.diagnostics import FileResult
+from amplint.lint.noqa import apply_line_edits, edits_adding_codes, parse_suppressions
 from amplint.rules import ALL_RULES
 from conftest import BUGGY
 from test_cli import CLEAN, LOOP_IN_AUTOCAST
@@ -224,8 +224,8 @@ def test_rule_as_json(amplint):
 
 def test_add_noqa_leaves_a_file_that_changed_since_it_was_linted(tmp_path):
     """The rows are the lint's: on a file edited meanwhile they would mark other lines."""
-    from amplint.add_noqa import add_noqa
-    from amplint.engine import lint_text
+    from amplint.lint.add_noqa import add_noqa
+    from amplint.lint.engine import lint_text
 
     path = tmp_path / "train.py"
     path.write_text(BUGGY)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from amplint.config import ConfigError, find_config, load
+from amplint.config.options import ConfigError, find_config, load
 from conftest import BUGGY
 
 # BUGGY has one AMP003 finding; with AMP003 ignored it is clean.

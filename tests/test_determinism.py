@@ -27,7 +27,8 @@ def test_the_work_counted_for_a_file_is_the_same_every_time(monkeypatch):
     of one freed before it and hit another statement's cached answer (and count fewer steps)."""
     import contextlib
 
-    from amplint import engine, work
+    from amplint.lint import engine
+    from amplint import work
     from amplint.rules import ALL_RULES
 
     source = "import torch\nscaler = torch.amp.GradScaler('cuda')\n" + "".join(

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from amplint.discovery import Discovery
-from amplint.source import read_file
+from amplint.run.discovery import Discovery
+from amplint.run.source import read_file
 from conftest import BUGGY
 
 GOOD = "good.py:8:5: AMP003"

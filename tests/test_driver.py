@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-import amplint.engine
-from amplint import driver
-from amplint.cache import Cache
-from amplint.driver import Job, Runner, plan, simulate
+import amplint.lint.engine
+from amplint.run import driver
+from amplint.run.cache import Cache
+from amplint.run.driver import Job, Runner, plan, simulate
 from amplint.rules import ALL_RULES
 
 from conftest import BUGGY, REPO
 
 CODES = tuple(rule.code for rule in ALL_RULES)
 GOOD = (REPO / "fixtures" / "AMP003" / "buggy.py").read_text()
-# Code a rule needs (`amplint.evidence`), so that the file is parsed by LibCST.
+# Code a rule needs (`amplint.lint.evidence`), so that the file is parsed by LibCST.
 AMP_CODE = "import torch; torch.autocast; loss.backward()\n"
 
 
@@ -54,7 +54,7 @@ def test_a_file_that_would_crash_libcst_does_not_hide_another_files_findings(amp
 def _crash_on(name, how="segfault", marker=None):
     """A lint_bytes that kills its worker on the file called `name` (once, if `marker` is a
     path: the crash leaves it behind)."""
-    real = amplint.engine.lint_bytes
+    real = amplint.lint.engine.lint_bytes
 
     def lint_bytes(data, path, rules, external=None, target=None, whole=False, analysis_limit=1.0, torch_target=None, summary=True):
         if os.path.basename(path) == name and not (marker and os.path.exists(marker)):
@@ -93,7 +93,7 @@ def _crash_on(name, how="segfault", marker=None):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_crashed_worker_costs_one_file(tmp_path, monkeypatch, workers):
     # Workers are forked: they inherit the patched engine.
-    monkeypatch.setattr(amplint.engine, "lint_bytes", _crash_on("crash.py"))
+    monkeypatch.setattr(amplint.lint.engine, "lint_bytes", _crash_on("crash.py"))
     names = {f"train{i}.py": BUGGY for i in range(9)}
     names["crash.py"] = BUGGY
     paths = write(tmp_path, names)
@@ -107,7 +107,7 @@ def test_a_crashed_worker_costs_one_file(tmp_path, monkeypatch, workers):
 
 def test_a_crash_is_retried_alone_before_it_counts(tmp_path, monkeypatch):
     marker = str(tmp_path / "crashed")
-    monkeypatch.setattr(amplint.engine, "lint_bytes", _crash_on("flaky.py", marker=marker))
+    monkeypatch.setattr(amplint.lint.engine, "lint_bytes", _crash_on("flaky.py", marker=marker))
     paths = write(tmp_path, {"flaky.py": BUGGY, "other.py": BUGGY})
     with Runner(workers=1) as runner:
         results = runner.lint([Job(p, CODES) for p in paths])
@@ -117,7 +117,7 @@ def test_a_crash_is_retried_alone_before_it_counts(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("how", ["python-loop", "native-loop", "library-catches"])
 def test_a_file_over_its_cpu_budget_is_an_error_and_the_run_goes_on(tmp_path, monkeypatch, how):
-    monkeypatch.setattr(amplint.engine, "lint_bytes", _crash_on("slow.py", how=how))
+    monkeypatch.setattr(amplint.lint.engine, "lint_bytes", _crash_on("slow.py", how=how))
     paths = write(tmp_path, {"slow.py": BUGGY, "after.py": BUGGY})
     started = time.monotonic()
     with Runner(workers=1, budget=0.5) as runner:
@@ -129,7 +129,7 @@ def test_a_file_over_its_cpu_budget_is_an_error_and_the_run_goes_on(tmp_path, mo
 
 @pytest.mark.parametrize("how", ["memory", "memory-caught"])
 def test_a_file_over_the_memory_limit_is_an_error_and_the_worker_goes_on(tmp_path, monkeypatch, how):
-    monkeypatch.setattr(amplint.engine, "lint_bytes", _crash_on("hog.py", how=how))
+    monkeypatch.setattr(amplint.lint.engine, "lint_bytes", _crash_on("hog.py", how=how))
     paths = write(tmp_path, {"hog.py": BUGGY, "after.py": BUGGY, "last.py": BUGGY})
     cache = Cache(str(tmp_path / "cache"))
     with Runner(workers=1, memory=256, cache=cache) as runner:
@@ -157,7 +157,7 @@ def test_a_result_is_cached_for_its_memory_limit_only(tmp_path):
 
 
 def test_a_worker_aborted_names_the_memory_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(amplint.engine, "lint_bytes", _crash_on("big.py", how="abort"))
+    monkeypatch.setattr(amplint.lint.engine, "lint_bytes", _crash_on("big.py", how="abort"))
     (path,) = write(tmp_path, {"big.py": BUGGY})
     with Runner(workers=1, memory=512) as runner:
         (result,) = runner.lint([Job(path, CODES)])
@@ -176,7 +176,7 @@ def test_ordinary_files_are_far_below_the_memory_limit(tmp_path):
 
 
 def test_an_internal_error_is_reported_short():
-    from amplint.driver import internal_error
+    from amplint.run.driver import internal_error
 
     message = internal_error(KeyError("IndentedBlock(" + "body=[...], " * 500 + ")"))
     assert message.startswith("internal error while linting: KeyError: 'IndentedBlock(") and len(message) < 260
@@ -249,7 +249,7 @@ def test_replayed_per_file_times_scale_with_the_workers():
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 def test_a_file_that_became_a_fifo_after_discovery_is_an_error_not_a_hang(tmp_path):
-    # The driver reads the careful way (amplint.source.read_file): a path that turned into a
+    # The driver reads the careful way (amplint.run.source.read_file): a path that turned into a
     # FIFO between the walk and the read cannot block the run.
     os.mkfifo(tmp_path / "train.py")
     (tmp_path / "after.py").write_text(BUGGY)

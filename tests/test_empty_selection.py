@@ -59,7 +59,7 @@ def test_an_empty_extend_select_or_ignore_in_the_configuration_is_fine(amplint, 
 
 def test_the_language_server_reports_an_empty_select_as_a_configuration_error(project):
     from amplint.lsp.settings import rules_for
-    from amplint.selection import SelectionError
+    from amplint.config.selection import SelectionError
 
     root = project({"pyproject.toml": "[tool.amplint]\nselect = []\n", "train.py": BUGGY})
     with pytest.raises(SelectionError, match="names no rule"):

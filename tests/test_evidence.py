@@ -1,4 +1,4 @@
-"""The second pre-check (`amplint.evidence`): what the CPython tree shows decides whether a file
+"""The second pre-check (`amplint.lint.evidence`): what the CPython tree shows decides whether a file
 with AMP words is parsed. It must never keep a rule from a finding: every example and case a
 rule flags has the rule's marks, a deferred file has nothing to find on its own, and a
 deferred file another module's code needs is analysed after all."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint import evidence
-from amplint.engine import lint_source, rules_matching_words
+from amplint.lint import evidence
+from amplint.lint.engine import lint_source, rules_matching_words
 from amplint.rules import ALL_RULES
 from amplint.semantic import analyze
 from amplint.semantic.exports import imports_of

@@ -11,9 +11,9 @@ import textwrap
 import libcst as cst
 import pytest
 
-from amplint.engine import lint_text
-from amplint.fix import Fix, still_valid
-from amplint.fixer import fix_source, wanted_by
+from amplint.lint.engine import lint_text
+from amplint.lint.fix import Fix, still_valid
+from amplint.lint.fix_loop import fix_source, wanted_by
 from amplint.rules import ALL_RULES
 from conftest import BUGGY
 from test_notebooks import cell, notebook
@@ -73,9 +73,9 @@ def apply_edits(source, edits):
 def test_the_edits_shown_are_the_fix_applied_alone(rule):
     """JSON, SARIF and the language server show a fix as edits of the top-level statements it
     touches; applied to the file they give what applying the fix to the whole tree gives."""
-    from amplint.engine import run_rules
-    from amplint.syntax import parse_module
-    from amplint.fix import apply
+    from amplint.lint.engine import run_rules
+    from amplint.lint.syntax import parse_module
+    from amplint.lint.fix import apply
     from amplint.semantic import analyze
 
     for example in rule.INVALID:
@@ -324,7 +324,7 @@ def test_a_fix_whose_result_would_not_parse_is_never_applied(monkeypatch):
 
 
 def test_a_file_libcst_parses_only_after_normalising_is_not_fixed():
-    # LibCST rejects `b'é'`-style literals CPython reads (amplint.syntax normalises them).
+    # LibCST rejects `b'é'`-style literals CPython reads (amplint.lint.syntax normalises them).
     source = BUGGY + 'print(f"{x!r:>{width}}")\n'
     outcome = fix_source(source, "t.py", ALL_RULES, ALL)
     assert outcome.count in (0, 1)  # either LibCST parses it as is, or nothing is written
@@ -540,7 +540,7 @@ def test_a_notebook_cell_with_magics_is_left_as_it_is(amplint, project):
 
 
 def test_a_file_that_cannot_be_written_is_an_error_and_not_counted_as_fixed(amplint, project, monkeypatch):
-    import amplint.fixer as fixer
+    import amplint.lint.fix_loop as fixer
 
     root = project({"train.py": BUGGY})
     monkeypatch.setattr(fixer, "write_fixed", lambda fix, roots: "not fixed: cannot write it (Read-only file system)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from amplint.engine import lint_source
+from amplint.lint.engine import lint_source
 from amplint.harness.runner import fixture_root
 from amplint.rules import ALL_RULES
 

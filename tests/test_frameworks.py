@@ -11,7 +11,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from amplint.engine import lint_text
+from amplint.lint.engine import lint_text
 from amplint.semantic import analyze
 from amplint.semantic.pytorch import frameworks
 
@@ -659,7 +659,7 @@ def test_the_pre_check_knows_what_the_table_adds():
     # words, and its calls and hooks give the marks the rules need.
     import ast
 
-    from amplint import catalogue, evidence
+    from amplint.lint import catalogue, evidence
 
     (amp007,) = [r for r in catalogue.RULES if r.code == "AMP007"]
     assert all(any(word in name for word in amp007.triggers) for name in frameworks.OWNED_SCALER_CLASSES)

@@ -16,9 +16,9 @@ hypothesmith = pytest.importorskip("hypothesmith")
 
 from hypothesis import HealthCheck, assume, example, given, settings, strategies  # noqa: E402
 
-from amplint.engine import lint_source  # noqa: E402
+from amplint.lint.engine import lint_source  # noqa: E402
 from amplint.rules import ALL_RULES  # noqa: E402
-from amplint.syntax import syntax_error  # noqa: E402
+from amplint.lint.syntax import syntax_error  # noqa: E402
 
 # Examples per test; the suite's budget keeps the file to a few seconds (generating from
 # LibCST nodes is the slow part).

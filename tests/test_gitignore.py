@@ -2,7 +2,7 @@
 
 Random trees get random .gitignore files (nested, with negations, escapes, character classes,
 patterns git cannot use), `.git/info/exclude` and a `core.excludesFile`; every path of the
-tree is then asked of git and of amplint.gitignore, and the answers must agree.
+tree is then asked of git and of amplint.run.gitignore, and the answers must agree.
 """
 
 import os
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from amplint.gitignore import GitIgnores, PatternList, pattern_problem
+from amplint.run.gitignore import GitIgnores, PatternList, pattern_problem
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")

@@ -44,7 +44,7 @@ from amplint.harness.verdict import (
 )
 from amplint.harness.quotes import agrees, quote_problems, quoted_number, tolerance, unquoted
 from amplint.harness.report import summary_text
-from amplint.rule import DEVICES, KINDS, Prediction, Rule
+from amplint.lint.rule import DEVICES, KINDS, Prediction, Rule
 from amplint.rules import ALL_RULES
 from conftest import REPO
 
@@ -581,7 +581,7 @@ def test_without_torch_verify_says_how_to_get_it_and_linting_still_works():
     code = (
         "import sys\n"
         "sys.modules['torch'] = None  # as if torch were not installed\n"
-        "from amplint.engine import lint_text\n"
+        "from amplint.lint.engine import lint_text\n"
         "assert lint_text('import torch\\nwith torch.autocast(\"cuda\"):\\n    loss = m(x)\\n    loss.backward()\\n')\n"
         "from amplint.harness.command import main\n"
         "sys.exit(main(['AMP003']))\n"

@@ -1,9 +1,9 @@
 """The layers of the package, checked on its import graph (every import, also those inside
 functions; only imports under `if TYPE_CHECKING:` are left out, since they never run).
 
-- A rule imports only the rule surface that rules/README.md lists: `amplint.rule`, the
+- A rule imports only the rule surface that rules/README.md lists: `amplint.lint.rule`, the
   names in `amplint.semantic.__all__`, `amplint.analyses.*`, `amplint.semantic.pytorch.*`,
-  `amplint.evidence`, `amplint.fix`, `amplint.noqa`; never a private module of the core.
+  `amplint.lint.evidence`, `amplint.lint.fix`, `amplint.lint.noqa`; never a private module of the core.
 - The semantic core imports nothing of amplint outside itself (not the fixes, the CLI,
   the output, the LSP server, the driver, nor the analyses built on it) but the leaves:
   modules that import nothing of amplint themselves (the work meter, text escaping).
@@ -25,10 +25,10 @@ PACKAGES = {"amplint": os.path.join(ROOT, "amplint"), "amplint.rules": os.path.j
 
 # What a rule may import, as rules/README.md lists it: modules, and packages whose every
 # module is open to rules.
-RULE_MODULES = ("amplint.rule", "amplint.semantic", "amplint.evidence", "amplint.fix", "amplint.noqa")
+RULE_MODULES = ("amplint.lint.rule", "amplint.semantic", "amplint.lint.evidence", "amplint.lint.fix", "amplint.lint.noqa")
 RULE_PACKAGES = ("amplint.analyses", "amplint.semantic.pytorch")
 # Leaves: they import nothing of amplint, so any layer may use them.
-LEAVES = ("amplint.work", "amplint.escape", "amplint.import_paths")
+LEAVES = ("amplint.work", "amplint.escape", "amplint.project.import_paths")
 
 
 

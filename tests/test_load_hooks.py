@@ -6,7 +6,7 @@ AMP010 reports the creating call in the hook unless something after it there upc
 
 import pytest
 
-from amplint.engine import lint_text
+from amplint.lint.engine import lint_text
 from rules.amp010_half_precision_master_weights import _RESUMED_LORA
 
 BUGGY = _RESUMED_LORA.format(after="")

@@ -331,13 +331,13 @@ CRASHING = ClientServerConfig(
         textwrap.dedent(
             """\
             import os, signal
-            import amplint.engine
-            real = amplint.engine.lint_bytes
+            import amplint.lint.engine
+            real = amplint.lint.engine.lint_bytes
             def lint_bytes(data, *args, **kwargs):
                 if b"CRASH" in data:
                     os.kill(os.getpid(), signal.SIGSEGV)
                 return real(data, *args, **kwargs)
-            amplint.engine.lint_bytes = lint_bytes
+            amplint.lint.engine.lint_bytes = lint_bytes
             from amplint.lsp.server import serve
             serve()
             """
@@ -525,7 +525,7 @@ def test_without_pygls_the_server_says_how_to_install_it(tmp_path):
 
 
 def test_the_server_settings_do_not_import_the_command():
-    # One settings module (amplint.settings) serves both: no cli <-> lsp import cycle.
+    # One settings module (amplint.config.per_file) serves both: no cli <-> lsp import cycle.
     code = "import sys, amplint.lsp.settings; print('amplint.cli' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "False", result.stderr

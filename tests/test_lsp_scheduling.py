@@ -15,8 +15,8 @@ pytest.importorskip("pygls")
 from lsprotocol import types  # noqa: E402
 from pygls.workspace import Workspace  # noqa: E402
 
-import amplint.engine  # noqa: E402
-from amplint.driver import Job, Runner  # noqa: E402
+import amplint.lint.engine  # noqa: E402
+from amplint.run.driver import Job, Runner  # noqa: E402
 from amplint.lsp import server as server_module  # noqa: E402
 from amplint.lsp.linting import Outcome, Ticket, lint_document, lint_isolated  # noqa: E402
 from amplint.rules import ALL_RULES  # noqa: E402
@@ -159,7 +159,7 @@ async def test_saving_does_not_stop_the_lint_of_the_same_version(server):
 
 
 def _hang_on(marker):
-    real = amplint.engine.lint_bytes
+    real = amplint.lint.engine.lint_bytes
 
     def lint_bytes(data, *args, **kwargs):
         if marker in data:
@@ -171,7 +171,7 @@ def _hang_on(marker):
 
 
 def test_a_cancelled_lint_stops_its_worker_and_is_not_cached(tmp_path, monkeypatch):
-    monkeypatch.setattr(amplint.engine, "lint_bytes", _hang_on(b"HANG"))
+    monkeypatch.setattr(amplint.lint.engine, "lint_bytes", _hang_on(b"HANG"))
     cancel = threading.Event()
     runner = Runner(1)
     results = []
@@ -198,7 +198,7 @@ def test_a_cancelled_lint_stops_its_worker_and_is_not_cached(tmp_path, monkeypat
 
 
 def test_a_ticket_cancelled_before_its_lint_starts_lints_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(amplint.engine, "lint_bytes", _hang_on(b"HANG"))
+    monkeypatch.setattr(amplint.lint.engine, "lint_bytes", _hang_on(b"HANG"))
     ticket = Ticket()
     ticket.cancel()
     path = str(tmp_path / "train.py")

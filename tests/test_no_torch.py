@@ -32,7 +32,7 @@ def test_no_linter_module_imports_torch():
         "    for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + '.'):\n"
         "        if not info.name.endswith('__main__'):\n"
         "            importlib.import_module(info.name)\n"
-        "from amplint.engine import lint_text\n"
+        "from amplint.lint.engine import lint_text\n"
         "lint_text('import torch\\nwith torch.autocast(\"cuda\"):\\n    y = m(x)\\n')\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

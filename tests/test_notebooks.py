@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from amplint.notebook import CellMap, CellSpan, parse_notebook, replace_sources
+from amplint.run.notebook import CellMap, CellSpan, parse_notebook, replace_sources
 
 PYTHON_METADATA = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},

@@ -101,7 +101,7 @@ def test_junit_is_well_formed_xml(amplint, hostile):
 
 def test_junit_of_a_report_with_xml_invalid_characters_parses():
     """Whatever reaches the renderer: every character XML 1.0 forbids, in every field."""
-    from amplint.diagnostics import FileError, Finding, RunReport
+    from amplint.lint.diagnostics import FileError, Finding, RunReport
 
     forbidden = "".join(map(chr, [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xD800, 0xDCFF, 0xFFFE, 0xFFFF]))
     finding = Finding(path=f"a{forbidden}.py", row=1, column=1, code="AMP001", message=forbidden, help=forbidden)

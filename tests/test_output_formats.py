@@ -6,7 +6,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from amplint.diagnostics import FileError, Finding, RunReport
+from amplint.lint.diagnostics import FileError, Finding, RunReport
 from amplint.output import FORMATS
 from amplint.rules import ALL_RULES
 from conftest import BUGGY, REPO

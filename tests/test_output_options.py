@@ -12,7 +12,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from amplint import cli, progress
+from amplint import cli
+from amplint.run import progress
 from amplint.output.terminal import use_color
 from conftest import BUGGY
 

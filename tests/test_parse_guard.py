@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from amplint.engine import lint_source
-from amplint.parse_guard import NESTING_LIMIT, nesting, parse_hazard
+from amplint.lint.engine import lint_source
+from amplint.lint.parse_guard import NESTING_LIMIT, nesting, parse_hazard
 from amplint.rules import ALL_RULES
 
-# Code a rule needs (`amplint.evidence`): the file would be parsed by LibCST.
+# Code a rule needs (`amplint.lint.evidence`): the file would be parsed by LibCST.
 HEADER = "import torch; torch.autocast; loss.backward()\n"
 
 

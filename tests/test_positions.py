@@ -1,4 +1,4 @@
-"""`amplint.positions.code_ranges` gives exactly what LibCST's PositionProvider gives."""
+"""`amplint.lint.positions.code_ranges` gives exactly what LibCST's PositionProvider gives."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from amplint import positions
-from amplint.positions import code_ranges
+from amplint.lint import positions
+from amplint.lint.positions import code_ranges
 from amplint.semantic.walk import iter_tree
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,7 +75,7 @@ def test_tricky_layouts(name: str) -> None:
 def _real_files() -> List[str]:
     found = sorted(glob.glob(os.path.join(HERE, "cases", "*.py")))
     found += sorted(glob.glob(os.path.join(REPO, "fixtures", "**", "*.py"), recursive=True))
-    found += [os.path.join(REPO, "amplint", "engine.py"), os.path.join(REPO, "amplint", "fix.py")]
+    found += [os.path.join(REPO, "amplint", "lint", "engine.py"), os.path.join(REPO, "amplint", "lint", "fix.py")]
     return found
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from amplint.engine import _lint_source, might_use_amp
+from amplint.lint.engine import _lint_source, might_use_amp
 from amplint.rules import ALL_RULES
 
 CASES = sorted((Path(__file__).parent / "cases").glob("*.py"))
@@ -13,7 +13,7 @@ EXAMPLES = [(rule, example.source) for rule in ALL_RULES for example in rule.INV
 
 
 def _findings_without_precheck(source, rules):
-    import amplint.engine as engine
+    import amplint.lint.engine as engine
 
     original = engine.might_use_amp
     engine.might_use_amp = lambda *_: True

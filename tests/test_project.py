@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from amplint.engine import lint_source
+from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
 from amplint.semantic.exports import ExternalModules, load_summary
 
@@ -193,7 +193,7 @@ def test_a_way_through_names_its_events_by_their_place_and_loads_them_whole():
 
 
 def test_only_files_that_name_a_function_of_an_imported_summary_are_linted_again(tmp_path):
-    from amplint.project import link
+    from amplint.project.link import link
 
     package = _project(tmp_path)
     (package / "names_none.py").write_text(
@@ -220,14 +220,14 @@ def test_only_files_that_name_a_function_of_an_imported_summary_are_linted_again
 
 
 def test_import_words_are_the_names_of_top_level_imports():
-    from amplint.catalogue import import_words
+    from amplint.lint.catalogue import import_words
 
     source = "import os, torch.nn as nn\nfrom .train_loop import AMPTrainer, SimpleTrainer\nfrom pkg import (\n    utils,\n)\n\ndef f():\n    import json\n"
     assert import_words(source) == ("AMPTrainer", "SimpleTrainer", "nn", "os", "pkg", "torch", "train_loop", "utils")
 
 
 def test_an_absolute_import_names_the_nearest_file_above_the_importer():
-    from amplint.import_paths import PathIndex
+    from amplint.project.import_paths import PathIndex
 
     root = os.path.join(os.sep, "repo")
     paths = [os.path.join(root, *p) for p in (("val.py",), ("classify", "val.py"), ("segment", "val.py"), ("tools", "utils.py"), ("utils.py",), ("tools", "train.py"))]

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from amplint.engine import lint_source
+from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
 from amplint.semantic.exports import SUMMARY_VERSION, ExternalModules, load_summary
 from conftest import lint_project, write_files
@@ -76,7 +76,7 @@ def test_the_same_helpers_after_unscale_are_clean(tmp_path):
 
 
 def test_a_module_without_amp_words_is_analysed_only_when_a_linted_module_imports_it(tmp_path):
-    from amplint.project import imported_deferred
+    from amplint.project.link import imported_deferred
 
     write_files(tmp_path, {"utils.py": GRAD_UTILS, "other.py": "def f():\n    return 1\n", "main.py": GRAD_MAIN.format(before="pass", after="pass")})
     paths = [str(tmp_path / name) for name in ("utils.py", "other.py", "main.py")]
@@ -188,7 +188,7 @@ def run(model, optimizer, loader):
 def test_methods_inherited_through_a_module_in_between(tmp_path):
     # custom.py's own code exports nothing: it exports what MyTrainer inherits once it is
     # linted with base.py's summary, and run.py finds it there. (A module with no AMP words
-    # at all is not parsed, so it exports nothing: amplint.project.)
+    # at all is not parsed, so it exports nothing: amplint.project.link.)
     files = {"base.py": BASE, "custom.py": MIDDLE, "run.py": RUN.format(inside="worker.backward(loss)", outside="pass")}
     found, _ = _lint(tmp_path, files)
     assert found == [("run.py", 10, "AMP006")]
@@ -649,7 +649,7 @@ def test_a_summary_says_what_state_functions_and_methods_save():
 
 
 def test_a_checkpointing_module_is_analysed_when_an_importer_names_its_class_or_function():
-    from amplint.catalogue import state_names
+    from amplint.lint.catalogue import state_names
 
     assert state_names(textwrap.dedent(RUN_STATE)) == {"RunState"}
     assert state_names("def save_checkpoint(m, opt, path):\n    torch.save(opt.state_dict(), path)\n") == {"save_checkpoint"}
@@ -692,7 +692,7 @@ def test_a_summary_of_another_version_is_not_used():
 
 
 def test_a_file_is_linted_again_for_a_method_only_where_its_class_is_named():
-    from amplint.project import _names_one_of
+    from amplint.project.link import _names_one_of
 
     functions = ["clip_and_step", "Trainer.step", "Probe.__init__"]
     assert _names_one_of("clip_and_step(model)", functions)
@@ -715,7 +715,7 @@ def test_a_scaler_built_per_call_for_bfloat16_only_is_not_exported():
 
 
 def test_the_helpers_of_a_module_without_amp_words_are_found_by_their_text():
-    from amplint.catalogue import helper_names
+    from amplint.lint.catalogue import helper_names
 
     assert helper_names(textwrap.dedent(GRAD_UTILS)) == {"grad_norm", "log_norm", "Monitor"}
     assert helper_names("def f(x):\n    return torch.autograd.grad(x, y)\n") == frozenset()  # not a `.grad` read

@@ -7,7 +7,7 @@ a name assigned twice in the module's body the last value holds."""
 
 import pytest
 
-from amplint.catalogue import constant_names
+from amplint.lint.catalogue import constant_names
 from conftest import lint_project
 
 TRAIN = """

@@ -6,7 +6,7 @@ that casts the model and builds the EMA reports it at the construction."""
 import json
 import textwrap
 
-from amplint.engine import lint_source
+from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
 from amplint.semantic.exports import ExternalModules, LookupRecorder, load_summary
 from conftest import lint_project, write_files
@@ -392,7 +392,7 @@ def test_a_cached_run_is_invalidated_when_the_ema_module_changes(tmp_path):
 def test_a_module_of_ema_classes_is_found_by_its_text():
     """A module without AMP words is analysed for its importers when they name a class whose
     `__init__` copies and whose text decays (`catalogue.helper_names`), not for any copy."""
-    from amplint.catalogue import helper_names
+    from amplint.lint.catalogue import helper_names
 
     assert helper_names(textwrap.dedent(EMA_UTILS)) == {"ModelEMA"}
     assert helper_names(textwrap.dedent(SHADOW_EMA)) == {"ShadowEMA"}

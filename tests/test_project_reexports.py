@@ -1,10 +1,10 @@
-"""A package's `__init__.py` that re-exports from its modules (`amplint.reexports`): `from utils
+"""A package's `__init__.py` that re-exports from its modules (`amplint.project.reexports`): `from utils
 import grad_norm` is the function of `utils/grads.py` when `utils/__init__.py` binds it from
 there, as Python has it; the same findings as importing `utils.grads` directly."""
 
 import pytest
 
-from amplint.reexports import ReExports, reexported
+from amplint.project.reexports import ReExports, reexported
 from conftest import lint_project
 from test_project_ema import EMA_UTILS as EMA
 

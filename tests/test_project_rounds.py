@@ -7,9 +7,9 @@ import json
 import os
 import textwrap
 
-from amplint.diagnostics import FileResult
-from amplint.engine import lint_source
-from amplint.project import link
+from amplint.lint.diagnostics import FileResult
+from amplint.lint.engine import lint_source
+from amplint.project.link import link
 from amplint.rules import ALL_RULES
 from amplint.semantic.exports import ExternalModules
 
@@ -193,8 +193,8 @@ def test_the_lookups_are_what_the_analysis_asks_of_other_modules():
 
 
 def test_the_lookups_are_kept_in_the_cache_with_the_result(tmp_path):
-    from amplint import cache
-    from amplint.driver import _from_payload, _to_payload
+    from amplint.run import cache
+    from amplint.run.driver import _from_payload, _to_payload
 
     paths = _write(tmp_path, {"steps.py": STEPS, "train.py": TRAIN.replace(".update import update", ".steps import scaled_step as update")})
     result = _first(paths)[1]

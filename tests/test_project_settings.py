@@ -10,8 +10,8 @@ nothing, and a field the construction passes is what it passes."""
 
 import pytest
 
-from amplint import catalogue
-from amplint.catalogue import constant_names
+from amplint.lint import catalogue
+from amplint.lint.catalogue import constant_names
 from amplint.semantic.pytorch import frameworks, vocabulary
 from conftest import lint_project
 from test_project_constants import _train as dtype_train  # the same loop, its autocast's dtype chosen elsewhere

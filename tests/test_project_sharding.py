@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from amplint.catalogue import helper_names
+from amplint.lint.catalogue import helper_names
 from conftest import lint_project
 
 

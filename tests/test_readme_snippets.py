@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from amplint import cli
-from amplint.config import load
+from amplint.config.options import load
 from conftest import BUGGY, REPO
 
 README = (REPO / "README.md").read_text()

@@ -17,7 +17,7 @@ import pytest
 from amplint.harness.html import COLOURS, Chart, label_width, render_html
 from amplint.harness.runner import Row, VerifyRun
 from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED
-from amplint.rule import Prediction
+from amplint.lint.rule import Prediction
 
 FIGURE = re.compile(r'<figure class="prediction[ "]')
 

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from amplint.engine import lint_text
-from amplint.rule import DOC_SECTIONS
+from amplint.lint.engine import lint_text
+from amplint.lint.rule import DOC_SECTIONS
 from amplint.rules import ALL_RULES
 
 VALID = [(rule, i, source) for rule in ALL_RULES for i, source in enumerate(rule.VALID)]
@@ -51,7 +51,7 @@ def test_rule_codes_and_names_are_unique_and_ordered():
 
 
 def test_a_one_sentence_message_splits_at_its_first_colon_outside_code():
-    from amplint.rule import Message
+    from amplint.lint.rule import Message
 
     assert Message.split("`a: b` is wrong: it costs c. Write d.") == Message("`a: b` is wrong", "It costs c. Write d.")
     assert Message.split("`x` is wrong") == Message("`x` is wrong")

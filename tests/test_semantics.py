@@ -296,12 +296,12 @@ def test_a_while_loop_may_not_run():
 def test_many_independent_branches_stay_tractable_and_precise():
     # Plain backwards that may reach a step are a union over the ways there, not one state
     # per combination: 2**14 ways, every plain backward reported.
-    from amplint.engine import lint_text
+    from amplint.lint.engine import lint_text
 
     branches = "\n".join(f"    if c{i}:\n        scaler.scale(l{i}).backward()\n    else:\n        l{i}.backward()" for i in range(14))
     source = f"def f(scaler):\n{branches}\n    scaler.step(opt)\n"
     assert [f.code for f in lint_text(source)] == ["AMP001"] * 14
-    from amplint.engine import lint_source
+    from amplint.lint.engine import lint_source
     from amplint.rules import ALL_RULES
 
     assert lint_source(source, "f.py", ALL_RULES).skipped_functions == []
@@ -315,7 +315,7 @@ def test_a_unit_too_complex_to_follow_is_skipped_and_counted_not_guessed():
         f"    if c{i}:\n        scaler.step(o{i})\n    else:\n        o{i}.step()"
         for i in range(14)
     )
-    from amplint.engine import lint_source
+    from amplint.lint.engine import lint_source
     from amplint.rules import ALL_RULES
 
     result = lint_source(f"def f(scaler):\n{branches}\n    scaler.step(opt)\n", "f.py", ALL_RULES)
@@ -325,7 +325,7 @@ def test_a_unit_too_complex_to_follow_is_skipped_and_counted_not_guessed():
 def test_many_training_loops_in_one_script_stay_tractable():
     # A notebook-style script with many loops is analysed in full instead of giving up, and
     # every loop's mistake is found.
-    from amplint.engine import lint_text
+    from amplint.lint.engine import lint_text
 
     loop = (
         "for x, y in loader:\n"

@@ -1,11 +1,11 @@
-"""`amplint.source.read_file`: the careful read every linted and fixed file goes through."""
+"""`amplint.run.source.read_file`: the careful read every linted and fixed file goes through."""
 
 import os
 
 import pytest
 
-from amplint import source
-from amplint.source import read_file
+from amplint.run import source
+from amplint.run.source import read_file
 
 
 def test_a_regular_file_is_read_whole(tmp_path):

@@ -10,26 +10,27 @@ import textwrap
 
 import pytest
 
-from amplint import catalogue, cli
-from amplint.driver import _lint_task, _needs_engine, _syntax_only, _Task
-from amplint.engine import lint_bytes
+from amplint.lint import catalogue
+from amplint import cli
+from amplint.run.driver import _lint_task, _needs_engine, _syntax_only, _Task
+from amplint.lint.engine import lint_bytes
 from amplint.rules import ALL_RULES
 from amplint.semantic import AMP_VOCABULARY
 from conftest import BUGGY
 
-HEAVY = ("libcst", "amplint.rules", "amplint.semantic", "amplint.engine")
+HEAVY = ("libcst", "amplint.rules", "amplint.semantic", "amplint.lint.engine")
 ALL_CODES = tuple(rule.code for rule in ALL_RULES)
 
 
 def test_the_catalogue_is_the_rules_metadata():
     entries = [(e.code, e.name, tuple(e.triggers), tuple(e.requires)) for e in catalogue.RULES]
     classes = [(r.code, r.name, tuple(r.triggers), tuple(r.requires)) for r in ALL_RULES]
-    assert entries == classes, "amplint/catalogue.py must list every rule as rules/ defines it (code, name, triggers, requires)"
+    assert entries == classes, "amplint/lint/catalogue.py must list every rule as rules/ defines it (code, name, triggers, requires)"
     assert catalogue.VOCABULARY == AMP_VOCABULARY
 
 
 def test_the_command_lines_constants_are_the_modules_own():
-    from amplint import cache, driver
+    from amplint.run import cache, driver
     from amplint.output import FORMATS, HUMAN_FORMATS
 
     assert set(cli.OUTPUT_FORMATS) == set(FORMATS) - {"text"}
@@ -60,8 +61,8 @@ def test_a_run_on_files_without_amp_code_imports_neither_libcst_nor_the_rules(tm
         """\
         import sys
         from amplint.cli import main
-        from amplint.driver import _lint_task, _Task
-        from amplint.catalogue import RULES
+        from amplint.run.driver import _lint_task, _Task
+        from amplint.lint.catalogue import RULES
         code = main(['--no-cache', '-q', '.'])
         assert code == 2, code  # broken.py
         main(['.'])  # with the cache

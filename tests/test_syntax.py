@@ -4,9 +4,9 @@ import textwrap
 
 import pytest
 
-from amplint.engine import lint_source
+from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
-from amplint.syntax import RUNNING, normalise_for_libcst, syntax_error
+from amplint.lint.syntax import RUNNING, normalise_for_libcst, syntax_error
 from conftest import BUGGY
 
 AMP_COMMENT = "\n# autocast\n"
@@ -224,7 +224,7 @@ def test_a_tree_parsed_without_validation_is_the_validated_tree():
 
     import libcst as cst
 
-    from amplint.syntax import parse_module_exactly
+    from amplint.lint.syntax import parse_module_exactly
 
     here = os.path.dirname(os.path.abspath(__file__))
     paths = sorted(glob.glob(os.path.join(here, "cases", "*.py"))) + sorted(glob.glob(os.path.join(here, "..", "fixtures", "*", "*.py")))
@@ -239,7 +239,7 @@ def test_a_tree_parsed_without_validation_is_the_validated_tree():
 def test_validation_is_back_after_a_trusted_parse_even_one_that_fails():
     import libcst as cst
 
-    from amplint.syntax import parse_module_exactly
+    from amplint.lint.syntax import parse_module_exactly
 
     for source in ("x = 1\n", "x = (\n"):
         parse_module_exactly(source, cpython_accepts=True)
@@ -250,7 +250,7 @@ def test_validation_is_back_after_a_trusted_parse_even_one_that_fails():
 def test_nodes_made_while_trusting_the_parser_are_not_validated():
     import libcst as cst
 
-    from amplint.syntax import _trusting_libcsts_parser
+    from amplint.lint.syntax import _trusting_libcsts_parser
 
     with _trusting_libcsts_parser():
         with _trusting_libcsts_parser():
@@ -263,7 +263,7 @@ def test_nodes_made_while_trusting_the_parser_are_not_validated():
 def test_a_libcst_without_post_init_validation_parses_as_before(monkeypatch):
     import libcst as cst
 
-    from amplint import syntax
+    from amplint.lint import syntax
 
     monkeypatch.setattr(syntax, "_VALIDATION", None)
     module, exact = syntax.parse_module_exactly("x = 1\n", cpython_accepts=True)

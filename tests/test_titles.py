@@ -4,9 +4,9 @@ import textwrap
 
 import pytest
 
-from amplint.engine import lint_text
-from amplint.rule import Message, Report
-from amplint.titles import LIMIT, bounded, elide
+from amplint.lint.engine import lint_text
+from amplint.lint.rule import Message, Report
+from amplint.lint.titles import LIMIT, bounded, elide
 
 # A real AMP010 title from the corpus (diffusers): 384 characters, most of them the optimizer's arguments.
 OPTIMIZER = (

@@ -1,4 +1,4 @@
-"""The torch fixes must work on (amplint.torch_target): `target-torch-version`, else the oldest
+"""The torch fixes must work on (amplint.config.torch_target): `target-torch-version`, else the oldest
 torch the project's requirement admits, else 2.4; and AMP014's rewrites, safe only where that
 torch has the name they write (issue 23, item 5)."""
 
@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
-from amplint.config import ConfigError, load
-from amplint.engine import lint_source
+from amplint.config.options import ConfigError, load
+from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
-from amplint.torch_target import ASSUMED, admitted, declared_torch, oldest_admitted, parse_torch_version, poetry_oldest, requirement_version
+from amplint.config.torch_target import ASSUMED, admitted, declared_torch, oldest_admitted, parse_torch_version, poetry_oldest, requirement_version
 
 SCALER = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
 FIXED_SCALER = 'import torch\nscaler = torch.amp.GradScaler("cuda")\n'

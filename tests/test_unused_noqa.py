@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from amplint.engine import lint_source, lint_text
+from amplint.lint.engine import lint_source, lint_text
 from amplint.rules import ALL_RULES
 
 # AMP004 (line 7) and AMP006 (line 6).
@@ -95,7 +95,7 @@ def test_a_noqa_in_a_string_is_not_a_directive():
 
 
 def test_files_without_amp_code_are_still_checked_but_not_parsed(monkeypatch):
-    import amplint.engine as engine
+    import amplint.lint.engine as engine
 
     def no_parse(*_):
         raise AssertionError("parsed a file with no AMP code")
@@ -119,7 +119,7 @@ def test_files_without_amp_code_are_still_checked_but_not_parsed(monkeypatch):
     ],
 )
 def test_only_files_whose_directives_can_be_reported_are_tokenized(monkeypatch, comment, reported):
-    import amplint.engine as engine
+    import amplint.lint.engine as engine
 
     tokenized = []
     real = engine.parse_suppressions

@@ -9,8 +9,8 @@ import pytest
 
 import amplint.semantic.walk as walk
 from amplint import work
-from amplint.driver import Job, Runner
-from amplint.engine import lint_source
+from amplint.run.driver import Job, Runner
+from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
 
 CODES = tuple(rule.code for rule in ALL_RULES)
@@ -139,7 +139,7 @@ def test_training_scripts_are_far_under_the_limit(steps):
 
 
 def test_the_cpu_safety_net_is_far_above_the_work_limit():
-    from amplint.driver import DEFAULT_BUDGET
+    from amplint.run.driver import DEFAULT_BUDGET
 
     # 2 to 3 microseconds a step where the weights were measured, up to 13 on a slower shared
     # machine: the step limit is reached in a fraction of the CPU safety net's seconds there too.

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from amplint import write_back as wb
-from amplint.write_back import write_back
+from amplint.run import write_back as wb
+from amplint.run.write_back import write_back
 from conftest import BUGGY
 
 FIXED_LINE = "    scaler.unscale_(optimizer)\n"
@@ -269,8 +269,8 @@ def test_a_fifo_in_place_of_the_file_is_not_written(tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
 def test_a_file_that_became_a_fifo_after_linting_is_not_read_for_the_fix(amplint, project, monkeypatch):
-    # --fix reads the file again with the careful read (amplint.source.read_file): no hang.
-    from amplint import source
+    # --fix reads the file again with the careful read (amplint.run.source.read_file): no hang.
+    from amplint.run import source
 
     root = project({"train.py": BUGGY})
     real_read_file = source.read_file

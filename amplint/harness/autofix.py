@@ -26,7 +26,7 @@ from pathlib import Path
 import re
 from typing import Dict, List, Optional, Sequence, Set, Type
 
-from amplint.rule import Rule
+from amplint.lint.rule import Rule
 
 AUTOFIXED = "autofixed"
 IDENTICAL, PARTLY_FIXED, NO_FIX, DIFFERS, NOT_FIXED, ERROR = "identical", "partly fixed", "no fix", "differs", "not fixed", "error"
@@ -99,8 +99,8 @@ class FixProof:
 
 
 def prove_fixes(rules: Sequence[Type[Rule]], device: str, dtype: str, timeout: float) -> List[FixProof]:
-    from amplint.engine import lint_source
-    from amplint.fixer import fix_source, wanted_by
+    from amplint.lint.engine import lint_source
+    from amplint.lint.fix_loop import fix_source, wanted_by
     from amplint.harness.runner import fixture_root, run_scripts, script_spec
     from amplint.rules import ALL_RULES
 

@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple, Type
 
 from amplint.harness.report import render_json, render_text
 from amplint.harness.runner import ALL_DTYPES, DEFAULT_TIMEOUT, DTYPES, verify
-from amplint.rule import Rule
+from amplint.lint.rule import Rule
 
 TORCH_MISSING = """\
 amplint verify: PyTorch is not installed for this Python ({python}).

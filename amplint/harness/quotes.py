@@ -15,7 +15,7 @@ import math
 import re
 from typing import Iterable, List, Optional, Sequence, Type
 
-from amplint.rule import Rule
+from amplint.lint.rule import Rule
 
 # `within`: the bounded value is a ratio near 1, and the docs quote how near ("within 0.01%"):
 # |value - 1| must be at most the quoted number.

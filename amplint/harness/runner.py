@@ -41,7 +41,7 @@ from amplint.harness.verdict import (
     judge,
     mechanism_missing,
 )
-from amplint.rule import Prediction, Rule
+from amplint.lint.rule import Prediction, Rule
 
 FIXTURE_SCRIPTS = ("buggy", "fixed")
 DTYPES = ("float16", "bfloat16")

@@ -9,7 +9,7 @@ import ast
 import math
 from typing import Mapping, Optional, Tuple
 
-from amplint.rule import Prediction
+from amplint.lint.rule import Prediction
 
 CONFIRMED = "confirmed"
 NOT_REPRODUCED = "not reproduced"

@@ -2,7 +2,7 @@
 a few documents at a time, off the event loop.
 
 - **Isolation and budget.** Every lint runs in a worker process, with exactly the budget and
-  crash handling of `amplint PATH` (`amplint.driver`, reached only through `lint_isolated`):
+  crash handling of `amplint PATH` (`amplint.run.driver`, reached only through `lint_isolated`):
   a document over the budget, a LibCST crash or a worker that dies costs that document's
   diagnostics, never the server. The document then gets a clear result: no diagnostics
   (none of an older version left on screen) and a message saying why.
@@ -34,16 +34,16 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 # What a worker runs is imported before any lane forks one: a module that another thread is
 # importing at the moment of a fork would stay locked in the child for good.
-import amplint.engine  # noqa: F401
+import amplint.lint.engine  # noqa: F401
 import amplint.rules  # noqa: F401
-from amplint.config import ConfigError
-from amplint.diagnostics import FileError, FileResult, Finding
-from amplint.driver import DEFAULT_BUDGET, Job, Runner, internal_error
-from amplint.fixer import fix_source
+from amplint.config.options import ConfigError
+from amplint.lint.diagnostics import FileError, FileResult, Finding
+from amplint.run.driver import DEFAULT_BUDGET, Job, Runner, internal_error
+from amplint.lint.fix_loop import fix_source
 from amplint.lsp.settings import rules_for, safe_fixes_for
-from amplint.selection import SelectionError
-from amplint.source import size_error
-from amplint.syntax import PythonVersion
+from amplint.config.selection import SelectionError
+from amplint.run.source import size_error
+from amplint.lint.syntax import PythonVersion
 
 # Lints at once. Two: one document over its budget never stalls another's diagnostics.
 LANES = 2

@@ -13,7 +13,7 @@ Severities are the rules' (`error` -> Error, `warning` -> Warning); AMP100's sta
 is also tagged Unnecessary, which editors grey out.
 
 Code actions: "Disable AMPxxx for this line" (adds `# noqa: AMPxxx`, or the code to the
-line's `# noqa: ...`), and the rule's fix where it has one (`amplint.fix`): the same edits
+line's `# noqa: ...`), and the rule's fix where it has one (`amplint.lint.fix`): the same edits
 `amplint --fix` makes for that finding alone, preferred when safe, "(unsafe)" otherwise.
 `source.fixAll` (asked for by kind, as on save): every safe fix at once, what `amplint --fix`
 writes, for a Python document whose current version has a safe fix.
@@ -42,11 +42,11 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
 from amplint import __version__
-from amplint.diagnostics import Finding
-from amplint.fix import edits as line_edits
+from amplint.lint.diagnostics import Finding
+from amplint.lint.fix import edits as line_edits
 from amplint.lsp.linting import Linter, Outcome, Ticket
-from amplint.noqa import UNUSED_NOQA, edit_adding_code
-from amplint.notebook import is_notebook
+from amplint.lint.noqa import UNUSED_NOQA, edit_adding_code
+from amplint.run.notebook import is_notebook
 
 SOURCE = "amplint"
 FIX_ALL = "source.fixAll.amplint"

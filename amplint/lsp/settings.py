@@ -1,5 +1,5 @@
 """Which rules apply to a file the editor holds: exactly what `amplint PATH --force-exclude`
-would apply, from the `[tool.amplint]` found upwards from the file (amplint.settings, which
+would apply, from the `[tool.amplint]` found upwards from the file (amplint.config.per_file, which
 the command uses too).
 
 An open file that the configuration excludes (`exclude`, `extend-exclude`, the defaults such
@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 from typing import Optional, Tuple, Type
 
-from amplint.discovery import DEFAULT_EXCLUDES, Discovery
-from amplint.fixer import Wanted, wanted_by
-from amplint.rule import Rule
+from amplint.run.discovery import DEFAULT_EXCLUDES, Discovery
+from amplint.lint.fix_loop import Wanted, wanted_by
+from amplint.lint.rule import Rule
 from amplint.rules import ALL_RULES
-from amplint.selection import validate
-from amplint.settings import DEFAULTS, codes_for, load_config, per_file_ignores, selected_rules
-from amplint.syntax import PythonVersion
+from amplint.config.selection import validate
+from amplint.config.per_file import DEFAULTS, codes_for, load_config, per_file_ignores, selected_rules
+from amplint.lint.syntax import PythonVersion
 
 
 def _anchor(path: Optional[str]) -> str:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import List, Tuple
 
-from amplint.diagnostics import RunReport
-from amplint.notebook import is_notebook
+from amplint.lint.diagnostics import RunReport
+from amplint.run.notebook import is_notebook
 from amplint.escape import visible
 from amplint.output.locations import relative_path, workspace_root
 from amplint.output.text import location

@@ -24,9 +24,9 @@ import os
 from collections import Counter
 from typing import Any, Dict, List
 
-from amplint.diagnostics import FileError, RunReport
+from amplint.lint.diagnostics import FileError, RunReport
 from amplint.escape import unicode_safe
-from amplint.notebook import is_notebook
+from amplint.run.notebook import is_notebook
 from amplint.output.locations import relative_path
 
 SEVERITY = {"error": "major", "warning": "minor"}

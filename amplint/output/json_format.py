@@ -24,7 +24,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from amplint.diagnostics import FileError, Finding, NotAnalysed, RunReport
+from amplint.lint.diagnostics import FileError, Finding, NotAnalysed, RunReport
 
 
 def items(report: RunReport) -> List[Dict[str, Any]]:

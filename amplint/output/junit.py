@@ -19,7 +19,7 @@ import os
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Tuple
 
-from amplint.diagnostics import FileError, Finding, NotAnalysed, RunReport
+from amplint.lint.diagnostics import FileError, Finding, NotAnalysed, RunReport
 from amplint.escape import visible
 from amplint.output.text import location
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import List
 
-from amplint.diagnostics import RunReport
+from amplint.lint.diagnostics import RunReport
 from amplint.escape import visible
-from amplint.notebook import is_notebook
+from amplint.run.notebook import is_notebook
 
 
 def render(report: RunReport, **_: object) -> str:

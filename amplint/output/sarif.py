@@ -17,7 +17,7 @@ from typing import Any, Dict
 from urllib.parse import quote
 
 from amplint import __version__
-from amplint.diagnostics import Finding, NotAnalysed, RunReport
+from amplint.lint.diagnostics import Finding, NotAnalysed, RunReport
 from amplint.output.locations import relative_path, workspace_root
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

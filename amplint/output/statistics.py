@@ -10,7 +10,7 @@ import json
 from collections import Counter
 from typing import Any, Dict, List
 
-from amplint.diagnostics import RunReport
+from amplint.lint.diagnostics import RunReport
 from amplint.output.text import render_statistics
 
 JSON_FORMATS = ("json", "json-lines")

@@ -28,8 +28,8 @@ import unicodedata
 from collections import Counter
 from typing import List, Optional, Tuple
 
-from amplint.diagnostics import Finding, NotAnalysed, RunReport
-from amplint.notebook import CellMap
+from amplint.lint.diagnostics import Finding, NotAnalysed, RunReport
+from amplint.run.notebook import CellMap
 from amplint.escape import visible
 
 # Python's own line breaks; str.splitlines() also splits on form feeds and \u2028, which

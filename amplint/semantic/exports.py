@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, Iter
 
 import libcst as cst
 
-from amplint.import_paths import PathIndex
+from amplint.project.import_paths import PathIndex
 from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.types import UNKNOWN_SCALER, EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
@@ -549,7 +549,7 @@ def load_summary(path: str, data: Mapping[str, Any]) -> Optional[ForeignModule]:
     for name, raw in data.get("functions", {}).items():
         sequences = raw.get("sequences")
         table = [*raw["events"], *raw.get("sequence_events", ())]
-        # A function a package re-exports from one of its modules is that module's (`amplint.reexports`).
+        # A function a package re-exports from one of its modules is that module's (`amplint.project.reexports`).
         home = raw.get("home") if isinstance(raw.get("home"), str) else path
         functions[name] = ForeignFunction(
             name,
@@ -755,7 +755,7 @@ class LookupRecorder(ExternalModules):
     """Stands in for `ExternalModules` in a file's lint without other modules' summaries: every
     module it looks up has nothing, so the analysis is the one without summaries, and what it
     looked up is noted (`lookups`). Linted again with summaries in which none of these is
-    found, the file's analysis would be that same one (`amplint.project` then keeps its first
+    found, the file's analysis would be that same one (`amplint.project.link` then keeps its first
     result). Every way the analysis reads another module's summary goes through `module` or
     `path_of`, and so is noted here."""
 

@@ -42,7 +42,7 @@ A = TypeVar("A", bound="Analysis")
 def analyze(module: cst.Module, external: Optional[ExternalModules] = None, torch_target: Optional[Tuple[int, int]] = None) -> "SemanticModel":
     """The model of one module; `external` gives the summaries of other linted modules it
     may import (the second phase of a lint run); `torch_target` the oldest torch the project
-    supports (`amplint.torch_target`), which decides whether a fix to a newer API is safe."""
+    supports (`amplint.config.torch_target`), which decides whether a fix to a newer API is safe."""
     return SemanticModel(module, external, torch_target)
 
 
@@ -58,7 +58,7 @@ class SemanticModel:
     def __init__(self, module: cst.Module, external: Optional[ExternalModules] = None, torch_target: Optional[Tuple[int, int]] = None) -> None:
         self.module = module
         self.external = external
-        self.torch_target = torch_target  # None: amplint.torch_target.ASSUMED
+        self.torch_target = torch_target  # None: amplint.config.torch_target.ASSUMED
         self.index: ModuleIndex = build_index(module)
         self.resolver = Resolver(self.index, self._imported_constant if external is not None else None)
         self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver, external)

@@ -224,7 +224,7 @@ CREATION_FUNCTIONS = frozenset(
 def names_of(ops: Iterable[str]) -> FrozenSet[str]:
     """Every name a file may write one of `ops` with: a function's or a module class's last
     name (`linear`, `Linear`, `expit`), a tensor method, the op itself. For the pre-check
-    (`amplint.evidence`): a file with none of them has none of the ops."""
+    (`amplint.lint.evidence`): a file with none of them has none of the ops."""
     ops = frozenset(ops)
     tables = (FUNCTIONS.items(), MODULES.items(), ((name, op) for name, (op, _) in METHODS.items()))
     return ops | frozenset(name.rsplit(".", 1)[-1] for table in tables for name, op in table if op in ops)

@@ -15,11 +15,11 @@ from typing import ClassVar, Iterator, Optional, Tuple, Union
 
 import libcst as cst
 
-from amplint.evidence import Needs
-from amplint.fix import Fix
+from amplint.lint.evidence import Needs
+from amplint.lint.fix import Fix
 from amplint.semantic import AMP_VOCABULARY, EventKind, Occurrence, SemanticModel
 from amplint.semantic.names import source_text
-from amplint.titles import bounded
+from amplint.lint.titles import bounded
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead", "Fix safety")
 DOCS_URL = "https://github.com/amplint/amplint/blob/main/docs/rules.md#{code}"
@@ -60,11 +60,11 @@ class Report:
     node: cst.CSTNode
     message: Union[str, Message]
     help: Optional[str] = None
-    # How to correct it, as changes to the tree the rule was given (`amplint.fix`).
+    # How to correct it, as changes to the tree the rule was given (`amplint.lint.fix`).
     fix: Optional[Fix] = None
     # The event the finding is about, when it is reported where a unit runs it (`node` is
     # then `occurrence.call_site`): one mistake is one finding, at the innermost place that
-    # shows it (`amplint.engine.run_rules`).
+    # shows it (`amplint.lint.engine.run_rules`).
     occurrence: Optional[Occurrence] = None
 
     def __post_init__(self) -> None:
@@ -170,13 +170,13 @@ class Rule:
     # an in-place average in the file as well, not only the word `float16` (which every
     # inference pipeline's docstring has).
     requires: ClassVar[Tuple[str, ...]] = ()
-    # What the code must show besides (`amplint.evidence`): one mark of each group. A file
+    # What the code must show besides (`amplint.lint.evidence`): one mark of each group. A file
     # whose words pass but whose CPython tree lacks a group is not parsed for this rule; the
     # same test checks that every example and case the rule flags has them.
     needs: ClassVar[Needs] = ()
     # Whether its findings come from the file's own code alone (no other module's summary
     # can add one): a file that only such rules match by words, and whose marks none of them
-    # has, is skipped like a file without the words, not deferred (`amplint.project`).
+    # has, is skipped like a file without the words, not deferred (`amplint.project.link`).
     file_local: ClassVar[bool] = False
     # How output formats present the rule's findings: SARIF level, GitHub ::error/::warning,
     # LSP DiagnosticSeverity, GitLab severity. One of SEVERITIES.

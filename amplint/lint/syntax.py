@@ -47,9 +47,9 @@ import warnings
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Set, Tuple, Union
 
-from amplint.diagnostics import FileError
-from amplint.notebook import CellMap
-from amplint.parse_guard import parse_hazard
+from amplint.lint.diagnostics import FileError
+from amplint.run.notebook import CellMap
+from amplint.lint.parse_guard import parse_hazard
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -180,7 +180,7 @@ def _newer_grammar_explains(source: str, error: SyntaxError, grammar: PythonVers
         return False
     import libcst as cst
 
-    from amplint.newer_syntax import NewerSyntax
+    from amplint.lint.newer_syntax import NewerSyntax
 
     try:
         module = parse_module(source)

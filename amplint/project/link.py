@@ -7,7 +7,7 @@ such a summary is linted again with it, so a call to `clip_and_step(...)` import
 whose functions call another's) is passed on in the next, for a few rounds at most.
 
 A file the first phase *deferred* (AMP words, but no code any rule needs on its own:
-`amplint.evidence`) has no summary yet, only its imports. Before the rounds, each deferred
+`amplint.lint.evidence`) has no summary yet, only its imports. Before the rounds, each deferred
 file that some linted or deferred file may import is analysed whole, for its summary: the
 same summaries, and so the same findings, as if every file with AMP words had been parsed.
 A deferred file that imports a module with a summary is then linted with it like any other.
@@ -43,11 +43,11 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from amplint.diagnostics import FileResult
-from amplint.reexports import ReExports
+from amplint.lint.diagnostics import FileResult
+from amplint.project.reexports import ReExports
 
 if TYPE_CHECKING:
-    from amplint.import_paths import PathIndex
+    from amplint.project.import_paths import PathIndex
 
 # Rounds after the first: each follows imports one module further.
 MAX_ROUNDS = 3
@@ -82,7 +82,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     def every_path() -> "PathIndex":
         """Imports resolve among every linted file, summary or not: `import val` beside
         `classify/val.py` names `./val.py` even when only the other one has a summary."""
-        from amplint.import_paths import PathIndex
+        from amplint.project.import_paths import PathIndex
 
         return PathIndex([r.path for r in results])
 
@@ -152,8 +152,8 @@ def _read_imports_of_scaler_users(results: List[FileResult], summaries: Mapping[
         return
     import ast
 
-    from amplint.evidence import imports
-    from amplint.import_paths import module_name
+    from amplint.lint.evidence import imports
+    from amplint.project.import_paths import module_name
 
     wanted = sorted({name for names in sources.values() for name in names})
     # What an import of one of them names: the name, or its module (`import train_loop`).
@@ -188,7 +188,7 @@ def _called(name: str, text: str) -> bool:
 def _modules_imported(text: str) -> Iterator[Tuple[Optional[str], int]]:
     """The modules `text`'s top-level imports may name (`catalogue.text_imports`): `from pkg
     import utils` may name `pkg` and `pkg.utils`."""
-    from amplint.catalogue import text_imports
+    from amplint.lint.catalogue import text_imports
 
     for module, level, names in text_imports(text):
         yield module or None, level
@@ -227,7 +227,7 @@ def _finds_any(importer: str, used: Mapping[str, dict], lookups: Collection[Tupl
     """Whether one of `importer`'s `lookups` (`exports.Lookup`) finds something in the
     summaries `used`, resolved as `exports.ExternalModules` resolves them (without importing
     the semantic core: a warm run decides this for every cached file)."""
-    from amplint.import_paths import PathIndex
+    from amplint.project.import_paths import PathIndex
 
     index = PathIndex(used)
     for module, level, function in lookups:
@@ -298,7 +298,7 @@ def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index:
     if not summaries or (len(summaries) == 1 and result.path in summaries):
         return {}
     if index is None:
-        from amplint.import_paths import PathIndex
+        from amplint.project.import_paths import PathIndex
 
         index = PathIndex(summaries)
     found = {}
@@ -423,10 +423,10 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text,
     deferred = {r.path: index for index, r in enumerate(results) if r.error is None and r.skipped}
     if not deferred or not importers:
         return []
-    from amplint.import_paths import PathIndex
+    from amplint.project.import_paths import PathIndex
 
     index = PathIndex(deferred)
-    # `from utils import grad_norm` imports what `utils/__init__.py` re-exports (`amplint.reexports`).
+    # `from utils import grad_norm` imports what `utils/__init__.py` re-exports (`amplint.project.reexports`).
     packages = PathIndex(list(reexports.specs)) if reexports is not None and reexports.specs else None
     wanted: Dict[int, List[str]] = {}  # -> the files that import it
     # -> the files that import a package re-exporting from it, and what the package calls its names
@@ -441,7 +441,7 @@ def imported_deferred(results: Sequence[FileResult], read: ReadText = read_text,
                 if path in deferred:
                     through.setdefault(deferred[path], []).append(result.path)
                     renamed.setdefault(deferred[path], {}).update(names)
-    from amplint.catalogue import cast_names, constant_names, helper_names, state_names
+    from amplint.lint.catalogue import cast_names, constant_names, helper_names, state_names
 
     def exportable(text: str) -> FrozenSet[str]:
         """What a file without AMP words may export, by name: helpers, state, casts, constants."""

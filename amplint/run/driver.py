@@ -24,7 +24,7 @@ the cache already knows.
   worker takes the next unit as soon as it is free, so the wall time approaches the total
   CPU divided by the workers. Results come back in the order the files were given.
 - **Cache.** Before anything is scheduled, each file's result is looked up in the cache
-  (`amplint.cache`) under a key naming its content, path, rules, settings and the summaries it
+  (`amplint.run.cache`) under a key naming its content, path, rules, settings and the summaries it
   is linted with; only misses are linted. Budget overruns, crashes and internal errors are
   never cached: they say something about the run, not the file. A file over the step limit
   is cached like any result: the limit is part of the key, and the verdict is the file's.
@@ -41,13 +41,13 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
-from amplint.cache import Cache, content_digest, json_digest, result_key
-from amplint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
-from amplint.noqa import UNUSED_NOQA, might_have_reportable_directives
-from amplint.notebook import is_notebook
-from amplint.progress import Progress
-from amplint.source import decode_notebook, decode_python, read_file, size_error
-from amplint.syntax import PythonVersion
+from amplint.run.cache import Cache, content_digest, json_digest, result_key
+from amplint.lint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
+from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives
+from amplint.run.notebook import is_notebook
+from amplint.run.progress import Progress
+from amplint.run.source import decode_notebook, decode_python, read_file, size_error
+from amplint.lint.syntax import PythonVersion
 
 if TYPE_CHECKING:
     import multiprocessing.process
@@ -182,7 +182,7 @@ class Runner:
             remembered = self._remembered(run, first)
             if remembered is not None:
                 return remembered
-        from amplint.project import link
+        from amplint.project.link import link
 
         codes = {job.path: job.codes for job in jobs}
         results = link(first, lambda linked: self.lint([Job(path, codes[path], summaries, whole=True) for path, summaries in linked]))
@@ -451,7 +451,7 @@ class Runner:
 
 def _read(path: str) -> Union[bytes, FileResult]:
     """The file's bytes, read the careful way (a regular file only, never past the size
-    limit: `amplint.source.read_file`), or its result saying why it cannot be."""
+    limit: `amplint.run.source.read_file`), or its result saying why it cannot be."""
     data = read_file(path)
     return FileResult(path, error=data) if isinstance(data, FileError) else data
 
@@ -484,7 +484,7 @@ def _will_parse(task: _Task) -> bool:
     """Whether the pre-check will let the file through to a LibCST parse. Latin-1 maps bytes
     to characters one to one, so the ASCII words the pre-check looks for are found as they are
     in any encoding Python source may use, and in a notebook's JSON."""
-    from amplint.catalogue import RULES, might_use_amp
+    from amplint.lint.catalogue import RULES, might_use_amp
 
     # The unused-noqa check reads comments: it alone never has a file parsed.
     rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
@@ -504,8 +504,8 @@ def _needs_engine(task: _Task) -> bool:
 def _syntax_only(task: _Task) -> FileResult:
     """What `engine.lint_bytes` makes of a Python file in which no selected rule can find
     anything and with no `# noqa` to judge: its syntax verdict, without importing LibCST."""
-    from amplint.catalogue import RULES, import_words, rules_matching_words
-    from amplint.syntax import quiet_collector, recursion_room, syntax_error
+    from amplint.lint.catalogue import RULES, import_words, rules_matching_words
+    from amplint.lint.syntax import quiet_collector, recursion_room, syntax_error
 
     source = decode_python(task.data, task.path)
     if isinstance(source, FileError):
@@ -513,7 +513,7 @@ def _syntax_only(task: _Task) -> FileResult:
     rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
     if rules_matching_words(source, rules) or (UNUSED_NOQA in task.codes and might_have_reportable_directives(source)):
         # Its encoding hid a word from the byte search (`# coding: unicode_escape`): the engine.
-        from amplint.engine import lint_source
+        from amplint.lint.engine import lint_source
         from amplint.rules import ALL_RULES
         from amplint.semantic.exports import ExternalModules
 
@@ -633,7 +633,7 @@ def _preload_engine() -> None:
     collector off what is already loaded, so a worker does not copy every page it walks."""
     import gc
 
-    import amplint.engine  # noqa: F401
+    import amplint.lint.engine  # noqa: F401
     import amplint.rules  # noqa: F401
 
     gc.freeze()
@@ -694,7 +694,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
     try:
         engine = _needs_engine(task)
         if engine:  # imported before the CPU timer starts: its cost is not the file's
-            from amplint.engine import lint_bytes
+            from amplint.lint.engine import lint_bytes
             from amplint.rules import ALL_RULES
             from amplint.semantic.exports import ExternalModules
 
@@ -845,7 +845,7 @@ def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
 
 def _attach_source(result: FileResult, data: bytes) -> bool:
     """The text code frames show, as linting would have kept it; False if it cannot be had."""
-    from amplint.notebook import is_notebook, parse_notebook
+    from amplint.run.notebook import is_notebook, parse_notebook
 
     if is_notebook(result.path):
         text = decode_notebook(data, result.path)

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from amplint.wildmatch import Malformed, translate
+from amplint.run.wildmatch import Malformed, translate
 
 _MAX_INCLUDE_DEPTH = 10  # git's own limit
 _SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)\s*(?:"((?:[^"\\]|\\.)*)"\s*)?\]')

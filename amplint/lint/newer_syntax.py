@@ -1,5 +1,5 @@
 """Where a file uses syntax newer than the running interpreter: LibCST's view, for
-`amplint.syntax` to forgive what only an older parser rejects. Imported only then, so that a
+`amplint.lint.syntax` to forgive what only an older parser rejects. Imported only then, so that a
 syntax verdict does not import LibCST."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import List, Tuple
 
 import libcst as cst
 
-# As amplint.syntax has them; imported from there, this module would close an import cycle
-# (amplint.syntax imports this one only when it needs LibCST).
+# As amplint.lint.syntax has them; imported from there, this module would close an import cycle
+# (amplint.lint.syntax imports this one only when it needs LibCST).
 PythonVersion = Tuple[int, int]
 RUNNING: PythonVersion = sys.version_info[:2]
 

@@ -2,8 +2,8 @@
 
 Each round lints the current source, takes the fixes of the findings that are wanted (by
 code and applicability) and not suppressed by a `# noqa`, applies those that touch no
-statement another one touches (`amplint.fix.non_overlapping`), and checks that the result
-is still valid Python (`amplint.fix.still_valid`). Fixes that overlapped one applied this
+statement another one touches (`amplint.lint.fix.non_overlapping`), and checks that the result
+is still valid Python (`amplint.lint.fix.still_valid`). Fixes that overlapped one applied this
 round are found again, on the new source, in the next one. A round whose combined result
 would not parse falls back to the first fix that parses alone, and a fix that does not
 parse alone is never applied. The loop ends when no wanted fix is left, or after
@@ -23,18 +23,18 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 import libcst as cst
 
 from amplint.escape import visible
-from amplint.fix import MAX_ROUNDS, Fix, apply, non_overlapping, still_valid
-from amplint.noqa import parse_suppressions
-from amplint.notebook import Notebook, parse_notebook, replace_sources
-from amplint.positions import code_ranges
-from amplint.rule import Rule
+from amplint.lint.fix import MAX_ROUNDS, Fix, apply, non_overlapping, still_valid
+from amplint.lint.noqa import parse_suppressions
+from amplint.run.notebook import Notebook, parse_notebook, replace_sources
+from amplint.lint.positions import code_ranges
+from amplint.lint.rule import Rule
 from amplint.semantic import analyze
 from amplint.semantic.exports import ExternalModules
-from amplint.syntax import PythonVersion, parse_module_exactly
-from amplint.torch_target import TorchVersion
+from amplint.lint.syntax import PythonVersion, parse_module_exactly
+from amplint.config.torch_target import TorchVersion
 
 if TYPE_CHECKING:
-    from amplint.diagnostics import FileResult
+    from amplint.lint.diagnostics import FileResult
 
 # Whether a fix of rule `code` with `applicability` ("safe"/"unsafe") is wanted.
 Wanted = Callable[[str, str], bool]
@@ -78,7 +78,7 @@ def fix_source(
     torch_target: Optional[TorchVersion] = None,
 ) -> FixOutcome:
     """`source` with every wanted fix applied that keeps it valid Python."""
-    from amplint.engine import recursion_room
+    from amplint.lint.engine import recursion_room
 
     try:
         with recursion_room():
@@ -109,7 +109,7 @@ def _fix_source(
             outcome.error = outcome.error or "not fixed: LibCST cannot parse it"
             break
         if not exact:
-            # Parsed only after normalising (`amplint.syntax`): writing the tree back would
+            # Parsed only after normalising (`amplint.lint.syntax`): writing the tree back would
             # change the file beyond the fix.
             outcome.error = "not fixed: LibCST parses this file only after normalising it"
             break
@@ -155,7 +155,7 @@ def _wanted_fixes(
     external: Optional[ExternalModules],
     torch_target: Optional[TorchVersion] = None,
 ) -> List[Tuple[str, Fix]]:
-    from amplint.engine import run_rules
+    from amplint.lint.engine import run_rules
 
     reports = [(rule, report) for rule, _, report in run_rules(analyze(module, external, torch_target), rules)]
     reports = [(rule, report) for rule, report in reports if report.fix is not None and wanted(rule.code, report.fix.applicability)]
@@ -199,8 +199,8 @@ def fix_file(
     torch_target: Optional[TorchVersion] = None,
 ) -> FileFix:
     """Fix one file's contents: a notebook cell by cell, Python source in its own encoding."""
-    from amplint.notebook import is_notebook
-    from amplint.source import decode_notebook, decode_python, encode_like
+    from amplint.run.notebook import is_notebook
+    from amplint.run.source import decode_notebook, decode_python, encode_like
 
     if is_notebook(path):
         text = decode_notebook(data, path)
@@ -233,9 +233,9 @@ def fix_results(
 ) -> List[FileFix]:
     """The fixes of a lint run's files that have a wanted fix, each file fixed with the rules
     selected for it and the summaries of the linted modules it imports (as it was linted)."""
-    from amplint.project import imported_summaries
+    from amplint.project.link import imported_summaries
     from amplint.rules import ALL_RULES
-    from amplint.source import read_file
+    from amplint.run.source import read_file
 
     summaries = {r.path: r.summary for r in results if r.summary}
     fixes = []
@@ -257,11 +257,11 @@ def fix_results(
 
 
 def write_fixed(fix: FileFix, roots: Sequence[str] = (".",)) -> Optional[str]:
-    """Write a fixed file back (`amplint.write_back`); why not ("not fixed: ..."), or None.
+    """Write a fixed file back (`amplint.run.write_back`); why not ("not fixed: ..."), or None.
 
     `roots` are the paths the user named: the linted tree, which a symbolic link may be
     written through to."""
-    from amplint.write_back import write_back
+    from amplint.run.write_back import write_back
 
     return write_back(fix.path, fix.original, fix.fixed, roots)
 

@@ -17,7 +17,7 @@ example and case a rule flags carries the rule's marks (tests/test_evidence.py).
 
 A file that a rule could match by text but not by marks is *deferred*, not dropped: its
 imports are kept, and it is analysed after all when a linted module imports it or when it
-imports one with a summary (`amplint.project`), since then another file's code decides.
+imports one with a summary (`amplint.project.link`), since then another file's code decides.
 """
 
 from __future__ import annotations

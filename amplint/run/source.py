@@ -8,8 +8,8 @@ import stat
 import tokenize
 from typing import Optional, Union
 
-from amplint.diagnostics import FileError
-from amplint.notebook import is_notebook
+from amplint.lint.diagnostics import FileError
+from amplint.run.notebook import is_notebook
 
 # Generated files of this size are never hand-written training code, and LibCST would take
 # minutes on them; they get a per-file error instead of stalling the run. For a notebook the

@@ -21,11 +21,11 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
-from amplint.catalogue import IMPORT_LINE
-from amplint.diagnostics import FileResult
+from amplint.lint.catalogue import IMPORT_LINE
+from amplint.lint.diagnostics import FileResult
 
 if TYPE_CHECKING:
-    from amplint.import_paths import PathIndex
+    from amplint.project.import_paths import PathIndex
 
 # Packages a re-export is followed through (`a/__init__.py` from `a/b/__init__.py` from `a/b/c.py`).
 MAX_DEPTH = 3

@@ -14,8 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from amplint.discovery import PatternError, check_patterns
-from amplint.torch_target import ASSUMED, TorchTarget, TorchVersion, declared_torch, parse_torch_version
+from amplint.run.discovery import PatternError, check_patterns
+from amplint.config.torch_target import ASSUMED, TorchTarget, TorchVersion, declared_torch, parse_torch_version
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,7 +71,7 @@ class Config:
     # newest grammar amplint knows.
     target_version: Optional[PythonVersion] = None
     # The oldest torch the project supports: a fix that needs a newer one is unsafe
-    # (amplint.torch_target). None: not configured or declared, `ASSUMED`. `torch_target_from`
+    # (amplint.config.torch_target). None: not configured or declared, `ASSUMED`. `torch_target_from`
     # says where it came from.
     torch_target: Optional[TorchVersion] = None
     torch_target_from: Optional[str] = None

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
-    from amplint.notebook import CellMap
+    from amplint.run.notebook import CellMap
 
 
 @dataclass(frozen=True, order=True)
@@ -40,7 +40,7 @@ class Finding:
     help: Optional[str] = None
     severity: str = "error"  # the rule's: "error" or "warning"
     # The rule's fix for it, if it has one: what it does, "safe" or "unsafe", and the text
-    # edits that make it (as `amplint.fix.Edit` tuples: row, column, end row, end column,
+    # edits that make it (as `amplint.lint.fix.Edit` tuples: row, column, end row, end column,
     # new text; rows of the linted source).
     fix: Optional["FixSuggestion"] = None
 
@@ -118,8 +118,8 @@ class FileResult:
     findings: List[Finding] = field(default_factory=list)
     error: Optional[FileError] = None
     skipped: bool = False  # not parsed: no AMP vocabulary, or it was deferred
-    # AMP words, but no code any rule needs (amplint.evidence): parsed only if a linted
-    # module imports it or it imports one with a summary (amplint.project).
+    # AMP words, but no code any rule needs (amplint.lint.evidence): parsed only if a linted
+    # module imports it or it imports one with a summary (amplint.project.link).
     deferred: bool = False
     may_export: bool = False  # deferred, and its functions may do AMP work to export
     source: Optional[str] = None  # kept only when there are findings, for code frames
@@ -131,7 +131,7 @@ class FileResult:
     # Skipped for having no AMP words: the names on its import lines (`catalogue.import_words`).
     import_words: Tuple[str, ...] = ()
     # What its analysis looked up in other modules' summaries (`exports.Lookup`), in a lint
-    # without them; None: not known (amplint.project then lints it again with them).
+    # without them; None: not known (amplint.project.link then lints it again with them).
     lookups: Optional[Tuple[Tuple[Optional[str], int, Optional[str]], ...]] = None
     # Functions too complex to follow within the analysis limit: analysed no further, and reported.
     skipped_functions: List[NotAnalysed] = field(default_factory=list)

@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
-from amplint.diagnostics import FileError
-from amplint.gitignore import GitIgnores, PatternList, is_repository_root, pattern_problem
-from amplint.source import file_kind
+from amplint.lint.diagnostics import FileError
+from amplint.run.gitignore import GitIgnores, PatternList, is_repository_root, pattern_problem
+from amplint.run.source import file_kind
 
 LINTED_SUFFIXES = (".py", ".ipynb")
 DEFAULT_EXCLUDES = (

@@ -6,7 +6,7 @@ needs nothing. A line that cannot end in a comment (it ends inside a string that
 with a backslash) gets it where the string or statement ends, which is where amplint (and
 ruff) look for it. A notebook is left alone and named in a note (its cells are JSON strings;
 mark those in the editor, or with `# amplint: noqa` in a cell). Each file is written only
-if it still parses as it did, and written back as --fix writes (`amplint.write_back`).
+if it still parses as it did, and written back as --fix writes (`amplint.run.write_back`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, List, Sequence
 
-from amplint.diagnostics import FileError, FileResult
-from amplint.noqa import UNUSED_NOQA, apply_line_edits, edits_adding_codes
+from amplint.lint.diagnostics import FileError, FileResult
+from amplint.lint.noqa import UNUSED_NOQA, apply_line_edits, edits_adding_codes
 
 
 @dataclass
@@ -30,9 +30,9 @@ class Added:
 def add_noqa(results: Sequence[FileResult], roots: Sequence[str] = (".",)) -> Added:
     """`roots`: the paths the user named (a symbolic link is written through only into them,
     as --fix does)."""
-    from amplint.fixer import FileFix, FixOutcome, write_fixed
-    from amplint.notebook import is_notebook
-    from amplint.source import decode_python, encode_like, read_file
+    from amplint.lint.fix_loop import FileFix, FixOutcome, write_fixed
+    from amplint.run.notebook import is_notebook
+    from amplint.run.source import decode_python, encode_like, read_file
 
     added = Added()
     for result in results:

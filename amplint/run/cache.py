@@ -31,7 +31,7 @@ A directory the user names that is not amplint's gets an `.amplint_cache` of its
 Nothing is believed that this user did not write: each shard carries an HMAC-SHA256
 under a per-user secret kept outside the tree (`$XDG_CACHE_HOME/amplint/key`), so a cache
 that comes with a repository, or was written by someone else, is a miss. What passes is
-checked once more for shape (records, and result payloads as `amplint.driver` writes them):
+checked once more for shape (records, and result payloads as `amplint.run.driver` writes them):
 a corrupt cache is a miss, whatever its shape, never an error.
 
 Concurrent runs are safe: a shard is written to a temporary file and renamed into place
@@ -54,7 +54,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from amplint.diagnostics import Finding
+from amplint.lint.diagnostics import Finding
 
 try:
     import fcntl
@@ -68,7 +68,7 @@ ENV_KEY_FILE = "AMPLINT_CACHE_KEY_FILE"
 _FORMAT = 2  # bump when the record layout changes
 _SHARDS = 256
 # Results kept per file. One run may store several for a file (its own lint, a whole lint
-# for its summary, one per round of the second phase: amplint.project.MAX_ROUNDS), and
+# for its summary, one per round of the second phase: amplint.project.link.MAX_ROUNDS), and
 # switching between a few selections (pre-commit's, CI's) should keep hitting: fewer, and
 # each of a run's results would push out the one the next run asks for first.
 _RESULTS_PER_FILE = 12
@@ -312,7 +312,7 @@ class Cache:
     # ------------------------------------------------------------------ results
 
     def get(self, path: str, key: str) -> Optional[Payload]:
-        """The result stored under `key`, if there is one of the shape `amplint.driver`
+        """The result stored under `key`, if there is one of the shape `amplint.run.driver`
         writes (anything else is a miss)."""
         record = self._record(path)
         results = record.get("results") if record else None
@@ -336,7 +336,7 @@ class Cache:
 
     def run(self, key: str) -> Optional[List[Tuple[int, str]]]:
         """What the second phase of a run made of the results of its first, remembered under
-        `key` (made by `amplint.driver` from every file's path and first result key): each
+        `key` (made by `amplint.run.driver` from every file's path and first result key): each
         file whose final result is another one, by its place among the run's files, with
         that result's key. None when no run of these results is remembered."""
         if self._runs is None:
@@ -770,7 +770,7 @@ def _create_key(path: str) -> Optional[bytes]:
 # --------------------------------------------------------------------------- shapes
 #
 # What a shard may hold: records as this module writes them, and result payloads as
-# `amplint.driver._to_payload` writes them. Anything else is a miss.
+# `amplint.run.driver._to_payload` writes them. Anything else is a miss.
 
 
 def _is_int(value: Any) -> bool:
@@ -801,7 +801,7 @@ def _anything(value: Any) -> bool:
     return True
 
 
-_EDIT = _row_of(_is_int, _is_int, _is_int, _is_int, _is_str)  # amplint.fix.Edit
+_EDIT = _row_of(_is_int, _is_int, _is_int, _is_int, _is_str)  # amplint.lint.fix.Edit
 _FINDING_CHECKS: Dict[str, Callable[[Any], bool]] = {
     "row": _is_int,
     "column": _is_int,
@@ -823,7 +823,7 @@ _FINDING_CHECKS: Dict[str, Callable[[Any], bool]] = {
 _FINDING_ROW = _row_of(*(_FINDING_CHECKS.get(f.name, lambda _: False) for f in dataclasses.fields(Finding) if f.name != "path"))
 
 # A module summary (amplint.semantic.exports), to the depth this process reads it
-# (amplint.project: its functions' names). Its events are taken apart only by
+# (amplint.project.link: its functions' names). Its events are taken apart only by
 # `load_summary` in a worker, where anything amiss is that one file's error; checking them
 # here would cost a warm run a third more (summaries are most of a shard).
 _FUNCTION = lambda f: (  # noqa: E731
@@ -843,7 +843,7 @@ _RESULT_CHECKS: Dict[str, Tuple[bool, Callable[[Any], bool]]] = {  # name: (requ
     "summary": (False, _optional(_SUMMARY)),
     "imports": (False, _optional(_list_of(_row_of(_optional(_is_str), _is_int)))),
     "lookups": (False, _optional(_list_of(_row_of(_optional(_is_str), _is_int, _optional(_is_str))))),
-    # amplint.diagnostics: where a file's error is (FileError.row, .column, .cell, .cell_row),
+    # amplint.lint.diagnostics: where a file's error is (FileError.row, .column, .cell, .cell_row),
     # and each NotAnalysed's row, column, name, cell, cell row and line in the file.
     "error_at": (False, _optional(_row_of(_optional(_is_int), _optional(_is_int), _optional(_is_int), _optional(_is_int)))),
     "skipped_functions": (

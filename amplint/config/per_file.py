@@ -16,11 +16,11 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Type
 
-from amplint.config import Config, ConfigError, split_codes
+from amplint.config.options import Config, ConfigError, split_codes
 
 if TYPE_CHECKING:
-    from amplint.gitignore import PatternList
-    from amplint.rule import Rule
+    from amplint.run.gitignore import PatternList
+    from amplint.lint.rule import Rule
 
 # `amplint PATH` with no option that changes the configuration or the selection.
 DEFAULTS = argparse.Namespace(
@@ -38,7 +38,7 @@ DEFAULTS = argparse.Namespace(
 def load_config(options: Any, paths: Sequence[str]) -> Config:
     """The configuration file (`--config PATH`, else the nearest one), with the command
     line's `--config KEY=VALUE` and `--per-file-ignores` on top."""
-    from amplint.config import defaults, find_config, load, parse_override
+    from amplint.config.options import defaults, find_config, load, parse_override
 
     files = [value for value in options.config or [] if os.path.exists(value) or "=" not in value]
     overrides = {}
@@ -61,8 +61,8 @@ def load_config(options: Any, paths: Sequence[str]) -> Config:
         config.per_file_ignores = replace
     config.per_file_ignores.update(_pattern_codes(options.extend_per_file_ignores, "--extend-per-file-ignores") or {})
     if options.target_torch_version is not None:
-        from amplint.config import torch_version_error
-        from amplint.torch_target import parse_torch_version
+        from amplint.config.options import torch_version_error
+        from amplint.config.torch_target import parse_torch_version
 
         config.torch_target = parse_torch_version(options.target_torch_version)
         if config.torch_target is None:
@@ -77,7 +77,7 @@ def _pattern_codes(values: Optional[Sequence[str]], flag: str) -> Optional[Dict[
     as ruff writes it) -> {"tests/*": ["AMP002", "AMP006"], ...}."""
     if values is None:
         return None
-    from amplint.discovery import PatternError, check_patterns
+    from amplint.run.discovery import PatternError, check_patterns
 
     mapping: Dict[str, List[str]] = {}
     for value in values:
@@ -105,7 +105,7 @@ def _pattern_codes(values: Optional[Sequence[str]], flag: str) -> Optional[Dict[
 def selected_rules(options: Any, config: Config, rules: Optional[Sequence[Type["Rule"]]] = None) -> Tuple[Type["Rule"], ...]:
     """The selected ones of `rules` (default: the rule classes; a run passes the catalogue's
     entries, which have the same codes and names without importing LibCST)."""
-    from amplint.selection import require_some, resolve, validate
+    from amplint.config.selection import require_some, resolve, validate
 
     if rules is None:
         from amplint.rules import ALL_RULES as rules
@@ -130,9 +130,9 @@ def selected_rules(options: Any, config: Config, rules: Optional[Sequence[Type["
 
 def per_file_ignores(config: Config) -> List[Tuple["PatternList", List[str]]]:
     """The configuration's `per-file-ignores`, compiled. Raises SelectionError."""
-    from amplint.catalogue import RULES
-    from amplint.gitignore import PatternList
-    from amplint.selection import validate
+    from amplint.lint.catalogue import RULES
+    from amplint.run.gitignore import PatternList
+    from amplint.config.selection import validate
 
     return [
         (PatternList.from_patterns(config.root, [pattern]), validate(codes, RULES))

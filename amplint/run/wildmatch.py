@@ -1,8 +1,8 @@
 """git's `wildmatch` (wildmatch.c), ported to regular expressions over bytes.
 
 `translate` turns one pattern into a regular expression for `fullmatch`, so non-UTF-8 names
-match as git matches them. The ignore rules (`amplint.gitignore`) and the `includeIf
-"gitdir:"` conditions of git's config (`amplint.gitconfig`) both match with it.
+match as git matches them. The ignore rules (`amplint.run.gitignore`) and the `includeIf
+"gitdir:"` conditions of git's config (`amplint.run.gitconfig`) both match with it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ and the words a file must contain for it to find anything (`Rule.triggers`, `Rul
 Importing the rules imports LibCST and the semantic layer (most of a short run's CPU), and a
 file that mentions none of a rule's words is never parsed for it. So the command line
 resolves `--select` against this catalogue, and a run whose files mention no AMP code (most
-of a pre-commit run) never imports the rules at all (`amplint.driver`). The rule classes stay
+of a pre-commit run) never imports the rules at all (`amplint.run.driver`). The rule classes stay
 the truth: tests/test_startup.py fails, naming what to change, when this drifts from them.
 
 The text pre-check (`might_use_amp`, `rules_matching_words`) lives here too, for rule classes
@@ -78,7 +78,7 @@ def might_use_amp(source: str, rules: Optional[Sequence[object]] = None) -> bool
 # What a function with none of the rules' words may still do that a module's summary exports
 # and another module's code decides: a read of the gradients (`p.grad.norm()`, `p.grad ** 2`)
 # or a clip. A module of such helpers (`utils.grad_norm`) is analysed when a linted module that
-# imports it names one (`amplint.project`). (A backward or a step alone is left out: it is in
+# imports it names one (`amplint.project.link`). (A backward or a step alone is left out: it is in
 # most files without AMP code, and analysing them all would cost a fifth of a run.) So is a
 # hook after which a framework steps through its scaler (`frameworks.STEPPED_AFTER_HOOKS`): a
 # Trainer subclass's `training_step` whose backward another module's settings decide.
@@ -157,7 +157,7 @@ def import_words(source: str) -> Tuple[str, ...]:
     """The names on the file's top-level imports (`from .train_loop import AMPTrainer`:
     `train_loop`, `AMPTrainer`; read as `text_imports` reads them): kept with a file skipped
     for having no AMP words, so that a later run can tell, without reading it again, whether
-    it may import a module another module's summary names (`amplint.project`)."""
+    it may import a module another module's summary names (`amplint.project.link`)."""
     import re
 
     text = " ".join(" ".join(match) for match in re.findall(IMPORT_LINE, source, re.M))

@@ -1,6 +1,6 @@
 """Lint one file's contents: syntax verdict, cheap pre-check, one parse, one semantic model, every rule.
 
-A notebook's code cells are joined into one source first (amplint.notebook), and its findings
+A notebook's code cells are joined into one source first (amplint.run.notebook), and its findings
 are mapped back to cells.
 
 Nothing here imports torch or runs the linted code. A file that fails (syntax error, a bug in
@@ -14,21 +14,22 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Ty
 
 import libcst as cst
 
-from amplint import evidence, work
-from amplint.catalogue import import_words, might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
+from amplint.lint import evidence
+from amplint import work
+from amplint.lint.catalogue import import_words, might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
 from amplint.analyses import EXPORTING
-from amplint.diagnostics import FileError, FileResult, Finding, NotAnalysed
-from amplint.fix import Suggestions
-from amplint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
-from amplint.notebook import CellMap, is_notebook, parse_notebook
-from amplint.parse_guard import parse_hazard
-from amplint.positions import code_ranges
-from amplint.rule import Report, Rule
+from amplint.lint.diagnostics import FileError, FileResult, Finding, NotAnalysed
+from amplint.lint.fix import Suggestions
+from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
+from amplint.run.notebook import CellMap, is_notebook, parse_notebook
+from amplint.lint.parse_guard import parse_hazard
+from amplint.lint.positions import code_ranges
+from amplint.lint.rule import Report, Rule
 from amplint.semantic import CodeUnit, SemanticModel, analyze
 from amplint.semantic.exports import ExternalModules, LookupRecorder, export_summary, imports_of
-from amplint.source import decode_notebook, decode_python, size_error
-from amplint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, recursion_room, syntax_error, where
-from amplint.torch_target import TorchVersion
+from amplint.run.source import decode_notebook, decode_python, size_error
+from amplint.lint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, recursion_room, syntax_error, where
+from amplint.config.torch_target import TorchVersion
 
 
 def lint_bytes(
@@ -43,7 +44,7 @@ def lint_bytes(
     summary: bool = True,
 ) -> FileResult:
     """Lint a file's contents, read from disk or standard input: a notebook, or Python source.
-    `external`: summaries of the other linted modules it may import (see `amplint.project`).
+    `external`: summaries of the other linted modules it may import (see `amplint.project.link`).
     `target`: the Python the project runs on, whose grammar decides what is a syntax error
     (None: the newest grammar amplint knows). `whole`: analysed even where the code alone
     gives no rule what it needs (the second phase of a run: another module decides).
@@ -149,9 +150,9 @@ def _lint_source(
     parsing_rules = [rule for rule in rules if rule.code != UNUSED_NOQA]
     # The words of the code it runs in other linted modules count too (their summaries' calls).
     matching = rules_matching_words(source if external is None else source + external.words(), parsing_rules)
-    # Every file gets the same verdict on its syntax, whatever it mentions (amplint.syntax);
+    # Every file gets the same verdict on its syntax, whatever it mentions (amplint.lint.syntax);
     # only a file with the words needs CPython's tree too. A file linted whole without them
-    # (a helper module another module imports: amplint.project) is analysed for its summary
+    # (a helper module another module imports: amplint.project.link) is analysed for its summary
     # alone: no rule runs on it.
     tree, result.error = python_tree(source, path, target, cells) if matching or whole else (None, syntax_error(source, path, target, cells))
     if not matching and whole:
@@ -160,9 +161,9 @@ def _lint_source(
         result.skipped = True  # not worth a LibCST parse: no rule can match
         result.import_words = import_words(source)
     elif result.error is None and not whole and external is None and tree is not None:
-        # The words are there; does the code have what some rule needs (amplint.evidence)?
+        # The words are there; does the code have what some rule needs (amplint.lint.evidence)?
         # Only the rules that can match run; with none, the file is not parsed unless
-        # another module's code decides (amplint.project).
+        # another module's code decides (amplint.project.link).
         found = evidence.marks(tree)
         parsing_rules = [rule for rule in matching if evidence.satisfied(rule.needs, found)]
         if not parsing_rules and all(rule.file_local for rule in matching):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, List, Sequence, Tuple, Type
 
-if TYPE_CHECKING:  # the selection needs codes only: it also runs on amplint.catalogue's entries
-    from amplint.rule import Rule
+if TYPE_CHECKING:  # the selection needs codes only: it also runs on amplint.lint.catalogue's entries
+    from amplint.lint.rule import Rule
 
 
 class SelectionError(ValueError):

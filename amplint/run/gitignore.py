@@ -5,7 +5,7 @@ down to the file's directory (a deeper file wins, and within a file the last mat
 pattern), then `$GIT_DIR/info/exclude`, then `core.excludesFile` (default
 `~/.config/git/ignore`). A path inside an ignored directory is ignored whatever a later `!`
 pattern says, because git never looks inside that directory. Patterns are git's `wildmatch`
-(`amplint.wildmatch`, regular expressions over bytes, so non-UTF-8 names match as git
+(`amplint.run.wildmatch`, regular expressions over bytes, so non-UTF-8 names match as git
 matches them); `core.ignoreCase` is honoured.
 
 git accepts every pattern: one it cannot use (`[z-a`, a lone `\\`) simply never matches, and
@@ -24,7 +24,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Pattern, Sequence, Tuple
 
-from amplint.wildmatch import Malformed, literal, lower, translate
+from amplint.run.wildmatch import Malformed, literal, lower, translate
 
 # git skips ignore files larger than this (dir.c, PATTERN_MAX_FILE_SIZE).
 _MAX_IGNORE_FILE = 100 * 1024 * 1024
@@ -294,7 +294,7 @@ def _git_directories(root: str) -> Tuple[Optional[str], Optional[str]]:
 
 
 def _open_repository(root: str, environ: Dict[str, str]) -> _Repository:
-    from amplint.gitconfig import read_config
+    from amplint.run.gitconfig import read_config
 
     git_dir, common_dir = _git_directories(root)
     config = read_config(git_dir, common_dir, environ)

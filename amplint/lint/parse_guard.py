@@ -10,7 +10,7 @@ where such nesting can be: one with a line long enough to hold it and holding en
 or operators.
 
 A chain spread over many short lines is not caught here; the per-file CPU budget and the
-worker isolation (`amplint.driver`) stop those instead. This guard only turns the common
+worker isolation (`amplint.run.driver`) stop those instead. This guard only turns the common
 shape (generated code, minified data) into a clear error at no cost to ordinary files.
 """
 

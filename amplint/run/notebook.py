@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from amplint.diagnostics import FileError
+from amplint.lint.diagnostics import FileError
 
 # Cell magics whose body IPython runs as Python (ruff's list): the body is linted.
 PYTHON_CELL_MAGICS = frozenset({"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"})

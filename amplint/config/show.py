@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Tuple, Type
 
-from amplint.config import Config
-from amplint.discovery import Discovery
+from amplint.config.options import Config
+from amplint.run.discovery import Discovery
 from amplint.escape import visible
 
 if TYPE_CHECKING:
-    from amplint.rule import Rule
+    from amplint.lint.rule import Rule
 
 
 def settings(
@@ -68,7 +68,7 @@ def files(found: Iterable[str]) -> str:
 
 def _torch(config: Config) -> Tuple[str, str]:
     """("1.13", "pyproject.toml: torch>=1.13"): the torch fixes must work on, and why."""
-    from amplint.torch_target import describe
+    from amplint.config.torch_target import describe
 
     version, source = config.torch()
     newest = getattr(version, "newest", None)

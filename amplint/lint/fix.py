@@ -7,7 +7,7 @@ ones change code the user should look at (moving a step out of an autocast block
 GradScaler out of a loop). Changes are made by identity on the parsed tree, so formatting and
 comments everywhere else stay as they were.
 
-`amplint.fixer` lints, applies every selected fix that touches no statement another one
+`amplint.lint.fix_loop` lints, applies every selected fix that touches no statement another one
 touches, checks that the result is still valid Python, and repeats on the new source until
 no fix applies: overlapping fixes are applied one after another, never merged.
 """
@@ -26,7 +26,7 @@ from amplint.escape import visible
 from amplint.semantic.walk import children, iter_tree
 
 if TYPE_CHECKING:
-    from amplint.diagnostics import FixSuggestion
+    from amplint.lint.diagnostics import FixSuggestion
     from amplint.semantic import Occurrence, SemanticModel
     from amplint.semantic.index import ModuleIndex
 
@@ -337,8 +337,8 @@ def non_overlapping(found: Sequence[Tuple[str, Fix]]) -> List[Tuple[str, Fix]]:
 
 def still_valid(code: str, path: str, target=None) -> bool:
     """Whether fixed code is still valid Python, judged as every linted file is
-    (`amplint.syntax`): CPython's verdict for the project's grammar, and LibCST can parse it."""
-    from amplint.syntax import parse_module, syntax_error
+    (`amplint.lint.syntax`): CPython's verdict for the project's grammar, and LibCST can parse it."""
+    from amplint.lint.syntax import parse_module, syntax_error
 
     try:
         return syntax_error(code, path, target) is None and isinstance(parse_module(code), cst.Module)
@@ -404,7 +404,7 @@ class Suggestions:
         return made[1]
 
     def _suggestion(self, fix: Fix) -> "FixSuggestion":
-        from amplint.diagnostics import FixSuggestion
+        from amplint.lint.diagnostics import FixSuggestion
 
         positions = self.positions
         rows = sorted({positions[node].start.line for node in fix.nodes() if node in positions})
