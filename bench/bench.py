@@ -262,7 +262,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
     from amplint.project.link import link
     from amplint.rules import ALL_RULES
     from amplint.semantic import analyze
-    from amplint.semantic.exports import ExternalModules, LookupRecorder, export_summary, imports_of
+    from amplint.semantic.foreign import ExternalModules, LookupRecorder, export_summary, imports_of
     from amplint.run.source import decode_python
     from amplint.lint.syntax import parse_module_exactly, python_tree, quiet_collector, syntax_error
 

@@ -1,18 +1,26 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Iterator, Optional
 
 import libcst as cst
 
+from amplint.analyses.framework_hooks import FrameworkHooks
 from amplint.analyses.precision import Precision
 from amplint.lint.evidence import BACKWARD, STEP
 from amplint.lint.fix import Fix, expression
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import CodeUnit, EventKind, Occurrence, SemanticModel, dotted_name, iter_tree, source_text
+from amplint.semantic import (
+    CodeUnit,
+    EventKind,
+    ForeignHook,
+    Occurrence,
+    SemanticModel,
+    dotted_name,
+    iter_tree,
+    source_text,
+)
 from amplint.semantic.pytorch import frameworks
 
-if TYPE_CHECKING:
-    from amplint.semantic.exports import ForeignHook
 
 
 class UnscaledBackward(Rule):
@@ -183,11 +191,11 @@ class UnscaledBackward(Rule):
                 yield Report(backward.node, _message(backward, step, model, beside), fix=_fix(backward, step, model))
         # A hook after which the framework steps through its scaler (a Hugging Face Trainer
         # subclass's `training_step` under fp16 TrainingArguments).
-        for backward, scaler in model.hook_backwards_before_framework_step():
+        for backward, scaler in model.facts(FrameworkHooks).backwards_before_framework_step():
             yield Report(backward.node, _hook_message(backward, scaler, model))
         # The same hook in a class of another module, built here with settings that may be
         # float16 (`DistillTrainer(model, args=TrainingArguments(fp16=True))`).
-        for record, hook, surely in model.imported_hook_backwards():
+        for record, hook, surely in model.facts(FrameworkHooks).imported_hook_backwards():
             yield Report(record.node, _imported_hook_message(record.node, hook, surely))
 
     VALID = (

@@ -4,6 +4,8 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from amplint.analyses.framework_hooks import FrameworkHooks
+from amplint.analyses.scaled_gradients import ScaledGradients
 from amplint.lint.evidence import CLIP, FRAMEWORK_BACKWARD, SCALE, STEP, UNSCALE
 from amplint.lint.fix import Fix, unscale_before
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
@@ -129,7 +131,7 @@ class ClipBeforeUnscale(Rule):
                     if clip.kind is EventKind.CLIP and _clips(clip, model):
                         yield Report(clip.node, _message(clip, step.receiver.key, model))
         # A hook the framework calls before it unscales (Lightning's `on_after_backward`).
-        for clip, scaler in model.hook_uses_of_scaled_gradients():
+        for clip, scaler in model.facts(FrameworkHooks).uses_of_scaled_gradients():
             if clip.kind is EventKind.CLIP and _clips(clip, model):
                 hook = clip.unit.name.rsplit(".", 1)[-1]
                 yield Report(clip.node, _message(clip, scaler, model, frameworks.LIGHTNING.hook_advice.format(hook=hook)))
@@ -220,7 +222,7 @@ def step(self, loss):
 def _clips(clip: Occurrence, model: SemanticModel) -> bool:
     """A clip to judge: not one at an infinite norm, there only for the norm it returns
     (AMP009's), nor one another module's function makes and its module reports."""
-    return not model.clip_only_measures(clip) and not clip.event.reported_where_written
+    return not model.facts(ScaledGradients).clip_only_measures(clip) and not clip.event.reported_where_written
 
 
 def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel, advice: Optional[str] = None) -> Message:

@@ -171,7 +171,7 @@ class GradScalerInLoop(Rule):
                     yield Report(record.node, Message.split(_message_for_call(built, record, loop, optimizer, "Call it once, before the loop.")))
                     break
         # A function of another linted module that builds one on every call (its summary says so).
-        for record, built, optimizer in model.grad_scalers_built_by_calls():
+        for record, built, optimizer in model.facts(Checkpoints).scalers_built_by_imported_calls():
             for loop in model.facts(Repetitions).iterations_of(record):
                 if model.facts(Repetitions).outlives(optimizer, record.unit, loop):
                     yield Report(record.node, Message.split(_message_for_call(built, record, loop, optimizer.text)))

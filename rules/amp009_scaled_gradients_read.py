@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+from amplint.analyses.framework_hooks import FrameworkHooks
+from amplint.analyses.scaled_gradients import ScaledGradients
 from amplint.lint.evidence import CLIP, FRAMEWORK_BACKWARD, GRADIENT, SCALE, STEP, UNSCALE
 from amplint.lint.fix import unscale_before
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
@@ -144,7 +146,7 @@ class ScaledGradientsRead(Rule):
                 if how is not None:
                     yield Report(read.call_site, _message(read, how, step.receiver.text), occurrence=read)
         # A hook the framework calls before it unscales (Lightning's `on_after_backward`).
-        for read, scaler in model.hook_uses_of_scaled_gradients():
+        for read, scaler in model.facts(FrameworkHooks).uses_of_scaled_gradients():
             how = _corrupting_use(read, model)
             if how is not None:
                 # A precision that is only one of several configured values scales when it is float16.
@@ -153,7 +155,7 @@ class ScaledGradientsRead(Rule):
                 yield Report(read.call_site, _message(read, how, model.scaler_name(scaler), _hook_advice(read), when), occurrence=read)
         for grad, state in model.states_before(EventKind.AUTOGRAD_GRAD):
             scaler = grad.event.scaled_inline_by
-            if model.is_live(scaler, state.facts) and not model.divided_by_loss_scale(grad.event):
+            if model.is_live(scaler, state.facts) and not model.facts(ScaledGradients).divided_by_loss_scale(grad.event):
                 yield Report(grad.node, _penalty_message(grad, model.scaler_name(scaler)))
 
     VALID = (
@@ -264,7 +266,7 @@ def _corrupting_use(read: Occurrence, model: SemanticModel) -> Optional[str]:
     to them). A clip at an infinite norm is a norm read."""
     if read.event.reported_where_written:
         return None  # its own module reports it
-    return model.scale_corrupts(read.event)
+    return model.facts(ScaledGradients).corrupts(read.event)
 
 
 def _message(read: Occurrence, how: str, scaler: str, advice: Optional[str] = None, when: str = "") -> Message:

@@ -341,7 +341,7 @@ def _fix(
             return shared[key]
         local = (dotted_name(alias.asname.name if alias.asname is not None else alias.name) or "").split(".")[0]
         same = [other for other in uses if other.import_alias is alias]
-        if all(other.new_node is not None for other in same) and model.names_used.get(local, 0) == len(same):
+        if all(other.new_node is not None for other in same) and model.facts(Deprecations).names_used.get(local, 0) == len(same):
             together = same
             shared[key] = fix = _rewrite(use, together, model, alias)
             return fix

@@ -16,7 +16,7 @@ from amplint.lint import evidence
 from amplint.lint.engine import lint_source, rules_matching_words
 from amplint.rules import ALL_RULES
 from amplint.semantic import analyze
-from amplint.semantic.exports import imports_of
+from amplint.semantic.foreign import imports_of
 from conftest import run_amplint
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import libcst as cst
 
 from amplint.semantic import analyze, dotted_name
 from amplint.semantic.calls import HelperCall
-from amplint.semantic.exports import is_module_class
+from amplint.semantic.foreign import is_module_class
 
 from tests.test_project_classes import _lint
 

@@ -11,7 +11,7 @@ import pytest
 
 from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
-from amplint.semantic.exports import ExternalModules, load_summary
+from amplint.semantic.foreign import ExternalModules, load_summary
 
 OPTIM_UTILS = """
 import torch

@@ -1,6 +1,6 @@
 """Classes across linted modules: constructors, methods called on instances and inheritance,
 resolved through imports, so that what a method or a constructor of another module does
-counts where it is called (`amplint.semantic.exports`: the class index of a summary)."""
+counts where it is called (`amplint.semantic.foreign`: the class index of a summary)."""
 
 import json
 import textwrap
@@ -9,7 +9,7 @@ import pytest
 
 from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
-from amplint.semantic.exports import SUMMARY_VERSION, ExternalModules, load_summary
+from amplint.semantic.foreign import SUMMARY_VERSION, ExternalModules, load_summary
 from conftest import lint_project, write_files
 
 

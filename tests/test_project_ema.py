@@ -8,7 +8,7 @@ import textwrap
 
 from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
-from amplint.semantic.exports import ExternalModules, LookupRecorder, load_summary
+from amplint.semantic.foreign import ExternalModules, LookupRecorder, load_summary
 from conftest import lint_project, write_files
 
 

@@ -11,7 +11,7 @@ from amplint.lint.diagnostics import FileResult
 from amplint.lint.engine import lint_source
 from amplint.project.link import link
 from amplint.rules import ALL_RULES
-from amplint.semantic.exports import ExternalModules
+from amplint.semantic.foreign import ExternalModules
 
 STEPS = """
 def scaled_step(scaler, optimizer):
@@ -208,7 +208,7 @@ def test_the_lookups_are_kept_in_the_cache_with_the_result(tmp_path):
 
 
 def test_the_recorder_has_nothing_and_notes_every_way_a_summary_is_read():
-    from amplint.semantic.exports import LookupRecorder
+    from amplint.semantic.foreign import LookupRecorder
 
     recorder = LookupRecorder("pkg/train.py")
     functions = recorder.module("steps", 1).functions

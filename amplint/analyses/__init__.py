@@ -18,8 +18,8 @@ An analysis imports the semantic core (and other analyses), never the other way 
 
 A family whose facts another module needs (an EMA class defined in one module, constructed
 with a float16 model in another) exports them into the module's summary: a `SUMMARY_KEY` and
-a classmethod `export(model, path)` (`amplint.semantic.exports.ExportsFacts`), and a place in
-`EXPORTING`, which the engine hands to `export_summary`. The importing side reads them back
+a classmethod `export(model, path)` (`amplint.project.summary.ExportsFacts`), and a place in
+`EXPORTING`, which `amplint.project.summary.export_summary` writes. The importing side reads them back
 with `model.exported_facts(func, scope, SUMMARY_KEY)`.
 """
 

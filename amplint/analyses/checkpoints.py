@@ -7,7 +7,7 @@ another module named as only checkpointing is (`save_checkpoint(model, optimizer
 `load_checkpoint(path, model, optimizer)`, `torch.save(optimizer, path)`) has its state saved
 or restored there too; torch.distributed.checkpoint's `get_state_dict(model, optimizer)` and
 `set_state_dict(...)` likewise. A function or method of another linted module counts for
-what its summary says it saves or restores (`amplint.semantic.saved_state`): `ckpt.save(path)`,
+what its summary says it saves or restores (`amplint.analyses.saved_state`): `ckpt.save(path)`,
 with `ckpt = Checkpointer(model, optimizer)` an instance of a class of that module, saves what
 the constructor was handed for the attribute the method saves (`self.optimizer`); a GradScaler
 returned by such a function (`scaler = build_scaler()`) is one the file builds there.
@@ -39,17 +39,28 @@ import libcst as cst
 
 from amplint.analyses.held_scalers import HeldScalers
 from amplint.analyses.repetition import Repetitions
-from amplint.semantic.calls import HelperCall
-from amplint.semantic.exports import import_targets
-from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, Scope
-from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name
+from amplint.semantic import (
+    Analysis,
+    CallRecord,
+    CodeUnit,
+    GuardFrame,
+    HelperCall,
+    Ref,
+    Resolver,
+    ScalerFacts,
+    ScalerInfo,
+    Scope,
+    SemanticModel,
+    all_bindings,
+    binding_key,
+    dotted_name,
+    import_targets,
+    iter_tree,
+    own_returns,
+    passed_for_parameter,
+)
 from amplint.semantic.pytorch import vocabulary
-from amplint.semantic.resolve import Resolver, passed_for_parameter
-from amplint.semantic.saved_state import scalers_returned
-from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key
-from amplint.semantic.types import ScalerInfo
-from amplint.semantic.walk import iter_tree, own_returns
+from amplint.analyses.saved_state import scalers_returned
 
 # Functions named as only checkpointing is: what they are handed is saved or restored there.
 _CHECKPOINTING_CALL = re.compile(r"save|checkpoint|ckpt|snapshot|resume|restore|^load_(model|state|training)")
@@ -172,7 +183,7 @@ class Checkpoints(Analysis):
 
     def _through_summary(self, record: CallRecord) -> None:
         """A call to another linted module's function or method whose summary says it saves
-        or restores objects' state (`amplint.semantic.saved_state`): `ckpt.save(path)` with
+        or restores objects' state (`amplint.analyses.saved_state`): `ckpt.save(path)` with
         `ckpt = Checkpointer(model, optimizer)` saves what the constructor was handed for
         `self.optimizer`; `save_checkpoint(model, optimizer, path)`, what it is passed."""
         found = self._foreign_state(record)
@@ -281,6 +292,28 @@ class Checkpoints(Analysis):
         for held in self.model.facts(HeldScalers).held_by_instances():
             found.append((held.scaler, held.record, held.construction))
         return found
+
+    def scalers_built_by_imported_calls(self) -> Iterator[Tuple[CallRecord, str, Optional[Ref]]]:
+        """Each call to a function of another linted module that builds a new GradScaler on
+        every call and steps, with it, an optimizer that outlives the call (its summary's
+        `fresh_scalers`): the call, the construction as quoted there (with the module's
+        name), and the optimizer as this file names it: the argument passed for the
+        function's parameter, or the instance a method is called on (None when not known)."""
+        model = self.model
+        if model.external is None:
+            return
+        for record in self.index.calls:
+            item = model.classify(record) if record.immediate else None
+            if not isinstance(item, HelperCall) or item.foreign is None:
+                continue
+            for fresh in item.foreign.fresh_scalers:
+                optimizer: Optional[Ref] = None
+                if fresh.optimizer.startswith("param:"):
+                    passed = item.argument_for(fresh.optimizer[len("param:") :])
+                    optimizer = model.classifier.ref(passed, record.unit.scope)
+                elif fresh.optimizer == "self" and isinstance(record.node.func, cst.Attribute):
+                    optimizer = model.classifier.ref(record.node.func.value, record.unit.scope)
+                yield record, f"{fresh.text} in {item.foreign.origin}", optimizer
 
     def _scalers_built_by_own_functions(self) -> List[Tuple[ScalerInfo, CallRecord, str]]:
         """`scaler = build_scaler()` for a function of this file that returns a GradScaler it

@@ -45,18 +45,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 from libcst import MaybeSentinel
 
-from amplint.semantic.index import Binding, ModuleIndex, Scope
-from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic import (
+    names_used,
+    Analysis,
+    Binding,
+    ModuleIndex,
+    Resolver,
+    Scope,
+    SemanticModel,
+    all_bindings,
+    dotted_name,
+    iter_tree,
+    source_text,
+)
 from amplint.semantic.pytorch.deprecated_api import DEPRECATED, DEPRECATED_SINCE, LEGACY_AUTOCAST_PARAMETERS, SAME_AS, SINCE, WARNS_SINCE
-from amplint.semantic.resolve import Resolver
-from amplint.semantic.scalers import all_bindings
-from amplint.semantic.walk import iter_tree
 
 # Names that read torch's version: `TORCH_VERSION`, `is_torch_min_version`, `_TORCH_GREATER_EQUAL_2_4`,
 # `TORCH_GE_2_4`, `torch2`, `IS_TORCH_2_4_OR_NEWER`; not `use_torch_amp` or `torch_dtype`.
@@ -99,6 +107,12 @@ class Deprecations(Analysis):
         # compatibility shim), each with its `torch.amp` replacement, the device type, how this
         # file spells the replacement, the import that spelling needs, and the rewritten node.
         self.uses: List[DeprecatedAmpUse] = find_deprecated_uses(model.index, model.resolver)
+
+    @cached_property
+    def names_used(self) -> Dict[str, int]:
+        """How often each name is used outside imports (`names_used`): whether a fix replaces
+        the last use of an imported name, so that its import can go too."""
+        return names_used(self.model.module)
 
 
 def find_deprecated_uses(index: ModuleIndex, resolver: Resolver) -> List[DeprecatedAmpUse]:

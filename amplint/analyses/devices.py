@@ -25,12 +25,18 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set
 
 import libcst as cst
 
-from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame
-from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import names_read, source_text
-from amplint.semantic.resolve import split_args
-from amplint.semantic.types import AutocastRegion
-from amplint.semantic.walk import iter_tree
+from amplint.semantic import (
+    Analysis,
+    AutocastRegion,
+    CallRecord,
+    CodeUnit,
+    GuardFrame,
+    SemanticModel,
+    iter_tree,
+    names_read,
+    source_text,
+    split_args,
+)
 
 # Words in a test or an `enabled=` expression that make it about where the code runs.
 _DEVICE_WORDS = ("cuda", "gpu", "device")

@@ -34,15 +34,24 @@ from typing import Any, Callable, Collection, Dict, FrozenSet, Iterator, List, O
 
 import libcst as cst
 
-from amplint.semantic.index import Binding, CallRecord, CodeUnit, Scope
-from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, source_text
+from amplint.semantic import (
+    Analysis,
+    Binding,
+    CallRecord,
+    CodeUnit,
+    ScalerInfo,
+    Scope,
+    SemanticModel,
+    all_bindings,
+    binding_key,
+    dotted_name,
+    iter_tree,
+    keyword_argument,
+    passed_for_parameter,
+    source_text,
+)
 from amplint.semantic.pytorch.frameworks import OWNED_SCALER_CLASSES
 from amplint.semantic.pytorch import vocabulary
-from amplint.semantic.resolve import keyword_argument, passed_for_parameter
-from amplint.semantic.scalers import all_bindings, binding_key
-from amplint.semantic.types import ScalerInfo
-from amplint.semantic.walk import iter_tree
 
 # What running a scaler calls on it: a method that does only this keeps nothing of it.
 _RUNS_THE_SCALER = frozenset(

@@ -24,11 +24,16 @@ from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Sequence
 
 import libcst as cst
 
-from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame
-from amplint.semantic.model import SemanticModel
-from amplint.semantic.names import names_read, source_text
-from amplint.semantic.resolve import passed_for
-from amplint.semantic.walk import iter_tree
+from amplint.semantic import (
+    CallRecord,
+    CodeUnit,
+    GuardFrame,
+    SemanticModel,
+    iter_tree,
+    names_read,
+    passed_for,
+    source_text,
+)
 
 if TYPE_CHECKING:
     from amplint.analyses.precision import ModuleCast

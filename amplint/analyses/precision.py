@@ -41,10 +41,31 @@ from typing import Any, Callable, Collection, Dict, FrozenSet, Iterator, List, O
 import libcst as cst
 
 from amplint.analyses import parameter_casts
-from amplint.semantic.conditions import Assumption, assumptions
-from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, ModuleIndex, Scope
-from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, names_bound, names_read, roots, source_text
+from amplint.semantic import (
+    Analysis,
+    Assumption,
+    Binding,
+    CallRecord,
+    CodeUnit,
+    GuardFrame,
+    ModuleIndex,
+    Resolver,
+    Scope,
+    SemanticModel,
+    all_bindings,
+    assumptions,
+    children,
+    dotted_name,
+    drawn_from,
+    iter_tree,
+    names_bound,
+    names_read,
+    own_returns,
+    passed_for,
+    roots,
+    source_text,
+    split_args,
+)
 from amplint.semantic.pytorch import vocabulary
 from amplint.semantic.pytorch.api import (
     CAST_METHODS,
@@ -55,9 +76,6 @@ from amplint.semantic.pytorch.api import (
     STATE_METHODS,
 )
 from amplint.semantic.pytorch.frameworks import ADAPTER_CALLS, AdapterCall
-from amplint.semantic.resolve import Resolver, drawn_from, passed_for, split_args
-from amplint.semantic.scalers import all_bindings
-from amplint.semantic.walk import children, iter_tree, own_returns
 
 _MAX_DEPTH = 10
 # `accelerator.prepare(...)`, `fabric.setup(...)`: frameworks that keep no float32 master copy.
@@ -1174,7 +1192,7 @@ class Precision(Analysis):
     """Casts of modules, optimizer constructions and what they train, in-place averages, and
     the low-precision training they add up to: `model.facts(Precision)`."""
 
-    # Its facts in a module's summary (`amplint.semantic.exports.ExportsFacts`).
+    # Its facts in a module's summary (`amplint.project.summary.ExportsFacts`).
     SUMMARY_KEY = "precision"
 
     def __init__(self, model: SemanticModel) -> None:

@@ -29,9 +29,22 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from amplint.semantic.index import CallRecord, CodeUnit, ProductRecord, Scope, WithFrame
-from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, names_bound, source_text
+from amplint.semantic import (
+    Analysis,
+    AutocastRegion,
+    CallRecord,
+    CodeUnit,
+    ProductRecord,
+    Scope,
+    SemanticModel,
+    WithFrame,
+    callers_autocast,
+    children,
+    dotted_name,
+    iter_tree,
+    names_bound,
+    source_text,
+)
 from amplint.semantic.pytorch.api import DTYPES, SAME_DTYPE_ATTRIBUTES, SAME_DTYPE_METHODS
 from amplint.semantic.pytorch.autocast_ops import (
     ALL_OPERANDS,
@@ -44,9 +57,6 @@ from amplint.semantic.pytorch.autocast_ops import (
     autocast_policy,
     einsum_contracts,
 )
-from amplint.semantic.regions import callers_autocast
-from amplint.semantic.types import AutocastRegion
-from amplint.semantic.walk import children, iter_tree
 
 
 def region_devices(region: AutocastRegion) -> FrozenSet[str]:
@@ -362,7 +372,7 @@ class RegionOps(Analysis):
         `self.block = Block(...)`)."""
         if not isinstance(record, CallRecord):
             return None
-        from amplint.semantic.calls import HelperCall
+        from amplint.semantic import HelperCall
 
         item = self.model.classify(record)
         if isinstance(item, HelperCall):
@@ -497,7 +507,7 @@ class RegionOps(Analysis):
         """The op a module variable stands for, when every value it is given is that
         `torch.nn` module (`self.fc = nn.Linear(...)`)."""
         kinds = set()
-        values = self.model.resolver.values(name, unit.scope)
+        values = self.model.values(unit, name)
         if not values:
             return None
         for value, _ in values:
@@ -573,7 +583,7 @@ class RegionOps(Analysis):
         name = dotted_name(expression)
         if name is None or name.count(".") > 1 or (isinstance(expression, cst.Name) and self.value_at(expression, unit) is not None):
             return False  # a straight-line value was already followed by float32_cast
-        values = [(value, where) for value, where in self.model.resolver.values(name, unit.scope)]
+        values = [(value, where) for value, where in self.model.values(unit, name)]
         if name.startswith("self."):
             values += self._buffers(name[len("self."):], unit)
         if not values or any(value is None for value, _ in values):

@@ -19,13 +19,26 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from amplint.semantic.calls import HelperCall
-from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, LoopFrame
-from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, names_read, roots, source_text
-from amplint.semantic.scalers import all_bindings, binding_key
-from amplint.semantic.types import EventKind, Occurrence, Ref
-from amplint.semantic.walk import iter_tree
+from amplint.semantic import (
+    Analysis,
+    Binding,
+    CallRecord,
+    CodeUnit,
+    EventKind,
+    GuardFrame,
+    HelperCall,
+    LoopFrame,
+    Occurrence,
+    Ref,
+    SemanticModel,
+    all_bindings,
+    binding_key,
+    dotted_name,
+    iter_tree,
+    names_read,
+    roots,
+    source_text,
+)
 
 Loop = Union[cst.For, cst.While]
 

@@ -15,11 +15,16 @@ from typing import Any, Dict, Optional
 
 import libcst as cst
 
-from amplint.semantic.index import CallRecord, CodeUnit
-from amplint.semantic.model import Analysis, SemanticModel
-from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.resolve import keyword_argument
-from amplint.semantic.walk import own_returns
+from amplint.semantic import (
+    Analysis,
+    CallRecord,
+    CodeUnit,
+    SemanticModel,
+    dotted_name,
+    keyword_argument,
+    own_returns,
+    source_text,
+)
 
 # FSDP's first API: each rank holds a flat shard of the parameters and of their gradients,
 # as plain tensors.

@@ -16,11 +16,22 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
-from amplint.semantic.calls import Classified, HelperCall
-from amplint.semantic.index import CodeUnit
-from amplint.semantic.model import Analysis, SemanticModel, values_derived_from
-from amplint.semantic.names import dotted_name, names_read, roots
-from amplint.semantic.types import UNKNOWN_SCALER, AutocastRegion, EventKind, GradientState, Occurrence
+from amplint.semantic import (
+    Analysis,
+    AutocastRegion,
+    Classified,
+    CodeUnit,
+    EventKind,
+    GradientState,
+    HelperCall,
+    Occurrence,
+    SemanticModel,
+    UNKNOWN_SCALER,
+    dotted_name,
+    names_read,
+    roots,
+    values_derived_from,
+)
 
 _STEPS = frozenset({EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP})
 
@@ -42,7 +53,7 @@ class Training(Analysis):
                 names.append(dotted_name(call.func.value))
             for name in names:
                 if name is not None:
-                    key = self.model.resolver.identity(name, unit.scope)
+                    key = self.model.identity(unit, name)
                     if key in wanted:
                         found.add(key)
         return found

@@ -109,7 +109,7 @@ def helper_names(source: str) -> FrozenSet[str]:
 
 
 # What a checkpointing helper does that a module's summary exports (its `state` table,
-# `amplint.semantic.saved_state`) and an importer's AMP007 decides: it saves or restores an
+# `amplint.analyses.saved_state`) and an importer's AMP007 decides: it saves or restores an
 # optimizer's state (`self.optimizer.state_dict()`, `opt.load_state_dict(...)`). Such a
 # module (`checkpoint.py` with a `Checkpointer` class) has no AMP word; it is analysed when
 # a linted module that imports it names the class or the top-level function, never for a
@@ -173,7 +173,7 @@ def cast_names(source: str) -> FrozenSet[str]:
     return _defining(source, ((start, False) for word in CAST_WORDS for start in _occurrences(source, word)), methods=False)
 
 
-# What `exports._constants` exports, as text: an assignment whose value names a half dtype
+# What `project.summary._constants` exports, as text: an assignment whose value names a half dtype
 # (`torch.float16`, `torch.half`, `bfloat16`), or is a string that chooses a half precision
 # (`frameworks.HALF_SETTINGS`, a test keeps the two the same) written as the value itself, a
 # `field(default=...)` or a branch of a conditional expression, or is True/False or 16 for a
@@ -194,7 +194,7 @@ def constant_names(source: str) -> FrozenSet[str]:
     is, by a text search: `AMP_DTYPE` for `AMP_DTYPE = torch.float16`, `MIXED_PRECISION` for
     `MIXED_PRECISION = "fp16"`, `TrainConfig` for its `mixed_precision: str = "bf16"` or `fp16:
     bool = True` (in the class's body, not in its methods). What another module must name to
-    read one (`amplint.semantic.exports`' `constants`)."""
+    read one (`amplint.semantic.foreign`' `constants`)."""
     import bisect
     import re
 

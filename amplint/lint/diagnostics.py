@@ -125,12 +125,12 @@ class FileResult:
     source: Optional[str] = None  # kept only when there are findings, for code frames
     cells: Optional["CellMap"] = None  # notebooks: which rows of `source` came from which cell
     # What the file's functions do to mixed precision, for the modules that import them
-    # (JSON; `amplint.semantic.exports`), and the modules it imports: (module, level).
+    # (JSON; `amplint.semantic.foreign`), and the modules it imports: (module, level).
     summary: Optional[Dict[str, Any]] = None
     imports: Tuple[Tuple[str, int], ...] = ()
     # Skipped for having no AMP words: the names on its import lines (`catalogue.import_words`).
     import_words: Tuple[str, ...] = ()
-    # What its analysis looked up in other modules' summaries (`exports.Lookup`), in a lint
+    # What its analysis looked up in other modules' summaries (`foreign.Lookup`), in a lint
     # without them; None: not known (amplint.project.link then lints it again with them).
     lookups: Optional[Tuple[Tuple[Optional[str], int, Optional[str]], ...]] = None
     # Functions too complex to follow within the analysis limit: analysed no further, and reported.

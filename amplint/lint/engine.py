@@ -17,7 +17,6 @@ import libcst as cst
 from amplint.lint import evidence
 from amplint import work
 from amplint.lint.catalogue import import_words, might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
-from amplint.analyses import EXPORTING
 from amplint.lint.diagnostics import FileError, FileResult, Finding, NotAnalysed
 from amplint.lint.fix import Suggestions
 from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
@@ -25,8 +24,15 @@ from amplint.run.notebook import CellMap, is_notebook, parse_notebook
 from amplint.lint.parse_guard import parse_hazard
 from amplint.lint.positions import code_ranges
 from amplint.lint.rule import Report, Rule
-from amplint.semantic import CodeUnit, SemanticModel, analyze
-from amplint.semantic.exports import ExternalModules, LookupRecorder, export_summary, imports_of
+from amplint.project.summary import export_summary
+from amplint.semantic import (
+    CodeUnit,
+    ExternalModules,
+    LookupRecorder,
+    SemanticModel,
+    analyze,
+    imports_of,
+)
 from amplint.run.source import decode_notebook, decode_python, size_error
 from amplint.lint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, recursion_room, syntax_error, where
 from amplint.config.torch_target import TorchVersion
@@ -208,7 +214,7 @@ def _lint_source(
         reports = run_rules(model, parsing_rules)
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
         result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact)
-        result.summary = export_summary(model, path, EXPORTING) if summary else None
+        result.summary = export_summary(model, path) if summary else None
         result.imports = imports_of(model.index)
         if recorder is not None:
             if result.imports:

@@ -94,13 +94,13 @@ _NAMED = {
 
 Needs = Tuple[FrozenSet[str], ...]
 # What a function may do that the semantic layer exports for the modules that import it
-# (`amplint.semantic.exports`): a file with none of these exports no summary.
+# (`amplint.semantic.foreign`): a file with none of these exports no summary.
 # (`scale_lora_layers(...)` in every diffusers pipeline is SCALE, never an event.)
 # A framework object a function builds may be what it returns (`build_accelerator(cfg)`).
 EVENTS = frozenset({BACKWARD, FRAMEWORK_BACKWARD, STEP, SCALE_CALL, UNSCALE, CLIP, GRADIENT, ZERO_GRAD, SCALER_UPDATE, GRAD_SCALER, FRAMEWORK_OBJECT})
 # ... and what a fact family exports (`amplint.analyses.EXPORTING`): a class whose method
 # decays a copy in place (`Precision.export`). A file with none of these exports no summary
-# but its constants (`exports._constants`: `AMP_DTYPE = torch.float16`), for which it is
+# but its constants (`project.summary._constants`: `AMP_DTYPE = torch.float16`), for which it is
 # analysed only where an importer names one (`project.imported_deferred`).
 EXPORTS = EVENTS | frozenset({AVERAGE})
 
@@ -472,7 +472,7 @@ def satisfied(needs: Needs, found: FrozenSet[str]) -> bool:
 
 
 def imports(tree: ast.AST) -> Tuple[Tuple[str, int], ...]:
-    """Every module the file imports from, as `amplint.semantic.exports.imports_of` lists them
+    """Every module the file imports from, as `amplint.semantic.foreign.imports_of` lists them
     from the LibCST tree: (dotted name, relative level), and for `from pkg import utils`
     both `pkg` and `pkg.utils`."""
     found: Set[Tuple[str, int]] = set()

@@ -23,12 +23,12 @@ import libcst as cst
 from libcst.metadata import CodeRange
 
 from amplint.escape import visible
-from amplint.semantic.walk import children, iter_tree
+from amplint.semantic import children, iter_tree
 
 if TYPE_CHECKING:
     from amplint.lint.diagnostics import FixSuggestion
     from amplint.semantic import Occurrence, SemanticModel
-    from amplint.semantic.index import ModuleIndex
+    from amplint.semantic import ModuleIndex
 
 SAFE = "safe"
 UNSAFE = "unsafe"
@@ -159,7 +159,7 @@ def out_of_region(model: "SemanticModel", occurrence: "Occurrence") -> Optional[
     autocast region move after the block (code after it that should stay in low precision
     moves too: the user reads the diff)."""
     from amplint.semantic import EventKind
-    from amplint.semantic.names import source_text
+    from amplint.semantic import source_text
 
     region = occurrence.region
     if region is None or occurrence.via or not isinstance(occurrence.call_site, cst.Call):

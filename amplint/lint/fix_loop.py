@@ -28,8 +28,7 @@ from amplint.lint.noqa import parse_suppressions
 from amplint.run.notebook import Notebook, parse_notebook, replace_sources
 from amplint.lint.positions import code_ranges
 from amplint.lint.rule import Rule
-from amplint.semantic import analyze
-from amplint.semantic.exports import ExternalModules
+from amplint.semantic import ExternalModules, analyze
 from amplint.lint.syntax import PythonVersion, parse_module_exactly
 from amplint.config.torch_target import TorchVersion
 

@@ -25,7 +25,7 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
-from amplint.semantic.walk import iter_tree
+from amplint.semantic import iter_tree
 
 # LibCST's own newline pattern (libcst._nodes.internal): rows are counted where it counts them.
 _NEWLINE = re.compile(r"\r\n?|\n")

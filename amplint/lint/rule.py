@@ -17,8 +17,7 @@ import libcst as cst
 
 from amplint.lint.evidence import Needs
 from amplint.lint.fix import Fix
-from amplint.semantic import AMP_VOCABULARY, EventKind, Occurrence, SemanticModel
-from amplint.semantic.names import source_text
+from amplint.semantic import AMP_VOCABULARY, EventKind, Occurrence, SemanticModel, source_text
 from amplint.lint.titles import bounded
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "What goes wrong at runtime", "Example", "Use instead", "Fix safety")

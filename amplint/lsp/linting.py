@@ -17,7 +17,7 @@ a few documents at a time, off the event loop.
   the next lint of that lane forks a fresh one), and `lint` answers None, never an outcome
   to publish.
 - **Summaries.** A document is linted alone, so the summary a run's second phase reads
-  (`amplint.semantic.exports`, a fifth of a lint) is not exported.
+  (`amplint.semantic.foreign`, a fifth of a lint) is not exported.
 - **Fix all.** `fix_all` runs the `--fix` loop on a document's text, in a lane, as
   `amplint --fix` does after its lint pass: only for a version whose lint, in a worker
   within the budget, found a safe fix.

@@ -1,5 +1,5 @@
 """Which linted file an import names, by path: the index the second phase of a run resolves
-imports with (`amplint.project.link`), and a file's analysis too (`amplint.semantic.exports`).
+imports with (`amplint.project.link`), and a file's analysis too (`amplint.semantic.foreign`).
 
 A leaf (it imports nothing of amplint): a warm run resolves the imports of thousands of
 cached results with it, without importing LibCST and the semantic core.

@@ -1,7 +1,7 @@
 """Linting files that import each other: the second phase of a run.
 
 Each file is first linted on its own, and exports a summary of what its functions do to mixed
-precision (`amplint.semantic.exports`). Then every file that imports a linted module with
+precision (`amplint.semantic.foreign`). Then every file that imports a linted module with
 such a summary is linted again with it, so a call to `clip_and_step(...)` imported from
 `.optim_utils` counts for what it does there. A summary that changes in that round (a module
 whose functions call another's) is passed on in the next, for a few rounds at most.
@@ -224,8 +224,8 @@ def _relint_finding(
 
 
 def _finds_any(importer: str, used: Mapping[str, dict], lookups: Collection[Tuple[Optional[str], int, Optional[str]]]) -> bool:
-    """Whether one of `importer`'s `lookups` (`exports.Lookup`) finds something in the
-    summaries `used`, resolved as `exports.ExternalModules` resolves them (without importing
+    """Whether one of `importer`'s `lookups` (`foreign.Lookup`) finds something in the
+    summaries `used`, resolved as `foreign.ExternalModules` resolves them (without importing
     the semantic core: a warm run decides this for every cached file)."""
     from amplint.project.import_paths import PathIndex
 
@@ -239,8 +239,8 @@ def _finds_any(importer: str, used: Mapping[str, dict], lookups: Collection[Tupl
 
 def _fact_names(summary: Mapping[str, object]) -> List[str]:
     """The classes, functions and constants a summary says something of besides their events:
-    what its fact families export (`exports.ExportsFacts`), its state table (what they
-    checkpoint, `semantic.saved_state`) and its constants (`AMP_DTYPE = torch.float16`)."""
+    what its fact families export (`summary.ExportsFacts`), its state table (what they
+    checkpoint, `analyses.saved_state`) and its constants (`AMP_DTYPE = torch.float16`)."""
     facts = summary.get("facts")
     families = list(facts.values()) if isinstance(facts, dict) else []
     return [name for family in [*families, summary.get("state"), summary.get("constants")] if isinstance(family, dict) for name in family]

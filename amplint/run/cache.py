@@ -822,7 +822,7 @@ _FINDING_CHECKS: Dict[str, Callable[[Any], bool]] = {
 # as warm runs that lint again), never a half-checked one.
 _FINDING_ROW = _row_of(*(_FINDING_CHECKS.get(f.name, lambda _: False) for f in dataclasses.fields(Finding) if f.name != "path"))
 
-# A module summary (amplint.semantic.exports), to the depth this process reads it
+# A module summary (amplint.semantic.foreign), to the depth this process reads it
 # (amplint.project.link: its functions' names). Its events are taken apart only by
 # `load_summary` in a worker, where anything amiss is that one file's error; checking them
 # here would cost a warm run a third more (summaries are most of a shard).

@@ -515,7 +515,7 @@ def _syntax_only(task: _Task) -> FileResult:
         # Its encoding hid a word from the byte search (`# coding: unicode_escape`): the engine.
         from amplint.lint.engine import lint_source
         from amplint.rules import ALL_RULES
-        from amplint.semantic.exports import ExternalModules
+        from amplint.semantic import ExternalModules
 
         external = ExternalModules(task.path, task.imported) if task.imported else None
         return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target, summary=task.summary)
@@ -696,7 +696,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
         if engine:  # imported before the CPU timer starts: its cost is not the file's
             from amplint.lint.engine import lint_bytes
             from amplint.rules import ALL_RULES
-            from amplint.semantic.exports import ExternalModules
+            from amplint.semantic import ExternalModules
 
             by_code = {rule.code: rule for rule in ALL_RULES}
             external = ExternalModules(task.path, task.imported) if task.imported else None

@@ -1,9 +1,11 @@
-"""amplint's semantic core: what a file's mixed-precision code does, built once per file and
-queried by every rule. Rules import from this package only (its `__all__`).
+"""amplint's semantic core: what one file's mixed-precision code does, built once per file and
+queried by every rule, analysis and summary. Everything outside the core imports it from this
+package only (its `__all__`, the core's public surface), or PyTorch's data from
+`amplint.semantic.pytorch`; `tests/test_layers.py` checks it.
 
     model = analyze(cst.parse_module(source))
 
-The core holds the facts two or more rules need, each part in its own module:
+The core is per-file and generic; each part in its own module:
 - `walk`: a fast read-only walk over LibCST trees;
 - `names`: names as written (`dotted_name`, `source_text`, `names_read`, `names_used`);
 - `index`: one walk collecting scopes, bindings, code units and every call with its context;
@@ -13,25 +15,62 @@ The core holds the facts two or more rules need, each part in its own module:
 - `regions`: autocast regions and the region each call runs in;
 - `calls`: what each call is (an AMP event, a helper of the file, or nothing);
 - `flow`: the order of events through each unit and helper, and the gradients' state;
-- `exports`: what a module tells the modules that import it (the second phase of a run);
+- `foreign`: what other linted modules' summaries say, read back (the project layer,
+  `amplint.project`, writes them);
 - `gradient_use`: what a read of `p.grad` is for (a norm, noise);
-- `types`: the public types rules see (`Occurrence`, `AmpEvent`, `FlowState`, ...);
+- `types`: the public types (`Occurrence`, `AmpEvent`, `FlowState`, ...);
 - `model`: `SemanticModel`, the query API, and `Analysis`, the base of fact families;
 - `pytorch/`: PyTorch knowledge as data: the API names (`api`), autocast's op lists
-  (`autocast_ops`), the deprecated per-device API (`deprecated_api`), and the naming
-  conventions amplint falls back on (`vocabulary`).
+  (`autocast_ops`), the deprecated per-device API (`deprecated_api`), frameworks
+  (`frameworks`), and the naming conventions amplint falls back on (`vocabulary`).
 
-Facts one rule (or one family of rules) needs live beside the core, in `amplint.analyses`,
-each built on first use: `model.facts(Checkpoints)`. `rules/README.md` says where a new fact
-goes.
+Fact families (whatever number of rules use them) live beside the core, in
+`amplint.analyses`, each built on first use: `model.facts(Checkpoints)`. `rules/README.md`
+says where a new fact goes.
 """
 
 from __future__ import annotations
 
-from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, LoopFrame, WithFrame
+from amplint.semantic.calls import Classified, HelperCall
+from amplint.semantic.conditions import Assumption, assumptions
+from amplint.semantic.foreign import (
+    SUMMARY_VERSION,
+    ExternalModules,
+    ForeignHook,
+    LookupRecorder,
+    import_targets,
+    imported_module,
+    imports_of,
+    local_chain,
+)
+from amplint.semantic.index import (
+    Binding,
+    CallRecord,
+    CodeUnit,
+    GuardFrame,
+    LoopFrame,
+    ModuleIndex,
+    ProductRecord,
+    Scope,
+    WithFrame,
+    values_derived_from,
+)
 from amplint.semantic.model import Analysis, SemanticModel, analyze
-from amplint.semantic.names import dotted_name, names_bound, names_read, roots, source_text
-from amplint.semantic.resolve import KNOWN_DEVICES
+from amplint.semantic.names import dotted_name, names_bound, names_read, names_used, roots, source_text
+from amplint.semantic.regions import callers_autocast
+from amplint.semantic.resolve import (
+    KNOWN_DEVICES,
+    Resolver,
+    argument,
+    drawn_from,
+    field_default,
+    is_infinity,
+    keyword_argument,
+    passed_for,
+    passed_for_parameter,
+    split_args,
+)
+from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key, class_scaler_key, settings_float16
 from amplint.semantic.types import (
     UNKNOWN_SCALER,
     AmpEvent,
@@ -43,35 +82,76 @@ from amplint.semantic.types import (
     Ref,
     ScalerInfo,
 )
-from amplint.semantic.walk import iter_tree
+from amplint.semantic.walk import children, iter_tree, own_returns
 
 __all__ = [
-    "AMP_VOCABULARY",
-    "KNOWN_DEVICES",
-    "UNKNOWN_SCALER",
-    "AmpEvent",
+    # The model and what it is built from
+    "analyze",
     "Analysis",
+    "SemanticModel",
+    "AMP_VOCABULARY",
+    # What the model's queries answer with
+    "AmpEvent",
+    "Assumption",
+    "assumptions",
     "AutocastRegion",
-    "Binding",
-    "CallRecord",
-    "CodeUnit",
+    "Classified",
     "EventKind",
     "FlowState",
     "GradientState",
-    "GuardFrame",
-    "LoopFrame",
+    "HelperCall",
     "Occurrence",
     "Ref",
+    "ScalerFacts",
     "ScalerInfo",
-    "SemanticModel",
+    "UNKNOWN_SCALER",
+    # The index: scopes, bindings, code units, calls and where they run
+    "Binding",
+    "CallRecord",
+    "CodeUnit",
+    "GuardFrame",
+    "LoopFrame",
+    "ModuleIndex",
+    "ProductRecord",
+    "Scope",
     "WithFrame",
-    "analyze",
+    "all_bindings",
+    "binding_key",
+    "values_derived_from",
+    # Names and trees
+    "children",
     "dotted_name",
     "iter_tree",
     "names_bound",
     "names_read",
+    "names_used",
+    "own_returns",
     "roots",
     "source_text",
+    # Values and arguments
+    "KNOWN_DEVICES",
+    "Resolver",
+    "argument",
+    "drawn_from",
+    "field_default",
+    "is_infinity",
+    "keyword_argument",
+    "passed_for",
+    "passed_for_parameter",
+    "split_args",
+    # Scalers, frameworks and autocast
+    "callers_autocast",
+    "class_scaler_key",
+    "settings_float16",
+    # Other modules' summaries, as read back
+    "ExternalModules",
+    "ForeignHook",
+    "LookupRecorder",
+    "SUMMARY_VERSION",
+    "import_targets",
+    "imported_module",
+    "imports_of",
+    "local_chain",
 ]
 
 # What a file must mention for the model to find an autocast region, a GradScaler or a

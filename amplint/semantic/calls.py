@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Union
 import libcst as cst
 
 from amplint.semantic.pytorch import api as torch_api, frameworks, vocabulary
-from amplint.semantic.exports import ExternalModules, ForeignFunction, imported_module, is_module_class
+from amplint.semantic.foreign import ExternalModules, ForeignFunction, imported_module, is_module_class
 from amplint.semantic.gradient_use import gradient_use
 from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
 from amplint.semantic.types import UNKNOWN_SCALER, AmpEvent, EventKind, Ref

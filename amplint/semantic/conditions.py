@@ -207,3 +207,42 @@ def stand_ins(unit: "CodeUnit", resolver: "Resolver") -> Dict[str, StandIn]:
         if stable(value) and dotted_name(value) != name:
             found[name] = (source_text(value), frozenset(names_read(value)))
     return found
+
+
+class Branches:
+    """What taking each branch of a file tells (`assumptions`, `alternatives`), computed once
+    per test and outcome; a test's condition printed once (`ConditionMemo`)."""
+
+    def __init__(self, resolver: "Resolver") -> None:
+        self.resolver = resolver
+        self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
+        self._alternatives: Dict[Tuple[int, bool, bool], List[List[Assumption]]] = {}
+        self._conditions: ConditionMemo = {}
+        self._stand_ins: Dict[int, Dict[str, StandIn]] = {}
+
+    def assumptions(self, test: cst.BaseExpression, outcome: bool) -> List[Assumption]:
+        key = (id(test), outcome)
+        if key not in self._assumptions:
+            self._assumptions[key] = assumptions(test, outcome, self._conditions)
+        return self._assumptions[key]
+
+    def alternatives(self, test: cst.BaseExpression, outcome: bool, unit: Optional["CodeUnit"] = None) -> List[List[Assumption]]:
+        """The ways a branch can be taken; read in `unit`, with its locals that stand for
+        stable expressions written as those expressions (`stand_ins`), so that conditions
+        compare across aliases and calls."""
+        key = (id(test), outcome, unit is not None)
+        if key not in self._alternatives:
+            cases = alternatives(test, outcome, self._conditions)
+            found = self._stand_ins_of(unit) if unit is not None else {}
+            if found:
+                cases = [[(substitute(cond, found), value) for cond, value in case] for case in cases]
+            self._alternatives[key] = cases
+        return self._alternatives[key]
+
+    def _stand_ins_of(self, unit: "CodeUnit") -> Dict[str, StandIn]:
+        if unit.is_module:
+            return {}
+        found = self._stand_ins.get(id(unit))
+        if found is None:
+            found = self._stand_ins[id(unit)] = stand_ins(unit, self.resolver)
+        return found

@@ -22,14 +22,14 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
-from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, TypeVar, Union
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, TypeVar, Union
 
 import libcst as cst
 
 from amplint import work
-from amplint.semantic.calls import HelperCall
-from amplint.semantic.conditions import IDENTIFIER, Assumption, Condition
-from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, LoopFrame
+from amplint.semantic.calls import Classifier, HelperCall
+from amplint.semantic.conditions import IDENTIFIER, Assumption, Branches, Condition
+from amplint.semantic.index import CallRecord, CodeUnit, GuardFrame, LoopFrame, ModuleIndex
 from amplint.semantic.types import (
     UNKNOWN_SCALER,
     AmpEvent,
@@ -41,10 +41,9 @@ from amplint.semantic.types import (
     Ref,
 )
 from amplint.semantic.names import dotted_name, names_bound, names_read, roots
-from amplint.semantic.regions import CallContext
+from amplint.semantic.regions import CallContext, Regions
+from amplint.semantic.scalers import ScalerFacts
 
-if TYPE_CHECKING:
-    from amplint.semantic.model import SemanticModel
 
 # Statement evaluations (times the states they run with) per unit or summary; past this the
 # unit is skipped and counted, never guessed.
@@ -165,8 +164,13 @@ class UnitFlow:
 class FlowAnalysis:
     """Summaries and unit flows for one module, computed on demand and kept."""
 
-    def __init__(self, model: "SemanticModel") -> None:
-        self.model = model
+    def __init__(self, index: ModuleIndex, classifier: Classifier, regions: Regions, scaler_facts: ScalerFacts, branches: Branches) -> None:
+        self.index = index
+        self.classifier = classifier
+        self.regions = regions
+        self.scaler_facts = scaler_facts
+        self.branches = branches
+        self._scaling: Dict[int, Tuple[Optional[str], FrozenSet[str]]] = {}
         self._summaries: Dict[int, Summary] = {}
         self._in_progress: Set[int] = set()
         self._flows: Dict[int, Optional[UnitFlow]] = {}
@@ -187,13 +191,35 @@ class FlowAnalysis:
     # public
     def augmented(self, node: cst.AugAssign) -> cst.Tuple:
         """`loss /= accum` read as the value `(loss, accum)`: one node per statement, kept, so
-        that what is cached by node (`SemanticModel.scaling_and_reads`) is asked of a node that
+        that what is cached by node (`scaling_and_reads`) is asked of a node that
         lives as long as the tree (a node built anew at each visit could share the id of one
         freed before it, and the answer would be another statement's)."""
         found = self._augmented.get(id(node))
         if found is None:
             found = self._augmented[id(node)] = cst.Tuple([cst.Element(node.target), cst.Element(node.value)])
         return found
+    def is_live(self, scaler: Optional[str], facts: FrozenSet[Assumption] = frozenset()) -> bool:
+        return self.scaler_facts.is_live(scaler, facts)
+
+    def scaling_and_reads(self, value: Optional[cst.CSTNode], unit: CodeUnit) -> Tuple[Optional[str], FrozenSet[str]]:
+        """Who scales `value` inline (see `Classifier.scaling_of`) and the variables it reads."""
+        if value is None:
+            return None, frozenset()
+        key = id(value)
+        if key not in self._scaling:
+            self._scaling[key] = (self.classifier.scaling_of(value, unit), frozenset(roots(names_read(value))))
+        return self._scaling[key]
+
+    def gradient_reads(self, unit: CodeUnit) -> List[AmpEvent]:
+        """`p.grad` reads in `unit` (as events), not those only compared with None."""
+        found = []
+        for statement, record in self.index.statement_records(unit):
+            for read in record.grad_reads:
+                event = self.classifier.gradient_read(read, statement, unit)
+                if event is not None:
+                    found.append(event)
+        return found
+
     def unit_flow(self, unit: CodeUnit) -> Optional[UnitFlow]:
         key = id(unit)
         if key not in self._flows:
@@ -219,8 +245,8 @@ class FlowAnalysis:
     def has_visible_callers(self, unit: CodeUnit) -> bool:
         if self._called is None:
             self._called = set()
-            for record in self.model.index.calls:
-                item = self.model.classify(record)
+            for record in self.index.calls:
+                item = self.classifier.classify(record)
                 if isinstance(item, HelperCall) and item.callee is not None:
                     self._called.add(id(item.callee))
         return id(unit) in self._called
@@ -243,7 +269,7 @@ class FlowAnalysis:
     def _list_items(self, unit: CodeUnit) -> Tuple[Tuple[CallRecord, Union[AmpEvent, HelperCall]], ...]:
         listed = []
         for record in unit.calls:
-            item = self.model.classify(record) if record.immediate else None
+            item = self.classifier.classify(record) if record.immediate else None
             if item is not None:
                 listed.append((record, item))
         return tuple(listed)
@@ -256,16 +282,16 @@ class FlowAnalysis:
         return _kept(self._evaluations, (owner, unit), lambda: self._evaluate(owner, unit))
 
     def _evaluate(self, owner: cst.CSTNode, unit: CodeUnit):
-        record = self.model.index.record(owner)
+        record = self.index.record(owner)
         if record is None:
             return None
         events: List[Tuple[Optional[CallRecord], Union[AmpEvent, HelperCall]]] = []
         for call in record.calls:
-            item = self.model.classify(call)
+            item = self.classifier.classify(call)
             if item is not None:
                 events.append((call, item))
         for read in record.grad_reads:
-            event = self.model.classifier.gradient_read(read, owner, unit)
+            event = self.classifier.gradient_read(read, owner, unit)
             if event is not None:
                 events.append((None, event))
         return (tuple(events), tuple(record.walruses)) if events or record.walruses else None
@@ -342,13 +368,13 @@ class FlowAnalysis:
         found: List[SummaryEvent] = []
         to_symbol = _Symbols(unit)
         for record, item in self.items_of(unit):
-            context = self.model.regions.context(record)
+            context = self.regions.context(record)
             if isinstance(item, AmpEvent):
                 found.append(_own_event(item, context, to_symbol, frozenset()))
             elif isinstance(item, HelperCall):
                 for inner in self.summary_for(item, depth + 1).events:
-                    found.append(_nested(inner, item, context, to_symbol, self.model))
-        for read in self.model.gradient_reads(unit):
+                    found.append(_nested(inner, item, context, to_symbol, self.classifier))
+        for read in self.gradient_reads(unit):
             found.append(_own_event(read, CallContext(None, False, False), to_symbol, frozenset()))
         return tuple(found)
 
@@ -366,7 +392,7 @@ class FlowAnalysis:
         return sequences if len(sequences) <= MAX_SEQUENCES else None
 
     def _analyse(self, unit: CodeUnit) -> Optional[UnitFlow]:
-        if not self.items_of(unit) and not self.model.gradient_reads(unit):
+        if not self.items_of(unit) and not self.gradient_reads(unit):
             # Nothing to follow: no event (a `p.grad` read is one, with no call around it).
             return UnitFlow(unit, {}, {FlowState()})
         interpreter = _Interpreter(self, unit, summary_depth=None)
@@ -487,12 +513,12 @@ def _nested(
     call: HelperCall,
     context: CallContext,
     to_symbol: _Symbols,
-    model: "SemanticModel",
+    classifier: Classifier,
     scaled_names: FrozenSet[Tuple[str, str]] = frozenset(),
 ) -> SummaryEvent:
     """`inner`, an event of the helper `call` calls, as seen from the calling function (whose
     variables holding scaled tensors are `scaled_names`)."""
-    mapper = ArgumentMapper(call, model)
+    mapper = ArgumentMapper(call, classifier)
     tensor_param = None
     scaled = inner.scaled
     if inner.tensor_param is not None:
@@ -501,7 +527,7 @@ def _nested(
             scaled = UNKNOWN_SCALER
         else:
             reads = frozenset(roots(names_read(argument)))
-            inline = model.classifier.scaling_of(argument, call.record.unit) or _scaler_of(reads, scaled_names)
+            inline = classifier.scaling_of(argument, call.record.unit) or _scaler_of(reads, scaled_names)
             params = reads & to_symbol.params
             if inline is None and params:
                 tensor_param = sorted(params)[0]
@@ -542,9 +568,9 @@ def _kept(cache: Dict[Tuple[int, ...], tuple], owners: Tuple[object, ...], compu
 class ArgumentMapper:
     """Puts a call's arguments in place of the callee's parameters."""
 
-    def __init__(self, call: HelperCall, model: "SemanticModel") -> None:
+    def __init__(self, call: HelperCall, classifier: Classifier) -> None:
         self.call = call
-        self.model = model
+        self.classifier = classifier
 
     def ref(self, ref: Optional[Ref]) -> Optional[Ref]:
         if ref is None or not ref.key.startswith("param:"):
@@ -553,7 +579,7 @@ class ArgumentMapper:
         argument = self.call.argument_for(name)
         if argument is None:
             return Ref(ref.text, "unknown:" + name)
-        return self.model.classifier.ref(argument, self.call.record.unit.scope)
+        return self.classifier.ref(argument, self.call.record.unit.scope)
 
 
 # --------------------------------------------------------------------------- the interpreter
@@ -568,7 +594,6 @@ class _Interpreter:
 
     def __init__(self, analysis: FlowAnalysis, unit: CodeUnit, summary_depth: Optional[int]) -> None:
         self.analysis = analysis
-        self.model = analysis.model
         self.unit = unit
         self.summary_depth = summary_depth
         self.symbols = _Symbols(unit)
@@ -755,7 +780,7 @@ class _Interpreter:
         return states
 
     def execute(self, record: Optional[CallRecord], item: Union[AmpEvent, HelperCall], states: Set[State]) -> Set[State]:
-        context = self.model.regions.context(record) if record is not None else self._statement_context(item)
+        context = self.analysis.regions.context(record) if record is not None else self._statement_context(item)
         if isinstance(item, HelperCall):
             return self.call_helper(item, context, states)
         if self.summarising:
@@ -772,9 +797,9 @@ class _Interpreter:
 
     def _statement_context(self, item) -> CallContext:
         """Where a gradient read runs: where the calls of its statement run, or nowhere special."""
-        record = self.model.index.record(item.statement) if isinstance(item, AmpEvent) else None
+        record = self.analysis.index.record(item.statement) if isinstance(item, AmpEvent) else None
         if record is not None and record.calls:
-            return self.model.regions.context(record.calls[0])
+            return self.analysis.regions.context(record.calls[0])
         return CallContext(None, False, False)
 
     def call_helper(self, call: HelperCall, context: CallContext, states: Set[State]) -> Set[State]:
@@ -791,7 +816,7 @@ class _Interpreter:
                     if merged is None:
                         continue
                     for inner in sequence.events:
-                        nested = _nested(inner, call, context, self.symbols, self.model, merged.scaled)
+                        nested = _nested(inner, call, context, self.symbols, self.analysis.classifier, merged.scaled)
                         merged = self._append(merged, nested)
                     result.add(merged)
             return result
@@ -816,7 +841,7 @@ class _Interpreter:
         found = self._expansions.get(key)
         if found is not None:
             return found
-        mapper = ArgumentMapper(call, self.model)
+        mapper = ArgumentMapper(call, self.analysis.classifier)
         found = []
         for sequence in summary.sequences or ():
             steps = []
@@ -841,7 +866,7 @@ class _Interpreter:
                         if argument is None:
                             scaler = UNKNOWN_SCALER
                         else:
-                            scaler, reads = self.model.scaling_and_reads(argument, self.unit)
+                            scaler, reads = self.analysis.scaling_and_reads(argument, self.unit)
                     elif inner.scaled is not None and inner.scaled.startswith("param:"):
                         mapped = mapper.ref(Ref(inner.scaled, inner.scaled))
                         scaler = mapped.key if mapped is not None else UNKNOWN_SCALER
@@ -876,7 +901,7 @@ class _Interpreter:
                     entry=False,
                     entry_uses=frozenset(),
                 )
-            elif scaler == UNKNOWN_SCALER or not self.model.is_live(scaler, state.facts):
+            elif scaler == UNKNOWN_SCALER or not self.analysis.is_live(scaler, state.facts):
                 gradients = replace(gradients, last_backward=occurrence, entry=False, entry_uses=frozenset())
             else:
                 gradients = self._scaled(gradients, occurrence, scaler)
@@ -919,7 +944,7 @@ class _Interpreter:
         """A later branch can reveal that the scaler was off all along (`if
         scaler.is_enabled():`, the `else` of `if scaler is not None:`): then the gradients
         it "scaled" never carried a factor."""
-        if gradients.scaler is not None and not self.model.is_live(gradients.scaler, facts):
+        if gradients.scaler is not None and not self.analysis.is_live(gradients.scaler, facts):
             return replace(gradients, scaled_by=None, scaler=None, unscaled=frozenset(), unscale=None, stepped=frozenset())
         return gradients
 
@@ -930,7 +955,7 @@ class _Interpreter:
         targets = roots(targets)
         if not self._watches(targets):
             return states  # no variable anything here asks about: nothing to update
-        inline, reads = self.model.scaling_and_reads(value, self.unit)
+        inline, reads = self.analysis.scaling_and_reads(value, self.unit)
         watched = [target for target in targets if target in self.tracked]
         result: Set[State] = set()
         for state in states:
@@ -953,7 +978,7 @@ class _Interpreter:
         if cases is None:  # the same for every state and every visit (a loop's rounds)
             cases = {
                 frozenset(fact for fact in case if fact[0].text in self.relevant)
-                for case in self.model.alternatives(test, outcome, self.unit)
+                for case in self.analysis.branches.alternatives(test, outcome, self.unit)
             }
             if frozenset() in cases:
                 cases = {frozenset()}  # one way of taking the branch tells nothing worth keeping
@@ -995,7 +1020,7 @@ class _Interpreter:
                 elif isinstance(frame, GuardFrame) and id(frame.test) not in seen_tests:
                     seen_tests.add(id(frame.test))
                     conditions = {
-                        c for outcome in (True, False) for case in self.model.alternatives(frame.test, outcome, self.unit) for c, _ in case
+                        c for outcome in (True, False) for case in self.analysis.branches.alternatives(frame.test, outcome, self.unit) for c, _ in case
                     }
                     for cond in conditions:
                         counts[cond.text] += 2 if in_loop else 1
@@ -1009,7 +1034,7 @@ class _Interpreter:
                     if self.summarising:
                         exported.add(text)
         relevant = {text for text, count in counts.items() if count > 1} | exported
-        for scaler in self.model.scalers.values():
+        for scaler in self.analysis.scaler_facts.scalers.values():
             relevant.update(cond.text for cond, _ in scaler.live_requirements)
         return frozenset(relevant)
 

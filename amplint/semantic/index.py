@@ -553,3 +553,16 @@ class _Indexer:
                     call = CallRecord(current, unit, frames, immediate=False)
                     self.calls.append(call)
                     unit.calls.append(call)
+
+
+def values_derived_from(unit: CodeUnit, names: Set[str]) -> Set[str]:
+    """`names` plus every variable assigned, directly or transitively, from one of them."""
+    derived = set(names)
+    changed = True
+    while changed:
+        changed = False
+        for targets, reads in unit.assignments:
+            if reads & derived and not targets <= derived:
+                derived |= targets
+                changed = True
+    return derived

@@ -585,13 +585,13 @@ def field_default(value: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpre
 
 
 def _entry_dtypes(entry: Optional[Mapping[str, Any]]) -> FrozenSet[str]:
-    """The dtypes an exported constant may be (`exports._constants`); empty when unknown."""
+    """The dtypes an exported constant may be (`project.summary._constants`); empty when unknown."""
     dtypes = entry.get("dtypes") if entry is not None else None
     return frozenset(d for d in dtypes if d in torch_api.DTYPES.values()) if isinstance(dtypes, list) else frozenset()
 
 
 def _entry_settings(entry: Optional[Mapping[str, Any]]) -> Tuple[FrozenSet[str], bool]:
-    """The settings an exported constant may hold, all of them (`exports._constants` exports
+    """The settings an exported constant may hold, all of them (`project.summary._constants` exports
     only those it knows whole); unknown when it exports none."""
     settings = entry.get("settings") if entry is not None else None
     if not isinstance(settings, list) or not all(isinstance(s, str) for s in settings):

@@ -28,12 +28,12 @@ import libcst as cst
 
 from amplint.semantic.pytorch import api as torch_api, frameworks, vocabulary
 from amplint.semantic.conditions import Assumption, Condition, assumptions
-from amplint.semantic.exports import ExternalModules, FactoryReturn, import_targets
+from amplint.semantic.foreign import ExternalModules, FactoryReturn, import_targets
 from amplint.semantic.index import Binding, CallRecord, ModuleIndex, Scope
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.walk import iter_tree, own_returns
-from amplint.semantic.resolve import Resolver, argument, split_args
+from amplint.semantic.resolve import Resolver, argument, passed_for, split_args
 
 
 @dataclass
@@ -65,6 +65,23 @@ class ScalerFacts:
     constructions: List[Tuple[Binding, cst.Call]] = field(default_factory=list)
     # Top-level functions that build and return a framework object (`FactoryReturn`), by name.
     factories: Dict[str, FactoryReturn] = field(default_factory=dict)
+    # The summaries of the linted modules the file imports: scalers their instances hold.
+    external: Optional[ExternalModules] = None
+
+    def info(self, key: Optional[str]) -> Optional[ScalerInfo]:
+        """The scaler `key` names: one of the file's, or one an instance of another linted
+        module's class holds (`ext:<path>:<key>`, as that module's summary describes it)."""
+        if key is None:
+            return None
+        info = self.scalers.get(key)
+        if info is None and key.startswith("ext:") and self.external is not None:
+            info = self.external.scaler(key)
+        return info
+
+    def is_live(self, key: Optional[str], facts: FrozenSet[Assumption] = frozenset()) -> bool:
+        """Whether the scaler `key` is on, given what a path assumed."""
+        info = self.info(key)
+        return info is not None and info.live_under(facts)
 
 
 def binding_key(binding: Binding) -> str:
@@ -94,7 +111,7 @@ class _ScalerFinder:
         self.index = index
         self.resolver = resolver
         self.external = external
-        self.facts = ScalerFacts()
+        self.facts = ScalerFacts(external=external)
         bindings = list(all_bindings(index))
         constructions: Dict[str, List[Tuple[Optional[bool], List[Assumption], str]]] = {}
         other_values: Dict[str, bool] = {}  # key -> every value is visibly not a scaler
@@ -775,18 +792,6 @@ def _reads_parameter(value: Optional[cst.BaseExpression], scope: Scope, resolver
         if binding.scope is scope and "." not in name and _reads_parameter(binding.value, binding.value_scope, resolver, depth + 1):
             return True
     return False
-
-
-def passed_for(call: cst.Call, parameter: str, position: int) -> Optional[cst.BaseExpression]:
-    """What `call` passes for `parameter`: by keyword, or at `position` (-1: by keyword only)
-    when no `*args` before it could move it."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == parameter:
-            return arg.value
-    positional = [arg for arg in call.args if arg.keyword is None]
-    if 0 <= position < len(positional) and not any(arg.star for arg in positional[: position + 1]):
-        return positional[position].value
-    return None
 
 
 def _unpacked_from(binding: Binding, call: cst.Call, position: int) -> Optional[str]:

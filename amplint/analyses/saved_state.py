@@ -32,14 +32,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 
 import libcst as cst
 
-from amplint.semantic.index import CodeUnit, Scope
-from amplint.semantic.names import dotted_name, source_text
-from amplint.semantic.resolve import keyword_argument
+from amplint.semantic import CodeUnit, Scope, dotted_name, keyword_argument, own_returns, source_text
 from amplint.semantic.pytorch import api as torch_api, vocabulary
-from amplint.semantic.walk import own_returns
 
 if TYPE_CHECKING:
-    from amplint.semantic.model import SemanticModel
+    from amplint.semantic import SemanticModel
 
 _STATE_CALLS = {"state_dict": False, "load_state_dict": True}
 # A state read into one of these is a copy kept in memory, not a checkpoint.
@@ -225,7 +222,7 @@ def scalers_returned(model: "SemanticModel", units: List[CodeUnit]) -> List[Tupl
                 call: Optional[cst.Call] = None
                 name = dotted_name(value) if value is not None else None
                 if name is not None and "." not in name:
-                    call = built.get(model.resolver.identity(name, unit.scope))
+                    call = built.get(model.identity(unit, name))
                 elif isinstance(value, cst.Call) and model.resolver.qualified(value.func) in torch_api.GRAD_SCALER:
                     if model.resolver.boolean(keyword_argument(value, "enabled"), unit.scope) is not False:
                         call = value
