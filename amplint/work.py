@@ -4,7 +4,7 @@ A verdict that depends on the machine's load is no verdict: the same commit must
 the same way on a laptop, on a loaded CI runner, at `-j1` or `-j8`, cold or warm. So the work
 of linting a file is counted, and the limits are on the count:
 
-- **Per function.** The flow analysis (`amplint.semantic.flow`) follows a function statement
+- **Per function.** The flow analysis (`amplint.semantic.flow`, its limits in `amplint.semantic.summaries`) follows a function statement
   by statement over a set of states; past `MAX_WORK` statement evaluations (times the
   states they run with) or `MAX_STATES` states at one point, the function is "too complex
   to follow": skipped and reported, never guessed.

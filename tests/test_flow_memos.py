@@ -14,7 +14,8 @@ from amplint.analyses.precision import Precision, calls_within
 from amplint.semantic import analyze
 from amplint.semantic.calls import HelperCall
 from amplint.semantic.conditions import Condition, _plain_name, alternatives, assumptions, condition
-from amplint.semantic.flow import _join_core, call_arguments, rewrite
+from amplint.semantic.interpreter import _join_core
+from amplint.semantic.summaries import call_arguments, rewrite
 from amplint.semantic.names import names_read, source_text
 from amplint.semantic.types import GradientState
 from amplint.semantic.walk import iter_tree

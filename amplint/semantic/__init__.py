@@ -12,9 +12,11 @@ The core is per-file and generic; each part in its own module:
 - `resolve`: what a name refers to, and which dtypes and devices an expression can be;
 - `conditions`: what taking a branch tells about the variables it tests;
 - `scalers`: which variables hold GradScalers and optimizers, and which frameworks scale;
+- `framework_settings`: whether a framework's precision settings may be float16;
 - `regions`: autocast regions and the region each call runs in;
 - `calls`: what each call is (an AMP event, a helper of the file, or nothing);
-- `flow`: the order of events through each unit and helper, and the gradients' state;
+- `flow`: the order of events through each unit and helper, and the gradients' state, by
+  the abstract `interpreter` over each unit, with `summaries` of the helpers it calls;
 - `foreign`: what other linted modules' summaries say, read back (the project layer,
   `amplint.project`, writes them);
 - `gradient_use`: what a read of `p.grad` is for (a norm, noise);
@@ -53,6 +55,8 @@ from amplint.semantic.index import (
     ProductRecord,
     Scope,
     WithFrame,
+    all_bindings,
+    binding_key,
     values_derived_from,
 )
 from amplint.semantic.model import Analysis, SemanticModel, analyze
@@ -70,7 +74,8 @@ from amplint.semantic.resolve import (
     passed_for_parameter,
     split_args,
 )
-from amplint.semantic.scalers import ScalerFacts, all_bindings, binding_key, class_scaler_key, settings_float16
+from amplint.semantic.framework_settings import class_scaler_key, settings_float16
+from amplint.semantic.scalers import ScalerFacts
 from amplint.semantic.types import (
     UNKNOWN_SCALER,
     AmpEvent,

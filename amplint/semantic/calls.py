@@ -24,7 +24,8 @@ from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
 from amplint.semantic.types import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
 from amplint.semantic.names import dotted_name, names_read, roots, source_text
 from amplint.semantic.resolve import Resolver, argument
-from amplint.semantic.scalers import ScalerFacts, class_scaler_key
+from amplint.semantic.framework_settings import class_scaler_key
+from amplint.semantic.scalers import ScalerFacts
 from amplint.semantic.walk import iter_tree, post_order
 
 _SCALER_METHODS = {

@@ -566,3 +566,21 @@ def values_derived_from(unit: CodeUnit, names: Set[str]) -> Set[str]:
                 derived |= targets
                 changed = True
     return derived
+
+
+def binding_key(binding: Binding) -> str:
+    if binding.scope.kind == "class" and binding.name.startswith("self."):
+        return f"{binding.scope.key}:{binding.name}"
+    if "." in binding.name:
+        return f"dot:{binding.name}"
+    return f"{binding.scope.key}:{binding.name}"
+
+
+def all_bindings(index: ModuleIndex) -> Iterator[Binding]:
+    for scope in index.scopes:
+        for bindings in scope.bindings.values():
+            yield from bindings
+        for bindings in scope.attributes.values():
+            yield from bindings
+    for bindings in index.dotted.values():
+        yield from bindings

@@ -21,13 +21,14 @@ import libcst as cst
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.conditions import Assumption, Branches
 from amplint.semantic.foreign import ExternalModules, import_targets, imported_module
-from amplint.semantic.flow import ArgumentMapper, FlowAnalysis, UnitFlow
-from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope, build_index
+from amplint.semantic.flow import FlowAnalysis
+from amplint.semantic.summaries import ArgumentMapper, UnitFlow
+from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope, binding_key, build_index
 from amplint.semantic.pytorch import frameworks
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.regions import Regions
 from amplint.semantic.resolve import Resolver
-from amplint.semantic.scalers import ScalerFacts, binding_key, find_scalers
+from amplint.semantic.scalers import ScalerFacts, find_scalers
 from amplint.semantic.types import AmpEvent, AutocastRegion, EventKind, FlowState, Occurrence, ScalerInfo
 
 

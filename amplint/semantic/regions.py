@@ -21,7 +21,7 @@ from amplint.semantic.index import CallRecord, CodeUnit, Frames, GuardFrame, Loo
 from amplint.semantic.types import AutocastRegion
 from amplint.semantic.names import dotted_name, is_none, names_bound, roots
 from amplint.semantic.resolve import DEFAULT_DTYPE, Resolver, split_args
-from amplint.semantic.scalers import framework_of, hands_hooks_away, precisions
+from amplint.semantic.framework_settings import framework_of, hands_hooks_away, precisions
 from amplint.semantic.walk import iter_tree
 
 _MAX_DEPTH = 4
