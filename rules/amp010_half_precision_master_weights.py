@@ -4,16 +4,11 @@ from typing import Iterator
 
 import libcst as cst
 
-from amplint.analyses.precision import (
-    ForeignAverage,
-    InPlaceAverage,
-    LoadHookAdapters,
-    ModuleCast,
-    OptimizerBuild,
-    Precision,
-    adapters_added,
-    adapters_recreated_on_load,
-)
+from amplint.analyses.adapters import LoadHookAdapters, adapters_added, adapters_recreated_on_load
+from amplint.analyses.averages import InPlaceAverage
+from amplint.analyses.module_casts import ModuleCast
+from amplint.analyses.optimizers import OptimizerBuild
+from amplint.analyses.precision import ForeignAverage, Precision
 from amplint.lint.evidence import AVERAGE, HALF, OPTIMIZER
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, dotted_name, source_text

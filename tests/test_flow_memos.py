@@ -10,8 +10,8 @@ import libcst as cst
 import pytest
 
 from amplint import work
-from amplint.analyses.precision import Precision, calls_within
-from amplint.semantic import analyze
+from amplint.analyses.precision import Precision
+from amplint.semantic import analyze, calls_within
 from amplint.semantic.calls import HelperCall
 from amplint.semantic.conditions import Condition, _plain_name, alternatives, assumptions, condition
 from amplint.semantic.interpreter import _join_core

@@ -7,10 +7,11 @@ import textwrap
 import libcst as cst
 import pytest
 
+from amplint.analyses.adapters import adapters_added
 from amplint.analyses.deprecations import Deprecations
 from amplint.analyses.devices import Devices
-from amplint.analyses.precision import Precision, adapters_added, calls_within
-from amplint.semantic import analyze
+from amplint.analyses.precision import Precision
+from amplint.semantic import analyze, calls_within
 
 
 def model(source):
@@ -265,7 +266,7 @@ def test_an_optimizer_a_helper_returns_is_wrapped_by_its_caller():
 
 def test_the_names_a_function_returns_are_its_own():
     # Looked for among its statements, under any control flow; not in nested definitions.
-    from amplint.analyses.precision import _returned
+    from amplint.analyses.module_paths import _returned
 
     function = cst.parse_module(
         textwrap.dedent(

@@ -5,7 +5,9 @@ on first use, and kept for the file (ruff's `analyze/`, Fixit's metadata depende
 
 - `checkpoints.Checkpoints`: where optimizers' and scalers' state is saved and restored;
 - `repetition.Repetitions`: which loops run a call again each iteration;
-- `precision.Precision`: module casts, optimizers and what they train, in-place averages;
+- `precision.Precision`: module casts, optimizers and what they train, in-place averages
+  (its parts: `module_paths`, `module_casts`, `optimizers`, `averages`, `precision_facts`,
+  `low_precision`, `adapters`, `loss_feeds`, `parameter_casts`);
 - `devices.Devices`: where code places tensors, and what an autocast region is gated on;
 - `region_ops.RegionOps`: the ops evaluated under autocast and what their inputs are;
 - `deprecations.Deprecations`: uses of the deprecated per-device AMP API;

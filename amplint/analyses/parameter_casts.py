@@ -20,10 +20,11 @@ switch may be is no cast.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from amplint.analyses.module_casts import ModuleCast
 from amplint.semantic import (
     CallRecord,
     CodeUnit,
@@ -35,18 +36,15 @@ from amplint.semantic import (
     source_text,
 )
 
-if TYPE_CHECKING:
-    from amplint.analyses.precision import ModuleCast
-
 _HALF = frozenset({"float16", "bfloat16"})
 # The code an importing module's rules look for (AMP010's words), quoted by the fact.
 _WORDS = [".half(", "float16"]
 
 
-def exported_parameter_casts(model: SemanticModel, casts: Sequence["ModuleCast"]) -> Dict[str, Any]:
+def exported_parameter_casts(model: SemanticModel, casts: Sequence[ModuleCast]) -> Dict[str, Any]:
     """The module's top-level functions that return with a parameter cast to a half dtype:
     each -> `casts`, one entry per such parameter (see the module's docstring), and `words`."""
-    by_parameter: Dict[Tuple[int, str], List["ModuleCast"]] = {}
+    by_parameter: Dict[Tuple[int, str], List[ModuleCast]] = {}
     units: Dict[int, CodeUnit] = {}
     for cast in casts:
         unit = cast.unit
@@ -113,7 +111,7 @@ def call_casts(model: SemanticModel, record: CallRecord, family: str) -> List[Tu
     return out
 
 
-def _last_statement(unit: CodeUnit, casts: List["ModuleCast"], model: SemanticModel) -> List["ModuleCast"]:
+def _last_statement(unit: CodeUnit, casts: List[ModuleCast], model: SemanticModel) -> List[ModuleCast]:
     """The casts in the last statement of `unit` (in its order of calls) that casts the
     parameter: `model.half() if half else model.float()` is one statement, two casts."""
     order = {id(record.node): position for position, record in enumerate(unit.calls)}
@@ -124,7 +122,7 @@ def _last_statement(unit: CodeUnit, casts: List["ModuleCast"], model: SemanticMo
     return [cast for cast in casts if isinstance(cast.node, cst.Call) and model.statement_of(cast.node) is statement]
 
 
-def _rebound_only_after(unit: CodeUnit, parameter: str, last: List["ModuleCast"]) -> bool:
+def _rebound_only_after(unit: CodeUnit, parameter: str, last: List[ModuleCast]) -> bool:
     """Whether every cast of the parameter casts what the caller passed: the function binds
     the name anew, if at all, only to a call made after its last cast (yolov5's `run` loads
     `model = DetectMultiBackend(...)` on the branch where none is passed)."""
@@ -138,7 +136,7 @@ def _rebound_only_after(unit: CodeUnit, parameter: str, last: List["ModuleCast"]
     return True
 
 
-def _switch(half: List["ModuleCast"], unit: CodeUnit) -> Tuple[bool, Optional[str]]:
+def _switch(half: List[ModuleCast], unit: CodeUnit) -> Tuple[bool, Optional[str]]:
     """(whether it is known, the parameter) that switches every half cast: `if half:` around
     it, or `model.half() if half else model.float()`; (True, None) when no condition on a
     parameter is around it (it casts whenever it runs). Not known when a condition around it

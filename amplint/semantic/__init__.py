@@ -17,6 +17,8 @@ The core is per-file and generic; each part in its own module:
 - `calls`: what each call is (an AMP event, a helper of the file, or nothing);
 - `flow`: the order of events through each unit and helper, and the gradients' state, by
   the abstract `interpreter` over each unit, with `summaries` of the helpers it calls;
+- `successors`: what may run after a call (read off the tree: the rest of its block, a
+  loop's next iteration, the helpers it runs and their callers' next steps);
 - `foreign`: what other linted modules' summaries say, read back (the project layer,
   `amplint.project`, writes them);
 - `gradient_use`: what a read of `p.grad` is for (a norm, noise);
@@ -76,6 +78,7 @@ from amplint.semantic.resolve import (
 )
 from amplint.semantic.framework_settings import class_scaler_key, settings_float16
 from amplint.semantic.scalers import ScalerFacts
+from amplint.semantic.successors import Successors, calls_within
 from amplint.semantic.types import (
     UNKNOWN_SCALER,
     AmpEvent,
@@ -123,6 +126,9 @@ __all__ = [
     "all_bindings",
     "binding_key",
     "values_derived_from",
+    # What may run after a call
+    "Successors",
+    "calls_within",
     # Names and trees
     "children",
     "dotted_name",

@@ -326,7 +326,7 @@ def autocast_dtype(precision: str) -> Optional[str]:
 @dataclass(frozen=True)
 class AdapterCall:
     """A library call that adds trainable adapter parameters to a module, or upcasts its
-    trainable parameters (`amplint.analyses.precision`, AMP010).
+    trainable parameters (`amplint.analyses.adapters`, AMP010).
 
     peft's `inject_adapter_in_model` (and what calls it: diffusers' and transformers'
     `model.add_adapter(config)`, diffusers' LoRA loaders) creates each adapter in the dtype of
