@@ -4,7 +4,8 @@ from typing import Iterator, List
 
 import libcst as cst
 
-from amplint.analyses.region_ops import Probability, RegionOp, RegionOps, region_devices, region_words
+from amplint.analyses.probabilities import Probability
+from amplint.analyses.region_ops import RegionOp, RegionOps, region_devices, region_words
 from amplint.lint.evidence import AUTOCAST, BCE, LOG, PROBABILITY
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import SemanticModel, source_text

@@ -6,7 +6,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from amplint.analyses.region_ops import RegionOps, rounds_to_one, rounds_to_zero
+from amplint.analyses.probabilities import rounds_to_one, rounds_to_zero
+from amplint.analyses.region_ops import RegionOps
 from amplint.semantic import analyze, source_text
 from amplint.semantic.pytorch.autocast_ops import BANNED, FLOAT32, LOWER_PRECISION, PROMOTE, autocast_policy, einsum_contracts
 

@@ -233,11 +233,11 @@ _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
 class _Island:
-    """One function's float32 islands, as `RegionOps.float32_cast` could see them, erring on
+    """One function's float32 islands, as `Float32Casts.float32_cast` could see them, erring on
     "may": an operand that is a call that may cast (`.float()`, `.to(torch.float32)`, `.type_as(t)`
     of a tensor that may be float32), or a name a statement of a block around the product
     assigns one (`inv = self.inv_freq.float()`, then `inv @ pos`; not `if upcast: q =
-    q.float()`, which `RegionOps.value_at` does not take as certain either), seen through
+    q.float()`, which `StraightLineValues.value_at` does not take as certain either), seen through
     views (`.transpose()`, `[...]`, `.T`), `.to(device)`, signs and arithmetic."""
 
     def __init__(self, function: ast.AST) -> None:

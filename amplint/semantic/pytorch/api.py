@@ -146,7 +146,7 @@ class ImportAliases:
 
 
 # Tensor methods and attributes whose result has the receiver's dtype (views, copies, masks):
-# a float32 cast is seen through them (`RegionOps.float32_cast`, `evidence.MODULE_ISLAND`).
+# a float32 cast is seen through them (`Float32Casts.float32_cast`, `evidence.MODULE_ISLAND`).
 SAME_DTYPE_METHODS = frozenset(
     {
         "transpose", "permute", "view", "reshape", "contiguous", "unsqueeze", "squeeze", "expand",

@@ -1,0 +1,135 @@
+"""What a variable certainly holds where it is read (`StraightLineValues.value_at`): the
+nearest earlier `name = value` of its unit on the straight-line way there, with no other
+binding of it in between, none in a branch, loop or `with` target on the way, and no
+rebinding in a loop around the read. Parameters, globals and anything assigned in only some
+branches hold nothing certain.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import libcst as cst
+
+from amplint.semantic import CodeUnit, children, dotted_name, iter_tree, names_bound
+
+_UNKNOWN = object()  # a binding whose value amplint cannot read
+_NOT_BOUND = object()
+
+
+class StraightLineValues:
+    """`value_at`, with each unit's map of parents built once."""
+
+    def __init__(self) -> None:
+        self._parents: Dict[int, Dict[int, cst.CSTNode]] = {}
+
+    def value_at(self, name: cst.Name, unit: CodeUnit) -> Optional[cst.BaseExpression]:
+        """The value the variable `name` holds where it is read, when the code on the way
+        there makes it certain: the nearest earlier `name = value` of the unit with no other
+        binding of it in between, none in a branch, loop or `with` target on the way, and no
+        rebinding in a loop around the read. None for parameters, globals and anything
+        assigned in only some branches."""
+        parents = self._parent_map(unit)
+        wanted = name.value
+        current: cst.CSTNode = name
+        while True:
+            parent = parents.get(id(current))
+            if parent is None:
+                return None
+            if isinstance(parent, (cst.For, cst.While)):
+                if _binds(parent, wanted):
+                    return None  # an iteration variable, or rebound on an earlier iteration
+            elif isinstance(parent, cst.With):
+                if any(item.asname is not None and wanted in names_bound(item.asname.name) for item in parent.items):
+                    return None
+            elif isinstance(parent, cst.ExceptHandler):
+                if parent.name is not None and wanted in names_bound(parent.name.name):
+                    return None
+            body = _statements(parent)
+            if body is not None:
+                position = next((i for i, statement in enumerate(body) if statement is current), None)
+                if position is not None:
+                    for statement in reversed(body[:position]):
+                        found = _binding_in(statement, wanted)
+                        if found is _UNKNOWN:
+                            return None
+                        if found is not _NOT_BOUND:
+                            return found  # type: ignore[return-value]
+            if parent is unit.node:
+                return None
+            current = parent
+
+    def _parent_map(self, unit: CodeUnit) -> Dict[int, cst.CSTNode]:
+        key = id(unit)
+        if key not in self._parents:
+            parents: Dict[int, cst.CSTNode] = {}
+            stack: List[cst.CSTNode] = [unit.node]
+            while stack:
+                node = stack.pop()
+                for child in children(node):
+                    parents[id(child)] = node
+                    if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                        stack.append(child)
+            self._parents[key] = parents
+        return self._parents[key]
+
+
+def _statements(node: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
+    if isinstance(node, (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite, cst.SimpleStatementLine)):
+        return list(node.body)
+    return None
+
+
+def _binding_in(statement: cst.CSTNode, name: str) -> object:
+    """What `statement` assigns `name`: the value of a plain `name = value`; _UNKNOWN for
+    any other binding of it (in a branch, a loop, an augmented assignment, an unpacking);
+    _NOT_BOUND when it does not bind it."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in reversed(statement.body):
+            found = _binding_in(small, name)
+            if found is not _NOT_BOUND:
+                return found
+        return _NOT_BOUND
+    if isinstance(statement, cst.Assign):
+        if not any(name in names_bound(target.target) for target in statement.targets):
+            return _NOT_BOUND if not _binds(statement.value, name) else _UNKNOWN
+        if all(isinstance(target.target, cst.Name) for target in statement.targets):
+            return statement.value
+        return _UNKNOWN
+    if isinstance(statement, cst.AnnAssign):
+        if name in names_bound(statement.target):
+            return statement.value if statement.value is not None and isinstance(statement.target, cst.Name) else _UNKNOWN
+        return _NOT_BOUND
+    return _UNKNOWN if _binds(statement, name) else _NOT_BOUND
+
+
+def _binds(node: cst.CSTNode, name: str) -> bool:
+    """Whether anything in `node` (not in nested functions' bodies) binds `name`."""
+
+    def descend(current: cst.CSTNode) -> bool:
+        return current is node or not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
+
+    for current in iter_tree(node, descend):
+        targets: List[cst.CSTNode] = []
+        if isinstance(current, cst.Assign):
+            targets = [t.target for t in current.targets]
+        elif isinstance(current, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+            targets = [current.target]
+        elif isinstance(current, cst.WithItem) and current.asname is not None:
+            targets = [current.asname.name]
+        elif isinstance(current, cst.ExceptHandler) and current.name is not None:
+            targets = [current.name.name]
+        elif isinstance(current, cst.Del):
+            targets = [current.target]
+        elif isinstance(current, (cst.FunctionDef, cst.ClassDef)) and current is not node:
+            if current.name.value == name:
+                return True
+        elif isinstance(current, (cst.Import, cst.ImportFrom)) and not isinstance(getattr(current, "names", None), cst.ImportStar):
+            for alias in current.names:  # type: ignore[union-attr]
+                local = alias.asname.name if alias.asname is not None else alias.name
+                if (dotted_name(local) or "").split(".")[0] == name:  # type: ignore[arg-type]
+                    return True
+        for target in targets:
+            if isinstance(target, cst.BaseExpression) and name in names_bound(target):
+                return True
+    return False
