@@ -4,8 +4,9 @@ and the words a file must contain for it to find anything (`Rule.triggers`, `Rul
 Importing the rules imports LibCST and the semantic layer (most of a short run's CPU), and a
 file that mentions none of a rule's words is never parsed for it. So the command line
 resolves `--select` against this catalogue, and a run whose files mention no AMP code (most
-of a pre-commit run) never imports the rules at all (`amplint.run.driver`). The rule classes stay
-the truth: tests/test_startup.py fails, naming what to change, when this drifts from them.
+of a pre-commit run) never imports the rules at all (`amplint.run.driver`). The rule classes are
+the one source: `python -m amplint.docs` writes their metadata into `rule_catalogue`, a module
+of data, and tests/test_startup.py fails, naming that command, when it is stale.
 
 The text pre-check (`might_use_amp`, `rules_matching_words`) lives here too, for rule classes
 and catalogue entries alike.
@@ -17,6 +18,8 @@ import functools
 import itertools
 from typing import Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
+from amplint.lint import rule_catalogue
+
 
 class RuleEntry(NamedTuple):
     code: str
@@ -25,42 +28,9 @@ class RuleEntry(NamedTuple):
     requires: Tuple[str, ...] = ()
 
 
-# amplint.semantic.AMP_VOCABULARY: the default triggers.
-VOCABULARY = (
-    "autocast", "GradScaler", "unscale_", ".scale(", "caler.step(", "mixed_precision", "precision=",
-    '"fp16": {', "'fp16': {", "TrainingArguments", "amp_mode",
-)
-_OPTIMIZERS = (
-    "optim.", "optimizer", "Optimizer", "Adam", "SGD", "Lion", "LAMB", "Lamb", "LARS", "Adafactor", "Muon",
-    "Shampoo", "Sophia", "AdaBelief", "mul_(", "lerp_(", "copy_(", "*=",
-)
-_DEVICES = ('"mps', "'mps", '"xpu', "'xpu", '"hpu', "'hpu", '"npu', "'npu", '"xla', "'xla", '"meta', "'meta")
-
 # In amplint.rules.ALL_RULES order.
-RULES = (
-    RuleEntry("AMP001", "unscaled-backward", VOCABULARY),
-    RuleEntry("AMP002", "fp16-without-scaler", VOCABULARY),
-    RuleEntry("AMP003", "clip-before-unscale", VOCABULARY),
-    RuleEntry("AMP004", "step-inside-autocast", VOCABULARY),
-    RuleEntry("AMP005", "scaled-loss-plain-step", VOCABULARY),
-    RuleEntry("AMP006", "backward-inside-autocast", VOCABULARY),
-    RuleEntry("AMP007", "scaler-state-not-checkpointed", ("GradScaler", "NativeScaler", "ApexScaler")),
-    RuleEntry("AMP008", "grad-scaler-in-loop", ("GradScaler", "NativeScaler", "ApexScaler")),
-    RuleEntry("AMP009", "scaled-gradients-read", VOCABULARY),
-    RuleEntry("AMP010", "half-precision-master-weights", (".half(", "float16", "torch.half"), _OPTIMIZERS),
-    RuleEntry("AMP011", "autocast-device-mismatch", VOCABULARY, _DEVICES),
-    # A LightningModule's step hooks run under the autocast of a Trainer built with its
-    # precision in the file (`Trainer(precision="16-mixed")`: frameworks.AUTOCAST_HOOK_BUILDERS).
-    # An nn.Module's `forward` runs under its caller's autocast; a float32 cast has `.float` or `float32`.
-    RuleEntry("AMP012", "float32-island-undone", ("autocast", "precision=", "def forward("), (".float", "float32")),
-    RuleEntry("AMP013", "unsafe-log-under-autocast", ("autocast", "precision=")),
-    RuleEntry("AMP014", "deprecated-amp-api", ("cuda.amp", "cpu.amp", "import amp")),
-    RuleEntry("AMP015", "scaler-update-missing", VOCABULARY),
-    RuleEntry("AMP016", "autocast-never-entered", ("autocast",)),
-    RuleEntry("AMP017", "fsdp-plain-grad-scaler", ("FullyShardedDataParallel",), ("GradScaler",)),
-    RuleEntry("AMP018", "scaler-updated-twice", VOCABULARY),
-    RuleEntry("AMP100", "unused-noqa", ("noqa", "NOQA")),
-)
+RULES = tuple(RuleEntry(*row) for row in rule_catalogue.RULES)
+
 
 # A rule class or a catalogue entry: anything with `triggers` and `requires`.
 R = TypeVar("R")
