@@ -1,18 +1,26 @@
 """The layers of the package, checked on its import graph (every import, also those inside
-functions; only imports under `if TYPE_CHECKING:` are left out, since they never run).
+functions; those under `if TYPE_CHECKING:` too where a test says so).
 
 - A rule imports only the rule surface that rules/README.md lists: `amplint.lint.rule`, the
   names in `amplint.semantic.__all__`, `amplint.analyses.*`, `amplint.semantic.pytorch.*`,
-  `amplint.lint.evidence`, `amplint.lint.fix`, `amplint.lint.noqa`; never a private module of the core.
-- The semantic core imports nothing of amplint outside itself (not the fixes, the CLI,
-  the output, the LSP server, the driver, nor the analyses built on it) but the leaves:
-  modules that import nothing of amplint themselves (the work meter, text escaping).
+  `amplint.lint.evidence`, `amplint.lint.fix`, `amplint.lint.noqa`.
+- The semantic core imports nothing of amplint outside itself (not the fixes, the CLI, the
+  output, the LSP server, the driver, the analyses or the project layer built on it) but the
+  leaves: modules that import nothing of amplint themselves (the work meter, text escaping,
+  import paths).
+- Outside the core, the core is imported only through its public surface: the package
+  `amplint.semantic` (its `__all__`) and PyTorch's data (`amplint.semantic.pytorch`).
 - An analysis imports the core and other analyses only.
-- No import cycle anywhere in the package.
+- No import cycle anywhere in the package, and none in the core even counting type-only
+  imports: nothing the model is built from takes the model back.
+- `SemanticModel` keeps general queries (an allow-list, each with two or more clients).
+- No module of the core or the analyses is over 800 lines; at most a dozen modules sit at the
+  top of `amplint/`, the rest in the pipeline's packages.
 """
 
 import ast
 import os
+import re
 from typing import Dict, List, Set
 
 import pytest
@@ -200,3 +208,123 @@ def test_the_cycle_finder_finds_cycles():
 def test_no_import_cycle_in_the_package():
     cycles = [sorted(c) for c in _cycles(GRAPH)]
     assert cycles == []
+
+
+# --------------------------------------------------------------------------- the core's boundary
+
+
+def _all_imports(module: str) -> List[ast.stmt]:
+    """Every import statement of `module`, those under `if TYPE_CHECKING:` too."""
+    with open(MODULES[module], encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+TYPED_GRAPH = {m: {target for s in _all_imports(m) for target, _ in _targets(m, s)} for m in MODULES}
+# Type-only circles left, each a pair of one concern split in two (what a run produces and a
+# notebook's cells). A new one is a design cycle: a part that takes its caller back.
+TYPE_ONLY_CIRCLES = [["amplint.lint.diagnostics", "amplint.run.notebook"]]
+
+
+def test_no_circle_in_the_package_even_counting_type_only_imports():
+    cycles = sorted(sorted(c) for c in _cycles(TYPED_GRAPH))
+    assert cycles == TYPE_ONLY_CIRCLES
+    assert not any(m.startswith("amplint.semantic") for cycle in cycles for m in cycle)
+
+
+def _core(module: str) -> bool:
+    return module == "amplint.semantic" or module.startswith("amplint.semantic.")
+
+
+def _data(module: str) -> bool:
+    return module == "amplint.semantic.pytorch" or module.startswith("amplint.semantic.pytorch.")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not _core(m)))
+def test_outside_the_core_only_its_public_surface_is_imported(module):
+    """Rules, analyses, the project layer, the engine: the core's names come from the package
+    (`amplint.semantic.__all__`), PyTorch's data from `amplint.semantic.pytorch`; never from a
+    module of the core, so that the core's parts can change behind it."""
+    for statement in _all_imports(module):
+        for target, name in _targets(module, statement):
+            if not _core(target) or _data(target):
+                continue
+            assert target == "amplint.semantic", f"{module} imports {target}: import it from amplint.semantic"
+            assert name in amplint.semantic.__all__, f"{module} imports {name}, not in amplint.semantic.__all__"
+
+
+# The public members of `SemanticModel`: general queries, each with two or more clients
+# (rules, analyses, the summary writer). A query only one rule needs belongs to that rule, a
+# fact family's to its `Analysis` (rules/README.md).
+MODEL_QUERIES = {
+    "assumptions", "autocast_regions", "call_record", "classify", "events_in_regions", "exit_states",
+    "exported_facts", "facts", "float16_possible", "following", "grad_scalers_built", "identity",
+    "is_live", "occurrences_in", "ordered", "plain_grad_scaler", "qualified", "scaler_name",
+    "skipped_units", "spelling_in", "states_before", "statement_of", "units", "values",
+}
+# What it is built from, for the analyses that compute their facts from the same parts.
+MODEL_PARTS = {
+    "branches", "classifier", "external", "flow", "index", "module", "regions", "resolver", "scaler_facts",
+    "scalers", "torch_target",
+}
+
+
+def test_the_semantic_model_keeps_general_queries_only():
+    from amplint.semantic.model import SemanticModel
+
+    public = {name for name in vars(SemanticModel) if not name.startswith("_")}
+    assert public == MODEL_QUERIES
+    assert len(MODEL_QUERIES) <= 25
+    with open(MODULES["amplint.semantic.model"], encoding="utf-8") as handle:
+        init = next(
+            node for node in ast.walk(ast.parse(handle.read())) if isinstance(node, ast.FunctionDef) and node.name == "__init__" and node.args.args[1].arg == "module"
+        )
+    parts = {
+        target.attr
+        for node in ast.walk(init)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and not target.attr.startswith("_")
+    }
+    assert parts == MODEL_PARTS
+
+
+# General queries with one client so far, and why they are the model's: what the engine
+# reports of every file, and the stable order of what a unit's flow exits with, which any
+# fact read off exit states needs for the same input to give the same output.
+ONE_CLIENT = {"skipped_units", "exit_states", "ordered"}
+
+
+@pytest.mark.parametrize("query", sorted(MODEL_QUERIES - {"facts"}))
+def test_every_model_query_has_two_clients(query):
+    """Clients: the modules outside the model that call it (a rule, an analysis, the summary
+    writer, the engine, a fix). A query no one calls goes; one a single client calls belongs to
+    that client, unless `ONE_CLIENT` says why not."""
+    pattern = re.compile(r"\bmodel\.%s\b" % query)
+    clients = set()
+    for module, path in MODULES.items():
+        if module == "amplint.semantic.model":
+            continue
+        with open(path, encoding="utf-8") as handle:
+            if pattern.search(handle.read()):
+                clients.add(module)
+    assert len(clients) >= (1 if query in ONE_CLIENT else 2), f"model.{query} is used by {sorted(clients)} only"
+
+
+LARGEST = 800  # lines: a module of the core or of the analyses past this is two topics
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(("amplint.semantic", "amplint.analyses"))))
+def test_no_module_of_the_core_or_the_analyses_is_two_topics(module):
+    with open(MODULES[module], encoding="utf-8") as handle:
+        lines = sum(1 for _ in handle)
+    assert lines <= LARGEST, f"{module} has {lines} lines: split it along its topics"
+
+
+def test_the_top_level_shows_the_pipeline():
+    """At most a dozen modules at the top of `amplint/`; everything else in the packages that
+    are the pipeline's stages (docs/how-it-works.md draws them)."""
+    top = sorted(m for m in MODULES if m.count(".") == 1 and not MODULES[m].endswith("__init__.py"))
+    assert len(top) <= 12, top
+    packages = sorted(m.split(".")[1] for m in MODULES if m.count(".") == 1 and MODULES[m].endswith("__init__.py"))
+    assert packages == ["analyses", "config", "harness", "lint", "lsp", "output", "project", "rules", "run", "semantic"]
