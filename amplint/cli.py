@@ -18,7 +18,7 @@ import sys
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TextIO, Tuple, Type
 
 from amplint import __version__, subcommands
-from amplint.config.options import FAIL_LEVELS, TARGET_VERSIONS, ConfigError, PythonVersion, split_codes
+from amplint.config.options import FAIL_LEVELS, SYNTAX_ERRORS, TARGET_VERSIONS, ConfigError, PythonVersion, split_codes
 from amplint.escape import visible
 from amplint.lint.noqa import directives_ignored, ignoring_directives
 from amplint.config.per_file import codes_for as _codes_for
@@ -152,6 +152,11 @@ def _check_parser() -> argparse.ArgumentParser:
         help="the lowest severity of finding that fails the run (exit 1): error (warnings are reported and exit 0) or warning (default: the config's fail-level, else error)",
     )
     run.add_argument(
+        "--syntax-errors",
+        choices=SYNTAX_ERRORS,
+        help="whose syntax errors to report: the files amplint analyses, those that mention AMP code (the default: the config's syntax-errors, else analysed), or all the files it is given",
+    )
+    run.add_argument(
         "--config",
         action="append",
         metavar="PATH|KEY=VALUE",
@@ -233,6 +238,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
     torch_target = config.torch()[0]
     analysis_limit = options.analysis_limit if options.analysis_limit is not None else config.analysis_limit
     fail_level = options.fail_level or config.fail_level
+    every_syntax = (options.syntax_errors or config.syntax_errors) == "all"
     if options.concise and options.output_format in (None, "full"):
         options.output_format = "concise"
     options.output_format = options.output_format or config.output_format or "full"
@@ -265,7 +271,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         stdin_data = sys.stdin.buffer.read()
 
         def lint_all() -> List[FileResult]:
-            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data, analysis_limit, torch_target, options.file_memory)] if files else []
+            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data, analysis_limit, torch_target, options.file_memory, every_syntax)] if files else []
 
     else:
         files, errors = discovery.files(paths)
@@ -294,7 +300,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
             try:
                 # --ignore-noqa changes what a file's result is: part of its cache key.
                 settings = {"ignore-noqa": True} if ignoring_directives() else None
-                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit, torch_target=torch_target, memory=options.file_memory) as runner:
+                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit, torch_target=torch_target, memory=options.file_memory, every_syntax=every_syntax) as runner:
                     # Files that import linted modules are linted again with what those modules' functions do.
                     return runner.lint_project([Job(path, codes) for path, codes in codes_by_path.items()])
             finally:
@@ -506,6 +512,7 @@ def lint_stdin(
     analysis_limit: float = 1.0,
     torch_target: Optional[Tuple[int, int]] = None,
     memory: int = DEFAULT_MEMORY,
+    every_syntax: bool = False,
 ) -> FileResult:
     """Lint standard input (or `data` read from it) as the file `name`, isolated like any other file."""
     from amplint.lint.diagnostics import FileResult
@@ -516,7 +523,7 @@ def lint_stdin(
     too_large = size_error(name, len(data))
     if too_large:
         return FileResult(name, error=too_large)
-    with Runner(1, budget, target=target, analysis_limit=analysis_limit, torch_target=torch_target, memory=memory) as runner:
+    with Runner(1, budget, target=target, analysis_limit=analysis_limit, torch_target=torch_target, memory=memory, every_syntax=every_syntax) as runner:
         return runner.lint([Job(name, codes, data=data)])[0]
 
 

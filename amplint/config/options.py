@@ -40,10 +40,15 @@ KNOWN_KEYS = (
     "jobs",
     "fail-level",
     "analysis-limit",
+    "syntax-errors",
 )
 # The lowest severity of finding that fails a run (exit 1): `error` by default, so warnings
 # are reported without breaking a build unless asked for.
 FAIL_LEVELS = ("error", "warning")
+# Which files' syntax errors a run reports: those amplint analyses (files with AMP words: a file
+# without them can hold no AMP finding, and the project's own linter or interpreter reports its
+# syntax errors), or every file it is given.
+SYNTAX_ERRORS = ("analysed", "all")
 # Looked for in each directory, in this order (ruff's: .ruff.toml, ruff.toml, pyproject.toml).
 CONFIG_FILES = (".amplint.toml", "amplint.toml", "pyproject.toml")
 # The Python versions a project can target: the grammars amplint can parse (LibCST knows
@@ -91,6 +96,7 @@ class Config:
     # analysis' work limits (amplint.work).
     fail_level: str = "error"
     analysis_limit: float = 1.0
+    syntax_errors: str = "analysed"  # SYNTAX_ERRORS
 
     def torch(self) -> Tuple[TorchVersion, str]:
         """The torch fixes must work on, and where that comes from."""
@@ -252,6 +258,10 @@ def _from_table(table: Dict[str, Any], path: str, root: str, source: Optional[st
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < float("inf"):
         raise ConfigError(f"{path}: analysis-limit must be a positive number (a factor on the default limits)")
     config.analysis_limit = float(limit)
+    syntax_errors = table.get("syntax-errors", "analysed")
+    if syntax_errors not in SYNTAX_ERRORS:
+        raise ConfigError(f"{path}: syntax-errors must be one of {', '.join(repr(s) for s in SYNTAX_ERRORS)}")
+    config.syntax_errors = syntax_errors
     config.target_version = _target_version(table, path)
     if "target-torch-version" in table:
         config.torch_target = parse_torch_version(table["target-torch-version"])

@@ -19,6 +19,17 @@ class FixSuggestion:
 
 
 @dataclass(frozen=True, order=True)
+class Related:
+    """A place that explains a finding: for a hazard in model code, where the autocast region
+    it runs under is opened and each call on the way in."""
+
+    path: str
+    row: int
+    column: int
+    message: str
+
+
+@dataclass(frozen=True, order=True)
 class Finding:
     path: str
     row: int  # 1-based, in the linted source (for a notebook: the joined code cells)
@@ -43,6 +54,9 @@ class Finding:
     # edits that make it (as `amplint.lint.fix.Edit` tuples: row, column, end row, end column,
     # new text; rows of the linted source).
     fix: Optional["FixSuggestion"] = None
+    # What explains it, elsewhere (SARIF relatedLocations, the language server's related
+    # information, JSON `related`): the way from an autocast region in another file.
+    related: Tuple[Related, ...] = ()
 
     @property
     def text(self) -> str:
@@ -135,3 +149,6 @@ class FileResult:
     lookups: Optional[Tuple[Tuple[Optional[str], int, Optional[str]], ...]] = None
     # Functions too complex to follow within the analysis limit: analysed no further, and reported.
     skipped_functions: List[NotAnalysed] = field(default_factory=list)
+    # What its code calls and what its functions would hit under autocast, for the project's
+    # ambient pass (JSON; `amplint.project.ambient.facts`).
+    ambient: Optional[Dict[str, Any]] = None

@@ -33,6 +33,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urlparse
 
@@ -350,6 +351,14 @@ def _diagnostic(finding: Finding, document: TextDocument, on_file: bool) -> type
         # What a code action needs: where `# noqa` goes, and the rule's fix (whole-line edits
         # of the linted text; none for a notebook, whose rows are the joined cells').
         data={"code": finding.code, "noqa_row": None if on_file else row, "fix": _fix_data(finding, on_file)},
+        related_information=[
+            types.DiagnosticRelatedInformation(
+                location=types.Location(uri=Path(r.path).resolve().as_uri(), range=types.Range(start=types.Position(line=r.row - 1, character=r.column - 1), end=types.Position(line=r.row - 1, character=r.column - 1))),
+                message=r.message,
+            )
+            for r in finding.related
+        ]
+        or None,
     )
 
 
