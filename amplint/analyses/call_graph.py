@@ -26,7 +26,7 @@ result, a parameter, a registry) is not followed: nothing is guessed under autoc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -39,9 +39,12 @@ from amplint.semantic import (
     Scope,
     SemanticModel,
     dotted_name,
+    framework_of,
     imported_module,
+    precisions,
     source_text,
 )
+from amplint.semantic.pytorch.frameworks import BF16_PRECISIONS, FP16_PRECISIONS
 
 # nn.Module methods that return the module itself, and wrappers whose call runs the module
 # they wrap (`DDP(model)(x)` runs `model.forward`).
@@ -52,6 +55,8 @@ _WRAPPERS = frozenset(
         "torch.compile", "torch.jit.script", "torch.nn.parallel.distributed.DistributedDataParallel",
     }
 )
+# Framework methods that hand back what they are given, wrapped (accelerate's, Fabric's).
+_HANDS_BACK = frozenset({"prepare", "prepare_model", "setup", "setup_module"})
 _CONTAINERS = frozenset({"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.modules.container.ModuleList", "torch.nn.modules.container.Sequential"})
 # Decorators that leave a function's autocast as its caller's.
 _PLAIN_DECORATORS = frozenset(
@@ -85,6 +90,20 @@ class Edge:
     target: Target
 
 
+@dataclass(frozen=True)
+class Seed:
+    """Where autocast starts: a region the code opens (its `anchor`, the autocast call), or a
+    framework's convention (the call that hands a model to `accelerator.prepare`, whose
+    forward accelerate then runs under its autocast): the unit it is written in, how a chain
+    names it, the (device, dtype) pairs it may run in, and the calls it runs there."""
+
+    anchor: cst.CSTNode
+    unit: CodeUnit
+    words: str
+    contexts: Tuple[Tuple[str, str], ...]
+    edges: Tuple[Edge, ...]
+
+
 class CallGraph(Analysis):
     def __init__(self, model: SemanticModel) -> None:
         super().__init__(model)
@@ -92,6 +111,51 @@ class CallGraph(Analysis):
         self._edges: Dict[int, List[Tuple[CallRecord, Target]]] = {}
 
     # ---------------------------------------------------------------- what the file calls
+    def seeds(self) -> List[Seed]:
+        """Where autocast starts in this file: its regions, and the models a framework object
+        that may run in a low precision prepares (accelerate wraps their forward in its
+        autocast)."""
+        found = [Seed(region.anchor, region.unit, words(region), tuple(region_contexts(region)), tuple(edges)) for region, edges in self.regions()]
+        return [seed for seed in found + self._prepared() if seed.contexts and seed.edges]
+
+    def _prepared(self) -> List[Seed]:
+        """`model = accelerator.prepare(model)` with `accelerator = Accelerator(mixed_precision=
+        "fp16")` (or a setting that may be): the model's forward runs under accelerate's
+        autocast, float16 on CUDA, or bfloat16."""
+        found: List[Seed] = []
+        for record in self.model.index.calls:
+            func = record.node.func
+            if not isinstance(func, cst.Attribute) or not record.node.args:
+                continue
+            receiver = dotted_name(func.value)
+            if receiver is None:
+                continue
+            for value, where in self.model.resolver.values(receiver, record.unit.scope):
+                if not isinstance(value, cst.Call):
+                    continue
+                framework = framework_of(value, self.model.resolver)
+                if framework is None or func.attr.value not in framework.prepare_methods or framework.name != "accelerate":
+                    continue
+                settings, _ = precisions(value, framework, where, self.model.resolver)
+                contexts = _framework_contexts(settings)
+                edges = tuple(
+                    Edge(record.node, target)
+                    for arg in record.node.args
+                    if not arg.star
+                    for target in self._argument_targets(arg.value, record.unit.scope)
+                )
+                if contexts and edges:
+                    found.append(Seed(record.node, record.unit, f"`{receiver}.{func.attr.value}(...)` of `{source_text(value)}`", contexts, edges))
+                break
+        return found
+
+    def _argument_targets(self, value: cst.BaseExpression, scope: Scope) -> List[Target]:
+        classes = self._classes_of(value, scope, 0)
+        if not classes:
+            return []
+        targets = [self._instance_target(cls) for cls in sorted(classes) if not (cls[0] == "import" and _library(cls[1]))]
+        return [target for target in targets if target is not None]
+
     def regions(self) -> List[Tuple[AutocastRegion, List[Edge]]]:
         """Each enabled autocast region of the file that may run in a low precision, with the
         calls made inside it; a hook a framework runs under its own autocast is a region
@@ -103,7 +167,9 @@ class CallGraph(Analysis):
             hook = self.model.regions.hook_regions.get(id(unit))
             for record, target in self.edges_of(unit, inside=True):
                 context = self.model.regions.context(record)
-                region = context.region if context.region is not None else (hook if not context.autocast_off else None)
+                if context.autocast_off:
+                    continue  # switched off, in the region or around it
+                region = context.region if context.region is not None else hook
                 if region is None or not _low_precision(region):
                     continue
                 regions[id(region)] = region
@@ -180,14 +246,14 @@ class CallGraph(Analysis):
                     if found is not None:  # `models.build(x)`, `F.attention(...)` of a linted module
                         module, level, imported = found
                         target = module if imported is None else (f"{module}.{imported}" if module else imported)
-                        return [Target(module=target, level=level, name=method)]
+                        return [Target(module=target, level=level, name=method)] if not _library(target) else []
         return []
 
     def _named(self, name: str, scope: Scope) -> List[Target]:
         for binding in self.model.resolver.bindings(name, scope):
             if binding.kind == "import":
                 found = imported_module(binding.node, name)
-                if found is not None and found[2] is not None:
+                if found is not None and found[2] is not None and not _library(found[0]):
                     return [Target(module=found[0], level=found[1], name=found[2])]
             if binding.kind == "class" and name in self.model.index.classes:
                 return []  # building an instance: its `__init__` runs, not what autocast lowers
@@ -214,6 +280,8 @@ class CallGraph(Analysis):
             classes |= found
         targets = []
         for cls in sorted(classes):
+            if cls[0] == "import" and _library(cls[1]):
+                continue  # torch's own modules (`nn.Linear`): no linted code runs there
             target = self._instance_target(cls)
             if target is None:
                 return []
@@ -230,19 +298,27 @@ class CallGraph(Analysis):
             return None
         return loop.iter, bindings[0].value_scope
 
-    def _classes_of(self, value: cst.BaseExpression, scope: Scope, depth: int) -> Optional[Set[Tuple[str, ...]]]:
+    def _classes_of(self, value: cst.BaseExpression, scope: Scope, depth: int, seen: FrozenSet[int] = frozenset()) -> Optional[Set[Tuple[str, ...]]]:
         """The classes `value` is an instance of, each as ("local", name) or ("import",
-        module, level, name); None when not certain."""
+        module, level, name); None when not certain. `seen`: the bindings on the way (`model
+        = accelerator.prepare(model)` holds what `model` held before it)."""
         if depth > 4:
             return None
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _RETURNS_SELF:
             value = value.func.value
         name = dotted_name(value)
-        if name is not None:  # `self.blocks`, `model`: what it holds
-            values = self.model.resolver.values(name, scope)
-            if len(values) != 1 or values[0][0] is None:
-                return None
-            return self._classes_of(values[0][0], values[0][1], depth + 1)
+        if name is not None:  # `self.blocks`, `model`: what it holds, wherever it is bound
+            found_classes: Set[Tuple[str, ...]] = set()
+            bindings = self.model.resolver.bindings(name, scope)
+            for binding in bindings:
+                if id(binding) in seen:
+                    continue
+                held = binding.value if binding.value is not None else self._handed_back(binding, name)
+                inner = self._classes_of(held, binding.value_scope, depth + 1, seen | {id(binding)}) if held is not None else None
+                if inner is None:
+                    return None
+                found_classes |= inner
+            return found_classes or None
         if not isinstance(value, cst.Call):
             return None
         qualified = self.model.resolver.qualified(value.func) or ""
@@ -282,11 +358,28 @@ class CallGraph(Analysis):
                 module, level, imported = found_import
                 rest = class_name.split(".")[1:]
                 if imported is not None and not rest:
-                    return {("import", module or "", str(level), imported)}
-                if rest:  # `models.Net(...)`
+                    # An imported name called is a class by its name (PEP 8's CapWords), or a
+                    # function whose result is not followed (`criterion = make_loss()`).
+                    return {("import", module or "", str(level), imported)} if imported[:1].isupper() else None
+                if rest and rest[-1][:1].isupper():  # `models.Net(...)`
                     base = module if imported is None else (f"{module}.{imported}" if module else imported)
                     return {("import", ".".join([base or "", *rest[:-1]]).strip("."), str(level), rest[-1])}
         return None
+
+    def _handed_back(self, binding: Any, name: str) -> Optional[cst.BaseExpression]:
+        """For `model, optimizer = accelerator.prepare(model, optimizer)`: the argument in the
+        place `name` is unpacked from (a framework's prepare hands back what it is given)."""
+        source = binding.source
+        node = binding.node
+        if not isinstance(source, cst.Call) or not isinstance(source.func, cst.Attribute) or source.func.attr.value not in _HANDS_BACK:
+            return None
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1 or not isinstance(node.targets[0].target, (cst.Tuple, cst.List)):
+            return None
+        names = [dotted_name(element.value) for element in node.targets[0].target.elements]
+        positional = [arg.value for arg in source.args if arg.keyword is None and not arg.star]
+        if name not in names or len(positional) != len(names):
+            return None
+        return positional[names.index(name)]
 
     def _instance_target(self, cls: Tuple[str, ...]) -> Optional[Target]:
         if cls[0] == "local":
@@ -335,6 +428,23 @@ class CallGraph(Analysis):
             isinstance(frame, WithFrame) and regions.region_of(frame, record.unit) is None and not regions.is_no_grad(frame.item)
             for frame in record.frames
         )
+
+
+def _library(module: Optional[str]) -> bool:
+    """PyTorch's own modules: calls into them run no linted code (and are most calls)."""
+    return (module or "").split(".")[0] in ("torch", "torchvision", "torchaudio")
+
+
+def _framework_contexts(settings: FrozenSet[str]) -> Tuple[Tuple[str, str], ...]:
+    """The (device, dtype) pairs a framework's precision settings may choose: float16 mixed
+    precision runs on CUDA, bfloat16 on CUDA or CPU."""
+    lowered = {setting.lower() for setting in settings}
+    found: List[Tuple[str, str]] = []
+    if lowered & FP16_PRECISIONS:
+        found.append(("cuda", "float16"))
+    if lowered & BF16_PRECISIONS:
+        found += [("cpu", "bfloat16"), ("cuda", "bfloat16")]
+    return tuple(found)
 
 
 def _low_precision(region: AutocastRegion) -> bool:

@@ -48,18 +48,20 @@ def facts(model: Any, module: Any, source: Optional[str]) -> Optional[Dict[str, 
     """What a file tells the ambient pass (plain JSON, cached with its result): its regions
     and the calls made in them, each function's calls under its caller's autocast, and the
     hazards each function hits per context. None when it has none of them."""
-    from amplint.analyses.call_graph import CallGraph, region_contexts, words
+    from amplint.analyses.call_graph import CallGraph
     from amplint.lint.positions import code_ranges
     from amplint.semantic import dotted_name, iter_tree
 
     graph = model.facts(CallGraph)
     hazards = _hazards(model)
-    regions = graph.regions()
+    seeds = graph.seeds()
     units: Dict[str, Any] = {}
     order: Dict[int, Tuple[str, int]] = {}  # id(call) -> (its callee's name, k-th such call in its unit)
+    counted: Set[int] = set()
 
-    def place(unit, call) -> Tuple[str, int]:
-        if id(call) not in order:
+    def place(unit: Any, call: Any) -> Tuple[str, int]:
+        if id(unit) not in counted:
+            counted.add(id(unit))
             counts: Dict[str, int] = {}
             body = unit.node.body if not unit.is_module else unit.node
             for node in iter_tree(body, lambda n: not _nested(n)):
@@ -83,20 +85,17 @@ def facts(model: Any, module: Any, source: Optional[str]) -> Optional[Dict[str, 
             entry["hazards"] = found
         units[unit.name] = entry
     exported = []
-    if regions:
-        anchors = code_ranges(module, [region.anchor for region, _ in regions], source)
-        for region, edges in regions:
-            contexts = region_contexts(region)
-            if not contexts:
-                continue
-            start = anchors[region.anchor].start
+    if seeds:
+        anchors = code_ranges(module, [seed.anchor for seed in seeds], source)
+        for seed in seeds:
+            start = anchors[seed.anchor].start
             exported.append(
                 {
                     "at": [start.line, start.column + 1],
-                    "unit": region.unit.name,
-                    "text": _short(words(region)),
-                    "contexts": [list(c) for c in contexts],
-                    "calls": [[edge.target.to_json(), *place(region.unit, edge.call)] for edge in edges],
+                    "unit": seed.unit.name,
+                    "text": _short(seed.words),
+                    "contexts": [list(c) for c in seed.contexts],
+                    "calls": [[edge.target.to_json(), *place(seed.unit, edge.call)] for edge in seed.edges],
                 }
             )
     if not units and not exported:
