@@ -99,8 +99,12 @@ def _fix_source(
     outcome = FixOutcome(source)
     # Counted per finding, not per fix applied: one fix can settle several findings (a
     # rewritten import and its uses), and a finding can take two rounds (nested calls). What
-    # is fixed is what had a wanted fix at first and has none at the end.
-    first: Optional[Counter] = None
+    # is fixed is every finding that had a wanted fix in some round and has none at the end:
+    # those of the first round, and those a fix brought out (a backward scaled in round one
+    # shows the clip before it unscales in round two), counted where a code's number rises
+    # from one round to the next.
+    seen: Optional[Counter] = None  # findings with a wanted fix, in every round so far
+    previous: Optional[Counter] = None  # the wanted fixes the last round found
     left: Optional[Counter] = None  # the wanted fixes of `outcome.source`, where known
     applied: Counter = Counter()  # fixes applied: the count when `left` cannot be had
     for _ in range(MAX_ROUNDS):
@@ -114,8 +118,8 @@ def _fix_source(
             outcome.error = "not fixed: LibCST parses this file only after normalising it"
             break
         found = _wanted_fixes(module, outcome.source, rules, wanted, external, torch_target)
-        left = Counter(code for code, _ in found)
-        first = left if first is None else first
+        seen, previous = _seen_so_far(seen, previous, Counter(code for code, _ in found))
+        left = previous
         fixes = non_overlapping(found)
         if not fixes:
             break
@@ -133,11 +137,20 @@ def _fix_source(
     if applied and left is None:  # the last round applied fixes: what is left to fix?
         module, exact = parse_module_exactly(outcome.source)
         if isinstance(module, cst.Module) and exact:
-            left = Counter(code for code, _ in _wanted_fixes(module, outcome.source, rules, wanted, external, torch_target))
+            now = Counter(code for code, _ in _wanted_fixes(module, outcome.source, rules, wanted, external, torch_target))
+            seen, left = _seen_so_far(seen, previous, now)
     if applied:
-        settled = first - left if first is not None and left is not None else Counter()
+        settled = seen - left if seen is not None and left is not None else Counter()
         outcome.applied = settled or applied
     return outcome
+
+
+def _seen_so_far(seen: Optional[Counter], previous: Optional[Counter], now: Counter) -> Tuple[Counter, Counter]:
+    """(`seen` with the findings new in `now`, `now`): a code found more often than in the
+    previous round has that many new findings (a persisting finding never raises it)."""
+    if seen is None or previous is None:
+        return Counter(now), now
+    return seen + (now - previous), now
 
 
 def _first_valid(module: cst.Module, fixes: List[Tuple[str, Fix]], path, target) -> List[Tuple[str, Fix]]:
