@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 import libcst as cst
 
 from amplint.escape import visible
-from amplint.lint.fix import MAX_ROUNDS, Fix, apply, non_overlapping, still_valid
-from amplint.lint.noqa import parse_suppressions
+from amplint.lint.fix import MAX_ROUNDS, SAFE, Fix, apply, non_overlapping, still_valid
+from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions
 from amplint.run.notebook import Notebook, parse_notebook, replace_sources
 from amplint.lint.positions import code_ranges
 from amplint.lint.rule import Rule
@@ -142,7 +142,41 @@ def _fix_source(
     if applied:
         settled = seen - left if seen is not None and left is not None else Counter()
         outcome.applied = settled or applied
+    if outcome.error is None and wanted(UNUSED_NOQA, SAFE) and any(rule.code == UNUSED_NOQA for rule in rules):
+        _remove_unused_directives(outcome, path, rules, external, target, torch_target)
     return outcome
+
+
+def _remove_unused_directives(outcome: FixOutcome, path: str, rules, external, target, torch_target) -> None:
+    """Last, on the fixed source (a fix may have left a directive with nothing to suppress):
+    AMP100's fixes, the edits its findings carry. They only rewrite comments, so nothing they
+    do can bring out a finding, or suppress one: one pass is all."""
+    from amplint.lint.engine import lint_source
+
+    if not might_have_reportable_directives(outcome.source):
+        return
+    result = lint_source(outcome.source, path, rules, external=external, target=target, analysis_limit=None, torch_target=torch_target, summary=False)
+    edits = [edit for finding in result.findings if finding.code == UNUSED_NOQA and finding.fix is not None for edit in finding.fix.edits]
+    fixed = _apply_text_edits(outcome.source, edits)
+    if edits and still_valid(fixed, path, target):
+        outcome.source = fixed
+        outcome.applied[UNUSED_NOQA] += len(edits)
+
+
+def _apply_text_edits(source: str, edits: Sequence[Tuple[int, int, int, int, str]]) -> str:
+    """`source` with non-overlapping text edits (1-based rows and columns, the end exclusive)
+    applied, the last first so that each one's place is as it was read."""
+    starts = [0]
+    for index, character in enumerate(source):
+        if character == "\n":
+            starts.append(index + 1)
+
+    def offset(row: int, column: int) -> int:
+        return starts[row - 1] + column - 1 if row <= len(starts) else len(source)
+
+    for row, column, end_row, end_column, content in sorted(edits, reverse=True):
+        source = source[: offset(row, column)] + content + source[offset(end_row, end_column) :]
+    return source
 
 
 def _seen_so_far(seen: Optional[Counter], previous: Optional[Counter], now: Counter) -> Tuple[Counter, Counter]:
