@@ -44,8 +44,8 @@ def test_concise_is_one_line_per_finding_with_the_title(amplint, tree):
 
 def test_full_counts_errors_and_warnings(amplint, tree):
     result = amplint("train.py", "stale.py", cwd=tree)
-    assert result.stdout.splitlines()[-2:] == ["Found 1 error and 1 warning.", "[*] 1 fixable with the `--fix` option."]
-    assert "AMP100 Unused `noqa` directive (unused: `AMP003`)\n --> stale.py:2:20\n" in result.stdout
+    assert result.stdout.splitlines()[-2:] == ["Found 1 error and 1 warning.", "[*] 2 fixable with the `--fix` option."]
+    assert "AMP100 [*] Unused `noqa` directive (unused: `AMP003`)\n --> stale.py:2:20\n" in result.stdout
 
 
 def test_json_has_title_help_severity_and_the_files_not_linted(amplint, tree):
@@ -166,11 +166,11 @@ def test_statistics_honours_json(amplint, tree):
     result = amplint("--statistics", "--output-format", "json", ".", cwd=tree)
     assert json.loads(result.stdout) == [
         {"code": "AMP003", "name": "clip-before-unscale", "count": 2, "fixable": True},
-        {"code": "AMP100", "name": "unused-noqa", "count": 1, "fixable": False},
+        {"code": "AMP100", "name": "unused-noqa", "count": 1, "fixable": True},
         {"code": None, "name": "files-not-linted", "count": 1, "fixable": False},
     ]
     text = amplint("--statistics", ".", cwd=tree).stdout
-    assert text.splitlines()[:2] == ["2\tAMP003\t[*] clip-before-unscale", "1\tAMP100\tunused-noqa"]
+    assert text.splitlines()[:2] == ["2\tAMP003\t[*] clip-before-unscale", "1\tAMP100\t[*] unused-noqa"]
 
 
 @pytest.mark.parametrize(
