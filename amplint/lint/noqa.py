@@ -294,27 +294,6 @@ def unused_edit(source: str, unused: UnusedDirective) -> Optional[Tuple[int, int
     return (row, 1, row, len(body) + 1, fixed or "")
 
 
-def without_unused(source: str, unused: Sequence[UnusedDirective]) -> str:
-    """`source` with each unused directive's fix applied (`UnusedDirective.fixed_line`); line
-    endings are kept, and a line that held only a directive is removed with its ending. A
-    source with a lone carriage return is left as it is (its rows are the tokenizer's, not
-    these lines'), as `edits_adding_codes` leaves it."""
-    if "\r" in source.replace("\r\n", ""):
-        return source
-    lines = source.split("\n")
-    for directive in sorted(unused, key=lambda u: u.directive.row, reverse=True):
-        index = directive.directive.row - 1
-        if not 0 <= index < len(lines):
-            continue
-        body = lines[index].rstrip("\r")
-        fixed = directive.fixed_line(body)
-        if fixed is None and index < len(lines) - 1:
-            del lines[index]
-        else:
-            lines[index] = (fixed or "") + lines[index][len(body) :]
-    return "\n".join(lines)
-
-
 def _codes(codes: Tuple[str, ...]) -> str:
     return ", ".join(f"`{c}`" for c in codes)
 

@@ -5,7 +5,8 @@ One `<testsuite>` per file with findings, one `<testcase name="amplint.AMP003">`
 A finding that fails the run (at `--fail-level`: errors by default, warnings too with
 `--fail-level warning`) has a `<failure>` whose `type` is its severity; one that does not (a
 warning, by default) is a passing testcase that says what it found in `<system-out>`, so
-that the report agrees with the exit code: a run that exits 0 shows no failed test. A file
+that the report agrees with the exit code: a run that exits 0 shows no failed test
+(`--exit-zero` aside, which changes the exit code only). A file
 that could not be linted is a testcase with an `<error>`, and a function too complex to follow
 within the analysis limit a testcase marked `<skipped>`. A clean run is one passing testcase,
 so that the report is never empty.
