@@ -94,8 +94,8 @@ def test_every_shell_command_has_a_runner():
 
 @pytest.fixture
 def user_project(tmp_path):
-    """A project with what the README's commands name: a train.py, the bundled fixtures."""
-    shutil.copytree(REPO / "fixtures", tmp_path / "fixtures", ignore=shutil.ignore_patterns("__pycache__"))
+    """A project with what the README's commands name: a train.py, the fixture it shows."""
+    shutil.copytree(REPO / "fixtures" / "AMP003", tmp_path / "fixtures" / "AMP003", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "train.py").write_text(BUGGY)
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "model.py").write_text(BUGGY)
