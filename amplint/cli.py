@@ -359,6 +359,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         unsafe_fixes=unsafe,
         fixed=fixed_errors + fixed_warnings,
         fixed_warnings=fixed_warnings,
+        fail_level=fail_level or "error",
     )
     try:
         if options.fix_only:
@@ -381,20 +382,19 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         print(f"amplint: note: {visible(skipped.path)}:{skipped.row}: {skipped.message}", file=sys.stderr)
     for error in sorted(errors):
         print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
-    status = exit_status(report, fail_level, exit_zero=options.exit_zero or options.fix_only)
+    status = exit_status(report, exit_zero=options.exit_zero or options.fix_only)
     if status == EXIT_CLEAN and options.exit_non_zero_on_fix and not options.exit_zero and any(fix.changed for fix in fixes):
         return EXIT_FINDINGS
     return status
 
 
-def exit_status(report: "RunReport", fail_level: str = "error", exit_zero: bool = False) -> int:
-    """2 if a file could not be linted; 1 for a finding at `fail_level` or worse (unless
-    `exit_zero`); else 0. A function not analysed is reported, and changes nothing here: its
+def exit_status(report: "RunReport", exit_zero: bool = False) -> int:
+    """2 if a file could not be linted; 1 for a finding at the report's fail level or worse
+    (unless `exit_zero`); else 0. A function not analysed is reported, and changes nothing here: its
     verdict is deterministic (amplint.work), and raising the limit is the way to analyse it."""
     if report.errors:
         return EXIT_ERROR
-    failing = ("error",) if fail_level == "error" else ("error", "warning")
-    if not exit_zero and any(finding.severity in failing for finding in report.findings):
+    if not exit_zero and any(report.fails(finding) for finding in report.findings):
         return EXIT_FINDINGS
     return EXIT_CLEAN
 

@@ -120,6 +120,12 @@ class RunReport:
     unsafe_fixes: bool = False
     fixed: int = 0
     fixed_warnings: int = 0  # how many of the `fixed` were warnings
+    # `--fail-level`: the severity from which a finding fails the run (`error`, `warning`).
+    fail_level: str = "error"
+
+    def fails(self, finding: Finding) -> bool:
+        """Whether `finding` fails the run (exit 1) at the run's fail level."""
+        return finding.severity == "error" or self.fail_level == "warning"
 
     def applicable(self, finding: Finding) -> bool:
         """Whether `--fix` would fix `finding` (with the run's --unsafe-fixes setting)."""

@@ -17,9 +17,9 @@ import libcst as cst
 from amplint.lint import evidence
 from amplint import work
 from amplint.lint.catalogue import import_words, might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
-from amplint.lint.diagnostics import FileError, FileResult, Finding, NotAnalysed
-from amplint.lint.fix import Suggestions
-from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
+from amplint.lint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
+from amplint.lint.fix import SAFE, Suggestions
+from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives, unused_edit
 from amplint.run.notebook import CellMap, is_notebook, parse_notebook
 from amplint.lint.parse_guard import parse_hazard
 from amplint.lint.positions import code_ranges
@@ -336,7 +336,11 @@ def _locate(
             if suppressions.suppresses(directive.row, UNUSED_NOQA):
                 continue
             where = (directive.row, directive.column, directive.row, directive.end_column)
-            findings.append(_finding(unused_noqa, path, where, unused.title, unused.help, cells))
+            finding = _finding(unused_noqa, path, where, unused.title, unused.help, cells)
+            edit = unused_edit(source, unused) if fixes else None
+            if edit is not None:  # a comment's text, not the tree: no parse needed
+                finding = replace(finding, fix=FixSuggestion(unused.fix_title, SAFE, (edit,)))
+            findings.append(finding)
     return sorted(findings)
 
 
