@@ -48,6 +48,9 @@ FILE_STEPS = 3_000_000
 FLOW_STEP = 4
 PARSE_CHARACTERS_PER_STEP = 2
 PRINT_CHARACTERS_PER_STEP = 2
+# The largest `--analysis-limit`: 3,000 times the limit is billions of steps, hours of CPU
+# per file, and a whole number of steps (1e308 times is not).
+MAX_FACTOR = 1000.0
 
 
 class WorkLimitExceeded(BaseException):
@@ -111,7 +114,12 @@ def limit_message(factor: float) -> str:
 
 def parse_factor(text: str) -> float:
     """`--analysis-limit`'s value: a positive multiplier, `4` or `4x`."""
-    value = float(text[:-1] if text.lower().endswith("x") else text)
-    if not value > 0 or value == float("inf"):
-        raise ValueError(text)
-    return value
+    return check_factor(float(text[:-1] if text.lower().endswith("x") else text))
+
+
+def check_factor(value: float) -> float:
+    """`value` if it is a factor the limits can be multiplied by: above 0, at most
+    `MAX_FACTOR`; else ValueError."""
+    if not 0 < value <= MAX_FACTOR:
+        raise ValueError(value)
+    return float(value)
