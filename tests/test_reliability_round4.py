@@ -2,10 +2,14 @@
 each kept as it was reported, with what it must do now: no repository, editor or
 configuration hangs, stalls or flips a run (issue 42)."""
 
+import glob
+import json
 import os
 import resource
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -147,3 +151,198 @@ def test_o5_an_empty_selection_on_the_command_line_names_no_file(amplint, tmp_pa
     (tmp_path / "train.py").write_text(BUGGY)
     result = amplint("--config", "select = []", ".", cwd=tmp_path)
     assert result.returncode == 2 and "None" not in result.stderr and "--config: `select` names no rule" in result.stderr, result.stderr
+
+
+# --------------------------------------------------------------------------- the language server
+
+
+class Client:
+    """The report's client (lspc.py): `amplint server` over pipes, every message it writes
+    kept in the order it came."""
+
+    def __init__(self, cwd):
+        self.process = subprocess.Popen([*AMPLINT, "server"], cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.messages = []
+        self.condition = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.ids = 0
+
+    def _read(self):
+        while True:
+            length = None
+            while True:
+                line = self.process.stdout.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            message = json.loads(self.process.stdout.read(length))
+            with self.condition:
+                self.messages.append(message)
+                self.condition.notify_all()
+
+    def send_raw(self, data):
+        self.process.stdin.write(data)
+        self.process.stdin.flush()
+
+    def send(self, message):
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+        self.send_raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    def request(self, method, params):
+        self.ids += 1
+        self.send({"id": self.ids, "method": method, "params": params})
+        return self.ids
+
+    def wait(self, predicate, what, timeout=WAIT):
+        """The first message (in arrival order) that `predicate` accepts."""
+        with self.condition:
+            found = self.condition.wait_for(lambda: next((m for m in self.messages if predicate(m)), None), timeout)
+        assert found is not None, f"{what}: nothing in {timeout} s; the server wrote {self.messages[-3:]}"
+        return found
+
+    def place(self, predicate):
+        """Where the first message `predicate` accepts came, in arrival order (None: not yet)."""
+        with self.condition:
+            return next((i for i, m in enumerate(self.messages) if predicate(m)), None)
+
+    def initialize(self, capabilities=None):
+        ident = self.request("initialize", {"processId": None, "rootUri": None, "capabilities": capabilities or {}})
+        answer = self.wait(answer_to(ident), "initialize")
+        self.send({"method": "initialized", "params": {}})
+        return answer
+
+    def open(self, path, version=1):
+        uri = path.as_uri()
+        self.send({"method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "python", "version": version, "text": path.read_text()}}})
+        return uri
+
+    def fix_all(self, uri):
+        zero = {"line": 0, "character": 0}
+        return self.request(
+            "textDocument/codeAction",
+            {"textDocument": {"uri": uri}, "range": {"start": zero, "end": zero}, "context": {"diagnostics": [], "only": ["source.fixAll"]}},
+        )
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+        self.process.stdin.close()
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+def answer_to(ident):
+    return lambda m: m.get("id") == ident and "method" not in m
+
+
+def published(uri, version=None):
+    return lambda m: m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == uri and (version is None or m["params"].get("version") == version)
+
+
+@pytest.fixture
+def client(tmp_path):
+    clients = []
+
+    def start(cwd=tmp_path):
+        clients.append(Client(cwd))
+        return clients[-1]
+
+    yield start
+    for each in clients:
+        each.close()
+
+
+HEAVY = "import torch\n" + "".join(f"a{i} = torch.cuda.amp.autocast()\n" for i in range(600))
+
+
+def test_n2_two_fix_alls_of_a_heavy_document_leave_a_lane_for_the_others(client, tmp_path):
+    (tmp_path / "heavy.py").write_text(HEAVY)
+    (tmp_path / "small.py").write_text(BUGGY)
+    server = client()
+    server.initialize()
+    heavy = server.open(tmp_path / "heavy.py")
+    server.wait(published(heavy), "heavy.py's diagnostics")
+    first, second = server.fix_all(heavy), server.fix_all(heavy)
+    # The first is superseded by the second (answered at once, with nothing).
+    assert server.wait(answer_to(first), "the first fixAll")["result"] is None
+    small = server.open(tmp_path / "small.py")
+    server.wait(published(small), "small.py's diagnostics")
+    server.wait(answer_to(second), "the second fixAll")
+    assert server.place(published(small)) < server.place(answer_to(second))
+
+
+def test_n2_a_change_stops_the_fix_all_of_the_version_before(client, tmp_path):
+    (tmp_path / "heavy.py").write_text(HEAVY)
+    server = client()
+    server.initialize()
+    heavy = server.open(tmp_path / "heavy.py")
+    server.wait(published(heavy), "heavy.py's diagnostics")
+    fixing = server.fix_all(heavy)
+    server.send({"method": "textDocument/didChange", "params": {"textDocument": {"uri": heavy, "version": 2}, "contentChanges": [{"text": HEAVY + "# edited\n"}]}})
+    assert server.wait(answer_to(fixing), "the fixAll")["result"] is None
+    server.wait(published(heavy, 2), "the new version's diagnostics")
+    assert server.place(answer_to(fixing)) < server.place(published(heavy, 2))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_n1_a_project_with_a_fifo_include_blocks_no_lane(client, tmp_path):
+    root = project(tmp_path / "p", b"-r fifo.txt\n")
+    os.mkfifo(root / "fifo.txt")
+    (root / "other.py").write_text(BUGGY)
+    (tmp_path / "small.py").write_text(BUGGY)
+    server = client()
+    server.initialize()
+    train, other = server.open(root / "train.py"), server.open(root / "other.py")
+    small = server.open(tmp_path / "small.py")
+    for uri in (train, other, small):
+        assert len(server.wait(published(uri), uri)["params"]["diagnostics"]) == 1
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"Content-Length: 99999999999999\r\n\r\n{}",  # MemoryError: the server ended
+        b"Content-Length: 999999999999999999999999999\r\n\r\n{}",  # OverflowError
+        b"Content-Type: application/vscode-jsonrpc\r\n\r\n{}",  # no length: out of step
+        b"Content-Length: twelve\r\n\r\n{}",
+    ],
+)
+def test_n6_a_frame_that_cannot_be_taken_is_skipped_and_the_server_goes_on(client, frame):
+    server = client()
+    server.send_raw(frame)
+    assert "capabilities" in server.initialize()["result"]
+    ident = server.request("shutdown", None)
+    server.wait(answer_to(ident), "shutdown")
+    assert server.process.poll() is None
+
+
+def test_n6_the_report_s_frame_ends_nothing_but_the_stream():
+    done = subprocess.run([*AMPLINT, "server"], input=b"Content-Length: 99999999999999\r\n\r\n{}", capture_output=True, timeout=WAIT)
+    assert done.returncode == 0 and b"internal error" not in done.stderr
+    assert b"a message skipped: Content-Length b'99999999999999' is not a length up to" in done.stderr
+
+
+def test_o2_the_workers_end_with_a_killed_server(client, tmp_path):
+    (tmp_path / "train.py").write_text(BUGGY)
+    server = client()
+    server.initialize()
+    server.wait(published(server.open(tmp_path / "train.py")), "diagnostics")
+    workers = [int(pid) for path in glob.glob(f"/proc/{server.process.pid}/task/*/children") for pid in open(path).read().split()]
+    assert workers, "the lint ran in no worker"
+    server.process.kill()  # an editor's hard restart: no EOF, no shutdown
+    server.process.wait()
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") and _state(pid) != "Z" for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in workers if os.path.exists(f"/proc/{pid}") and _state(pid) != "Z"] == []
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"

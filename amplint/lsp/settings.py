@@ -14,7 +14,7 @@ import os
 from typing import Optional, Set, Tuple, Type
 
 from amplint.run.discovery import DEFAULT_EXCLUDES, Discovery
-from amplint.lint.fix_loop import Wanted, wanted_by
+from amplint.run.driver import FixRequest
 from amplint.lint.rule import Rule
 from amplint.rules import ALL_RULES
 from amplint.config.selection import validate
@@ -58,8 +58,8 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
     return tuple(rule for rule in rules if rule.code in codes), config.target_version, config.torch()[0]
 
 
-def safe_fixes_for(path: Optional[str]) -> Wanted:
+def safe_fixes_for(path: Optional[str]) -> FixRequest:
     """The fixes `source.fixAll` applies to `path`: the safe ones of the rules the
     configuration's `fixable` and `unfixable` leave fixable, as `amplint --fix` would."""
     config = load_config(DEFAULTS, [_anchor(path)])
-    return wanted_by(False, validate(config.fixable, ALL_RULES), validate(config.unfixable, ALL_RULES))
+    return FixRequest(False, tuple(validate(config.fixable, ALL_RULES)), tuple(validate(config.unfixable, ALL_RULES)))
