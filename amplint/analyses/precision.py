@@ -40,6 +40,7 @@ from typing import Any, Callable, Collection, Dict, FrozenSet, Iterator, List, O
 
 import libcst as cst
 
+from amplint import work
 from amplint.analyses import parameter_casts
 from amplint.semantic.conditions import Assumption, assumptions
 from amplint.semantic.index import Binding, CallRecord, CodeUnit, GuardFrame, ModuleIndex, Scope
@@ -1522,6 +1523,7 @@ def _undone(precision: "Precision", cast: ModuleCast, after: List[CallRecord], p
     `vocabulary.may_change_parameter_precision`)."""
     facts: PrecisionFacts = precision.found
     paths = cast.paths if paths is None else paths
+    work.charge(2 * len(after))  # the calls after the cast, judged one by one below (N4)
     ids = {id(r.node) for r in after}
     for other in facts.casts:
         if other is not cast and id(other.node) in ids and ("float32" in other.dtypes or not other.dtypes):
