@@ -272,7 +272,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
     else:
         files, errors = discovery.files(paths)
         if watched is not None:
-            watched.extend([*files, *([config.path] if config.path else [])])
+            watched.extend([*files, *discovery.walked, *([config.path] if config.path else [])])
         if options.show_files:
             sys.stdout.write(show.files(files))
             _tell_errors(errors)
@@ -413,8 +413,9 @@ WATCH_INTERVAL = 0.5
 
 
 def _watch(options: argparse.Namespace) -> int:
-    """`--watch`: a run, then another whenever a linted file, a directory holding one, a path
-    given or the configuration file changes (polled: no dependency, no threads)."""
+    """`--watch`: a run, then another whenever a linted file, a directory the run walked or
+    that holds one, a path given or the configuration file changes (polled: no dependency,
+    no threads)."""
     import time
 
     if options.paths == ["-"] or options.stdin_filename is not None:

@@ -346,3 +346,28 @@ def _state(pid):
             return handle.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+# --------------------------------------------------------------------------- O3
+
+
+def test_o3_watch_sees_a_new_file_in_a_directory_without_a_linted_file(tmp_path):
+    (tmp_path / "w" / "pkg").mkdir(parents=True)
+    (tmp_path / "w" / "clean.py").write_text("x = 1\n")
+    process = subprocess.Popen(
+        [*AMPLINT, "--watch", "--watch-runs", "2", "--concise", "--no-cache", "w"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        seen = ""
+        while "watching for file changes" not in seen:
+            line = process.stdout.readline()
+            assert line, seen
+            seen += line
+        assert "All checks passed!" in seen
+        (tmp_path / "w" / "pkg" / "new.py").write_text(BUGGY)
+        rest = process.communicate(timeout=WAIT)[0]
+        assert "file change detected" in rest and "pkg/new.py:8:5: AMP003" in rest
+    finally:
+        process.kill()
+        process.wait()
