@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TextIO, Tuple, Type
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Type
 
 from amplint import __version__, subcommands
 from amplint.config.options import FAIL_LEVELS, TARGET_VERSIONS, ConfigError, PythonVersion, split_codes
@@ -159,7 +159,7 @@ def _check_parser() -> argparse.ArgumentParser:
         "or a `KEY = VALUE` TOML line that overrides one setting, e.g. --config \"ignore = ['AMP006']\" (repeatable)",
     )
     run.add_argument("--isolated", action="store_true", help="ignore all configuration files")
-    run.add_argument("-j", "--jobs", type=_count, default=None, metavar="N", help="worker processes, as many as asked for (default: the config's jobs, at most one per CPU; else one per CPU)")
+    run.add_argument("-j", "--jobs", type=_whole_number(), default=None, metavar="N", help="worker processes, as many as asked for (default: the config's jobs, at most one per CPU; else one per CPU)")
     run.add_argument(
         "--file-budget",
         type=_seconds,
@@ -169,7 +169,7 @@ def _check_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--file-memory",
-        type=_mebibytes,
+        type=_whole_number(" of MiB"),
         default=DEFAULT_MEMORY,
         metavar="MIB",
         help=f"MiB of memory a worker may take beyond what it starts with, a safety net; a file past it is an error (default: {DEFAULT_MEMORY}; 0: no limit)",
@@ -552,24 +552,19 @@ def _workers(asked: Optional[int], configured: Optional[int]) -> int:
     return min(configured, cpus) if configured else cpus
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    return value
+def _whole_number(of: str = "") -> Callable[[str], int]:
+    """An argument type: a whole number, 0 or more (`of`: what it counts, for the message)."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"not a whole number{of}: {text!r}")
+        return value
 
-def _mebibytes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}")
-    return value
+    return parse
 
 
 def _factor(text: str) -> float:
