@@ -5,7 +5,6 @@ configuration hangs, stalls or flips a run (issue 42)."""
 import glob
 import json
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -34,6 +33,8 @@ def run(root, *args, stdin=subprocess.DEVNULL, memory=None):
 
     def limit():
         if memory is not None:
+            import resource
+
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     process = subprocess.Popen([*AMPLINT, *args], cwd=root, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limit)
@@ -325,6 +326,7 @@ def test_n6_the_report_s_frame_ends_nothing_but_the_stream():
     assert b"a message skipped: Content-Length b'99999999999999' is not a length up to" in done.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="finds the workers in Linux's /proc")
 def test_o2_the_workers_end_with_a_killed_server(client, tmp_path):
     (tmp_path / "train.py").write_text(BUGGY)
     server = client()
