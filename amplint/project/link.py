@@ -44,6 +44,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from amplint.lint.diagnostics import FileResult
+from amplint.run.source import read_file
 from amplint.project.reexports import ReExports
 
 if TYPE_CHECKING:
@@ -64,11 +65,8 @@ ReadText = Callable[[str], Optional[str]]
 def read_text(path: str) -> Optional[str]:
     """A file's text as the linter read it, for the names it mentions (ASCII identifiers are
     found as written in any encoding Python source uses, and in a notebook's JSON)."""
-    try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("latin-1")
-    except OSError:
-        return None
+    data = read_file(path)  # the careful read: the file may have become a FIFO since
+    return data.decode("latin-1") if isinstance(data, bytes) else None
 
 
 def link(

@@ -52,6 +52,8 @@ from amplint.lint.syntax import PythonVersion
 if TYPE_CHECKING:
     import multiprocessing.process
 
+    from amplint.lint.fix_loop import FileFix
+
 # multiprocessing is imported when a worker is started: a warm run, all of it cached, starts none.
 
 # CPU seconds one file may take (parse and analysis): a safety net only, far above what the
@@ -73,6 +75,17 @@ _HEAVY_COST, _LIGHT_COST = 12.0, 1.0
 # The kernel's CPU limit (whole seconds) stops native code within a second after this: the
 # profiling timer gets the first chance, since stopping Python code keeps the worker.
 _NATIVE_GRACE_SECONDS = 0.1
+# How often an idle worker looks whether the process that started it is still there.
+_PARENT_CHECK_SECONDS = 0.5
+
+
+class FixRequest(NamedTuple):
+    """Which fixes a fix job applies: `amplint.lint.fix_loop.wanted_by`'s arguments (a worker
+    gets them pickled, which the function they make could not be)."""
+
+    unsafe: bool = False
+    fixable: Tuple[str, ...] = ("ALL",)
+    unfixable: Tuple[str, ...] = ()
 
 
 class Job(NamedTuple):
@@ -86,6 +99,9 @@ class Job(NamedTuple):
     whole: bool = False
     # Export the module's summary (the second phase reads it); False: not needed, never cached.
     summary: bool = True
+    # Fix the contents (`data`) instead, with these fixes (`Runner.fix`): the `--fix` loop in a
+    # worker, under the same budget, isolation and cancelling as a lint.
+    fix: Optional[FixRequest] = None
 
 
 class _Task(NamedTuple):
@@ -100,6 +116,7 @@ class _Task(NamedTuple):
     torch_target: Optional[Tuple[int, int]] = None
     summary: bool = True
     every_syntax: bool = False  # the syntax verdict of files the engine does not analyse too
+    fix: Optional[FixRequest] = None
 
 
 class Runner:
@@ -317,6 +334,12 @@ class Runner:
                 return None
         return self._keep(result, key)
 
+    def fix(self, job: Job, cancel: Optional[Any] = None) -> Union["FileFix", FileResult]:
+        """A fix job's outcome (`Job.fix`, with its `data`): the `FileFix`, or the `FileResult`
+        saying why there is none (over the budget, crashed, cancelled through `cancel`)."""
+        assert job.fix is not None and job.data is not None
+        return self.lint([job], cancel)[0]
+
     # ------------------------------------------------------------------ one phase
 
     def lint(self, jobs: Sequence[Job], cancel: Optional[Any] = None) -> List[FileResult]:
@@ -386,7 +409,7 @@ class Runner:
         return self._task(index, job, data)
 
     def _task(self, index: int, job: Job, data: bytes) -> _Task:
-        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary, self.every_syntax)
+        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary, self.every_syntax, job.fix)
 
     # ------------------------------------------------------------------ execution
 
@@ -573,7 +596,7 @@ def _needs_engine(task: _Task) -> bool:
     """Whether linting the file needs the engine (LibCST, the rules): a notebook, a file the
     pre-check lets through, or one with a `# noqa` the unused-noqa check may judge. Any
     other Python file is only its syntax verdict (`_syntax_only`)."""
-    if is_notebook(task.path) or _will_parse(task):
+    if task.fix is not None or is_notebook(task.path) or _will_parse(task):
         return True
     return UNUSED_NOQA in task.codes and might_have_reportable_directives(task.data.decode("latin-1"))
 
@@ -735,8 +758,15 @@ def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY) -> None
     except ImportError:
         pass
     _limit_memory(memory)
+    parent = os.getppid()
     while True:
         try:
+            # A parent killed outright (SIGKILL: an editor's hard restart of the language
+            # server) sends no EOF: this worker and the workers forked after it hold the
+            # parent's end of the pipe too. Its death shows as a new parent.
+            while not conn.poll(_PARENT_CHECK_SECONDS):
+                if os.getppid() != parent:
+                    return
             unit = conn.recv()
         except (EOFError, OSError):
             return
@@ -780,6 +810,8 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
             by_code = {rule.code: rule for rule in ALL_RULES}
             external = ExternalModules(task.path, task.imported) if task.imported else None
             rules = [by_code[code] for code in task.codes]
+            if task.fix is not None:
+                import amplint.lint.fix_loop  # noqa: F401
         timer = budget > 0 and hasattr(signal, "setitimer") and not in_process
         if timer:
             _arm_native_limit(budget)
@@ -787,7 +819,12 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
             _armed = True
             signal.setitimer(signal.ITIMER_PROF, budget)
         try:
-            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target, task.summary, task.every_syntax) if engine else _syntax_only(task)
+            if task.fix is not None:
+                result = _fix(task, rules, external)
+            elif engine:
+                result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target, task.summary, task.every_syntax)
+            else:
+                result = _syntax_only(task)
         finally:
             _armed = False
             if timer:
@@ -803,6 +840,18 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
         if memory and _out_of_memory(error):  # past the worker's limit: what the file held is freed by now
             return FileResult(task.path, error=_memory_error(task.path, memory)), False, time.process_time() - started
         return FileResult(task.path, error=FileError(task.path, internal_error(error))), False, time.process_time() - started
+
+
+def _fix(task: _Task, rules: Sequence[Any], external: Any) -> "FileFix":
+    """A fix job: the `--fix` loop on the task's contents (`fix_loop.fix_file`). Functions are
+    followed as far as a lint follows them, and there is no file step limit: a fix analyses the
+    file again round after round, after its lint has passed that limit."""
+    from amplint.lint.fix_loop import fix_file, wanted_by
+    from amplint.work import metered
+
+    assert task.fix is not None
+    with metered(task.analysis_limit, limited=False):
+        return fix_file(task.path, task.data, rules, wanted_by(*task.fix), external, task.target, task.torch_target)
 
 
 def internal_error(error: BaseException) -> str:
