@@ -204,8 +204,8 @@ def _prove_fixes(rules, device: str, unavailable: Optional[str], args: argparse.
     if unavailable:
         print(f"amplint verify: {unavailable}", file=sys.stderr)
         return 1
-    dtypes = ("float16", "bfloat16") if args.dtype == ALL_DTYPES else (args.dtype or "float16",)
-    proofs = [proof for dtype in dtypes for proof in prove_fixes(rules, device, dtype, args.timeout)]
+    dtypes = DTYPES if args.dtype == ALL_DTYPES else (args.dtype or "float16",)
+    proofs = prove_fixes(rules, device, dtypes, args.timeout)
     if args.output_format == "json":
         sys.stdout.write(json.dumps([proof.as_dict() for proof in proofs], indent=2) + "\n")
     else:
