@@ -5,6 +5,7 @@ CPU run of every prediction at every dtype, and break-the-fixture runs showing e
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,7 @@ from amplint.harness.verdict import (
     measured_text,
     value_text,
 )
-from amplint.harness.quotes import agrees, quote_problems, quoted_number, tolerance, unquoted
+from amplint.harness.quotes import agrees, quote_problems, quoted_number, tolerance, unbacked, unquoted
 from amplint.harness.report import summary_text
 from amplint.lint.rule import DEVICES, KINDS, Prediction, Rule
 from amplint.rules import ALL_RULES
@@ -533,7 +534,7 @@ def test_json_output(mixed_run):
 def test_text_output(mixed_run):
     text = render_text(mixed_run)
     lines = text.splitlines()
-    assert lines[0].startswith("amplint verify: torch fake, device cpu, 1 fixture process,")
+    assert lines[0].startswith(f"amplint verify: torch fake, device cpu, fixtures from {mixed_run.root}, 1 fixture process,")
     assert lines[2].split() == ["rule", "device", "dtype", "scenario", "quantity", "kind", "buggy", "fixed", "check", "verdict"]
     assert "buggy/fixed = 1000, claim >= 100" in lines[3] and lines[3].endswith("confirmed")
     assert "fixed/buggy = inf" in lines[4]
@@ -685,6 +686,21 @@ def test_the_numbers_the_docs_quote_are_the_ones_verify_measures(verified):
     assert not problems, "\n".join(problems)
     assert not {rule.code: unquoted(rule) for rule in ALL_RULES if unquoted(rule)}, "ratios and shares no prediction quotes"
     assert sum(len(p.quotes) for rule in ALL_RULES for p in rule.PREDICTIONS) >= 50
+    # docs/verify.md repeats the rules' numbers; any other ratio or share there is unchecked
+    assert not unbacked(VERIFY_MD.read_text(), ALL_RULES), "docs/verify.md: numbers no rule quotes"
+
+
+VERIFY_MD = REPO / "docs" / "verify.md"
+
+
+def _quoted_summaries(pattern: str):
+    """The lines of docs/verify.md that quote a summary `verify` prints."""
+    return [line for line in VERIFY_MD.read_text().splitlines() if re.fullmatch(pattern, line)]
+
+
+@pytest.mark.slow(seconds=90)
+def test_the_summary_docs_verify_md_quotes_is_the_one_verify_prints(verified):
+    assert _quoted_summaries(r"\d+ predictions: .*") == [summary_text(verified)]
 
 
 @pytest.fixture(scope="module")
@@ -725,6 +741,9 @@ def test_every_claim_holds_with_other_seeds_learning_rates_and_steps(perturbed, 
             if same:
                 unchanged.append(f"{code} {variant.name}")
     assert not unchanged, f"the fixtures measured the same with and without: {unchanged}"
+    # docs/verify.md quotes the summary of `verify --dtype all --perturb`: this run and the shared one
+    both = VerifyRun(verified.rows + perturbed.rows, "cpu", None, 0, 0.0, variants=(AS_WRITTEN.name,) + perturbed.variants)
+    assert _quoted_summaries(r"\d+ checks \(.*") == [summary_text(both)]
 
 
 def test_a_variant_passes_its_options_to_every_script(tmp_path):
