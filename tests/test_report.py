@@ -68,6 +68,9 @@ def test_one_figure_per_prediction_with_its_claim_check_and_curves():
     assert "skipped: the claim is about float16 only" in skipped and "<polyline" not in skipped
     assert "timed out" in error and "no per-step curves" in error
     assert "<title>amplint verify: 2 effects confirmed, 1 control not held, 1 skipped, 1 error</title>" in page
+    # each rule's line in the header counts its effects and controls apart, skipped claims aside
+    assert '<a href="#amp001">AMP001 <small>1/1 effect, 0/1 control</small></a>' in page
+    assert '<a href="#amp005">AMP005 <small>1/2 effects</small></a>' in page
     assert ">0 controls held</span>" in page and ">1 control not held</span>" in page
 
 

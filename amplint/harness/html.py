@@ -254,8 +254,7 @@ def _header(run: VerifyRun, title: str) -> str:
     )
     links = []
     for code, rows in _by_rule([row for row in run.rows if row.variant == AS_WRITTEN.name]):
-        confirmed = sum(row.verdict == CONFIRMED for row in rows)
-        links.append(f'<a href="#{_anchor(code)}">{_e(code)} <small>{confirmed}/{len(rows)}</small></a>')
+        links.append(f'<a href="#{_anchor(code)}">{_e(code)} <small>{_e(_tally(rows))}</small></a>')
     return (
         f"<header><h1>{_e(title)} <span>report</span></h1>"
         f'<p class="meta">{_e(meta)}</p>'
@@ -271,6 +270,20 @@ def _header(run: VerifyRun, title: str) -> str:
         "the thin blue line runs inside the thick orange one. × marks a NaN or infinite value.</p>"
         f"<nav>{''.join(links)}</nav></header>"
     )
+
+
+def _tally(rows: Sequence[Row]) -> str:
+    """A rule's line in the header: `3/3 effects, 2 controls`, apart as the summary counts them
+    (skipped claims left out)."""
+    effects = [row for row in rows if row.ran and row.prediction is not None and not row.prediction.is_control]
+    controls = [row for row in rows if row.ran and row.prediction is not None and row.prediction.is_control]
+    plural = {1: ""}
+    said = [f"{sum(row.verdict == CONFIRMED for row in effects)}/{len(effects)} effect{plural.get(len(effects), 's')}"] if effects else []
+    if controls:
+        held = sum(row.verdict == CONFIRMED for row in controls)
+        counted = f"{held}/{len(controls)}" if held != len(controls) else f"{len(controls)}"
+        said.append(f"{counted} control{plural.get(len(controls), 's')}")
+    return ", ".join(said) or "nothing ran"
 
 
 def _section(code: str, rows: List[Row], run: VerifyRun, evidence: Evidence) -> str:
