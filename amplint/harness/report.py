@@ -84,8 +84,8 @@ def summary_counts(run: VerifyRun) -> Dict[str, int]:
 
 
 def summary_text(run: VerifyRun) -> str:
-    """`129 predictions: 102 effects confirmed, 24 controls held, 0 effects not reproduced, 0
-    controls not held, 3 skipped, 0 errors`; with perturbations, `903 checks (129 predictions,
+    """`143 predictions: 113 effects confirmed, 27 controls held, 0 effects not reproduced, 0
+    controls not held, 3 skipped, 0 errors`; with perturbations, `1001 checks (143 predictions,
     as written and under 6 perturbations): ...`."""
     counts = summary_counts(run)
     summary = ", ".join(count_text(label, count) for label, count in counts.items())
