@@ -707,9 +707,11 @@ def test_the_summary_docs_verify_md_quotes_is_the_one_verify_prints(verified):
 def perturbed():
     """Every prediction again, at every dtype it is about, under each perturbation of the
     fixtures' incidental details (`amplint verify --perturb` without the run as written, which
-    the shared `verified` run is): one run, ~6x the shared run's work."""
+    the shared `verified` run is): one run, ~6x the shared run's work, in one fixture process
+    (so that it keeps to one CPU, as the test worker that waits for it would: the other
+    workers' tests, some timed against their CPU budget, keep theirs)."""
     pytest.importorskip("torch")
-    return verify([rule for rule in ALL_RULES if rule.PREDICTIONS], "cpu", ALL_DTYPES, variants=PERTURBATIONS)
+    return verify([rule for rule in ALL_RULES if rule.PREDICTIONS], "cpu", ALL_DTYPES, variants=PERTURBATIONS, jobs=1)
 
 
 @pytest.mark.slow(seconds=120)
