@@ -46,7 +46,7 @@ def test_errors_fail_at_either_level_and_exit_zero_still_wins(amplint, project):
 
 
 def test_a_file_not_linted_exits_2_whatever_the_level(amplint, project):
-    root = project({"old.py": DEPRECATED, "broken.py": "x = (\n"})
+    root = project({"old.py": DEPRECATED, "broken.py": "x = torch.autocast(\n"})
     assert amplint("--no-cache", ".", cwd=root).returncode == 2
     assert amplint("--no-cache", "--exit-zero", ".", cwd=root).returncode == 2
 

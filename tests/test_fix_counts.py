@@ -61,7 +61,7 @@ def test_errors_and_warnings_fixed_together(amplint, project):
 
 
 def test_files_not_linted_are_counted(amplint, project):
-    root = project({"broken.py": "x = (\n", "also_broken.py": "y = )\n"})
+    root = project({"broken.py": "x = autocast(\n", "also_broken.py": "y = GradScaler(]\n"})
     result = amplint("--no-cache", ".", cwd=root)
     assert (result.returncode, result.stdout) == (2, "No findings, but 2 files could not be linted.\n")
 

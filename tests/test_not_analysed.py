@@ -49,7 +49,7 @@ def test_quiet_output_still_lists_it(amplint, root):
 
 
 def test_it_is_counted_beside_findings_and_files_not_linted(amplint, project):
-    root = project({"hard.py": HARD, "train.py": BUGGY, "broken.py": "x = (\n"})
+    root = project({"hard.py": HARD, "train.py": BUGGY, "broken.py": "x = torch.autocast(\n"})
     result = amplint("--no-cache", "--concise", ".", cwd=root)
     assert result.returncode == 2
     assert "Found 1 error; 1 function not analysed; 1 file could not be linted." in result.stdout.splitlines()

@@ -215,7 +215,7 @@ def test_no_mode_writes_what_a_hostile_name_holds(amplint, tmp_path, options):
     retitles the terminal, and the names of every other kind."""
     notebook = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": BUGGY}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / NOTEBOOK_NAME).write_text(json.dumps(notebook))
-    (tmp_path / TITLE_NAME).write_text("def f(:\n")
+    (tmp_path / TITLE_NAME).write_text("def f(:  # autocast\n")
     for name in (CONTROL_NAME, NEWLINE_NAME):
         (tmp_path / name).write_text(BUGGY)
     with open(bytes(tmp_path) + b"/" + NOT_UTF8_NAME, "wb") as handle:
