@@ -221,8 +221,11 @@ def step(self, loss):
 
 def _clips(clip: Occurrence, model: SemanticModel) -> bool:
     """A clip to judge: not one at an infinite norm, there only for the norm it returns
-    (AMP009's), nor one another module's function makes and its module reports."""
-    return not model.facts(ScaledGradients).clip_only_measures(clip) and not clip.event.reported_where_written
+    (AMP009's), nor one at a threshold times the loss scale (`max_norm * scaler.get_scale()`,
+    which clips the scaled gradients where the unscaled ones would be), nor one another
+    module's function makes and its module reports."""
+    gradients = model.facts(ScaledGradients)
+    return not gradients.clip_only_measures(clip) and not gradients.threshold_scaled(clip) and not clip.event.reported_where_written
 
 
 def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel, advice: Optional[str] = None) -> Message:

@@ -4,7 +4,7 @@ from typing import FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from amplint.analyses.repetition import Loop, Repetitions, loop_header
+from amplint.analyses.repetition import Loop, Repetitions, drawn_by, loop_header, loop_targets, runs_once
 from amplint.lint.evidence import SCALE, STEP
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, iter_tree, source_text
@@ -158,6 +158,14 @@ class ScalerUpdatedTwice(Rule):
                     continue
                 reported.add(id(update.call_site))
                 yield Report(update.call_site, _message(update, first, loop, model.scaler_name(scaler)))
+            # An update in a loop over the optimizers: once per optimizer stepped.
+            for update in occurrences:
+                scaler = _plain_scaler(update, occurrences, model)
+                found = _per_optimizer(update, scaler, occurrences, model) if scaler is not None else None
+                if found is None or id(update.call_site) in reported:
+                    continue
+                reported.add(id(update.call_site))
+                yield Report(update.call_site, _per_optimizer_message(update, found[1], found[0], model.scaler_name(scaler)))
 
     VALID = (
         # The AMP docs' recipe: several optimizers, one update after the last step.
@@ -405,6 +413,48 @@ def _training_loop(update: Occurrence, occurrences: Sequence[Occurrence], model:
     return loop if repetitions.repeats(loop) else None
 
 
+def _per_optimizer(update: Occurrence, scaler: str, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Tuple[Loop, Occurrence]]:
+    """The loop over optimizers that runs `update` once for each: a `for` whose every
+    iteration steps the optimizer it draws through the scaler (`for opt in optimizers:
+    scaler.step(opt)`, `self.optimizer_step(opt, idx)`) and then updates, with nothing on the
+    way that holds the update back (`if idx == len(optimizers) - 1:`). Not a loop over one
+    optimizer, nor one that draws the scaler too (a scaler per optimizer)."""
+    repetitions = model.facts(Repetitions)
+    for node in update.via[1:] + ((update.event.node,) if update.via else ()):
+        if repetitions.loops_around(node) or _guarded(repetitions, node, model):
+            return None
+    receiver = update.receiver.text if update.receiver is not None else ""
+    for loop in reversed(repetitions.loops_around(update.call_site)):
+        if not repetitions.repeats(loop) or runs_once(loop) or receiver.split(".")[0] in loop_targets(loop):
+            continue
+        if any(model.facts(Repetitions).inside(built, loop) for built in model.scalers[scaler].constructions):
+            continue
+        if not repetitions.every_iteration(update.call_site, loop) or _maybe_exclusive(model, update, loop):
+            return None
+        step = next(
+            (
+                o
+                for o in occurrences
+                if o.kind is EventKind.SCALER_STEP
+                and o.receiver is not None
+                and o.receiver.key == scaler
+                and repetitions.inside(o.call_site, loop)
+                and drawn_by(o.argument, loop)
+                and occurrences.index(o) < occurrences.index(update)
+            ),
+            None,
+        )
+        if step is not None:
+            return loop, step
+    return None
+
+
+def _guarded(repetitions: Repetitions, node: cst.CSTNode, model: SemanticModel) -> bool:
+    """An `if` around a call in its unit whose outcome the file does not fix."""
+    record = repetitions.record(node) if isinstance(node, cst.Call) else None
+    return any(model.branches.truth(frame.test, record.unit) is None for frame in repetitions.branches_around(node)) if record else False
+
+
 def _maybe_exclusive(model: SemanticModel, update: Occurrence, loop: Loop) -> bool:
     """Whether the update may run instead of another rather than after it, in ways `if`
     branches do not show: in an `except` handler in the loop (the update of the failed
@@ -430,6 +480,21 @@ def _conditions(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> Fro
     two updates under the same ones run together; under different ones, perhaps never."""
     branches = model.facts(Repetitions).branches_around(occurrence.call_site, loop)
     return frozenset((source_text(frame.test), frame.outcome) for frame in branches)
+
+
+def _per_optimizer_message(update: Occurrence, step: Occurrence, loop: Loop, scaler: str) -> Message:
+    header = loop_header(loop)
+    optimizer = step.argument.text if step.argument is not None else "optimizer"
+    return Message(
+        f"{quote(update)} updates `{scaler}` once per optimizer of `{header}`, after {quote(step)}: with more "
+        "than one optimizer, several times in one iteration",
+        help=(
+            f"Each `{scaler}.update()` counts one iteration: the loss scale grows as many times faster as there are "
+            f"optimizers, each decision sees one optimizer's overflow only, and `{scaler}.step()` of the next "
+            f"`{optimizer}` unscales with a scale changed since its backward. Call `{scaler}.update()` once, after "
+            "the loop, or give each optimizer its own GradScaler."
+        ),
+    )
 
 
 def _message(update: Occurrence, first: Occurrence, loop: Loop, scaler: str) -> Message:

@@ -149,7 +149,9 @@ class FlowAnalysis:
     def _list_items(self, unit: CodeUnit) -> Tuple[Tuple[CallRecord, Union[AmpEvent, HelperCall]], ...]:
         listed = []
         for record in unit.calls:
-            item = self.classifier.classify(record) if record.immediate else None
+            # A call in a branch the file's values never take runs nothing (`if update:` with
+            # `update=False` everywhere the file calls the function).
+            item = self.classifier.classify(record) if record.immediate and not self.branches.never_runs(record) else None
             if item is not None:
                 listed.append((record, item))
         return tuple(listed)
