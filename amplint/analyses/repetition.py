@@ -362,7 +362,8 @@ class Repetitions(Analysis):
         varying = _roots(self._bound_in_loop(Repetition(loop, record.unit)))  # type: ignore[union-attr]
         found = []
         for condition, outcome in sorted(common, key=lambda fact: (fact[0].text, fact[1])):  # type: ignore[attr-defined]
-            text, changes = condition.text, False  # type: ignore[attr-defined]
+            # `self.calls % self.accum == 0`: every Nth call, a counter the function keeps.
+            text, changes = condition.text, "%" in condition.text  # type: ignore[attr-defined]
             for name in condition.names:  # type: ignore[attr-defined]
                 argument = item.argument_for(name.split(".")[0])
                 if argument is None:
