@@ -153,6 +153,12 @@ class ScalerStateNotCheckpointed(Rule):
                 reported.add(scaler.key)
                 # Where the fix goes: the checkpoint that holds the optimizer's state.
                 yield Report(_checkpoint_at(checkpoints[0], model), Message.split(_not_checkpointed(scaler, construction, checkpoints[0])))
+            elif checkpoints and scaler.key not in reported:
+                # Half of it: saved but never restored on resume, or restored but never saved.
+                half = facts.half_kept(scaler.key, checkpoints)
+                if half is not None:
+                    reported.add(scaler.key)
+                    yield Report(_checkpoint_at(half, model), Message.split(_half_kept(scaler, half)))
 
     VALID = (
         # The canonical checkpoint: the scaler's state beside the optimizer's.
@@ -464,6 +470,20 @@ def _not_checkpointed(scaler: ScalerInfo, construction: str, optimizer: StateCal
         f"({construction}): a resumed run starts again at the initial scale (65536 by default) "
         f"and skips steps until it is back at the scale the run had reached. Save "
         f"`{scaler.name}.state_dict()` in the checkpoint and call `{scaler.name}.load_state_dict(...)` on resume."
+    )
+
+
+def _half_kept(scaler: ScalerInfo, optimizer: StateCall) -> str:
+    where = f"`{source_text(optimizer.node)}`" if optimizer.direct or optimizer.via is None else f"`{source_text(optimizer.node)}`, which restores {optimizer.via}"
+    if optimizer.restores:
+        return (
+            f"This resume restores the optimizer's state ({where}) but not `{scaler.name}`'s, which the file saves: "
+            f"the resumed run starts again at the initial scale (65536 by default) and skips steps until it is back "
+            f"at the scale the run had reached. Call `{scaler.name}.load_state_dict(...)` with the saved state on resume."
+        )
+    return (
+        f"This checkpoint saves the optimizer's state ({where}) but not `{scaler.name}`'s, which the resume restores: "
+        f"the checkpoint has no scaler state to restore. Save `{scaler.name}.state_dict()` beside the optimizer's."
     )
 
 
