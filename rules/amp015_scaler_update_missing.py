@@ -351,6 +351,8 @@ def _training_loop(step: Occurrence, occurrences: Sequence[Occurrence], model: S
     if step.via and any(repetitions.loops_around(node) for node in inner):
         return None
     for loop in reversed(repetitions.loops_around(step.call_site)):
+        if drawn_by(step.argument, loop):
+            continue  # a loop over the optimizers: each is stepped once per iteration of the one around it
         inside = [o for o in occurrences if repetitions.inside(o.call_site, loop)]
         if any(o.kind in _GRADIENTS for o in inside):
             return loop if repetitions.repeats(loop) else None

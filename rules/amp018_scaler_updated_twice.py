@@ -7,7 +7,7 @@ import libcst as cst
 from amplint.analyses.repetition import Loop, Repetitions, drawn_by, loop_header, loop_targets, runs_once
 from amplint.lint.evidence import SCALE, STEP
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, Occurrence, SemanticModel, iter_tree, source_text
+from amplint.semantic import EventKind, Occurrence, SemanticModel, children, iter_tree, source_text
 
 
 # What makes a loop a training loop: it computes gradients in every iteration.
@@ -429,7 +429,7 @@ def _per_optimizer(update: Occurrence, scaler: str, occurrences: Sequence[Occurr
             continue
         if any(model.facts(Repetitions).inside(built, loop) for built in model.scalers[scaler].constructions):
             continue
-        if not repetitions.every_iteration(update.call_site, loop) or _maybe_exclusive(model, update, loop):
+        if not repetitions.every_iteration(update.call_site, loop) or _maybe_exclusive(model, update, loop) or _skips(loop):
             return None
         step = next(
             (
@@ -447,6 +447,19 @@ def _per_optimizer(update: Occurrence, scaler: str, occurrences: Sequence[Occurr
         if step is not None:
             return loop, step
     return None
+
+
+def _skips(loop: Loop) -> bool:
+    """A `continue` or `break` of the loop itself: an iteration may end before the update
+    (`if step % len(optimizers) != i: continue` trains one optimizer per step)."""
+    pending = list(loop.body.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.Continue, cst.Break)):
+            return True
+        if not isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            pending.extend(children(node))
+    return False
 
 
 def _guarded(repetitions: Repetitions, node: cst.CSTNode, model: SemanticModel) -> bool:

@@ -221,7 +221,10 @@ def _uses(scale: cst.Call, function: cst.CSTNode, model: SemanticModel) -> List[
         return []
     small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
     target = None
-    if isinstance(small, cst.Assign) and small.value is scale and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+    value = small.value if isinstance(small, cst.Assign) else None
+    if isinstance(value, cst.Call) and _callee(value) == "cast" and len(value.args) == 2 and value.args[1].value is scale:
+        value = scale  # `loss = cast(torch.Tensor, scaler.scale(loss))`
+    if isinstance(small, cst.Assign) and value is scale and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
         target = small.targets[0].target.value
     if target is None:
         found = _use(scale, _parents(statement), model, None)
@@ -323,6 +326,9 @@ def _use(start: cst.CSTNode, parents: Dict[int, cst.CSTNode], model: SemanticMod
             call = parents.get(id(parent))
             if not isinstance(call, cst.Call):
                 return None
+            if _callee(call) == "cast":
+                node = call  # `typing.cast(torch.Tensor, scaled)` is the value itself
+                continue
             return _passed(call, model)
         if isinstance(parent, (cst.Return, cst.Yield)):
             return (parent, "returned")
@@ -345,8 +351,7 @@ def _use(start: cst.CSTNode, parents: Dict[int, cst.CSTNode], model: SemanticMod
 def _passed(call: cst.Call, model: SemanticModel) -> Optional[Tuple[cst.CSTNode, str]]:
     """A scaled value handed to `call`: reported unless the call runs the backward or asks
     what the scale does not change."""
-    callee = dotted_name(call.func) or ""
-    last = callee.rsplit(".", 1)[-1]
+    last = _callee(call)
     if "backward" in last.lower() or "scale" in last.lower() or last in _SCALE_INVARIANT or last == "grad":
         return None
     record = model.call_record(call)
@@ -355,6 +360,14 @@ def _passed(call: cst.Call, model: SemanticModel) -> Optional[Tuple[cst.CSTNode,
     if last in ("float", "int"):
         return (call, "read")
     return (call, "passed")
+
+
+def _callee(call: cst.Call) -> str:
+    """The last name of what `call` calls: `pre_backward` of `super().pre_backward(...)`."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return (dotted_name(func) or "").rsplit(".", 1)[-1]
 
 
 def _message(node: cst.CSTNode, how: str, scale: cst.Call, scaler: str) -> Message:

@@ -229,7 +229,14 @@ class SemanticModel:
                 yield self.flow.own_occurrence(item, unit, context)
             elif isinstance(item, HelperCall):
                 mapper = ArgumentMapper(item, self.classifier)
-                for inner in self.flow.summary_for(item).events:
+                summary = self.flow.summary_for(item)
+                possible = None
+                if summary.sequences is not None:
+                    # Only what a way the call's own arguments allow runs (`clip_grad=None`).
+                    possible = {_event_key(e.event) for seq in summary.sequences if self.flow.facts_at(item, seq.facts) is not None for e in seq.events}
+                for inner in summary.events:
+                    if possible is not None and _event_key(inner.event) not in possible:
+                        continue
                     inherited = inner.inherits_region
                     yield self.flow.occurrence(
                         event=inner.event,
@@ -341,3 +348,9 @@ class SemanticModel:
             sorted(occurrence(o) for o in gradients.plain_backwards),
             sorted(occurrence(o) for o in gradients.entry_uses),
         )
+
+
+def _event_key(event: AmpEvent) -> object:
+    """An event as the ways through its helper list it: itself, or for another module's, as its
+    summary names it (each way through was written out with events of its own)."""
+    return (event.kind, event.foreign) if event.foreign is not None else id(event)
