@@ -32,7 +32,12 @@ class ScalerStateNotCheckpointed(Rule):
     `torch.save(ckpt, path)`), or the call that hands the optimizer to a checkpointing function;
     on the optimizer's `state_dict()` itself when the function shows no such call; a save
     before a restore. Also flags a `GradScaler(...)` built again after `scaler.load_state_dict(...)`
-    restored it.
+    restored it, and half of the scaler's state kept: saved (`scaler.state_dict()`) but never
+    restored while the optimizer's state is (a resume that starts the scale again; the finding
+    is on the optimizer's restore), or restored but never saved while the optimizer's state is
+    saved (the finding is on that save). A framework's checkpointer handed a dict of objects
+    (ignite's `Checkpoint(to_save, ...)`, `Checkpoint.load_objects(to_load=to_save, ...)`)
+    checkpoints each of them: without the scaler in the dict, it is flagged.
 
     A scaler local to a function counts only when a checkpoint is in code connected to that
     function by calls in the file (it calls it, is called by it, or is handed the scaler);
@@ -415,6 +420,29 @@ for epoch in range(args.epochs):
 """,
             at=((7, 5),),
         ),
+        # Saved with the optimizer's, but the resume restores only the optimizer's.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+if args.resume:
+    ckpt = torch.load(args.resume)
+    optimizer.load_state_dict(ckpt["optimizer"])
+torch.save({"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, "last.pt")
+""",
+            at=((6, 5),),
+        ),
+        # ignite's Checkpoint handed the model and the optimizer, not the scaler.
+        Flagged(
+            """
+import torch
+from ignite.handlers import Checkpoint
+scaler = torch.amp.GradScaler("cuda")
+to_save = {"model": model, "optimizer": optimizer}
+trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint(to_save, save_dir))
+""",
+            at=((6, 51),),
+        ),
         # Built again after its state was restored.
         Flagged(
             """
@@ -435,6 +463,8 @@ def _checkpoint_at(optimizer: StateCall, model: SemanticModel) -> cst.CSTNode:
     `save_checkpoint(model, optimizer, ...)`, or the save of the variable the state was put in
     (`ckpt = {...}` ... `torch.save(ckpt, path)`); the state call itself when no such call is
     in the same function."""
+    if not optimizer.direct and optimizer.via is None:
+        return optimizer.node  # the checkpointing call itself: `Checkpoint(to_save, ...)`
     line = model.statement_of(optimizer.node)
     if isinstance(line, cst.SimpleStatementLine):
         small = line.body[0]

@@ -22,13 +22,29 @@ class ScalerUpdateMissing(Rule):
     condition as the step counts; one after the loop does not. Also flags
     `scaler.unscale_(optimizer)` that runs in every iteration while every update in the loop
     sits under an `if` whose test changes from one iteration to the next and the unscale is
-    not under (gradient accumulation that clips every micro-batch and steps every few). A
-    condition that is the same in every iteration (a configuration flag) is not followed.
+    not under (gradient accumulation that clips every micro-batch and steps every few), also
+    when the loop writes accumulation as `if accum > 1: ... else: ...` (the update of the other
+    branch never runs with it) or a loss-scaler wrapper of the file or of another linted module
+    unscales on each call and updates every Nth (`if self.calls % self.accum == 0:`). A
+    condition that is the same in every iteration (a configuration flag) is not followed; one
+    the file's own values fix is evaluated with them (`if update:` in a `step(self, loss,
+    update=False)` that no call passes `update` to never runs; `(i + 1) % self.accum == 0` with
+    every construction leaving `accum` at 1 always does).
+
+    Several optimizers, one scaler: flags a step that runs after the iteration's
+    `scaler.update()`, which followed another optimizer's step, on gradients scaled before it,
+    with no update after it (`scaler.step(opt_a); scaler.update(); scaler.step(opt_b)`); and an
+    `unscale_()` of an optimizer already unscaled since the last update: again in the same
+    iteration (directly or in a clip helper), or in a loop inside the iteration that does not
+    draw the optimizer (`for module in [encoder, decoder]: scaler.unscale_(optimizer)`). A loop
+    over the optimizers (`for opt in optimizers: scaler.step(opt)`) is not the training loop.
 
     ## Why is this bad?
     `update()` is what ends an iteration for a GradScaler: it resets the per-optimizer state
     that `step()` and `unscale_()` record, and it adjusts the loss scale. Without it the
-    scale never adapts, and the scaler refuses a second step, or a second unscale.
+    scale never adapts, and the scaler refuses a second step, or a second unscale. A step after
+    the update unscales its optimizer's gradients with the scale the update may have just
+    halved or doubled, not the one they were scaled with.
 
     ## What goes wrong at runtime
     The mistake is loud. Measured by `amplint verify` (CPU, 20 steps, SGD and Adam, float16
@@ -184,6 +200,29 @@ for x in loader:
     step_all(optimizers)
     scaler.update()
 """,
+        # A backward and a step per optimizer in a loop over them, one update after it.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    for optimizer, loss_fn in zip(optimizers, losses):
+        scaler.scale(loss_fn(x)).backward()
+        scaler.step(optimizer)
+    scaler.update()
+""",
+        # Each optimizer unscaled once per update, in a loop over them.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for optimizer in optimizers:
+        scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    for optimizer in optimizers:
+        scaler.step(optimizer)
+    scaler.update()
+""",
         # A disabled scaler steps without complaint.
         """
 import torch
@@ -259,6 +298,34 @@ for x in loader:
 """,
     )
     INVALID = (
+        # The decoder's step after the update, on gradients scaled before it.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(opt_enc)
+    scaler.update()
+    scaler.step(opt_dec)
+""",
+            at=((8, 5),),
+        ),
+        # One optimizer unscaled once per sub-network: the second raises.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for module in [model.encoder, model.decoder]:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            at=((7, 9),),
+        ),
         Flagged(
             """
 import torch

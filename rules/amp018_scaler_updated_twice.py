@@ -23,7 +23,15 @@ class ScalerUpdatedTwice(Rule):
     also runs a backward): both written in that loop, or in helpers of the file it calls,
     both running in every iteration and under the same conditions. Typically one scaler
     serves two networks, `scaler.step(opt_d); scaler.update()` and then
-    `scaler.step(opt_g); scaler.update()`. Updates in exclusive branches (`if train_d:` ...
+    `scaler.step(opt_g); scaler.update()`. Also flags an update in a loop over the optimizers
+    (`for opt in optimizers:`, `for i, opt in enumerate(self.optimizers):`, `zip(optimizers,
+    losses)`) after the step of the optimizer that iteration draws, written there or in a
+    per-optimizer method it calls (`self.optimizer_step(opt, idx)`): with more than one
+    optimizer it runs several times per iteration. Not a loop over one optimizer
+    (`for opt in [optimizer]:`), one that draws a scaler per optimizer, one that may skip an
+    iteration's update (`if step % len(optimizers) != i: continue`, alternating networks), nor
+    an update the method holds back until the last optimizer (`if idx is None or idx ==
+    len(self.optimizers) - 1:`, whatever the file passes for `idx`). Updates in exclusive branches (`if train_d:` ...
     `else:`), under a condition that changes from one iteration to the next (accumulation),
     in and after the loop, in an `except` handler, of two different scalers, in a helper
     that may return before it, or in one helper called twice (the rule cannot tell it is
@@ -301,6 +309,21 @@ for x in loader:
     scaler.step(opt_g)
     scaler.update()
 """,
+        # One update after the loop over the optimizers (the AMP docs' recipe), and a loop
+        # over one optimizer.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    for optimizer, loss_fn in zip([opt_d, opt_g], [d_loss, g_loss]):
+        scaler.scale(loss_fn(x)).backward()
+        scaler.step(optimizer)
+    scaler.update()
+    for optimizer in [opt_main]:
+        scaler.scale(main_loss(x)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
         # A disabled scaler: its update does nothing.
         """
 import torch
@@ -330,6 +353,19 @@ def train(loader, use_d, use_g):
 """,
     )
     INVALID = (
+        # Once per optimizer, in a loop over them.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    for optimizer, loss_fn in zip([opt_d, opt_g], [d_loss, g_loss]):
+        scaler.scale(loss_fn(x)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            at=((8, 9),),
+        ),
         Flagged(
             """
 import torch
