@@ -7,7 +7,7 @@ import libcst as cst
 from amplint.analyses.repetition import Loop, Repetitions, drawn_by, loop_header, loop_targets, runs_once
 from amplint.lint.evidence import SCALE, STEP
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, Occurrence, SemanticModel, children, iter_tree, source_text
+from amplint.semantic import CodeUnit, EventKind, Occurrence, SemanticModel, children, iter_tree, source_text
 
 
 # What makes a loop a training loop: it computes gradients in every iteration.
@@ -31,7 +31,11 @@ class ScalerUpdatedTwice(Rule):
     (`for opt in [optimizer]:`), one that draws a scaler per optimizer, one that may skip an
     iteration's update (`if step % len(optimizers) != i: continue`, alternating networks), nor
     an update the method holds back until the last optimizer (`if idx is None or idx ==
-    len(self.optimizers) - 1:`, whatever the file passes for `idx`). Updates in exclusive branches (`if train_d:` ...
+    len(self.optimizers) - 1:`, whatever the file passes for `idx`). A hook a framework calls
+    once per optimizer, with the optimizer's index (`optimizer_step(self, epoch, batch_idx,
+    optimizer, optimizer_idx, ...)` of a Lightning 1.x module that manages its own scaler), is
+    flagged when it steps its optimizer and updates at every call while its class shows more
+    than one optimizer (`if optimizer_idx == 1:`). Updates in exclusive branches (`if train_d:` ...
     `else:`), under a condition that changes from one iteration to the next (accumulation),
     in and after the loop, in an `except` handler, of two different scalers, in a helper
     that may return before it, or in one helper called twice (the rule cannot tell it is
@@ -174,6 +178,15 @@ class ScalerUpdatedTwice(Rule):
                     continue
                 reported.add(id(update.call_site))
                 yield Report(update.call_site, _per_optimizer_message(update, found[1], found[0], model.scaler_name(scaler)))
+            # A hook called once per optimizer (`optimizer_step(self, ..., optimizer, optimizer_idx)`).
+            index = _optimizer_index(unit, model)
+            for update in occurrences if index is not None else ():
+                scaler = _plain_scaler(update, occurrences, model)
+                step = _hook_step(update, scaler, unit, occurrences, model) if scaler is not None else None
+                if step is None or id(update.call_site) in reported:
+                    continue
+                reported.add(id(update.call_site))
+                yield Report(update.call_site, _hook_message(update, step, unit, index, model.scaler_name(scaler)))
 
     VALID = (
         # The AMP docs' recipe: several optimizers, one update after the last step.
@@ -485,6 +498,75 @@ def _per_optimizer(update: Occurrence, scaler: str, occurrences: Sequence[Occurr
     return None
 
 
+# The parameter through which a framework tells a hook which optimizer it is called for
+# (Lightning's `optimizer_step(..., optimizer, optimizer_idx, ...)` before 2.0).
+_INDEX_PARAMETERS = ("optimizer_idx", "opt_idx", "optimizer_index")
+
+
+def _optimizer_index(unit: CodeUnit, model: SemanticModel) -> Optional[str]:
+    """The optimizer-index parameter of a method called once per optimizer, when its class
+    shows more than one: it tests the index against another number than 0
+    (`if optimizer_idx == 1:`) in any of its methods."""
+    name = next((p for p in unit.parameters if p in _INDEX_PARAMETERS), None)
+    if name is None or unit.class_name is None:
+        return None
+    for other in model.units:
+        if other.class_name != unit.class_name:
+            continue
+        for node in iter_tree(other.node):
+            if isinstance(node, cst.Comparison) and isinstance(node.left, cst.Name) and node.left.value in _INDEX_PARAMETERS:
+                compared = node.comparisons[0].comparator
+                if isinstance(compared, cst.Integer) and compared.evaluated_value != 0:
+                    return name
+    return None
+
+
+def _hook_step(update: Occurrence, scaler: str, unit: CodeUnit, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Occurrence]:
+    """The step of the hook's optimizer parameter before an update that runs at every call of
+    the hook: no loop and no `if` the file does not fix on the way to it."""
+    repetitions = model.facts(Repetitions)
+    for node in (update.call_site,) + update.via[1:] + ((update.event.node,) if update.via else ()):
+        if repetitions.loops_around(node) or _guarded(repetitions, node, model):
+            return None
+    if _maybe_exclusive_in(model, update, unit):
+        return None
+    return next(
+        (
+            o
+            for o in occurrences[: occurrences.index(update)]
+            if o.kind is EventKind.SCALER_STEP
+            and o.receiver is not None
+            and o.receiver.key == scaler
+            and o.argument is not None
+            and o.argument.text in unit.parameters
+        ),
+        None,
+    )
+
+
+def _maybe_exclusive_in(model: SemanticModel, update: Occurrence, unit: CodeUnit) -> bool:
+    """A `return` or `raise` before the update in the hook itself or a helper on the way."""
+    for earlier in iter_tree(unit.node):
+        if earlier is update.call_site:
+            break
+        if isinstance(earlier, (cst.Return, cst.Raise)):
+            return True
+    return bool(update.via) and _maybe_exclusive(model, update, None)
+
+
+def _hook_message(update: Occurrence, step: Occurrence, unit: CodeUnit, index: str, scaler: str) -> Message:
+    method = unit.name.rsplit(".", 1)[-1]
+    return Message(
+        f"{quote(update)} updates `{scaler}` at every call of `{method}`, which runs once per optimizer (its "
+        f"`{index}`), after {quote(step)}: several times in one iteration",
+        help=(
+            f"Each `{scaler}.update()` counts one iteration: the loss scale grows as many times faster as there are "
+            f"optimizers. Update only for the last optimizer (`if {index} == len(optimizers) - 1:`), or give each "
+            "optimizer its own GradScaler."
+        ),
+    )
+
+
 def _skips(loop: Loop) -> bool:
     """A `continue` or `break` of the loop itself: an iteration may end before the update
     (`if step % len(optimizers) != i: continue` trains one optimizer per step)."""
@@ -504,12 +586,12 @@ def _guarded(repetitions: Repetitions, node: cst.CSTNode, model: SemanticModel) 
     return any(model.branches.truth(frame.test, record.unit) is None for frame in repetitions.branches_around(node)) if record else False
 
 
-def _maybe_exclusive(model: SemanticModel, update: Occurrence, loop: Loop) -> bool:
+def _maybe_exclusive(model: SemanticModel, update: Occurrence, loop: Optional[Loop]) -> bool:
     """Whether the update may run instead of another rather than after it, in ways `if`
     branches do not show: in an `except` handler in the loop (the update of the failed
     `try`'s fallback), or in a helper that may `return` before it (`if not self.train_d:
     return`)."""
-    handlers = [node for node in iter_tree(loop.body) if isinstance(node, cst.ExceptHandler)]
+    handlers = [node for node in iter_tree(loop.body) if isinstance(node, cst.ExceptHandler)] if loop is not None else []
     if any(node is update.call_site for handler in handlers for node in iter_tree(handler)):
         return True
     for node in update.via[1:] + ((update.event.node,) if update.via else ()):
