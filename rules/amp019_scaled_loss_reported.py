@@ -4,7 +4,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amplint.lint.evidence import BACKWARD, SCALE_CALL
+from amplint.lint.evidence import BACKWARD, SCALED_VALUE
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule
 from amplint.semantic import AmpEvent, EventKind, HelperCall, SemanticModel, children, dotted_name, iter_tree, names_bound, source_text
 
@@ -63,8 +63,8 @@ class ScaledLossReported(Rule):
     code = "AMP019"
     name = "scaled-loss-reported"
     severity = "warning"
-    # A scaler's `.scale(...)` and a backward on what it returns.
-    needs = ({SCALE_CALL}, {BACKWARD})
+    # A scaler's `.scale(...)` whose value is kept, and a backward on it.
+    needs = ({SCALED_VALUE}, {BACKWARD})
 
     PREDICTIONS = (
         Prediction(
