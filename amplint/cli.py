@@ -15,17 +15,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TextIO, Tuple, Type
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Type
 
 from amplint import __version__, subcommands
-from amplint.config.options import FAIL_LEVELS, TARGET_VERSIONS, ConfigError, PythonVersion, split_codes
+from amplint.config.options import FAIL_LEVELS, SYNTAX_ERRORS, TARGET_VERSIONS, ConfigError, PythonVersion, split_codes
 from amplint.escape import visible
 from amplint.lint.noqa import directives_ignored, ignoring_directives
 from amplint.config.per_file import codes_for as _codes_for
 from amplint.config.per_file import load_config as _load_config
 from amplint.config.per_file import per_file_ignores as _per_file_ignores
 from amplint.config.per_file import selected_rules as _selected_rules
-from amplint.work import metered, parse_factor
+from amplint.work import MAX_FACTOR, metered, parse_factor
 
 # Everything else is imported where it is used: `amplint --version` and a run on files that
 # mention no AMP code should not pay for LibCST, the rules and every output format
@@ -77,7 +77,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # never exit 1 (which reads as "findings") on a crash
-        print(f"amplint: internal error: {type(error).__name__}: {visible(str(error))}", file=sys.stderr)
+        _tell("internal error", f"{type(error).__name__}: {error}")
         return EXIT_ERROR
 
 
@@ -152,6 +152,11 @@ def _check_parser() -> argparse.ArgumentParser:
         help="the lowest severity of finding that fails the run (exit 1): error (warnings are reported and exit 0) or warning (default: the config's fail-level, else error)",
     )
     run.add_argument(
+        "--syntax-errors",
+        choices=SYNTAX_ERRORS,
+        help="whose syntax errors to report: the files amplint analyses, those that mention AMP code (the default: the config's syntax-errors, else analysed), or all the files it is given",
+    )
+    run.add_argument(
         "--config",
         action="append",
         metavar="PATH|KEY=VALUE",
@@ -159,7 +164,7 @@ def _check_parser() -> argparse.ArgumentParser:
         "or a `KEY = VALUE` TOML line that overrides one setting, e.g. --config \"ignore = ['AMP006']\" (repeatable)",
     )
     run.add_argument("--isolated", action="store_true", help="ignore all configuration files")
-    run.add_argument("-j", "--jobs", type=int, default=None, metavar="N", help="worker processes (default: the config's jobs, else one per CPU)")
+    run.add_argument("-j", "--jobs", type=_whole_number(), default=None, metavar="N", help="worker processes, as many as asked for (default: the config's jobs, at most one per CPU; else one per CPU)")
     run.add_argument(
         "--file-budget",
         type=_seconds,
@@ -169,7 +174,7 @@ def _check_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--file-memory",
-        type=_mebibytes,
+        type=_whole_number(" of MiB"),
         default=DEFAULT_MEMORY,
         metavar="MIB",
         help=f"MiB of memory a worker may take beyond what it starts with, a safety net; a file past it is an error (default: {DEFAULT_MEMORY}; 0: no limit)",
@@ -229,10 +234,13 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         check_patterns(split_codes(options.extend_exclude) or [], "--extend-exclude")
     except (ConfigError, SelectionError, PatternError) as error:
         return _usage_error(str(error))
+    for note in config.notes:
+        _tell("note", note)
     target = parse_target_version(options.target_version) if options.target_version else config.target_version
     torch_target = config.torch()[0]
     analysis_limit = options.analysis_limit if options.analysis_limit is not None else config.analysis_limit
     fail_level = options.fail_level or config.fail_level
+    every_syntax = (options.syntax_errors or config.syntax_errors) == "all"
     if options.concise and options.output_format in (None, "full"):
         options.output_format = "concise"
     options.output_format = options.output_format or config.output_format or "full"
@@ -244,7 +252,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         respect_gitignore=config.respect_gitignore and not options.no_respect_gitignore,
         force_exclude=options.force_exclude,
     )
-    workers = (options.jobs if options.jobs is not None else config.jobs) or os.cpu_count() or 1
+    workers = _workers(options.jobs, config.jobs)
     if options.show_settings:
         sys.stdout.write(show.settings(config, rules, discovery, paths, options.output_format, workers, target, fail_level or "error", analysis_limit or 1.0))
         return EXIT_CLEAN
@@ -265,21 +273,20 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         stdin_data = sys.stdin.buffer.read()
 
         def lint_all() -> List[FileResult]:
-            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data, analysis_limit, torch_target, options.file_memory)] if files else []
+            return [lint_stdin(stdin_name, codes_by_path[stdin_name], options.file_budget, target, stdin_data, analysis_limit, torch_target, options.file_memory, every_syntax)] if files else []
 
     else:
         files, errors = discovery.files(paths)
         if watched is not None:
-            watched.extend([*files, *([config.path] if config.path else [])])
+            watched.extend([*files, *discovery.walked, *([config.path] if config.path else [])])
         if options.show_files:
             sys.stdout.write(show.files(files))
-            for error in sorted(errors):
-                print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
+            _tell_errors(errors)
             return EXIT_ERROR if errors else EXIT_CLEAN
         if not files and not errors:
             # Exactly why, when --force-exclude left out the paths the user named.
             why = "".join(f"; {path} is {reason}" for path, reason in discovery.skipped)
-            print(f"amplint: warning: no Python files or notebooks found under {visible(' '.join(paths) + why)}", file=sys.stderr)
+            _tell("warning", f"no Python files or notebooks found under {' '.join(paths)}{why}")
         codes_by_path = {path: _codes_for(path, rules, config, per_file) for path in files}
         from amplint.run import progress
         from amplint.run.cache import open_cache
@@ -287,14 +294,14 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
 
         cache = None if options.no_cache else open_cache(options.cache_dir, config.root, config.cache_dir)
         if cache is not None and cache.problem:
-            print(f"amplint: note: not caching: {visible(cache.problem)}", file=sys.stderr)
+            _tell("note", f"not caching: {cache.problem}")
 
         def lint_all() -> List[FileResult]:
             shown = progress.Progress(len(files), enabled=not options.quiet and progress.wanted())
             try:
                 # --ignore-noqa changes what a file's result is: part of its cache key.
                 settings = {"ignore-noqa": True} if ignoring_directives() else None
-                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit, torch_target=torch_target, memory=options.file_memory) as runner:
+                with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit, torch_target=torch_target, memory=options.file_memory, every_syntax=every_syntax) as runner:
                     # Files that import linted modules are linted again with what those modules' functions do.
                     return runner.lint_project([Job(path, codes) for path, codes in codes_by_path.items()])
             finally:
@@ -312,7 +319,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
             fixes = fix_results(results, codes_by_path, wanted_by(unsafe, fixable, unfixable), target, stdin_data, torch_target)
         for fix in fixes:
             if fix.outcome.error and fix.outcome.count == 0:
-                print(f"amplint: note: {visible(fix.path)}: {visible(fix.outcome.error)}", file=sys.stderr)
+                _tell("note", f"{fix.path}: {fix.outcome.error}")
         if options.diff:
             return _print_diff(fixes, results, errors, options.exit_zero)
         if reads_stdin:
@@ -353,6 +360,7 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
         unsafe_fixes=unsafe,
         fixed=fixed_errors + fixed_warnings,
         fixed_warnings=fixed_warnings,
+        fail_level=fail_level or "error",
     )
     try:
         if options.fix_only:
@@ -372,23 +380,21 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
     # as a clean bill of health. Every output format reports it; here for a person reading
     # the terminal when standard output is not for them.
     for skipped in report.skipped_functions if not _human_on_stdout(options, reads_stdin and fixing) else ():
-        print(f"amplint: note: {visible(skipped.path)}:{skipped.row}: {skipped.message}", file=sys.stderr)
-    for error in sorted(errors):
-        print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
-    status = exit_status(report, fail_level, exit_zero=options.exit_zero or options.fix_only)
+        _tell("note", f"{skipped.path}:{skipped.row}: {skipped.message}")
+    _tell_errors(errors)
+    status = exit_status(report, exit_zero=options.exit_zero or options.fix_only)
     if status == EXIT_CLEAN and options.exit_non_zero_on_fix and not options.exit_zero and any(fix.changed for fix in fixes):
         return EXIT_FINDINGS
     return status
 
 
-def exit_status(report: "RunReport", fail_level: str = "error", exit_zero: bool = False) -> int:
-    """2 if a file could not be linted; 1 for a finding at `fail_level` or worse (unless
-    `exit_zero`); else 0. A function not analysed is reported, and changes nothing here: its
+def exit_status(report: "RunReport", exit_zero: bool = False) -> int:
+    """2 if a file could not be linted; 1 for a finding at the report's fail level or worse
+    (unless `exit_zero`); else 0. A function not analysed is reported, and changes nothing here: its
     verdict is deterministic (amplint.work), and raising the limit is the way to analyse it."""
     if report.errors:
         return EXIT_ERROR
-    failing = ("error",) if fail_level == "error" else ("error", "warning")
-    if not exit_zero and any(finding.severity in failing for finding in report.findings):
+    if not exit_zero and any(report.fails(finding) for finding in report.findings):
         return EXIT_FINDINGS
     return EXIT_CLEAN
 
@@ -400,12 +406,11 @@ def _add_noqa(results: List[FileResult], errors: List[FileError], paths: Sequenc
 
     added = add_noqa(results, paths)
     for note in added.notes:
-        print(f"amplint: note: {note}", file=sys.stderr)
+        _tell("note", note)
     count = added.directives
     print(f"Added {count} noqa directive{'s' if count != 1 else ''}" + (f" in {added.files} file{'s' if added.files != 1 else ''}." if count else "."), file=sys.stderr)
     errors = errors + added.errors + [result.error for result in results if result.error is not None]
-    for error in sorted(errors):
-        print(f"amplint: error: {error.path}: {error.message}", file=sys.stderr)
+    _tell_errors(errors)
     return EXIT_ERROR if errors else EXIT_CLEAN
 
 
@@ -414,8 +419,9 @@ WATCH_INTERVAL = 0.5
 
 
 def _watch(options: argparse.Namespace) -> int:
-    """`--watch`: a run, then another whenever a linted file, a directory holding one, a path
-    given or the configuration file changes (polled: no dependency, no threads)."""
+    """`--watch`: a run, then another whenever a linted file, a directory the run walked or
+    that holds one, a path given or the configuration file changes (polled: no dependency,
+    no threads)."""
     import time
 
     if options.paths == ["-"] or options.stdin_filename is not None:
@@ -465,8 +471,7 @@ def _print_diff(fixes: List[FileFix], results: List[FileResult], errors: List[Fi
     if sum(_fixed_by_severity(changed)):
         print(f"Would fix {count_words(*_fixed_by_severity(changed))}.", file=sys.stderr)
     errors = errors + [result.error for result in results if result.error is not None]
-    for error in sorted(errors):
-        print(f"amplint: error: {visible(error.path)}: {visible(error.message)}", file=sys.stderr)
+    _tell_errors(errors)
     if errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if changed and not exit_zero else EXIT_CLEAN
@@ -492,9 +497,22 @@ def _human_on_stdout(options: argparse.Namespace, elsewhere: bool) -> bool:
 
 
 def _usage_error(message: str) -> int:
-    # Messages quote the configuration and paths, which the linted repository controls.
-    print(f"amplint: error: {visible(message)}", file=sys.stderr)
+    _tell("error", message)
     return EXIT_ERROR
+
+
+def _tell(kind: str, text: str) -> None:
+    """`amplint: KIND: TEXT` on standard error: the one way the command speaks to a person
+    outside its report. The text quotes what the linted repository controls (file names,
+    code, configuration values), so all of it is made visible (`amplint.escape`): no
+    control byte reaches the terminal, no line break starts a line of the repository's (a
+    `::error` workflow command in a GitHub Actions log)."""
+    print(f"amplint: {kind}: {visible(text)}", file=sys.stderr)
+
+
+def _tell_errors(errors: Sequence["FileError"]) -> None:
+    for error in sorted(errors):
+        _tell("error", f"{error.path}: {error.message}")
 
 
 def lint_stdin(
@@ -506,6 +524,7 @@ def lint_stdin(
     analysis_limit: float = 1.0,
     torch_target: Optional[Tuple[int, int]] = None,
     memory: int = DEFAULT_MEMORY,
+    every_syntax: bool = False,
 ) -> FileResult:
     """Lint standard input (or `data` read from it) as the file `name`, isolated like any other file."""
     from amplint.lint.diagnostics import FileResult
@@ -516,7 +535,7 @@ def lint_stdin(
     too_large = size_error(name, len(data))
     if too_large:
         return FileResult(name, error=too_large)
-    with Runner(1, budget, target=target, analysis_limit=analysis_limit, torch_target=torch_target, memory=memory) as runner:
+    with Runner(1, budget, target=target, analysis_limit=analysis_limit, torch_target=torch_target, memory=memory, every_syntax=every_syntax) as runner:
         return runner.lint([Job(name, codes, data=data)])[0]
 
 
@@ -530,21 +549,36 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _mebibytes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}")
-    return value
+def _workers(asked: Optional[int], configured: Optional[int]) -> int:
+    """Worker processes: `-j N` as given (the user's own choice); the configuration's `jobs`,
+    which the linted repository controls, at most one per CPU (`jobs = 5000` in a pull
+    request must not fork thousands of workers); 0 or nothing: one per CPU."""
+    cpus = os.cpu_count() or 1
+    if asked:
+        return asked
+    return min(configured, cpus) if configured else cpus
+
+
+def _whole_number(of: str = "") -> Callable[[str], int]:
+    """An argument type: a whole number, 0 or more (`of`: what it counts, for the message)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"not a whole number{of}: {text!r}")
+        return value
+
+    return parse
 
 
 def _factor(text: str) -> float:
     try:
         return parse_factor(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a positive factor: {text!r} (e.g. 4 for four times the default limits)") from None
+        raise argparse.ArgumentTypeError(f"not a positive factor of at most {MAX_FACTOR:g}: {text!r} (e.g. 4 for four times the default limits)") from None
 
 
 def _write(report: RunReport, options: argparse.Namespace, default: Optional[TextIO] = None) -> None:
@@ -607,7 +641,7 @@ def rule_command(argv: Sequence[str]) -> int:
             else:
                 sys.stdout.write(rule.page())
             return EXIT_CLEAN
-    print(f"amplint: error: unknown rule `{wanted}` (see `amplint rule --all`)", file=sys.stderr)
+    _tell("error", f"unknown rule `{wanted}` (see `amplint rule --all`)")
     return EXIT_ERROR
 
 

@@ -11,7 +11,10 @@ of linting a file is counted, and the limits are on the count:
 - **Per file.** Every node the analysis' tree walks visit (`amplint.semantic.walk.children`)
   is a step, every statement the flow analysis evaluates (per state) is `FLOW_STEP` steps,
   the code LibCST prints for messages and summaries (`amplint.semantic.names.source_text`) a
-  step per `PRINT_CHARACTERS_PER_STEP` characters, and LibCST's parse is charged up front, a
+  step per `PRINT_CHARACTERS_PER_STEP` characters, every binding a lookup of a name may refer
+  to (`amplint.semantic.resolve.Resolver.bindings`: a name bound thousands of times is weighed
+  that many times at each read), the scans a rule or a fact family makes per finding (AMP014's
+  names up the scope chain, a cast's later calls), and LibCST's parse is charged up front, a
   step per `PARSE_CHARACTERS_PER_STEP` characters (its native code cannot be counted from
   inside). Past `FILE_STEPS` the file is not linted ("analysis exceeded the work limit"), an
   error like any other file error, and the same one everywhere.
@@ -23,11 +26,15 @@ limit is 6 to 9 s of CPU there; on a slower shared machine (2 December 2026) a s
 13 us in every phase and the whole limit 36 s, still far under the CPU safety net of
 `amplint.run.driver`. The largest training scripts of timm, diffusers, pytorch/examples and
 accelerate (2,000 to 4,400 lines, 144 files with AMP code) take at most
-140,000 steps, 1/20 of the limit, and 240 mutants of the 12 largest (blocks duplicated, lines
-deleted, AMP calls inserted) at most 260,000; a generated 2,000-line trainer of 160 AMP
-training loops takes 430,000 (`tests/test_work_limit.py`). Not counted, because linear in the
-file's size (which is limited) or done only for what is reported: CPython's syntax check and
-the evidence pre-check, positions of findings, the rules' own bookkeeping.
+190,000 steps, 1/16 of the limit (measured 6 December 2026), and 240 mutants of the 12
+largest (blocks duplicated, lines deleted, AMP calls inserted) at most 260,000; a generated
+2,000-line trainer of 160 AMP training loops takes 540,000 (`tests/test_work_limit.py`). Not
+counted, because linear in the file's size (which is limited) or done only for what is
+reported: CPython's syntax check and the evidence pre-check, positions of findings, the work a
+rule does once per file. Work that grows faster than the file is counted: a file twice or four
+times as large takes at most as many more operations as steps, for every rule
+(`tests/test_work_growth.py`), so the CPU safety net is never what stops a file below the
+step limit.
 
 `--analysis-limit FACTOR` (config: `analysis-limit`) multiplies every limit for a run. The
 CPU seconds of `--file-budget` (amplint.run.driver) remain only as a safety net far above what the
@@ -48,6 +55,9 @@ FILE_STEPS = 3_000_000
 FLOW_STEP = 4
 PARSE_CHARACTERS_PER_STEP = 2
 PRINT_CHARACTERS_PER_STEP = 2
+# The largest `--analysis-limit`: 3,000 times the limit is billions of steps, hours of CPU
+# per file, and a whole number of steps (1e308 times is not).
+MAX_FACTOR = 1000.0
 
 
 class WorkLimitExceeded(BaseException):
@@ -111,7 +121,12 @@ def limit_message(factor: float) -> str:
 
 def parse_factor(text: str) -> float:
     """`--analysis-limit`'s value: a positive multiplier, `4` or `4x`."""
-    value = float(text[:-1] if text.lower().endswith("x") else text)
-    if not value > 0 or value == float("inf"):
-        raise ValueError(text)
-    return value
+    return check_factor(float(text[:-1] if text.lower().endswith("x") else text))
+
+
+def check_factor(value: float) -> float:
+    """`value` if it is a factor the limits can be multiplied by: above 0, at most
+    `MAX_FACTOR`; else ValueError."""
+    if not 0 < value <= MAX_FACTOR:
+        raise ValueError(value)
+    return float(value)

@@ -251,132 +251,99 @@ def _div(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 
 def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> dict:
-    """Every file's CPU and steps (amplint.work's meter, without its limit, so that a file
-    past the limit shows its whole cost), phase by phase, in this process; the `worst`
-    costliest files; then the scheduler replayed."""
-    from amplint.lint import engine, evidence
+    """A whole run in this process (`Runner(isolate=False).lint_project`, as the command runs it
+    but without worker processes), its CPU split by phase: each phase is the engine's or the
+    project layer's own function, timed where the run calls it (nothing is re-implemented
+    here). Every lint's steps on `amplint.work`'s meter, without its limit, so that a file past
+    the limit shows its whole cost; the lints counted by kind (a file alone, with the
+    summaries of what it imports, whole, again); the `worst` costliest files; then the
+    scheduler replayed on the first lint of each file."""
     from amplint import work
-    from amplint.lint.diagnostics import FileResult
-    from amplint.run.driver import _BATCH_FILES, plan, simulate
-    from amplint.lint.parse_guard import parse_hazard
-    from amplint.project.link import link
+    from amplint.lint import engine
+    from amplint.project import ambient, link as link_module, order
     from amplint.rules import ALL_RULES
-    from amplint.semantic import analyze
-    from amplint.semantic.foreign import ExternalModules, LookupRecorder, export_summary, imports_of
-    from amplint.run.source import decode_python
-    from amplint.lint.syntax import parse_module_exactly, python_tree, quiet_collector, syntax_error
+    from amplint.run import driver
+    from amplint.run.driver import _BATCH_FILES, Job, Runner, plan, simulate
 
     clock = time.process_time
-    phases = ["read+pre-check", "syntax check", "marks (files with AMP words)", "parse guard", "LibCST parse", "semantic model", "rules", "positions+noqa", "summary export"]
-    spent = {phase: 0.0 for phase in phases}
-    parsing = [rule for rule in ALL_RULES if rule.code != "AMP100"]  # unused noqa reads comments only
+    spent: Dict[str, float] = {}
+    timed = [
+        (engine, "python_tree", "syntax check + CPython tree (files with AMP words)"),
+        (engine, "syntax_error", "syntax verdict (files without AMP words: --syntax-errors all)"),
+        (engine.evidence, "marks", "marks (files with AMP words)"),
+        (engine, "parse_hazard", "parse guard"),
+        (engine, "parse_module_exactly", "LibCST parse"),
+        (engine, "analyze", "semantic model"),
+        (engine, "run_rules", "rules"),
+        (engine, "_locate", "positions+noqa"),
+        (engine, "export_summary", "summary export"),
+        (engine, "ambient_facts", "ambient facts"),
+        (driver, "_syntax_only", "files without AMP words (read, words)"),
+    ]
+    saved = []
+
+    def timing(module, name: str, phase: str) -> None:
+        original = getattr(module, name)
+        saved.append((module, name, original))
+
+        def wrapper(*args, **kwargs):
+            started = clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[phase] = spent.get(phase, 0.0) + clock() - started
+
+        setattr(module, name, wrapper)
+
+    for module, name, phase in timed:
+        timing(module, name, phase)
     files = python_files(roots)
-    rows: List[Tuple[int, bool, float]] = []
-    steps: List[int] = []  # beside rows: each file's steps in phase 1
-    results = []
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    log(f"  one pass over {len(files)} files ...")
-
-    def one(path: str) -> None:
-        """One file, phase by phase, as `engine.lint_source` does it (the collector paused)."""
-        t0 = clock()
-        with open(path, "rb") as handle:
-            data = handle.read()
-        source = decode_python(data, path)
-        words = isinstance(source, str) and engine.might_use_amp(source, parsing)
-        t1 = clock()
-        spent["read+pre-check"] += t1 - t0
-        if not isinstance(source, str):
-            rows.append((len(data), False, t1 - t0))
-            return
-        # As the engine does: CPython's tree only for a file with the words, the verdict alone
-        # for the rest.
-        tree, error = python_tree(source, path) if words else (None, syntax_error(source, path))
-        t2 = clock()
-        spent["syntax check"] += t2 - t1
-        active = parsing
-        built = tree is not None
-        if words and error is None and tree is not None:
-            found = evidence.marks(tree)
-            active = [rule for rule in engine.rules_matching_words(source, parsing) if evidence.satisfied(rule.needs, found)]
-            imports = evidence.imports(tree) if not active else ()
-        del tree
-        spent["syntax check" if not words or error is not None else "marks (files with AMP words)"] += clock() - t2
-        if not words or error is not None:
-            rows.append((len(data), False, clock() - t0))
-            return
-        if not active:
-            deferred = FileResult(path, skipped=True, deferred=True, imports=imports, may_export=bool(found & evidence.EVENTS))
-            results.append((deferred, source))
-            rows.append((len(data), True, clock() - t0))
-            return
-        marks = [clock()]
-        try:
-            if parse_hazard(source) is not None:
-                raise ValueError
-            work.charge(len(source) // work.PARSE_CHARACTERS_PER_STEP)  # as the engine charges it
-            marks.append(clock())
-            module, _ = parse_module_exactly(source, cpython_accepts=built)
-            marks.append(clock())
-            recorder = LookupRecorder(path)  # what the model looks up in other modules, as the engine notes it
-            model = analyze(module, recorder)
-            marks.append(clock())
-            reports = engine.run_rules(model, active)
-            marks.append(clock())
-            engine._locate(module, reports, path, source)
-            marks.append(clock())
-            summary, imports = export_summary(model, path), imports_of(model.index)
-            model.skipped_units
-            for record in model.index.calls if imports else ():
-                model.classify(record)
-            marks.append(clock())
-            results.append((FileResult(path, summary=summary, imports=imports, lookups=tuple(recorder.lookups)), source))
-        except Exception:
-            marks.append(clock())
-        for phase, (a, b) in zip(phases[3:], zip(marks, marks[1:])):
-            spent[phase] += b - a
-        rows.append((len(data), True, clock() - t0))
-
-    for path in files:
-        with quiet_collector(), work.metered(1.0, limited=False) as meter:
-            one(path)
-        steps.append(meter.spent if meter is not None else 0)
-    # The second phase: files that import linted modules, linted again with their summaries.
-    relinted: List[float] = []
-    relinted_steps: Dict[str, Tuple[int, float]] = {}  # path -> (steps, CPU s) of its phase-2 lint
-    texts = {r.path: text for r, text in results}
-    spent_by_lint: List[int] = []
+    by_path: Dict[str, List[Tuple[str, int, float]]] = {}  # path -> (kind, steps, CPU s) of each lint
+    kinds: Dict[str, int] = {}
     unlimited = work.metered
+    current: List[str] = []
 
     @contextlib.contextmanager
     def counted(factor: Optional[float] = 1.0, limited: bool = True):
-        """The engine's meter without the file limit, its count kept (phase 2 lints through
-        engine.lint_source, which makes its own meter)."""
         with unlimited(factor, limited=False) as meter:
             yield meter
-        spent_by_lint.append(meter.spent if meter is not None else 0)
+        if current:
+            by_path.setdefault(current[-1], []).append(("", meter.spent if meter is not None else 0, 0.0))
 
-    def relint(jobs):
-        out = []
-        for path, summaries in jobs:
-            text = texts[path]
-            started = clock()
-            external = ExternalModules(path, summaries) if summaries else None
-            out.append(engine.lint_source(text, path, ALL_RULES, external=external, whole=True))
-            relinted.append(clock() - started)
-            relinted_steps[path] = (spent_by_lint[-1], relinted[-1])
-        return out
+    lint_task = driver._lint_task
 
-    started = clock()
+    def task(task, budget, in_process=False, memory=0):
+        kind = "again" if task.path in by_path else "with summaries" if task.imported else "whole" if task.whole else "alone"
+        kinds[kind] = kinds.get(kind, 0) + 1
+        current.append(task.path)
+        started = clock()
+        try:
+            return lint_task(task, budget, in_process, memory)
+        finally:
+            current.pop()
+            lints = by_path.setdefault(task.path, [])
+            steps = lints.pop()[1] if lints and lints[-1][0] == "" else 0
+            lints.append((kind, steps, clock() - started))
+
+    driver._lint_task = task
     work.metered = counted
+    log(f"  one run over {len(files)} files ...")
+    started = clock()
     try:
-        link([r for r, _ in results], relint)
+        with Runner(isolate=False) as runner:
+            runner.lint_project([Job(path, tuple(rule.code for rule in ALL_RULES)) for path in files])
     finally:
+        total_cpu = clock() - started
+        driver._lint_task = lint_task
         work.metered = unlimited
-    link_total = clock() - started
-    spent["phase 2: relint"] = sum(relinted)
-    spent["phase 2: link bookkeeping (serial)"] = link_total - sum(relinted)
-
+        for module, name, original in saved:
+            setattr(module, name, original)
+    linting = sum(cpu for lints in by_path.values() for _, _, cpu in lints)
+    spent["project: import order, links, ambient (serial)"] = total_cpu - linting
+    spent["other (decode, pre-check, bookkeeping)"] = linting - sum(v for k, v in spent.items() if not k.startswith("project"))
+    # The scheduler, on each file's first lint (what a cold run's workers start with).
+    first = {path: lints[0] for path, lints in by_path.items()}
+    rows = [(os.path.getsize(path), first[path][0] != "alone" or first[path][2] > 0.01, first[path][2]) for path in files if path in first]
     total = sum(cost for _, _, cost in rows)
     sizes = [(size, parsed) for size, parsed, _ in rows]
     cost = [c for _, _, c in rows]
@@ -385,24 +352,19 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
     for workers in (1, 2, 4, 8, 16):
         chunk = max(1, len(rows) // (workers * 4))
         chunks = [list(range(i, min(i + chunk, len(rows)))) for i in range(0, len(rows), chunk)]
-        speedups[workers] = {"scheduler": total / simulate(units, cost, workers), "fixed chunks (before)": total / simulate(chunks, cost, workers)}
-    ranked = sorted(cost, reverse=True)
-    # Named from the directory above the roots (`yolov5/train.py`); a file linted in both
-    # phases counts with its costlier lint (each lint has the limit to itself).
+        speedups[workers] = {"scheduler": total / simulate(units, cost, workers), "fixed chunks (before)": total / simulate(chunks, cost, workers)} if total else {}
     home = os.path.commonpath([os.path.dirname(os.path.abspath(r)) for r in roots]) if roots else ""
     named = lambda path: os.path.relpath(path, home) if home else path  # noqa: E731
-    costs: Dict[str, Tuple[str, int, float, str]] = {}
-    for row in [(path, steps[i], cost[i], "phase 1") for i, path in enumerate(files)] + [(path, n, c, "phase 2") for path, (n, c) in relinted_steps.items()]:
-        if row[0] not in costs or (row[1], row[2]) > costs[row[0]][1:3]:
-            costs[row[0]] = row
-    by_file = [(named(path), n, c, p) for path, n, c, p in costs.values()]
+    # A file linted more than once counts with its costliest lint (each has the limit to itself).
+    by_file = [(named(path), *max(((n, c, k) for k, n, c in lints), key=lambda row: (row[0], row[1]))) for path, lints in by_path.items()]
     costliest = sorted(by_file, key=lambda row: (-row[1], -row[2]))[:worst]
     slowest = sorted(by_file, key=lambda row: -row[2])[:worst]
+    ranked = sorted(cost, reverse=True)
     if save_costs:
         with open(save_costs, "w", encoding="utf-8") as handle:
             json.dump(
                 {
-                    "measured": "amplint phase 1, in one process, CPU seconds per file (time.process_time)",
+                    "measured": "amplint's first lint of each file, in one process, CPU seconds per file (time.process_time)",
                     "corpus": " ".join(os.path.basename(os.path.abspath(r)) for r in roots),
                     "files": [[size, parsed, round(seconds, 5)] for size, parsed, seconds in rows],
                 },
@@ -410,17 +372,15 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
                 separators=(",", ":"),
             )
     return {
-        "files": len(rows),
-        "with_words": sum(1 for _, words, _ in rows if words),
-        "deferred": sum(1 for result, _ in results if result.deferred),
+        "files": len(files),
+        "lints": kinds,
         "phase_seconds": spent,
-        "phase2_files": len(relinted),
-        "total_cpu_s": total + link_total,
+        "total_cpu_s": total_cpu,
         "max_file_cpu_s": ranked[0] if ranked else 0.0,
         "file_step_limit": work.FILE_STEPS,
         "over_limit": sum(1 for row in by_file if row[1] > work.FILE_STEPS),
-        "worst_by_steps": [{"file": f, "steps": n, "cpu_s": c, "phase": p} for f, n, c, p in costliest],
-        "worst_by_cpu": [{"file": f, "steps": n, "cpu_s": c, "phase": p} for f, n, c, p in slowest],
+        "worst_by_steps": [{"file": f, "steps": n, "cpu_s": c, "phase": k} for f, n, c, k in costliest],
+        "worst_by_cpu": [{"file": f, "steps": n, "cpu_s": c, "phase": k} for f, n, c, k in slowest],
         "top100_share": sum(ranked[:100]) / total if total else 0.0,
         "units": len(units),
         "batch_files": _BATCH_FILES,
@@ -590,7 +550,7 @@ def print_summary(report: dict) -> None:
     if compared:
         row("cold: amplint CPU s", lambda c: cpu(c, "amplint cold -j{jobs}", 1))
         row("cold: ruff E,F,B CPU s", lambda c: cpu(c, "ruff E,F,B cold", 1))
-        row("cold ratio (target <= 5x)", lambda c: ratio(c, "amplint cold CPU / ruff cold CPU"))
+        row("cold ratio (target <= 8x)", lambda c: ratio(c, "amplint cold CPU / ruff cold CPU"))
         row("warm: amplint CPU s", lambda c: cpu(c, "amplint warm -j{jobs}", 2))
         row("warm: ruff E,F,B CPU s", lambda c: cpu(c, "ruff E,F,B warm", 2))
         row("warm ratio (target <= 0.25x)", lambda c: ratio(c, "amplint warm CPU / ruff E,F,B warm CPU"))
@@ -609,7 +569,7 @@ def print_summary(report: dict) -> None:
                 return "-"
             top = r["worst_by_steps"][0]
             if field == "file":
-                return _short(top["file"], (report.get("corpus") or {}).get(c, ())) + (" (phase 2)" if top["phase"] == "phase 2" else "")
+                return _short(top["file"], (report.get("corpus") or {}).get(c, ())) + (f" ({top['phase']})" if top["phase"] not in ("alone", "") else "")
             if field == "steps":
                 return f"{top['steps']:,} of {r['file_step_limit']:,} ({100 * top['steps'] / r['file_step_limit']:.0f}%)"
             return f"{top['cpu_s']:.2f}"
@@ -650,7 +610,7 @@ def print_summary(report: dict) -> None:
             continue
         print(f"\n  {corpus}, costliest files (limit {r['file_step_limit']:,} steps a file; {r['over_limit']} over it):")
         for found in r["worst_by_steps"]:
-            print(f"    {found['steps']:>10,} steps  {found['cpu_s']:6.2f} s CPU  {found['file']}" + (" (phase 2)" if found["phase"] == "phase 2" else ""))
+            print(f"    {found['steps']:>10,} steps  {found['cpu_s']:6.2f} s CPU  {found['file']}" + (f" ({found['phase']})" if found["phase"] not in ("alone", "") else ""))
         slow = [found for found in r["worst_by_cpu"] if found not in r["worst_by_steps"]][:3]
         for found in slow:
             print(f"    {found['steps']:>10,} steps  {found['cpu_s']:6.2f} s CPU  {found['file']}  (slowest by CPU)")
@@ -695,14 +655,14 @@ def print_report(report: dict) -> None:
     for corpus, replayed in (report.get("replay") or {}).items():
         spent = replayed["phase_seconds"]
         total = sum(spent.values())
-        print(f"\n== {corpus}, where amplint's CPU goes (one process, {replayed['files']} files, {replayed['with_words']} with AMP words, "
-              f"{replayed['deferred']} of them deferred, {replayed['phase2_files']} analysed in phase 2)")
+        lints = ", ".join(f"{count} {kind}" for kind, count in sorted(replayed["lints"].items()))
+        print(f"\n== {corpus}, where amplint's CPU goes (one process, {replayed['files']} files; lints: {lints})")
         rows = [["phase", "CPU s", "share"]]
         for phase, seconds in spent.items():
             rows.append([phase, f"{seconds:.2f}", f"{100 * seconds / total:.1f}%"])
         rows.append(["total", f"{total:.2f}", "100%"])
         print(_table(rows))
-        print(f"  costliest file: {replayed['max_file_cpu_s']:.2f} s; the 100 costliest files: {100 * replayed['top100_share']:.0f}% of phase 1")
+        print(f"  costliest file: {replayed['max_file_cpu_s']:.2f} s; the 100 costliest files: {100 * replayed['top100_share']:.0f}% of the first lints")
         print(f"\n== {corpus}, measured per-file CPU replayed through the scheduler ({replayed['units']} units): speedup over one worker")
         rows = [["workers", "scheduler", "fixed chunks (before)"]]
         for workers, s in replayed["speedups"].items():

@@ -4,6 +4,7 @@
     python bench/reliability.py mutants OUT --count 1500 CORPUS...        # mutants of real AMP scripts
     python bench/reliability.py compare DIR                               # -j1/-j2 cold/warm/hash seeds
     python bench/reliability.py fix DIR                                   # then --fix twice on copies
+    python bench/reliability.py noqa DIR                                  # and --add-noqa twice, then check
 
 Every command prints one JSON object of counts; `compare` and `fix` keep their evidence (outputs,
 diffs) under DIR's sibling `DIR.runs/`. Nothing here is a test: it is what the reliability reports
@@ -280,6 +281,40 @@ def fix(directory: Path, bystanders: int) -> dict:
     }
 
 
+# ---------------------------------------------------------------- family 2b: --add-noqa twice
+
+def noqa(directory: Path) -> dict:
+    """--add-noqa twice on copies of the files `compare` found findings in, then a check: every
+    file still parses, the second run adds nothing, and no finding is left unmarked."""
+    runs = directory.parent / (directory.name + ".runs")
+    rows = [json.loads(line) for out in sorted(runs.glob("*-j1.out")) for line in out.read_bytes().splitlines()]
+    targets = sorted({row["filename"] for row in rows if row["code"] is not None})
+    chosen = directory.parent / (directory.name + ".noqa")
+    shutil.rmtree(chosen, ignore_errors=True)
+    chosen.mkdir()
+    for name in targets:
+        shutil.copy2(name, chosen / Path(name).name)
+    before = digest_tree(chosen)
+    rc1, out1, err1 = lint([str(chosen)], "--no-cache", "--add-noqa")
+    after = digest_tree(chosen)
+    rc2, out2, err2 = lint([str(chosen)], "--no-cache", "--add-noqa")
+    again = digest_tree(chosen)
+    rc3, out3, err3 = lint([str(chosen)], "--no-cache")
+    left = [json.loads(line) for line in out3.splitlines()]
+    changed = [name for name in before if before[name] != after.get(name)]
+    return {
+        "files": len(targets),
+        "changed": len(changed),
+        "do_not_parse": sum(not parses((chosen / name).read_text(encoding="utf-8")) for name in changed),
+        "second_run_changes": sum(after[name] != again.get(name) for name in after),
+        "findings_left": sum(row["code"] not in (None, "AMP100") for row in left),
+        "notes": err1.count(b"amplint: note:"),
+        "tracebacks": (err1 + err2 + err3 + out1 + out2 + out3).count(b"Traceback"),
+        "internal_errors": (err1 + err2 + err3 + out1 + out2 + out3).count(b"internal error"),
+        "exit": [rc1, rc2, rc3],
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -301,6 +336,8 @@ def main(argv: list[str] | None = None) -> None:
     f = sub.add_parser("fix")
     f.add_argument("directory", type=Path, help="a directory `compare` has run on")
     f.add_argument("--bystanders", type=int, default=100)
+    n = sub.add_parser("noqa")
+    n.add_argument("directory", type=Path, help="a directory `compare` has run on")
     args = parser.parse_args(argv)
     if args.command == "programs":
         result = programs(args.out, args.grammar, args.node, args.seed)
@@ -308,8 +345,10 @@ def main(argv: list[str] | None = None) -> None:
         result = mutants(args.out, args.roots, args.count, args.scripts, args.seed)
     elif args.command == "compare":
         result = compare(args.directory.resolve(), args.chunk, tuple(args.seeds))
-    else:
+    elif args.command == "fix":
         result = fix(args.directory.resolve(), args.bystanders)
+    else:
+        result = noqa(args.directory.resolve())
     print(json.dumps(result, indent=1))
 
 

@@ -119,7 +119,7 @@ class BackwardInsideAutocast(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        for backward in model.events_in_regions(EventKind.BACKWARD, EventKind.FRAMEWORK_BACKWARD):
+        for backward in _in_regions(model, EventKind.BACKWARD, EventKind.FRAMEWORK_BACKWARD):
             assert backward.region is not None
             if backward.kind is EventKind.FRAMEWORK_BACKWARD and not _runs_a_backward(backward):
                 continue
@@ -223,3 +223,15 @@ def _runs_a_backward(occurrence: Occurrence) -> bool:
     if receiver is not None and dotted_name(call.func) == receiver.text:
         return True  # the scaler object called itself
     return isinstance(call.func, cst.Attribute) and call.func.attr.value in frameworks.BACKWARD_METHODS
+
+
+def _in_regions(model: SemanticModel, *kinds: EventKind) -> Iterator[Occurrence]:
+    """Events of these kinds that run inside an enabled autocast region: written inside it,
+    or inside a helper called from inside it (reported at that call)."""
+    for unit in model.units:
+        for occurrence in model.occurrences_in(unit):
+            if occurrence.kind not in kinds or occurrence.region is None:
+                continue
+            if occurrence.via and occurrence.region.unit is not unit:
+                continue  # the helper's own region: reported where the helper is analysed
+            yield occurrence

@@ -69,7 +69,8 @@ class ScalerStateNotCheckpointed(Rule):
     scale fell from 65536 to 1024 in 20 steps; then a save, a reload into a new model,
     optimizer and scaler, and 20 more steps): the buggy resume restarted at scale 65536
     instead of 1024 and skipped 7 of its 20 steps where the fixed resume skipped 1. The 6
-    extra skipped steps are exactly the 6 halvings from 65536 back down to the saved 1024.
+    extra skipped steps are the 6 halvings from 65536 back down to the saved 1024 (with other
+    seeds give or take one: an overflow later on may fall to either run).
     By that mechanism the cost is one skipped step per halving between 65536 and the scale
     the run had reached, at every resume: none for a run whose scale never fell, a handful
     of lost updates for one that did.
@@ -126,10 +127,11 @@ class ScalerStateNotCheckpointed(Rule):
             "overflow",
             "skipped_after_resume",
             "The resumed run skips one step per halving back to the saved scale: buggy minus fixed skipped "
-            "steps after the resume is log2(65536 / saved scale), within 10%.",
+            "steps after the resume is log2(65536 / saved scale), within 20% (give or take one step: an "
+            "overflow later on may fall to either run).",
             compare="buggy-fixed",
-            at_least=0.9,
-            at_most=1.1,
+            at_least=0.8,
+            at_most=1.2,
             expected="buggy.halvings_to_saved_scale",
             dtypes=("float16",),
             quotes=(("buggy", "skipped 7 of"), ("fixed", "resume skipped 1")),

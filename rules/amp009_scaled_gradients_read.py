@@ -83,11 +83,13 @@ class ScaledGradientsRead(Rule):
         Prediction(
             "logged-norm",
             "logged_grad_norm",
-            "A gradient norm read before `unscale_` is the true norm times the loss scale, within 1%.",
+            "A gradient norm read before `unscale_` is the true norm times the loss scale, within 1% (by linearity: "
+            "the gradients carry the scale), where the scale is above 1.",
             compare="buggy/fixed",
             at_least=0.99,
             at_most=1.01,
             expected="buggy.loss_scale",
+            happened="buggy.loss_scale - 1",
             quotes=(("buggy", "57,487"), ("fixed", "0.88")),
         ),
         Prediction(
@@ -113,11 +115,12 @@ class ScaledGradientsRead(Rule):
             "penalty",
             "penalty_grad_norm",
             "A penalty on `autograd.grad(scaler.scale(loss), ...)` not divided by the scale sees the "
-            "gradient norm times the loss scale, within 1%.",
+            "gradient norm times the loss scale, within 1%, where the scale is above 1.",
             compare="buggy/fixed",
             at_least=0.99,
             at_most=1.01,
             expected="buggy.loss_scale",
+            happened="buggy.loss_scale - 1",
         ),
         Prediction(
             "penalty",

@@ -221,9 +221,9 @@ class HalfPrecisionMasterWeights(Rule):
         Prediction(
             "sgd",
             "true_loss",
-            "The float32 loss after 200 SGD steps is at least 1.1x the loss with float32 master weights.",
+            "The float32 loss after the SGD steps is at least 1.03x the loss with float32 master weights.",
             compare="buggy/fixed",
-            at_least=1.1,
+            at_least=1.03,
             dtypes=("float16",),
             quotes=(("value", "1.26x"),),
         ),

@@ -92,20 +92,22 @@ class AutocastDeviceMismatch(Rule):
         Prediction(
             "sgd",
             "low_precision_output",
-            "On the CPU the model's output under `autocast(\"cuda\")` is float32, where "
+            "On the CPU the model's output under the `autocast(\"cuda\")` it asks for is float32, where "
             "`autocast(device.type)` gives the low-precision dtype.",
             compare="buggy-fixed",
             at_most=-1,
             devices=("cpu",),
+            happened="buggy.cuda_region_elsewhere",
         ),
         Prediction(
             "sgd",
             "max_diff_from_float32",
-            "Every step's loss is bit-identical to a run without autocast: the region does nothing.",
+            "Every step's loss is bit-identical to a run without autocast: the CUDA region it asks for does nothing.",
             compare="buggy",
             at_most=0,
             dtypes=("float16",),
             devices=("cpu",),
+            happened="buggy.cuda_region_elsewhere",
             quotes=(("fixed", "2.4e-5"),),
         ),
         Prediction(
@@ -116,6 +118,7 @@ class AutocastDeviceMismatch(Rule):
             at_most=0,
             dtypes=("bfloat16",),
             devices=("cpu",),
+            happened="buggy.cuda_region_elsewhere",
             quotes=(("fixed", "7e-5"),),
         ),
         Prediction(

@@ -98,18 +98,21 @@ class ScalerUpdateMissing(Rule):
         Prediction(
             "sgd",
             "steps_completed",
-            "The buggy run applies one step before it raises; the fixed run completes all 20 (20x as many).",
-            compare="fixed/buggy",
-            at_least=20,
-            at_most=20,
+            "The buggy run applies exactly one step before it raises, whatever the length of the run; the fixed run "
+            "gets past the first.",
+            compare="buggy",
+            at_least=1,
+            at_most=1,
+            happened="fixed.steps_completed - 1",
         ),
         Prediction(
             "adam",
             "steps_completed",
-            "With Adam the same: one step applied, then the raise (the fixed run completes 20x as many).",
-            compare="fixed/buggy",
-            at_least=20,
-            at_most=20,
+            "With Adam the same: one step applied, then the raise.",
+            compare="buggy",
+            at_least=1,
+            at_most=1,
+            happened="fixed.steps_completed - 1",
         ),
     )
 

@@ -75,6 +75,7 @@ class ScaledLossReported(Rule):
             at_least=0.99,
             at_most=1.01,
             expected="buggy.loss_scale",
+            happened="buggy.loss_scale - 1",
             quotes=(("buggy", "reported as 7,754"), ("fixed", "0.118")),
         ),
         Prediction(

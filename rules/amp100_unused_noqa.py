@@ -44,7 +44,13 @@ class UnusedNoqa(Rule):
     ```
 
     ## Fix safety
-    No fix yet: remove the code from the directive, or the directive.
+    Safe (as ruff's `RUF100`): the fix takes the unused and unknown `AMPxxx` codes out of the
+    directive (`# noqa: AMP003, E501` becomes `# noqa: E501`), or removes the whole directive
+    when it names nothing else; a line that held only the directive goes, and any other text
+    of the comment stays a comment. A comment never changes what runs, and only codes that
+    suppressed nothing are taken out, so no finding appears or disappears. `--fix` applies it
+    last, to the fixed file: a directive that another fix left with nothing to suppress is
+    removed in the same run.
     """
 
     code = UNUSED_NOQA

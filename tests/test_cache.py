@@ -553,14 +553,15 @@ def test_a_corrupt_cache_is_a_miss_whatever_its_shape(project, tmp_path, name, s
 def test_every_result_amplint_stores_passes_the_check_on_read(tmp_path):
     """The reader's shape check and `amplint.run.driver`'s payloads agree: on the fixtures
     (findings with fixes, notebooks, module summaries), nothing stored is refused."""
-    from amplint.run.driver import _to_payload
+    from amplint.run.driver import _FINDING_FIELDS, _to_payload
 
     paths = sorted(str(p) for p in (REPO / "fixtures").rglob("*.py"))
     cache = Cache(str(tmp_path / "cache"), fingerprint="test-build")
     with Runner(workers=1, cache=cache) as runner:
         results = runner.lint([Job(path, CODES) for path in paths])
     payloads = [_to_payload(result) for result in results]
-    assert any(p["summary"] for p in payloads) and any(f[-1] for p in payloads for f in p["findings"])
+    fix = _FINDING_FIELDS.index("fix")
+    assert any(p["summary"] for p in payloads) and any(f[fix] for p in payloads for f in p["findings"])
     assert [cache_module.valid_result(p) for p in payloads] == [True] * len(payloads)
 
 

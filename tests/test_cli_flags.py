@@ -107,7 +107,7 @@ def test_add_noqa_is_not_combined_with_fixing_or_standard_input(amplint, project
 
 
 def test_add_noqa_with_a_file_that_cannot_be_linted_exits_2(amplint, project):
-    root = project({"train.py": BUGGY, "broken.py": "def f(:\n"})
+    root = project({"train.py": BUGGY, "broken.py": "import torch\nscaler = torch.amp.GradScaler()\ndef f(:\n"})
     result = amplint("--add-noqa", ".", cwd=root)
     assert result.returncode == 2 and "broken.py" in result.stderr
     assert "# noqa: AMP003" in (root / "train.py").read_text()

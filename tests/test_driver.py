@@ -56,7 +56,7 @@ def _crash_on(name, how="segfault", marker=None):
     path: the crash leaves it behind)."""
     real = amplint.lint.engine.lint_bytes
 
-    def lint_bytes(data, path, rules, external=None, target=None, whole=False, analysis_limit=1.0, torch_target=None, summary=True):
+    def lint_bytes(data, path, rules, external=None, target=None, whole=False, analysis_limit=1.0, torch_target=None, summary=True, every_syntax=False):
         if os.path.basename(path) == name and not (marker and os.path.exists(marker)):
             if marker:
                 Path(marker).write_text("crashed once")

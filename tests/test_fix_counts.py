@@ -64,3 +64,35 @@ def test_files_not_linted_are_counted(amplint, project):
     root = project({"broken.py": "x = (\n", "also_broken.py": "y = )\n"})
     result = amplint("--no-cache", ".", cwd=root)
     assert (result.returncode, result.stdout) == (2, "No findings, but 2 files could not be linted.\n")
+
+
+# The backward's fix (round one) brings out the clip that does not unscale (round two).
+SECOND_ROUND = """\
+import torch
+
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for x in range(10):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).sum()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def test_a_finding_a_fix_brought_out_is_counted_and_shown(amplint, project):
+    root = project({"train.py": SECOND_ROUND})
+    result = amplint("--no-cache", "--fix", "--show-fixes", "train.py", cwd=root)
+    assert result.stdout.splitlines() == [
+        "Found 2 errors (2 fixed, 0 remaining).",
+        "Fixed 2 errors:",
+        "- train.py:",
+        "    1 × AMP001 (unscaled-backward)",
+        "    1 × AMP003 (clip-before-unscale)",
+    ]
+    assert "scaler.unscale_(optimizer)" in (root / "train.py").read_text()
+    diff = amplint("--no-cache", "--diff", "train.py", cwd=project({"train.py": SECOND_ROUND}))
+    assert diff.stderr == "Would fix 2 errors.\n"

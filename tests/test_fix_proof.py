@@ -2,6 +2,8 @@
 its hand-written fixed.py (`amplint verify --fixes`); a row that does not is a failure unless
 the rule's docs declare the fix partial there, and the summary counts every row's status."""
 
+import re
+
 import pytest
 
 from amplint.harness.autofix import (
@@ -18,7 +20,9 @@ from amplint.harness.autofix import (
     render,
     summary,
 )
+from amplint.harness.runner import DTYPES
 from amplint.rules import ALL_RULES
+from conftest import REPO
 
 RULES = {rule.code: rule for rule in ALL_RULES}
 
@@ -57,23 +61,32 @@ def test_the_summary_counts_every_row():
     )
 
 
-@pytest.mark.slow(seconds=20)
+@pytest.mark.slow(seconds=30)
 def test_fixed_fixtures_behave_exactly_like_their_fixed_twins():
+    """`amplint verify --fixes --dtype all`: every rule's row at both dtypes."""
     pytest.importorskip("torch")
-    proofs = {proof.code: proof for proof in prove_fixes(ALL_RULES, "cpu", "float16", timeout=300)}
-    shown = render(list(proofs.values()), "cpu")
-    assert ok(proofs.values()), shown
-    for code in ("AMP001", "AMP003", "AMP006", "AMP008"):
-        assert proofs[code].verdict == IDENTICAL and proofs[code].scenarios >= 2, shown
-    # The per-iteration scenarios are fixed; a region around the whole loop gets no fix, the
-    # rule still reports it there, and its docs declare the fix partial for exactly those.
-    assert proofs["AMP004"].verdict == PARTLY_FIXED and proofs["AMP004"].remaining, shown
-    assert proofs["AMP004"].differing_scenarios() == ["adam-whole-loop", "sgd-whole-loop"], shown
-    # The norm and noise scenarios are fixed; the gradient penalty gets no fix.
-    assert proofs["AMP009"].verdict == PARTLY_FIXED and proofs["AMP009"].differing_scenarios() == ["penalty"], shown
-    # buggy.py updates the scaler only in some scenarios (`if calls_update:`): no safe fix.
-    assert proofs["AMP005"].verdict == NO_FIX, shown
+    proofs = prove_fixes(ALL_RULES, "cpu", DTYPES, timeout=300)
+    shown = render(proofs, "cpu")
+    assert ok(proofs), shown
+    assert [proof.dtype for proof in proofs] == sorted((proof.dtype for proof in proofs), key=DTYPES.index)
+    for dtype in DTYPES:
+        by_code = {proof.code: proof for proof in proofs if proof.dtype == dtype}
+        for code in ("AMP001", "AMP003", "AMP006", "AMP008"):
+            assert by_code[code].verdict == IDENTICAL and by_code[code].scenarios >= 2, shown
+        # The per-iteration scenarios are fixed; a context around the whole loop gets no fix,
+        # the rule still reports it there, and its docs declare the fix partial for exactly those.
+        assert by_code["AMP004"].verdict == PARTLY_FIXED and by_code["AMP004"].remaining, shown
+        assert by_code["AMP004"].differing_scenarios() == [
+            "adam-whole-loop", "sgd-per-iteration-in-outer-context", "sgd-step-in-disabled-region", "sgd-whole-loop"
+        ], shown
+        # The norm and noise scenarios are fixed; the gradient penalty gets no fix.
+        assert by_code["AMP009"].verdict == PARTLY_FIXED and by_code["AMP009"].differing_scenarios() == ["penalty"], shown
+        # buggy.py updates the scaler only in some scenarios (`if calls_update:`): no safe fix.
+        assert by_code["AMP005"].verdict == NO_FIX, shown
+    rows = len(proofs)
     assert shown.rstrip().endswith(
-        f"{len(proofs)} rows: 4 identical to fixed.py, 2 partly fixed (declared partial), "
-        f"{len(proofs) - 6} no fix, 0 differ, 0 not fixed, 0 errors"
+        f"{rows} rows: 8 identical to fixed.py, 4 partly fixed (declared partial), {rows - 12} no fix, 0 differ, 0 not fixed, 0 errors"
     ), shown
+    # docs/verify.md quotes this summary as `amplint verify --fixes --dtype all` prints it
+    lines = (REPO / "docs" / "verify.md").read_text().splitlines()
+    assert [line for line in lines if re.fullmatch(r"\d+ rows: .*", line)] == [summary(proofs)]

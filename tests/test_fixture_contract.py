@@ -6,6 +6,7 @@ scripts of its pair accept. Nothing here imports torch.
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,25 @@ def test_fixture_says_what_it_is_and_how_to_run_it(code, which):
     docstring = ast.get_docstring(ast.parse((FIXTURES / code / f"{which}.py").read_text()))
     assert docstring and docstring.startswith(f"{code}, {which}:")
     assert f"python fixtures/{code}/{which}.py --device cpu" in docstring
+
+
+INCIDENTAL_OPTIONS = {"--seed", "--lr-scale", "--steps-scale"}
+
+
+@pytest.mark.parametrize("code", FIXTURE_CODES)
+@pytest.mark.parametrize("which", ["buggy", "fixed"])
+def test_fixture_takes_the_incidental_details_verify_perturbs(code, which):
+    """`amplint verify --perturb` passes --seed, --lr-scale and --steps-scale to every script: a
+    script must take them and let them reach every seed and learning rate it sets (the test
+    suite's perturbation run then checks that the measurements change)."""
+    source = (FIXTURES / code / f"{which}.py").read_text()
+    options = {
+        node.args[0].value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument" and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+    assert INCIDENTAL_OPTIONS <= options
+    assert not re.search(r"manual_seed\(\d", source), "a seed written as a number: --seed cannot change it"
+    fixed_rates = [rate for rate in re.findall(r"\blr=[^,)]*", source) if "LR_SCALE" not in rate]
+    assert not fixed_rates, f"learning rates --lr-scale cannot change: {fixed_rates}"

@@ -279,8 +279,8 @@ def test_backward_and_step_inside_accelerator_autocast():
     from accelerate import Accelerator
     accelerator = Accelerator(mixed_precision="bf16")
     model, optimizer = accelerator.prepare(model, optimizer)
-    for x in loader:
-        with accelerator.autocast():
+    with accelerator.autocast():  # around the loop: the step's update goes unseen by the next forward
+        for x in loader:
             loss = model(x)
             loss.backward()
             optimizer.step()

@@ -338,7 +338,7 @@ CRASHING = ClientServerConfig(
                     os.kill(os.getpid(), signal.SIGSEGV)
                 return real(data, *args, **kwargs)
             amplint.lint.engine.lint_bytes = lint_bytes
-            from amplint.lsp.server import serve
+            from amplint.lsp.stdio import serve
             serve()
             """
         ),
@@ -529,3 +529,55 @@ def test_the_server_settings_do_not_import_the_command():
     code = "import sys, amplint.lsp.settings; print('amplint.cli' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "False", result.stderr
+
+
+# --------------------------------------------------------------------------- initialize (issues 38, 41, 42)
+
+
+def _initialize_answer(capabilities, first=b""):
+    """The server's answer to `initialize` (after `first`, raw frames sent before it)."""
+    import json
+
+    def frame(message):
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+        return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    stream = first + frame({"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": capabilities}})
+    stream += frame({"id": 2, "method": "shutdown"}) + frame({"method": "exit"})
+    done = subprocess.run([sys.executable, "-m", "amplint", "server"], input=stream, capture_output=True, timeout=60)
+    answers = []
+    for chunk in done.stdout.split(b"Content-Length: ")[1:]:
+        message = json.loads(chunk.partition(b"\r\n\r\n")[2])
+        if message.get("id") == 1:
+            answers.append(message)
+    assert done.returncode == 0 and b"otherwise than amplint did" not in done.stderr, done.stderr
+    (answer,) = answers  # one answer: pygls's own is dropped
+    return answer
+
+
+@pytest.mark.parametrize("client_file", ["visual_studio_code_v1.65.2.json", "neovim_v0.11.0.json", "neovim_v0.6.1.json", "emacs_v29.1.json", None])
+def test_initialize_is_answered_as_pygls_answers_it(client_file):
+    """The server answers `initialize` before it imports pygls (amplint.lsp.handshake): with
+    what pygls answers when it is asked first, for the clients amplint is used with."""
+    import json
+    import os
+
+    capabilities = {}
+    if client_file is not None:
+        with open(os.path.join(os.path.dirname(pytest_lsp.__file__), "clients", client_file)) as handle:
+            capabilities = json.load(handle)["capabilities"]
+    early = _initialize_answer(capabilities)
+    # A notification first: the first message is not `initialize`, and pygls answers it.
+    note = json.dumps({"jsonrpc": "2.0", "method": "$/setTrace", "params": {"value": "off"}}).encode()
+    by_pygls = _initialize_answer(capabilities, b"Content-Length: %d\r\n\r\n" % len(note) + note)
+    assert early == by_pygls
+
+
+def test_initialize_is_answered_before_pygls_and_the_engine_are_imported():
+    """What runs before the answer: the standard library and amplint's stdio loop only."""
+    code = (
+        "import sys, amplint.lsp.stdio, amplint.lsp.handshake, amplint.lsp.framing; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pygls', 'lsprotocol', 'libcst', 'cattrs', 'attrs')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]", result.stderr

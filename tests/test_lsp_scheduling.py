@@ -16,7 +16,7 @@ from lsprotocol import types  # noqa: E402
 from pygls.workspace import Workspace  # noqa: E402
 
 import amplint.lint.engine  # noqa: E402
-from amplint.run.driver import Job, Runner  # noqa: E402
+from amplint.run.driver import FixRequest, Job, Runner  # noqa: E402
 from amplint.lsp import server as server_module  # noqa: E402
 from amplint.lsp.linting import Outcome, Ticket, lint_document, lint_isolated  # noqa: E402
 from amplint.rules import ALL_RULES  # noqa: E402
@@ -43,6 +43,12 @@ class HeldLinter:
                 return None
             await asyncio.sleep(0.01)
         return Outcome([])
+
+    async def fix_all(self, name, path, text, ticket=None):
+        self.started.append(("fix " + text, ticket))
+        while not ticket.cancelled.is_set():
+            await asyncio.sleep(0.01)
+        return None
 
 
 @pytest.fixture
@@ -215,3 +221,68 @@ def test_the_editor_lints_without_exporting_a_summary(tmp_path):
     (whole,) = Runner(1, isolate=False).lint([Job(path, CODES, data=text.encode())])
     assert whole.summary is not None and [f.code for f in whole.findings] == ["AMP003"]
     assert os.listdir(tmp_path) == []  # nothing was cached or written
+
+
+# --------------------------------------------------------------------------- fix all (issue 42, N2)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stop", ["the request is cancelled", "the document changes", "a newer fixAll comes", "the document closes"])
+async def test_a_fix_all_is_stopped_when_it_is_worth_nothing(server, stop):
+    open_document(server, "v1")
+    server.fixable[URI] = (1, True)  # as a lint that found a safe fix leaves it
+    request = asyncio.ensure_future(server.fix_all(URI))
+    await until(lambda: fixes(server), "the fix starts")
+    (ticket,) = fixes(server)
+    if stop == "the request is cancelled":  # what pygls does on `$/cancelRequest`
+        request.cancel()
+    elif stop == "the document changes":
+        change(server, "v2", 2)
+    elif stop == "a newer fixAll comes":
+        newer = asyncio.ensure_future(server.fix_all(URI))
+        await until(lambda: len(fixes(server)) == 2, "the newer fix starts")
+    else:
+        server.clear([URI])
+    await until(ticket.cancelled.is_set, "the fix is stopped")
+    if stop != "the request is cancelled":
+        assert await request is None
+    if stop == "a newer fixAll comes":
+        newer.cancel()
+
+
+def fixes(server):
+    return [ticket for text, ticket in server.linter.started if text.startswith("fix ")]
+
+
+def _fix_forever(*args, **kwargs):
+    while True:
+        pass
+
+
+def test_a_fix_runs_in_a_worker_within_the_budget(tmp_path, monkeypatch):
+    import amplint.lint.fix_loop
+
+    with Runner(1) as runner:
+        fixed = runner.fix(Job("train.py", CODES, data=BUGGY.encode(), summary=False, fix=FixRequest()))
+        assert fixed.outcome.count == 1 and "scaler.unscale_(optimizer)" in fixed.text_after
+    monkeypatch.setattr(amplint.lint.fix_loop, "fix_file", _fix_forever)  # forked into the worker with it
+    with Runner(1, budget=1) as runner:
+        result = runner.fix(Job("train.py", CODES, data=BUGGY.encode(), summary=False, fix=FixRequest()))
+    assert result.error.message == "analysis exceeded the 1 s CPU safety limit; not linted (raise it with --file-budget)"
+
+
+def test_a_cancelled_fix_stops_its_worker(monkeypatch):
+    import amplint.lint.fix_loop
+
+    monkeypatch.setattr(amplint.lint.fix_loop, "fix_file", _fix_forever)
+    ticket = Ticket()
+    results = []
+    fixing = threading.Thread(target=lambda: results.append(lint_isolated("train.py", CODES, BUGGY.encode(), None, ticket=ticket, fix=FixRequest())))
+    fixing.start()
+    for _ in range(3000):
+        if ticket._runner is not None and any(w.unit is not None for w in ticket._runner._pool):
+            break
+        fixing.join(0.01)
+    ticket.cancel()
+    fixing.join(60)
+    assert not fixing.is_alive() and results[0].error.message == "not linted"

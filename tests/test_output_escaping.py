@@ -187,3 +187,49 @@ def test_file_listings_and_diff_headers_escape_names(amplint, tmp_path, options)
     assert not UNSAFE.search(result.stdout), repr(UNSAFE.search(result.stdout))
     assert not any(line.startswith("::error") for line in result.stdout.splitlines())
     assert visible(CONTROL_NAME) in result.stdout
+
+
+# Every way a run reports (issue 42, N3: --add-noqa printed names and notes raw). A new mode
+# or a new line on standard error that skips the escaping fails here.
+MODES = [
+    *(["--output-format", name] for name in ALL),
+    ["--statistics"],
+    ["--statistics", "--output-format", "json"],
+    ["--show-files"],
+    ["--show-settings"],
+    ["--fix"],
+    ["--fix", "--show-fixes", "--unsafe-fixes"],
+    ["--fix-only"],
+    ["--diff"],
+    ["--add-noqa"],
+    ["--watch", "--watch-runs", "1"],
+]
+NOTEBOOK_NAME = "x\n::error file=a.py,line=1::pwned.ipynb"
+TITLE_NAME = "bad\x1b]0;title\x07.py"
+
+
+@pytest.mark.parametrize("options", MODES, ids=" ".join)
+def test_no_mode_writes_what_a_hostile_name_holds(amplint, tmp_path, options):
+    """The report's tree: a notebook whose name starts a workflow command (--add-noqa leaves
+    notebooks alone, with a note that names it), a file with a syntax error whose name
+    retitles the terminal, and the names of every other kind."""
+    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": BUGGY}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / NOTEBOOK_NAME).write_text(json.dumps(notebook))
+    (tmp_path / TITLE_NAME).write_text("def f(:\n")
+    for name in (CONTROL_NAME, NEWLINE_NAME):
+        (tmp_path / name).write_text(BUGGY)
+    with open(bytes(tmp_path) + b"/" + NOT_UTF8_NAME, "wb") as handle:
+        handle.write(BUGGY.encode())
+    result = amplint("--no-cache", *options, ".", cwd=tmp_path)
+    assert "internal error" not in result.stderr
+    for stream in (result.stdout, result.stderr):
+        assert not UNSAFE.search(stream), repr(UNSAFE.search(stream))
+        commands = [line for line in stream.splitlines() if line.startswith("::")]
+        if options[-1] == "github" and stream is result.stdout:
+            assert commands and all(line.startswith(("::error file=", "::warning file=")) for line in commands)
+            assert not any(line.startswith("::error file=a.py") for line in commands)
+        else:
+            assert not commands, commands
+    if options == ["--add-noqa"]:
+        assert "amplint: note: x\\n::error file=a.py,line=1::pwned.ipynb: no `# noqa` added" in result.stderr
+        assert "amplint: error: bad\\x1b]0;title\\x07.py: syntax error" in result.stderr

@@ -44,8 +44,8 @@ def test_concise_is_one_line_per_finding_with_the_title(amplint, tree):
 
 def test_full_counts_errors_and_warnings(amplint, tree):
     result = amplint("train.py", "stale.py", cwd=tree)
-    assert result.stdout.splitlines()[-2:] == ["Found 1 error and 1 warning.", "[*] 1 fixable with the `--fix` option."]
-    assert "AMP100 Unused `noqa` directive (unused: `AMP003`)\n --> stale.py:2:20\n" in result.stdout
+    assert result.stdout.splitlines()[-2:] == ["Found 1 error and 1 warning.", "[*] 2 fixable with the `--fix` option."]
+    assert "AMP100 [*] Unused `noqa` directive (unused: `AMP003`)\n --> stale.py:2:20\n" in result.stdout
 
 
 def test_json_has_title_help_severity_and_the_files_not_linted(amplint, tree):
@@ -81,17 +81,30 @@ def test_junit(amplint, tree):
     result = amplint("--output-format", "junit", ".", cwd=tree)
     root = ET.fromstring(result.stdout)
     assert root.tag == "testsuites" and root.get("name") == "amplint"
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("3", "2", "1")
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("3", "1", "1")
     cases = {case.get("name"): case for case in root.iter("testcase")}
     clip = cases["amplint.AMP003"]
     assert (clip.get("classname"), clip.get("line"), clip.get("column")) == ("train", "8", "5")
     failure = clip.find("failure")
     assert failure.get("message") == TITLE and failure.get("type") == "error"
     assert "Call `scaler.unscale_(optimizer)`" in failure.text
-    assert cases["amplint.AMP100"].find("failure").get("type") == "warning"
+    # A warning does not fail the run by default, so it is no failed test: it says what it found.
+    stale = cases["amplint.AMP100"]
+    assert stale.find("failure") is None
+    assert stale.find("system-out").text.startswith("warning (does not fail at --fail-level error): stale.py:2:")
     assert cases["amplint.file-not-linted"].find("error").get("message").startswith("syntax error")
     clean = ET.fromstring(amplint("--output-format", "junit", "stale.py", "--ignore", "AMP100", cwd=tree).stdout)
     assert [case.get("name") for case in clean.iter("testcase")] == ["No errors found"]
+
+
+@pytest.mark.parametrize("fail_level", ["error", "warning"])
+def test_junit_fails_what_the_exit_code_fails(amplint, tree, fail_level):
+    """A CI system reading the report and one reading the exit code see the same verdict."""
+    result = amplint("--no-cache", "--output-format", "junit", "--fail-level", fail_level, "stale.py", cwd=tree)
+    root = ET.fromstring(result.stdout)
+    failed = [case.find("failure").get("type") for case in root.iter("testcase") if case.find("failure") is not None]
+    assert (result.returncode, failed) == ((0, []) if fail_level == "error" else (1, ["warning"]))
+    assert root.get("failures") == root.find("testsuite").get("failures") == str(len(failed))
 
 
 def test_gitlab_code_quality(amplint, tree, tmp_path):
@@ -153,11 +166,11 @@ def test_statistics_honours_json(amplint, tree):
     result = amplint("--statistics", "--output-format", "json", ".", cwd=tree)
     assert json.loads(result.stdout) == [
         {"code": "AMP003", "name": "clip-before-unscale", "count": 2, "fixable": True},
-        {"code": "AMP100", "name": "unused-noqa", "count": 1, "fixable": False},
+        {"code": "AMP100", "name": "unused-noqa", "count": 1, "fixable": True},
         {"code": None, "name": "files-not-linted", "count": 1, "fixable": False},
     ]
     text = amplint("--statistics", ".", cwd=tree).stdout
-    assert text.splitlines()[:2] == ["2\tAMP003\t[*] clip-before-unscale", "1\tAMP100\tunused-noqa"]
+    assert text.splitlines()[:2] == ["2\tAMP003\t[*] clip-before-unscale", "1\tAMP100\t[*] unused-noqa"]
 
 
 @pytest.mark.parametrize(

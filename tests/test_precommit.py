@@ -2,21 +2,24 @@
 
 pre-commit installs a hook repository at a commit. So that the test checks this working tree
 (as `pre-commit try-repo` does) and not only what was last committed, it commits a snapshot
-of the tree (tracked and untracked, not ignored, files) to a temporary repository, on a
-branch named `main`, and uses the README's own `.pre-commit-config.yaml` snippet with only
-`repo:` pointed there; in CI, on a clean checkout, that snapshot is HEAD.
+of the tree (tracked and untracked, not ignored, files) to a temporary repository, tagged
+with the release the README pins (`rev: vX.Y.Z`, pyproject.toml's version), and uses the
+README's own `.pre-commit-config.yaml` snippet with only `repo:` pointed there; in CI, on a
+clean checkout, that snapshot is HEAD.
 """
 
 import os
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
 from conftest import REPO
 
 PUBLIC_REPO = "https://github.com/amplint/amplint"
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
 def test_required_flags_are_in_entry_so_args_cannot_drop_them():
@@ -101,7 +104,8 @@ def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
 
     hooks = tmp_path / "amplint-hooks"
     hooks.mkdir()
-    rev = snapshot_of_this_checkout(hooks, env)
+    snapshot_of_this_checkout(hooks, env)
+    git("tag", f"v{VERSION}", cwd=hooks, env=env)
 
     project = tmp_path / "project"
     project.mkdir()
@@ -133,6 +137,8 @@ def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
     failing = pre_commit("run", "--all-files", cwd=project, env=env)
     output = failing.stdout + failing.stderr
     assert failing.returncode == 1, output
+    # The README pins a release: pre-commit has no moving reference to warn about.
+    assert "mutable reference" not in install.stdout + install.stderr + output
     assert "amplint" in output and "Failed" in output
     assert "--> train.py:8:5" in output
     assert "--> explore.ipynb:cell 3:7:5" in output
@@ -159,7 +165,10 @@ def test_hook_fails_on_the_finding_then_passes_after_the_fix(tmp_path):
     assert "generated.py" not in output
     config.write_text(snippet.replace(PUBLIC_REPO, str(hooks)))
 
-    # The README's promise: `pre-commit autoupdate` replaces `rev: main` with the newest commit.
+    # The README's promise: `pre-commit autoupdate` moves `rev` to the newest release.
+    (hooks / "CHANGELOG.md").write_text((hooks / "CHANGELOG.md").read_text() + "\n")
+    git("commit", "-q", "-am", "the next release", cwd=hooks, env=env)
+    git("tag", "v99.0.0", cwd=hooks, env=env)
     update = pre_commit("autoupdate", cwd=project, env=env)
     assert update.returncode == 0, update.stdout + update.stderr
-    assert f"rev: {rev}" in (project / ".pre-commit-config.yaml").read_text()
+    assert "rev: v99.0.0" in (project / ".pre-commit-config.yaml").read_text()

@@ -67,8 +67,8 @@ def train(model, loader, optimizer):
 
 
 def train_inside(model, loader, optimizer):
-    for x in loader:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        for x in loader:
             loss = model(x)
             backward(loss)
             optimizer_step(optimizer)
@@ -133,7 +133,7 @@ def test_helpers_of_other_linted_modules_count_where_they_are_called(tmp_path):
     assert found == [
         ("pkg/train.py", 13, "AMP001"),  # stepped by clip_and_step's scaler.step()
         ("pkg/train.py", 21, "AMP006"),  # backward(loss) runs loss.backward() under autocast
-        ("pkg/train.py", 22, "AMP004"),  # optimizer_step() steps under autocast
+        ("pkg/train.py", 22, "AMP004"),  # optimizer_step() steps inside a region that spans the loop
         ("pkg/train.py", 30, "AMP001"),  # Stepper().step() steps its own GradScaler
     ]
     messages = {f["location"]["row"]: f"{f['message']}. {f['help']}" for f in findings}
@@ -199,7 +199,10 @@ def test_only_files_that_name_a_function_of_an_imported_summary_are_linted_again
     (package / "names_none.py").write_text(
         "import torch\nfrom .optim_utils import LIMIT\n\n\ndef infer(model, x):\n    with torch.autocast('cuda'):\n        return model(x)\n"
     )
-    (package / "alias.py").write_text("import torch\nfrom .optim_utils import optimizer_step as go\n\n\ndef f(opt):\n    with torch.autocast('cuda'):\n        go(opt)\n")
+    (package / "alias.py").write_text(
+        "import torch\nfrom .optim_utils import optimizer_step as go\n\n\ndef f(model):\n"
+        "    opt = torch.optim.Adafactor(model.parameters())\n    with torch.autocast('cuda'):\n        go(opt)\n"
+    )
     paths = [str(package / name) for name in ("optim_utils.py", "train.py", "names_none.py", "alias.py")]
     first = [lint_source((package / os.path.basename(p)).read_text(), p, ALL_RULES) for p in paths]
     relinted = []
@@ -211,8 +214,9 @@ def test_only_files_that_name_a_function_of_an_imported_summary_are_linted_again
     results = link(first, relint)
     assert sorted(relinted) == ["alias.py", "train.py"]
     assert results[2] is first[2]
-    # ... and the alias still counts where it is called: AMP004 on `go(opt)`.
-    assert [(f.row, f.code) for f in results[3].findings] == [(7, "AMP004")]
+    # ... and the alias still counts where it is called: AMP004 on `go(opt)` (an Adafactor step
+    # under float16 autocast).
+    assert [(f.row, f.code) for f in results[3].findings] == [(8, "AMP004")]
     # Without the text, every imported summary is used.
     relinted.clear()
     link(first, relint, read=lambda path: None)

@@ -36,11 +36,12 @@ import torch
 from .update import update
 
 
-def train(model, optimizer, x):
+def train(model, optimizer, loader):
     scaler = torch.amp.GradScaler("cuda")
     with torch.autocast("cuda"):
-        loss = model(x)
-        update(scaler, optimizer, loss)
+        for x in loader:
+            loss = model(x)
+            update(scaler, optimizer, loss)
 """
 
 
@@ -83,9 +84,9 @@ def test_a_summary_that_changes_reaches_the_next_module_in_a_later_round(tmp_pat
     results = link(_first(paths), relint)
     # The deferred modules first, for their summaries; train.py's update() runs backward()
     # (round 1) and, once update.py knows what scaled_step does, a step too (round 2): both
-    # under autocast.
+    # under an autocast region that spans the loop.
     assert relint.rounds == [["steps.py", "update.py"], ["train.py", "update.py"], ["train.py"]]
-    assert _codes(results[2]) == [(11, "AMP004"), (11, "AMP006")]
+    assert _codes(results[2]) == [(12, "AMP004"), (12, "AMP006")]
 
 
 def test_an_import_cycle_ends(tmp_path):
@@ -100,11 +101,12 @@ def test_an_import_cycle_ends(tmp_path):
         scaler.update()
 
 
-    def train(model, optimizer, x):
+    def train(model, optimizer, loader):
         scaler = torch.amp.GradScaler("cuda")
         with torch.autocast("cuda"):
-            loss = model(x)
-            second.update(scaler, optimizer, loss)
+            for x in loader:
+                loss = model(x)
+                second.update(scaler, optimizer, loss)
     """
     second = """
     from .first import scaled_step
@@ -119,7 +121,7 @@ def test_an_import_cycle_ends(tmp_path):
     results = link(_first(paths), relint)
     # Each learns from the other, round after round, and the rounds stop.
     assert 2 <= len(relint.rounds) <= 4
-    assert _codes(results[0]) == [(16, "AMP004"), (16, "AMP006")]
+    assert _codes(results[0]) == [(17, "AMP004"), (17, "AMP006")]
 
 
 def test_a_file_whose_analysis_looks_up_nothing_a_summary_has_keeps_its_first_result(tmp_path):

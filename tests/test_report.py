@@ -17,7 +17,7 @@ import pytest
 from amplint.harness.html import COLOURS, Chart, label_width, render_html
 from amplint.harness.runner import Row, VerifyRun
 from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED
-from amplint.lint.rule import Prediction
+from amplint.lint.rule import Prediction, Rule
 
 FIGURE = re.compile(r'<figure class="prediction[ "]')
 
@@ -68,6 +68,9 @@ def test_one_figure_per_prediction_with_its_claim_check_and_curves():
     assert "skipped: the claim is about float16 only" in skipped and "<polyline" not in skipped
     assert "timed out" in error and "no per-step curves" in error
     assert "<title>amplint verify: 2 effects confirmed, 1 control not held, 1 skipped, 1 error</title>" in page
+    # each rule's line in the header counts its effects and controls apart, skipped claims aside
+    assert '<a href="#amp001">AMP001 <small>1/1 effect, 0/1 control</small></a>' in page
+    assert '<a href="#amp005">AMP005 <small>1/2 effects</small></a>' in page
     assert ">0 controls held</span>" in page and ">1 control not held</span>" in page
 
 
@@ -104,6 +107,59 @@ def test_the_page_is_self_contained():
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "nothing may load from the network"
     assert "@import" not in page and "url(" not in page
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+
+
+PAIR = """\
+\"\"\"FAKE9, {which}: a fake pair.\"\"\"
+import argparse, json, sys
+
+# scenario: the weight of the loss
+SCENARIOS = {{"s": 1e-4}}
+STEPS = 3
+
+
+def train():
+    x = torch.randn(4, 2)  # drawn on the CPU
+    return {value}
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--scenario", action="append")
+args, _ = parser.parse_known_args()
+history = {{"panel": {{"line": [1.0, 2.0]}}}}
+print(json.dumps({{"torch": "fake", "results": {{"s": {{"q": {value}}}}}, "history": {{"s": history}}}}))
+"""
+
+
+def test_each_rule_shows_its_diff_its_setup_and_that_each_effect_can_fail(tmp_path):
+    """What the audit found missing from the page: the mistake in code, the regime, and that
+    each effect was shown able to fail (the swap, and the perturbations when run)."""
+    from amplint.harness.runner import AS_WRITTEN, PERTURBATIONS, verify
+
+    (tmp_path / "FAKE9").mkdir()
+    for which, value in (("buggy", 1000.0), ("fixed", 1.0)):
+        (tmp_path / "FAKE9" / f"{which}.py").write_text(PAIR.format(which=which, value=value))
+    grows = Prediction("s", "q", "q grows 100x.", compare="buggy/fixed", at_least=100)
+    same = Prediction("s", "q", "Control: the same.", compare="buggy/fixed", at_least=0.5, at_most=2000, kind="control")
+    rule = type("FakeFAKE9", (Rule,), {"__doc__": "A fake rule.", "code": "FAKE9", "name": "fake", "PREDICTIONS": (grows, same)})
+
+    page = render_html(verify([rule], "cpu", root=tmp_path))
+    pair = page.split('<div class="pair" data-code="FAKE9">')[1].split("</div></div>")[0]
+    # the diff: the one differing line, side by side, numbered as in each file
+    assert '<td class="n">11</td><td class="del">    return 1000.0</td><td class="n">11</td><td class="add">    return 1.0</td>' in pair
+    assert "a fake pair" not in pair, "the docstrings differ by design and stay out of the diff"
+    # the setup: the constants with their comment, the data, the device and the incidental details
+    assert "# scenario: the weight of the loss\nSCENARIOS = {&quot;s&quot;: 1e-4}" in pair and "STEPS = 3" in pair
+    assert "x = torch.randn(4, 2)" in pair and "device cpu; as written (seed 0" in pair
+    effect, control = page.split('<figure class="prediction')[1:]
+    assert 'this effect is <b class="ok">not reproduced</b> (buggy/fixed = 1)' in effect
+    assert "this control <b>held</b>" in control
+    assert "<code>amplint verify --perturb</code> does" in effect
+
+    perturbed = render_html(verify([rule], "cpu", root=tmp_path, variants=(AS_WRITTEN,) + PERTURBATIONS))
+    effect = perturbed.split('<figure class="prediction')[1]
+    assert len(perturbed.split('<figure class="prediction')) == 3, "one figure per prediction, not per variant"
+    assert 'Perturbed: <b class="ok">6 of 6</b> confirmed (seed 1, seed 2, lr x0.5, lr x1.5, steps x0.5, steps x1.5' in effect
 
 
 def test_a_rule_without_curves_still_gets_its_figures():
@@ -167,13 +223,20 @@ def test_the_real_report_renders_in_a_headless_browser(verified, chromium, tmp_p
         assert f'data-code="{row.code}"' in figure and f'data-dtype="{row.dtype}"' in figure
         if row.ran:  # the CUDA-only claims are skipped on the CPU, with no curves
             assert "<svg" in figure and "<polyline" in figure, f"{row.code} {row.prediction.scenario}: no curves"
+            if not row.prediction.is_control:
+                assert 'this effect is <b class="ok">not reproduced</b>' in figure, f"{row.code} {row.prediction.scenario}"
+    # every rule opens with its pair: the setup, and the lines that differ (in buggy.py, fixed.py or both)
+    for code in {row.code for row in verified.rows}:
+        pair = dom.split(f'<div class="pair" data-code="{code}">')[1].split('<figure')[0]
+        assert "<dt>constant</dt>" in pair and ('class="del"' in pair or 'class="add"' in pair), code
 
     # What a person sees: not a blank page, and both scripts' curves drawn in their colours.
     shot = tmp_path / "verify.png"
-    taken = browse(chromium, tmp_path, page, "--window-size=1000,800", f"--screenshot={shot}")
+    # tall enough for the header, the first rule's pair and its first figure's curves
+    taken = browse(chromium, tmp_path, page, "--window-size=1000,1200", f"--screenshot={shot}")
     assert taken.returncode == 0 and shot.is_file(), taken.stderr.decode(errors="replace")[-2000:]
     width, height, pixels = decode_png(shot.read_bytes())
-    assert (width, height) == (1000, 800)
+    assert (width, height) == (1000, 1200)
     colours = Counter(pixels)
     assert len(colours) > 100, f"{len(colours)} distinct colours: the page rendered (nearly) blank"
     (background, most), = colours.most_common(1)

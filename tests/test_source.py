@@ -38,3 +38,22 @@ def test_the_size_limit_is_per_kind(tmp_path, monkeypatch):
     (tmp_path / "big.ipynb").write_bytes(b" " * (3 * 2**20))
     assert read_file(str(tmp_path / "big.py")).message == "file too large to lint (3.0 MiB > 2 MiB)"
     assert len(read_file(str(tmp_path / "big.ipynb"))) == 3 * 2**20
+
+
+def test_a_nul_in_a_name_is_an_answer(tmp_path):
+    assert read_file(f"{tmp_path}/a\0b.py").message == "cannot read file: the name contains a NUL byte"
+
+
+def test_a_declared_file_is_small_text(tmp_path, monkeypatch):
+    monkeypatch.setattr(source, "MAX_DECLARED_BYTES", 2**20)
+    (tmp_path / "requirements.txt").write_bytes(b"torch\n" * 200_000)
+    (tmp_path / "setup.cfg").write_bytes(b"[options]\n\0")
+    assert source.read_declared(str(tmp_path / "requirements.txt")).message == "too large to read (1.1 MiB > 1 MiB)"
+    assert source.read_declared(str(tmp_path / "setup.cfg")).message == "binary file (contains NUL bytes), not text"
+
+
+def test_a_link_is_refused_when_asked(tmp_path):
+    (tmp_path / "target").write_text("x\n")
+    os.symlink(tmp_path / "target", tmp_path / "link")
+    assert source.read_regular(str(tmp_path / "link"), 100) == b"x\n"
+    assert source.read_regular(str(tmp_path / "link"), 100, follow_symlinks=False).message == "not a regular file (a symbolic link)"

@@ -75,7 +75,9 @@ def test_a_run_on_files_without_amp_code_imports_neither_libcst_nor_the_rules(tm
         from amplint.run.driver import _lint_task, _Task
         from amplint.lint.catalogue import RULES
         code = main(['--no-cache', '-q', '.'])
-        assert code == 2, code  # broken.py
+        assert code == 0, code  # broken.py mentions no AMP code: not analysed, not parsed
+        code = main(['--no-cache', '-q', '--syntax-errors', 'all', '.'])
+        assert code == 2, code  # its verdict, asked for: CPython's parser, not LibCST
         main(['.'])  # with the cache
         result, ok, _ = _lint_task(_Task(0, 'plain.py', open('plain.py', 'rb').read(), tuple(r.code for r in RULES), None, None), 2.0, in_process=True)
         assert ok and result.error is None and result.skipped and not result.findings

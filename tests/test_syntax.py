@@ -1,4 +1,7 @@
-"""One verdict on a file's syntax, whatever it mentions, with the grammar of the project's Python."""
+"""The syntax verdict, with the grammar of the project's Python: reported for the files amplint
+analyses (those with some rule's words) by default, and for every file with `syntax-errors =
+"all"`, where it is one verdict whatever the file mentions. Most tests here are about the
+verdict itself, and ask for it everywhere (`verdict`)."""
 
 import textwrap
 
@@ -12,10 +15,35 @@ from conftest import BUGGY
 AMP_COMMENT = "\n# autocast\n"
 
 
-def verdict(source, target=None, path="f.py"):
-    """The file's error message, or None: linted with every rule, as the command does."""
-    result = lint_source(source, path, ALL_RULES, target=target)
+def verdict(source, target=None, path="f.py", every_syntax=True):
+    """The file's error message, or None: linted with every rule, as the command does with
+    `--syntax-errors all` (`every_syntax=False`: the default, the files it analyses)."""
+    result = lint_source(source, path, ALL_RULES, target=target, every_syntax=every_syntax)
     return result.error.message if result.error else None
+
+
+def test_by_default_only_the_files_amplint_analyses_get_a_syntax_verdict():
+    broken = "def f(:\n    pass\n"
+    assert verdict(broken, every_syntax=False) is None  # no AMP words: not parsed at all
+    amp = "import torch\nscaler = torch.amp.GradScaler()\n" + broken
+    assert verdict(amp, every_syntax=False) == verdict(amp) == "syntax error at 3:7: invalid syntax"
+    # A word in a comment is enough: the pre-check reads text, and such a file is parsed.
+    assert verdict("# autocast\n" + broken, every_syntax=False) is not None
+
+
+def test_the_command_reports_syntax_errors_of_the_files_it_analyses_or_of_all(amplint, tmp_path):
+    (tmp_path / "plain.py").write_text("def f(:\n")
+    (tmp_path / "train.py").write_text("import torch\nwith torch.autocast('cuda'):\n    x = (\n")
+    result = amplint("--no-cache", "--concise", ".", cwd=tmp_path)
+    assert result.returncode == 2 and "train.py: syntax error at 3:" in result.stderr and "plain.py" not in result.stderr
+    result = amplint("--no-cache", "--concise", "--syntax-errors", "all", ".", cwd=tmp_path)
+    assert result.returncode == 2 and "plain.py: syntax error at 1:7" in result.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nsyntax-errors = "all"\n')
+    assert "plain.py: syntax error" in amplint("--no-cache", ".", cwd=tmp_path).stderr
+    assert "plain.py" not in amplint("--no-cache", "--syntax-errors", "analysed", ".", cwd=tmp_path).stderr, "the flag wins"
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nsyntax-errors = "some"\n')
+    result = amplint("--no-cache", ".", cwd=tmp_path)
+    assert result.returncode == 2 and "syntax-errors must be one of 'analysed', 'all'" in result.stderr
 
 
 def same_verdict_with_and_without_amp(source, target=None):
@@ -158,12 +186,12 @@ def test_newer_syntax_with_amp_code_is_analysed():
 
 
 def test_target_version_configuration(amplint, tmp_path):
-    (tmp_path / "new.py").write_text(NEWER_SYNTAX[(3, 12)])
+    (tmp_path / "new.py").write_text("# autocast\n" + NEWER_SYNTAX[(3, 12)])
     assert amplint("new.py", cwd=tmp_path).returncode == 0  # no configuration at all
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nrequires-python = ">=3.11"\n')
     result = amplint("new.py", cwd=tmp_path)
     if RUNNING < (3, 12):
-        assert result.returncode == 2 and "new.py: syntax error at 1:" in result.stderr
+        assert result.returncode == 2 and "new.py: syntax error at 2:" in result.stderr
     (tmp_path / "pyproject.toml").write_text('[project]\nrequires-python = ">=3.12"\n')
     assert amplint("new.py", cwd=tmp_path).returncode == 0, "requires-python applies without [tool.amplint]"
     (tmp_path / "pyproject.toml").write_text('[project]\nrequires-python = ">=3.9"\n[tool.amplint]\ntarget-version = "py312"\n')
@@ -197,7 +225,7 @@ def test_notebook_cells_keep_their_locations_in_syntax_errors(amplint, tmp_path)
     import json
 
     cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
-             for source in (["import torch\n"], ["x = (\n"])]
+             for source in (["import torch\n", "# autocast\n"], ["x = (\n"])]
     document = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "n.ipynb").write_text(json.dumps(document))
     result = amplint("n.ipynb", cwd=tmp_path)

@@ -156,7 +156,10 @@ def test_in_a_notebook_cell(amplint, tmp_path):
     notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "n.ipynb").write_text(json.dumps(notebook))
     result = amplint("--concise", "n.ipynb", cwd=tmp_path)
-    assert result.stdout.splitlines()[0] == "n.ipynb:cell 2:2:20: AMP100 Unused `noqa` directive (unused: `AMP003`)"
+    assert result.stdout.splitlines()[0] == "n.ipynb:cell 2:2:20: AMP100 [*] Unused `noqa` directive (unused: `AMP003`)"
+    amplint("--fix", "n.ipynb", cwd=tmp_path)
+    fixed = json.loads((tmp_path / "n.ipynb").read_text())
+    assert fixed["cells"][1]["source"] == ["import torch\n", "x = torch.ones(1)\n"]
 
 
 @pytest.mark.parametrize("rule", [r for r in ALL_RULES if r.code != "AMP100"], ids=lambda r: r.code)
@@ -172,3 +175,71 @@ def test_every_invalid_example_with_its_noqa_is_clean(rule):
         except ValueError:
             continue  # a noqa appended inside a multi-line string would not be a comment
         assert [f for f in findings if f.code in (rule.code, "AMP100")] == [], suppressed
+
+
+# --------------------------------------------------------------------------- the fix (ruff's RUF100)
+
+from amplint.lint.fix_loop import fix_source, wanted_by  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        # One code of two unused: that code goes, the other stays.
+        (loop("  # noqa: AMP006", "  # noqa: AMP004, AMP003"), loop("  # noqa: AMP006", "  # noqa: AMP004")),
+        # Nothing used: the directive goes, with the space before it.
+        (loop("  # noqa: AMP006", "  # noqa: AMP004") + "y = 2  # noqa: AMP003\n", loop("  # noqa: AMP006", "  # noqa: AMP004") + "y = 2\n"),
+        # Other tools' codes stay, and so does their spelling.
+        ("x = 1  #NOQA:AMP003,E501\n", "x = 1  #NOQA:E501\n"),
+        # An unknown code is taken out too.
+        ("x = 1  # noqa: AMP030\n", "x = 1\n"),
+        # Other text in the comment stays a comment.
+        ("x = 1  # noqa: AMP003 kept for the 1.x branch\n", "x = 1  # kept for the 1.x branch\n"),
+        ("x = 1  # type: ignore  # noqa: AMP003\n", "x = 1  # type: ignore\n"),
+        # A line that held only the directive goes, line ending and all.
+        ("# amplint: noqa: AMP002\r\nx = 1\r\n", "x = 1\r\n"),
+        ("import torch\n# amplint: noqa\n", "import torch\n"),
+    ],
+)
+def test_the_fix_removes_what_suppressed_nothing(before, after):
+    outcome = fix_source(before, "t.py", ALL_RULES, wanted_by(False))
+    assert outcome.source == after
+    assert dict(outcome.applied) == {"AMP100": 1}
+    assert not [f for f in lint_text(after) if f.code == "AMP100"]
+
+
+def test_the_fix_is_offered_safe_and_the_edit_shown_is_the_fix_applied():
+    from test_fix import apply_edits
+
+    source = "import torch\nx = torch.ones(1)  # noqa: AMP003, E501\n# amplint: noqa: AMP002\n"
+    findings = [f for f in lint_text(source) if f.code == "AMP100"]
+    assert [(f.fix.applicability, f.fix.title) for f in findings] == [
+        ("safe", "Remove `AMP003` from the directive"),
+        ("safe", "Remove the unused `# amplint: noqa: AMP002` directive"),
+    ]
+    edits = [edit for f in findings for edit in f.fix.edits]
+    assert apply_edits(source, edits) == fix_source(source, "t.py", ALL_RULES, wanted_by(False)).source
+
+
+def test_a_directive_another_fix_leaves_unused_goes_in_the_same_run(amplint, tmp_path):
+    """AMP014's fix settles the finding its neighbour's directive was about: the directive, now
+    stale, is removed too; a directive that still suppresses is kept, and so is AMP100's own."""
+    (tmp_path / "train.py").write_text(
+        "import torch\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+        "y = 1  # noqa: AMP003\n"
+        "x = torch.cuda.amp.GradScaler()  # noqa: AMP014\n"
+        "z = 2  # noqa: AMP003, AMP100\n"
+    )
+    kept = amplint("--no-cache", "--fix", "--unfixable", "AMP100", "train.py", cwd=tmp_path)
+    assert "y = 1  # noqa: AMP003\n" in (tmp_path / "train.py").read_text()
+    assert "Unused `noqa` directive" in kept.stdout
+    result = amplint("--no-cache", "--fix", "--show-fixes", "train.py", cwd=tmp_path)
+    assert (tmp_path / "train.py").read_text() == (
+        "import torch\n"
+        'scaler = torch.amp.GradScaler("cuda")\n'
+        "y = 1\n"
+        "x = torch.cuda.amp.GradScaler()  # noqa: AMP014\n"
+        "z = 2  # noqa: AMP003, AMP100\n"
+    )
+    assert "    1 × AMP100 (unused-noqa)" in result.stdout.splitlines()

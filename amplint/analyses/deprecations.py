@@ -51,6 +51,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 from libcst import MaybeSentinel
 
+from amplint import work
 from amplint.semantic import (
     names_used,
     Analysis,
@@ -131,6 +132,8 @@ class _Finder:
         # The nodes of an `except` that catches a missing or older API, after a `try` that calls
         # the new one: id -> the names of the new API it called (found with the version shims).
         self._fallbacks: Dict[int, Set[str]] = {}
+        # How each scope spells each replacement (`_spelling`): worked out once, not per use.
+        self._spellings: Dict[Tuple[str, int], Tuple[str, Optional[str], str]] = {}
         seen = set()
 
         def add(node: cst.CSTNode, kind: str, scope: Scope, assigned: Optional[Binding] = None) -> None:
@@ -301,10 +304,17 @@ class _Finder:
     def _spelling(self, replacement: str, scope: Scope) -> Tuple[str, Optional[str], str]:
         """How `scope` can write `replacement` with a name it already binds, else with
         `import torch` to add; and which of its names that writes (`torch.autocast`)."""
+        key = (replacement, id(scope))
+        if key not in self._spellings:
+            self._spellings[key] = self._spelled(replacement, scope)
+        return self._spellings[key]
+
+    def _spelled(self, replacement: str, scope: Scope) -> Tuple[str, Optional[str], str]:
         member = replacement.rsplit(".", 1)[-1]
         candidates: List[Tuple[int, str, str]] = []
         current: Optional[Scope] = scope
         while current is not None:
+            work.charge(len(current.bindings))  # every name bound up the chain: counted (N4)
             for name, bindings in current.bindings.items():
                 if not bindings or any(b.kind != "import" for b in bindings):
                     continue

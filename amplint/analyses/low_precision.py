@@ -17,6 +17,7 @@ from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
+from amplint import work
 from amplint.analyses.adapters import adapter_effect, adapter_entry
 from amplint.analyses.averages import InPlaceAverage
 from amplint.analyses.module_casts import ModuleCast
@@ -173,6 +174,7 @@ def undone(precision: FoundPrecision, cast: ModuleCast, after: List[CallRecord],
     `vocabulary.may_change_parameter_precision`)."""
     facts: PrecisionFacts = precision.found
     paths = cast.paths if paths is None else paths
+    work.charge(2 * len(after))  # the calls after the cast, judged one by one below (N4)
     ids = {id(r.node) for r in after}
     for other in facts.casts:
         if other is not cast and id(other.node) in ids and ("float32" in other.dtypes or not other.dtypes):

@@ -14,8 +14,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from amplint.lint.diagnostics import FileError
 from amplint.run.discovery import PatternError, check_patterns
+from amplint.run.source import read_declared
 from amplint.config.torch_target import ASSUMED, TorchTarget, TorchVersion, declared_torch, parse_torch_version
+from amplint.work import MAX_FACTOR, check_factor
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,10 +43,15 @@ KNOWN_KEYS = (
     "jobs",
     "fail-level",
     "analysis-limit",
+    "syntax-errors",
 )
 # The lowest severity of finding that fails a run (exit 1): `error` by default, so warnings
 # are reported without breaking a build unless asked for.
 FAIL_LEVELS = ("error", "warning")
+# Which files' syntax errors a run reports: those amplint analyses (files with AMP words: a file
+# without them can hold no AMP finding, and the project's own linter or interpreter reports its
+# syntax errors), or every file it is given.
+SYNTAX_ERRORS = ("analysed", "all")
 # Looked for in each directory, in this order (ruff's: .ruff.toml, ruff.toml, pyproject.toml).
 CONFIG_FILES = (".amplint.toml", "amplint.toml", "pyproject.toml")
 # The Python versions a project can target: the grammars amplint can parse (LibCST knows
@@ -91,6 +99,9 @@ class Config:
     # analysis' work limits (amplint.work).
     fail_level: str = "error"
     analysis_limit: float = 1.0
+    syntax_errors: str = "analysed"  # SYNTAX_ERRORS
+    # What the user should hear about the configuration: a declaration file not read, and why.
+    notes: List[str] = field(default_factory=list)
 
     def torch(self) -> Tuple[TorchVersion, str]:
         """The torch fixes must work on, and where that comes from."""
@@ -121,10 +132,8 @@ find_pyproject = find_config
 
 
 def _has_amplint_table(path: str) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError:
+    data = read_declared(path)
+    if isinstance(data, FileError):
         return False
     try:
         tool = tomllib.loads(data.decode("utf-8", errors="replace")).get("tool")
@@ -169,7 +178,7 @@ def load(
 def _declared_torch(config: Config, start: str) -> None:
     """Without `target-torch-version`: the oldest torch the project's requirement admits."""
     if config.torch_target is None:
-        declared = declared_torch(start)
+        declared = declared_torch(start, config.notes)
         if declared is not None:
             config.torch_target, config.torch_target_from, config.torch_newest = declared.version, declared.where, declared.newest
 
@@ -228,6 +237,10 @@ def _from_table(table: Dict[str, Any], path: str, root: str, source: Optional[st
     unknown = sorted(set(table) - set(KNOWN_KEYS))
     if unknown:
         raise ConfigError(f"{path}: unknown key(s){section}: {', '.join(unknown)} (known: {', '.join(KNOWN_KEYS)})")
+    for key, value in table.items():
+        if _has_nul(value):
+            # Valid TOML (`"a\u0000b"`), but no path, pattern or name can hold one.
+            raise ConfigError(f"{path}: `{key}` contains a NUL character")
     config = Config(root=root, path=source)
     config.select = _strings(table, "select", path, optional=True)
     config.extend_select = _strings(table, "extend-select", path) or []
@@ -249,9 +262,16 @@ def _from_table(table: Dict[str, Any], path: str, root: str, source: Optional[st
         raise ConfigError(f"{path}: fail-level must be one of {', '.join(repr(l) for l in FAIL_LEVELS)}")
     config.fail_level = fail_level
     limit = table.get("analysis-limit", 1.0)
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < float("inf"):
-        raise ConfigError(f"{path}: analysis-limit must be a positive number (a factor on the default limits)")
-    config.analysis_limit = float(limit)
+    try:
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+            raise ValueError(limit)
+        config.analysis_limit = check_factor(limit)
+    except ValueError:
+        raise ConfigError(f"{path}: analysis-limit must be a positive number (a factor on the default limits) of at most {MAX_FACTOR:g}, not {limit!r}") from None
+    syntax_errors = table.get("syntax-errors", "analysed")
+    if syntax_errors not in SYNTAX_ERRORS:
+        raise ConfigError(f"{path}: syntax-errors must be one of {', '.join(repr(s) for s in SYNTAX_ERRORS)}")
+    config.syntax_errors = syntax_errors
     config.target_version = _target_version(table, path)
     if "target-torch-version" in table:
         config.torch_target = parse_torch_version(table["target-torch-version"])
@@ -277,6 +297,16 @@ def _from_table(table: Dict[str, Any], path: str, root: str, source: Optional[st
     return config
 
 
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, dict):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
 def _boolean(table: Dict[str, Any], key: str, default: bool, path: str) -> bool:
     value = table.get(key, default)
     if not isinstance(value, bool):
@@ -297,11 +327,9 @@ def _output_format(table: Dict[str, Any], path: str) -> Optional[str]:
 
 
 def _read_toml(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    data = read_declared(path)
+    if isinstance(data, FileError):
+        raise ConfigError(f"cannot read {path}: {data.message.replace('cannot read file: ', '')}")
     try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as error:

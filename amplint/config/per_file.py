@@ -116,7 +116,7 @@ def selected_rules(options: Any, config: Config, rules: Optional[Sequence[Type["
         select, ignore = cli_select, []
     else:
         if config.select is not None:
-            require_some(config.select, f"{config.path}: `select`")
+            require_some(config.select, f"{config.path or '--config'}: `select`")
         select, ignore = (config.select if config.select is not None else ["ALL"]), list(config.ignore)
     extend = [*config.extend_select, *(split_codes(options.extend_select) or [])]
     ignore += split_codes(options.ignore) or []

@@ -15,8 +15,11 @@ The target is the oldest release a declaration admits: `torch>=1.13` -> 1.13, `t
 2.1, `torch~=2.2.0` -> 2.2, `^2.1` (poetry) -> 2.1. A declaration with only an upper bound
 (`torch<2.3`) admits every old torch: the target is `ASSUMED`, but never newer than its newest
 release (2.2). `torch` with no bound says nothing. Several declarations: the oldest wins (the
-project supports them all). Files that cannot be read are passed over: they are not amplint's
-to report.
+project supports them all). A file that does not parse is passed over: it is not amplint's to
+report. Every file is read the careful way (`amplint.run.source.read_declared`: a regular file
+of at most 1 MiB, text, opened without blocking), since the repository names them all, an
+include too (`-r /dev/stdin`, a FIFO, a `setup.py` linked to `/dev/zero`); one refused is
+passed over with a note saying why, in `notes`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Set, Tuple
+
+from amplint.lint.diagnostics import FileError
+from amplint.run.source import read_declared
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -193,29 +199,30 @@ def project_root(start: str) -> Optional[str]:
         directory = parent
 
 
-def declared_torch(start: str) -> Optional[Declared]:
+def declared_torch(start: str, notes: Optional[List[str]] = None) -> Optional[Declared]:
     """The oldest torch the project above `start` declares, and where; None if it declares none
-    with a lower bound (or none at all)."""
+    with a lower bound (or none at all). `notes`: gets why a file was not read."""
     root = project_root(start)
     if root is None:
         return None
+    reader = _Reader(root, notes if notes is not None else [])
     found: List[Declared] = []
     pyproject = os.path.join(root, "pyproject.toml")
     if os.path.isfile(pyproject):
-        found += _from_pyproject(pyproject)
+        found += _from_pyproject(pyproject, reader)
     setup_cfg = os.path.join(root, "setup.cfg")
     if os.path.isfile(setup_cfg):
-        found += _from_setup_cfg(setup_cfg)
+        found += _from_setup_cfg(setup_cfg, reader)
     seen: Set[str] = set()
     for path in _requirement_files(root):
-        found += _from_requirements(path, root, seen)
+        found += _from_requirements(path, reader, seen)
     bounded = [declared for declared in found if declared.version is not None]
     if not bounded:
         return None
     oldest = min(bounded, key=lambda declared: declared.version)  # type: ignore[arg-type,return-value]
     # The project supports every declaration: the newest any of them admits, none when one
     # has no upper bound (`torch` alone included), or when setup.py, a program, may declare one.
-    unbounded = any(d.newest is None for d in found) or _mentions_torch(os.path.join(root, "setup.py"))
+    unbounded = any(d.newest is None for d in found) or _mentions_torch(os.path.join(root, "setup.py"), reader)
     newest = None if unbounded else max(d.newest for d in found if d.newest is not None)
     return Declared(oldest.version, oldest.where, newest)
 
@@ -223,14 +230,30 @@ def declared_torch(start: str) -> Optional[Declared]:
 _TORCH_REQUIREMENT = re.compile(r"""["']\s*torch\s*(?:[<>=!~;\[@(][^"']*)?["']""", re.IGNORECASE)
 
 
-def _mentions_torch(path: str) -> bool:
+class _Reader:
+    """Reads a project's declarations for `declared_torch`, and notes the files it refuses."""
+
+    def __init__(self, root: str, notes: List[str]) -> None:
+        self.root = root
+        self.notes = notes
+
+    def text(self, path: str, included_as: Optional[str] = None) -> Optional[str]:
+        """The file's text; None, with a note, when it cannot be read (`read_declared`)."""
+        data = read_declared(path)
+        if isinstance(data, FileError):
+            named = f"{included_as!r} (an include)" if included_as is not None else os.path.relpath(path, self.root)
+            self.notes.append(f"not reading {named} for the project's torch requirement: {data.message}")
+            return None
+        return data.decode("utf-8", "replace")
+
+
+def _mentions_torch(path: str, reader: _Reader) -> bool:
     """Whether a setup.py has a requirement on torch as a string (`"torch>=1.13"`, `'torch'`;
     not `"torchvision"`)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return _TORCH_REQUIREMENT.search(handle.read()) is not None
-    except OSError:
+    if not os.path.lexists(path):
         return False
+    text = reader.text(path)
+    return text is not None and _TORCH_REQUIREMENT.search(text) is not None
 
 
 def _requirement_files(directory: str) -> List[str]:
@@ -245,11 +268,11 @@ def _declared(requirement: str, path: str, root: str) -> Iterator[Declared]:
         yield Declared(found[0], f"{os.path.relpath(path, root)}: {requirement.strip()}", found[1])
 
 
-def _from_pyproject(path: str) -> List[Declared]:
+def _from_pyproject(path: str, reader: _Reader) -> List[Declared]:
+    text = reader.text(path)
     try:
-        with open(path, "rb") as handle:
-            document = tomllib.loads(handle.read().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        document = tomllib.loads(text) if text is not None else {}
+    except (tomllib.TOMLDecodeError, RecursionError):
         return []
     root = os.path.dirname(path)
     found: List[Declared] = []
@@ -291,11 +314,11 @@ def _from_poetry(value: Any, path: str, root: str) -> List[Declared]:
     return found
 
 
-def _from_setup_cfg(path: str) -> List[Declared]:
+def _from_setup_cfg(path: str, reader: _Reader) -> List[Declared]:
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read(path, encoding="utf-8")
-    except (configparser.Error, UnicodeDecodeError, OSError):
+        parser.read_string(reader.text(path) or "", path)
+    except configparser.Error:
         return []
     root = os.path.dirname(path)
     values = []
@@ -306,23 +329,22 @@ def _from_setup_cfg(path: str) -> List[Declared]:
     return [declared for value in values for line in value.splitlines() for declared in _declared(line, path, root)]
 
 
-def _from_requirements(path: str, root: str, seen: Set[str], depth: int = 0) -> List[Declared]:
-    real = os.path.realpath(path)
+def _from_requirements(path: str, reader: _Reader, seen: Set[str], depth: int = 0, included_as: Optional[str] = None) -> List[Declared]:
+    real = os.path.realpath(path) if "\0" not in path else path  # a NUL: refused by the read
     if real in seen or depth > 8:
         return []
     seen.add(real)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
+    text = reader.text(path, included_as)
+    if text is None:
         return []
+    root = reader.root
     found: List[Declared] = []
     for line in text.replace("\\\n", " ").splitlines():
         line = re.sub(r"(^|\s)#.*", "", line).strip()
         include = re.match(r"(?:-r|--requirement|-c|--constraint)(?:\s+|=)(\S+)", line)
         if include is not None:
             included = os.path.join(os.path.dirname(path), include.group(1))
-            found += _from_requirements(included, root, seen, depth + 1)
+            found += _from_requirements(included, reader, seen, depth + 1, include.group(1))
         elif line and not line.startswith("-"):
             found += _declared(re.split(r"\s+--?[a-z]", line)[0], path, root)
     return found

@@ -98,40 +98,45 @@ class FixProof:
         return sorted({difference.split("/", 1)[0] for difference in self.differences})
 
 
-def prove_fixes(rules: Sequence[Type[Rule]], device: str, dtype: str, timeout: float) -> List[FixProof]:
+def prove_fixes(rules: Sequence[Type[Rule]], device: str, dtypes: Sequence[str], timeout: float) -> List[FixProof]:
+    """A row per rule with a fixture pair and per dtype, in that order; every script that has
+    to run runs in one driver process."""
     from amplint.lint.engine import lint_source
     from amplint.lint.fix_loop import fix_source, wanted_by
-    from amplint.harness.runner import fixture_root, run_scripts, script_spec
+    from amplint.harness.runner import AS_WRITTEN, fixture_root, run_scripts, script_spec
     from amplint.rules import ALL_RULES
 
     root = fixture_root()
     proofs: List[FixProof] = []
     specs = []
     with tempfile.TemporaryDirectory(prefix="amplint-fix-proof-") as scratch:
-        for rule in rules:
-            folder = root / rule.code
-            buggy, fixed = folder / "buggy.py", folder / "fixed.py"
-            if not buggy.is_file() or not fixed.is_file():
-                continue
-            outcome = fix_source(buggy.read_text(encoding="utf-8"), f"fixtures/{rule.code}/buggy.py", ALL_RULES, wanted_by(True))
-            proof = FixProof(
-                rule.code, dtype, dict(outcome.applied), partial=declared_partial(rule), no_fix_declared=declares_no_fixture_fix(rule)
-            )
-            proof.remaining = [
-                f"{f.row}:{f.column}" for f in lint_source(outcome.source, "buggy.py", [rule]).findings if f.code == rule.code
-            ]
-            proofs.append(proof)
-            if not proof.fixed:
-                continue
-            target = Path(scratch) / rule.code / f"{AUTOFIXED}.py"
-            target.parent.mkdir()
-            target.write_text(outcome.source, encoding="utf-8")
-            specs.append(script_spec(rule.code, AUTOFIXED, target, device, dtype, ()))
-            specs.append(script_spec(rule.code, "fixed", Path(str(fixed)), device, dtype, ()))
+        for dtype in dtypes:
+            for rule in rules:
+                folder = root / rule.code
+                buggy, fixed = folder / "buggy.py", folder / "fixed.py"
+                if not buggy.is_file() or not fixed.is_file():
+                    continue
+                outcome = fix_source(buggy.read_text(encoding="utf-8"), f"fixtures/{rule.code}/buggy.py", ALL_RULES, wanted_by(True))
+                proof = FixProof(
+                    rule.code, dtype, dict(outcome.applied), partial=declared_partial(rule), no_fix_declared=declares_no_fixture_fix(rule)
+                )
+                proof.remaining = [
+                    f"{f.row}:{f.column}" for f in lint_source(outcome.source, "buggy.py", [rule]).findings if f.code == rule.code
+                ]
+                proofs.append(proof)
+                if not proof.fixed:
+                    continue
+                target = Path(scratch) / rule.code / f"{AUTOFIXED}.py"
+                if not target.is_file():
+                    target.parent.mkdir()
+                    target.write_text(outcome.source, encoding="utf-8")
+                specs.append(script_spec(rule.code, AUTOFIXED, target, device, dtype, ()))
+                specs.append(script_spec(rule.code, "fixed", Path(str(fixed)), device, dtype, ()))
         runs, _ = run_scripts(specs, timeout) if specs else ({}, 0)
     for proof in proofs:
         if proof.fixed:
-            _compare(proof, runs.get((proof.code, dtype, AUTOFIXED)), runs.get((proof.code, dtype, "fixed")))
+            ours, theirs = ((proof.code, proof.dtype, which, AS_WRITTEN.name) for which in (AUTOFIXED, "fixed"))
+            _compare(proof, runs.get(ours), runs.get(theirs))
     return proofs
 
 

@@ -16,7 +16,17 @@ import tempfile
 from typing import List, Optional, Sequence, Tuple, Type
 
 from amplint.harness.report import render_json, render_text
-from amplint.harness.runner import ALL_DTYPES, DEFAULT_TIMEOUT, DTYPES, verify
+from amplint.harness.runner import (
+    ALL_DTYPES,
+    AS_WRITTEN,
+    DEFAULT_TIMEOUT,
+    DTYPES,
+    PERTURBATIONS,
+    fixture_root,
+    mixed_sources,
+    rules_root,
+    verify,
+)
 from amplint.lint.rule import Rule
 
 TORCH_MISSING = """\
@@ -59,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="instead, prove the rules' fixes: fix each buggy.py as `amplint --fix --unsafe-fixes` would and "
         "require it to report exactly what fixed.py reports",
+    )
+    parser.add_argument(
+        "--perturb",
+        action="store_true",
+        help="also judge every prediction with the fixtures' incidental details changed: "
+        + ", ".join(variant.name for variant in PERTURBATIONS)
+        + "; a claim about the mistake must hold in every one (about 6x the time)",
     )
     parser.add_argument("--output-format", choices=("text", "json"), default="text")
     parser.add_argument(
@@ -155,10 +172,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"amplint verify: cannot write the report: {error}", file=sys.stderr)
             return 2
 
+    mixed = mixed_sources(str(fixture_root()), rules_root())
+    if mixed:
+        print(f"amplint verify: warning: {mixed}", file=sys.stderr)
     device, unavailable = resolve_device(args.device, args.timeout)
     if args.fixes:
         return _prove_fixes(rules, device, unavailable, args)
-    run = verify(rules, device, args.dtype, args.timeout, unavailable=unavailable)
+    variants = (AS_WRITTEN,) + (PERTURBATIONS if args.perturb else ())
+    run = verify(rules, device, args.dtype, args.timeout, unavailable=unavailable, variants=variants)
     sys.stdout.write(render_json(run) if args.output_format == "json" else render_text(run))
     if report is not None:
         from amplint.harness.html import render_html
@@ -183,8 +204,8 @@ def _prove_fixes(rules, device: str, unavailable: Optional[str], args: argparse.
     if unavailable:
         print(f"amplint verify: {unavailable}", file=sys.stderr)
         return 1
-    dtypes = ("float16", "bfloat16") if args.dtype == ALL_DTYPES else (args.dtype or "float16",)
-    proofs = [proof for dtype in dtypes for proof in prove_fixes(rules, device, dtype, args.timeout)]
+    dtypes = DTYPES if args.dtype == ALL_DTYPES else (args.dtype or "float16",)
+    proofs = prove_fixes(rules, device, dtypes, args.timeout)
     if args.output_format == "json":
         sys.stdout.write(json.dumps([proof.as_dict() for proof in proofs], indent=2) + "\n")
     else:

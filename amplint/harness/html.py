@@ -1,10 +1,14 @@
 """`amplint verify --report page.html`: one self-contained HTML page of what the fixtures did.
 
-Per prediction, one `<figure>`: the claim, the measured check and the verdict, beside small
-inline-SVG charts of the scenario's per-step histories, buggy.py against fixed.py. Which
-charts there are is up to the fixtures (each prints `{"history": {scenario: {panel: {line:
-[value per step]}}}}`), so a new rule's pair needs no change here. No JavaScript, no fonts or
-styles from the network, no plotting library: a page that opens anywhere, years from now.
+Per rule, what a sceptic needs before the curves: the lines where buggy.py and fixed.py differ,
+side by side, and the regime they train in (`pair`). Per prediction, one `<figure>`: the
+claim, the measured check and the verdict; that the effect was shown able to fail (judged
+again with buggy.py replaced by fixed.py, and under each perturbation when the run had
+them); beside small inline-SVG charts of the scenario's per-step histories, buggy.py against
+fixed.py. Which charts there are is up to the fixtures (each prints `{"history": {scenario:
+{panel: {line: [value per step]}}}}`), so a new rule's pair needs no change here. No
+JavaScript, no fonts or styles from the network, no plotting library: a page that opens
+anywhere, years from now.
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ import math
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from pathlib import Path
+
 from amplint import __version__
+from amplint.harness.pair import dedented, side_by_side, setup
 from amplint.harness.report import check_text, count_text, summary_counts, verdict_text, verdict_word
-from amplint.harness.runner import DTYPES, Row, VerifyRun
-from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED, measured_text
+from amplint.harness.runner import AS_WRITTEN, DTYPES, Row, VerifyRun, judged_as_identical
+from amplint.harness.verdict import CONFIRMED, ERROR, NOT_REPRODUCED, SKIPPED, measured_text, value_text
 
 SIDES = ("buggy", "fixed")
 COLOURS = {"buggy": "#e8590c", "fixed": "#1971c2"}
@@ -100,6 +107,22 @@ dd.buggy { color: var(--buggy); } dd.fixed { color: var(--fixed); }
 .panel h3 small { color: var(--muted); font-weight: 400; }
 .lines { font-size: 11px; color: var(--muted); height: 15px; }
 .none { color: var(--muted); font-style: italic; align-self: center; }
+.proof { margin: 8px 0 0; font-size: 12.5px; }
+.proof b.ok { color: var(--ok); } .proof b.bad { color: var(--bad); }
+.pair { display: grid; grid-template-columns: minmax(260px, 1fr) 2fr; gap: 14px; margin: 8px 0 4px; }
+.pair h3 { font-size: 13px; margin: 0 0 4px; }
+.setup, .diff { background: var(--paper); border: 1px solid var(--rule); border-radius: 7px; padding: 8px 10px;
+  max-height: 260px; overflow: auto; }
+.setup pre { margin: 0 0 6px; font: 11.5px/1.35 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; white-space: pre-wrap; }
+.setup dt { font-size: 12px; }
+.diff table { border-collapse: collapse; width: 100%; table-layout: fixed;
+  font: 11.5px/1.35 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.diff col.n { width: 30px; }
+.diff th { font: 600 12px system-ui, sans-serif; text-align: left; padding: 0 4px 3px; }
+.diff td { padding: 0 6px 0 4px; white-space: pre-wrap; overflow-wrap: anywhere; vertical-align: top; }
+.diff td.n { color: var(--muted); text-align: right; user-select: none; }
+.diff td.del { background: #fff0eb; } .diff td.add { background: #e7f5ff; }
+.diff tr.gap td { color: var(--muted); text-align: center; background: var(--wash); }
 svg text { font: 10px system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: #868e96; }
 svg .mark { font-weight: 700; font-size: 10px; }
 svg .axis { font-style: italic; }
@@ -116,8 +139,9 @@ def render_html(run: VerifyRun, title: str = "amplint verify") -> str:
         f"<style>{STYLE}</style></head><body><main>",
         _header(run, title),
     ]
-    for code, rows in _by_rule(run.rows):
-        parts.append(_section(code, rows))
+    evidence = Evidence(run)
+    for code, rows in _by_rule(evidence.as_written):
+        parts.append(_section(code, rows, run, evidence))
     parts.append("</main></body></html>")
     return "\n".join(parts) + "\n"
 
@@ -129,6 +153,64 @@ def _e(text: object) -> str:
 def _prose(text: str) -> str:
     """Escaped text with its `code spans` (as the rules write them) set as code."""
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+
+
+class Evidence:
+    """Per prediction (and dtype), what shows its verdict is about the mistake: how it is judged
+    with buggy.py replaced by fixed.py (the swap; from the run's own measurements, see
+    runner.judged_as_identical), and its rows under the run's perturbations, if any."""
+
+    def __init__(self, run: VerifyRun) -> None:
+        self.as_written = [row for row in run.rows if row.variant == AS_WRITTEN.name]
+        self.swapped: Dict[Tuple[int, str], Row] = {}
+        if run.planned and run.outputs:
+            for row in judged_as_identical(run, "fixed"):
+                if row.ran:
+                    self.swapped[(id(row.prediction), row.dtype)] = row
+        self.perturbed: Dict[Tuple[int, str], List[Row]] = {}
+        for row in run.rows:
+            if row.variant != AS_WRITTEN.name:
+                self.perturbed.setdefault((id(row.prediction), row.dtype), []).append(row)
+        self.perturbations = [variant for variant in run.variants if variant != AS_WRITTEN.name]
+
+    def lines(self, row: Row) -> List[str]:
+        """HTML sentences for a figure: the swap, then the perturbations."""
+        prediction = row.prediction
+        if prediction is None or not row.ran:
+            return []
+        key = (id(prediction), row.dtype)
+        said = []
+        swapped = self.swapped.get(key)
+        if swapped is not None:
+            outcome = verdict_word(swapped)
+            value = value_text(prediction, swapped.value) if swapped.value is not None else "-"
+            if prediction.is_control:
+                said.append(
+                    f"With buggy.py replaced by fixed.py this control <b>{_e(outcome)}</b> ({_e(value)}), as any control "
+                    "does; the test suite breaks it with an edit to buggy.py instead."
+                )
+            else:
+                good = "ok" if swapped.verdict != CONFIRMED else "bad"
+                why = swapped.reason if swapped.reason else f"{prediction.compare} = {value}"
+                said.append(
+                    f'Shown able to fail: with buggy.py replaced by fixed.py this effect is <b class="{good}">{_e(outcome)}</b> '
+                    f"({_e(why)})."
+                )
+        rows = self.perturbed.get(key, [])
+        if rows:
+            held = [each for each in rows if each.verdict == CONFIRMED]
+            values = [each.value for each in rows if each.value is not None and math.isfinite(each.value)]
+            spread = f"; values {_e(value_text(prediction, min(values)))} to {_e(value_text(prediction, max(values)))}" if values else ""
+            failed = [each.variant for each in rows if each.verdict != CONFIRMED]
+            good = "ok" if not failed else "bad"
+            said.append(
+                f'Perturbed: <b class="{good}">{len(held)} of {len(rows)}</b> {"held" if prediction.is_control else "confirmed"} '
+                f"({_e(', '.join(each.variant for each in rows))}{spread})"
+                + (f"; not under {_e(', '.join(failed))}." if failed else ".")
+            )
+        elif not self.perturbations:
+            said.append("Not run with other seeds, learning rates or steps here: <code>amplint verify --perturb</code> does.")
+        return said
 
 
 def _verdict_summary(run: VerifyRun) -> str:
@@ -160,6 +242,7 @@ def _header(run: VerifyRun, title: str) -> str:
             f"{run.seconds:.1f} s",
             f"amplint {__version__}",
         ]
+        + ([f"fixtures from {run.root}"] if run.root else [])
     )
     chips = "".join(
         f'<span class="chip {COUNT_CLASSES[label]}{"" if count else " zero"}">{_e(count_text(label, count))}</span>'
@@ -170,30 +253,87 @@ def _header(run: VerifyRun, title: str) -> str:
         f'<span class="key">{_line_sample("fixed", 0)} fixed.py</span>'
     )
     links = []
-    for code, rows in _by_rule(run.rows):
-        confirmed = sum(row.verdict == CONFIRMED for row in rows)
-        links.append(f'<a href="#{_anchor(code)}">{_e(code)} <small>{confirmed}/{len(rows)}</small></a>')
+    for code, rows in _by_rule([row for row in run.rows if row.variant == AS_WRITTEN.name]):
+        links.append(f'<a href="#{_anchor(code)}">{_e(code)} <small>{_e(_tally(rows))}</small></a>')
     return (
         f"<header><h1>{_e(title)} <span>report</span></h1>"
         f'<p class="meta">{_e(meta)}</p>'
         f'<div class="chips">{chips}</div>'
         f'<p class="how">{keys}Each figure is one prediction: the claim and what was measured, beside the '
         "scenario's curves from both scripts over the training steps. A control claims the mistake makes no "
-        "difference in some regime: it holds when nothing differs, so it is counted apart and is no evidence of harm. Where the curves coincide, the thin blue line runs "
-        "inside the thick orange one. × marks a NaN or infinite value.</p>"
+        "difference in some regime: it holds when nothing differs, so it is counted apart and is no evidence of harm. "
+        "Every effect is also judged with buggy.py replaced by fixed.py, where it must fail (the fixtures are seeded and "
+        "single-threaded, so fixed.py run in buggy.py's place reports what it reported as itself), and, with "
+        "<code>--perturb</code>, with seeds 1 and 2, the learning rates x0.5 and x1.5 and the steps x0.5 and x1.5, where "
+        "it must hold. Each rule opens with the lines its two scripts differ in and the setup they train in. Claims "
+        f"about another device than this run's ({_e(run.device)}) are skipped, and say so. Where the curves coincide, "
+        "the thin blue line runs inside the thick orange one. × marks a NaN or infinite value.</p>"
         f"<nav>{''.join(links)}</nav></header>"
     )
 
 
-def _section(code: str, rows: List[Row]) -> str:
+def _tally(rows: Sequence[Row]) -> str:
+    """A rule's line in the header: `3/3 effects, 2 controls`, apart as the summary counts them
+    (skipped claims left out)."""
+    effects = [row for row in rows if row.ran and row.prediction is not None and not row.prediction.is_control]
+    controls = [row for row in rows if row.ran and row.prediction is not None and row.prediction.is_control]
+    plural = {1: ""}
+    said = [f"{sum(row.verdict == CONFIRMED for row in effects)}/{len(effects)} effect{plural.get(len(effects), 's')}"] if effects else []
+    if controls:
+        held = sum(row.verdict == CONFIRMED for row in controls)
+        counted = f"{held}/{len(controls)}" if held != len(controls) else f"{len(controls)}"
+        said.append(f"{counted} control{plural.get(len(controls), 's')}")
+    return ", ".join(said) or "nothing ran"
+
+
+def _section(code: str, rows: List[Row], run: VerifyRun, evidence: Evidence) -> str:
     summary = _rule_summary(code)
     parts = [
         f'<section id="{_anchor(code)}"><h2>{_e(code)} <code>{_e(rows[0].name)}</code></h2>',
         f'<p class="summary">{_prose(summary)}</p>' if summary else "",
+        _pair(code, run),
     ]
-    parts.extend(_figure(row) for row in rows)
+    parts.extend(_figure(row, evidence.lines(row)) for row in rows)
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _pair(code: str, run: VerifyRun) -> str:
+    """The rule's two scripts: the setup they train in, and where they differ, side by side."""
+    folder = Path(run.root) / code if run.root else None
+    if folder is None or not (folder / "buggy.py").is_file() or not (folder / "fixed.py").is_file():
+        return ""
+    buggy, fixed = ((folder / f"{which}.py").read_text(encoding="utf-8") for which in ("buggy", "fixed"))
+    regime = [f"<dt>run</dt><dd>device {_e(run.device)}; {_e(_variants_text(run))}</dd>"]
+    regime += [f"<dt>{_e(what)}</dt><dd><pre>{_e(text)}</pre></dd>" for what, text in setup(buggy)]
+    table = [
+        '<table><colgroup><col class="n"><col><col class="n"><col></colgroup>'
+        "<tr><th colspan=2>buggy.py</th><th colspan=2>fixed.py</th></tr>"
+    ]
+    for row in dedented(side_by_side(buggy, fixed)):
+        if row is None:
+            table.append('<tr class="gap"><td colspan=4>⋯</td></tr>')
+            continue
+        cells = []
+        for line, mark in zip(row, ("del", "add")):
+            if line is None:
+                cells.append('<td class="n"></td><td></td>')
+            else:
+                style = f' class="{mark}"' if line.changed else ""
+                cells.append(f'<td class="n">{line.number}</td><td{style}>{_e(line.text)}</td>')
+        table.append(f"<tr>{''.join(cells)}</tr>")
+    table.append("</table>")
+    return (
+        f'<div class="pair" data-code="{_e(code)}"><div class="setup"><h3>Setup (from buggy.py; fixed.py is its twin)</h3>'
+        f"<dl>{''.join(regime)}</dl></div>"
+        f'<div class="diff"><h3>The mistake: where the scripts differ (docstrings aside)</h3>{"".join(table)}</div></div>'
+    )
+
+
+def _variants_text(run: VerifyRun) -> str:
+    perturbations = [variant for variant in run.variants if variant != AS_WRITTEN.name]
+    written = "as written (seed 0, the learning rates and steps below)"
+    return written + (f", and under {', '.join(perturbations)}" if perturbations else "")
 
 
 def _rule_summary(code: str) -> str:
@@ -205,7 +345,7 @@ def _rule_summary(code: str) -> str:
     return ""
 
 
-def _figure(row: Row) -> str:
+def _figure(row: Row, evidence: Sequence[str] = ()) -> str:
     prediction = row.prediction
     verdict = VERDICT_CLASSES.get(row.verdict, "error")
     scenario = prediction.scenario if prediction else "-"
@@ -223,6 +363,7 @@ def _figure(row: Row) -> str:
         facts.append(f"<dt>check</dt><dd>{_e(check_text(row))}</dd></dl>")
     if row.reason:
         facts.append(f'<p class="reason">{_e(verdict_text(row))}</p>')
+    facts.extend(f'<p class="proof">{line}</p>' for line in evidence)
     facts.append("</figcaption>")
     return (
         f'<figure class="prediction {verdict}" data-code="{_e(row.code)}" data-scenario="{_e(scenario)}" '

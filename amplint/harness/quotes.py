@@ -92,11 +92,18 @@ def quote_problems(rule: Type[Rule], rows: Iterable) -> List[str]:
 def unquoted(rule: Type[Rule]) -> Sequence[str]:
     """Ratios and shares in the section ("65,000x", "17%") that no prediction quotes and no
     claim states as a bound or a setting ("at least 1000x", "targets 100x larger")."""
-    section = " ".join((rule.section("What goes wrong at runtime") or "").split())
-    covered = " ".join(text for prediction in rule.PREDICTIONS for _, text in prediction.quotes)
-    claims = " ".join(prediction.claim for prediction in rule.PREDICTIONS)
+    return unbacked(rule.section("What goes wrong at runtime") or "", [rule])
+
+
+def unbacked(text: str, rules: Iterable[Type[Rule]]) -> Sequence[str]:
+    """Ratios and shares in `text` that none of the rules' predictions quotes (so checks against
+    a run) and none of their claims states: what a page other than a rule's own (docs/verify.md)
+    may only repeat from the rules."""
+    predictions = [prediction for rule in rules for prediction in rule.PREDICTIONS]
+    covered = " ".join(quoted for prediction in predictions for _, quoted in prediction.quotes)
+    claims = " ".join(prediction.claim for prediction in predictions)
     return [
         token
-        for token in _RATIO_OR_SHARE.findall(section)
+        for token in _RATIO_OR_SHARE.findall(" ".join(text.split()))
         if token not in covered and token.lstrip("~") not in covered and token.lstrip("~") not in claims
     ]

@@ -21,6 +21,8 @@ from amplint.harness.verdict import (
 )
 
 COLUMNS = ("rule", "device", "dtype", "scenario", "quantity", "kind", "buggy", "fixed", "check", "verdict")
+# With `--perturb`, each row also says which incidental details it ran with.
+VARIANT_COLUMN = "variant"
 # How a control's verdict reads: it "holds" (nothing differs, as claimed); it is no confirmation of harm.
 HELD = "held"
 NOT_HELD = "not held"
@@ -82,11 +84,16 @@ def summary_counts(run: VerifyRun) -> Dict[str, int]:
 
 
 def summary_text(run: VerifyRun) -> str:
-    """`104 predictions: 81 effects confirmed, 23 controls held, 0 effects not reproduced, 0
-    controls not held, 0 skipped, 0 errors`."""
+    """`143 predictions: 113 effects confirmed, 27 controls held, 0 effects not reproduced, 0
+    controls not held, 3 skipped, 0 errors`; with perturbations, `1001 checks (143 predictions,
+    as written and under 6 perturbations): ...`."""
     counts = summary_counts(run)
     summary = ", ".join(count_text(label, count) for label, count in counts.items())
-    return f"{_count(len(run.rows), 'prediction')}: {summary}"
+    if len(run.variants) == 1:
+        return f"{_count(len(run.rows), 'prediction')}: {summary}"
+    predictions = len(run.rows) // len(run.variants)
+    perturbations = _count(len(run.variants) - 1, "perturbation")
+    return f"{_count(len(run.rows), 'check')} ({_count(predictions, 'prediction')}, as written and under {perturbations}): {summary}"
 
 
 def count_text(label: str, count: int) -> str:
@@ -98,13 +105,17 @@ def count_text(label: str, count: int) -> str:
 
 
 def header_text(run: VerifyRun) -> str:
+    """`amplint verify: torch 2.13.0+cpu, device cpu, fixtures from /src/amplint/fixtures, 2
+    fixture processes, 12.6 s`: where the fixtures came from too (a copy of the checkout run
+    with PYTHONPATH runs its own, and says so)."""
     torch = f"torch {run.torch_version}" if run.torch_version else "torch (no fixture reported a version)"
-    return f"amplint verify: {torch}, device {run.device}, {_count(run.processes, 'fixture process', 'es')}, {run.seconds:.1f} s"
+    source = f", fixtures from {run.root}" if run.root else ""
+    return f"amplint verify: {torch}, device {run.device}{source}, {_count(run.processes, 'fixture process', 'es')}, {run.seconds:.1f} s"
 
 
-def _cells(row: Row) -> List[str]:
+def _cells(row: Row, variants: bool) -> List[str]:
     prediction = row.prediction
-    return [
+    return ([row.variant] if variants else []) + [
         row.code,
         row.device,
         row.dtype,
@@ -119,8 +130,10 @@ def _cells(row: Row) -> List[str]:
 
 
 def render_text(run: VerifyRun) -> str:
-    table = [list(COLUMNS)] + [_cells(row) for row in run.rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS) - 1)]
+    variants = len(run.variants) > 1
+    columns = ((VARIANT_COLUMN,) if variants else ()) + COLUMNS
+    table = [list(columns)] + [_cells(row, variants) for row in run.rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] for line in table]
     return "\n".join([header_text(run), ""] + [line.rstrip() for line in lines] + ["", summary_text(run)]) + "\n"
 
@@ -141,6 +154,7 @@ def row_object(row: Row) -> Dict[str, object]:
     return {
         "code": row.code,
         "name": row.name,
+        "variant": row.variant,
         "scenario": prediction.scenario if prediction else None,
         "device": row.device,
         "dtype": row.dtype,

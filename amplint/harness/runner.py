@@ -56,27 +56,57 @@ History = Dict[str, Dict[str, List[float]]]
 
 
 @dataclass(frozen=True)
+class Variant:
+    """The incidental details a run gives every fixture script (`amplint verify --perturb`).
+
+    Every fixture takes `--seed`, `--lr-scale` and `--steps-scale` (fixtures/README.md): its
+    seed, a factor on every learning rate, a factor on every number of training steps. A
+    claim about the mistake must hold whatever they are, so `--perturb` judges every
+    prediction again under each of PERTURBATIONS."""
+
+    name: str
+    argv: Tuple[str, ...] = ()
+    work: float = 1.0  # the script's work relative to the run as written (more steps: more)
+
+
+AS_WRITTEN = Variant("as written")
+PERTURBATIONS = (
+    Variant("seed 1", ("--seed", "1")),
+    Variant("seed 2", ("--seed", "2")),
+    Variant("lr x0.5", ("--lr-scale", "0.5")),
+    Variant("lr x1.5", ("--lr-scale", "1.5")),
+    Variant("steps x0.5", ("--steps-scale", "0.5"), work=0.5),
+    Variant("steps x1.5", ("--steps-scale", "1.5"), work=1.5),
+)
+# What a ScriptRun is filed under: (rule code, dtype, "buggy"/"fixed", variant name).
+OutputKey = Tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
 class ScriptSpec:
-    """One fixture script to run: a rule's buggy or fixed script, at one dtype, for some scenarios."""
+    """One fixture script to run: a rule's buggy or fixed script, at one dtype, for some
+    scenarios, with the incidental details of one variant."""
 
     code: str
     which: str  # "buggy" or "fixed"
     dtype: str
     script: Path
     argv: Tuple[str, ...]
+    variant: Variant = AS_WRITTEN
 
     @property
-    def key(self) -> Tuple[str, str, str]:
-        return (self.code, self.dtype, self.which)
+    def key(self) -> OutputKey:
+        return (self.code, self.dtype, self.which, self.variant.name)
 
     @property
     def label(self) -> str:
-        return f"fixtures/{self.code}/{self.which}.py ({self.dtype})"
+        details = self.dtype if self.variant == AS_WRITTEN else f"{self.dtype}, {self.variant.name}"
+        return f"fixtures/{self.code}/{self.which}.py ({details})"
 
     @property
-    def cost(self) -> int:
+    def cost(self) -> float:
         """A rough measure of its work, for sharing scripts out between workers: its scenarios."""
-        return max(1, self.argv.count("--scenario"))
+        return max(1, self.argv.count("--scenario")) * self.variant.work
 
 
 @dataclass
@@ -121,6 +151,7 @@ class Row:
     dtype: str
     verdict: str
     reason: Optional[str] = None
+    variant: str = AS_WRITTEN.name  # the incidental details it ran with (Variant.name)
     buggy: Optional[float] = None
     fixed: Optional[float] = None
     value: Optional[float] = None  # buggy and fixed combined as the prediction's `compare` says
@@ -144,10 +175,12 @@ class VerifyRun:
     torch_version: Optional[str]
     processes: int  # fixture subprocesses started: one per worker, and one more after each hang or crash
     seconds: float
-    # what was planned and what each script reported, keyed (code, dtype, "buggy"/"fixed"):
-    # enough to judge the same predictions again against other pairings of the scripts
+    # what was planned and what each script reported, keyed (code, dtype, "buggy"/"fixed",
+    # variant): enough to judge the same predictions again against other pairings of the scripts
     planned: List["Planned"] = field(default_factory=list)
-    outputs: Dict[Tuple[str, str, str], ScriptRun] = field(default_factory=dict)
+    outputs: Dict[OutputKey, ScriptRun] = field(default_factory=dict)
+    variants: Tuple[str, ...] = (AS_WRITTEN.name,)  # the rows' variants, in the order they ran
+    root: Optional[str] = None  # where the fixtures came from (fixture_root), for the header
 
     @property
     def ok(self) -> bool:
@@ -161,30 +194,66 @@ if TYPE_CHECKING:
 
 
 def fixture_root() -> "Traversable":
-    """`amplint.fixtures`: the checkout's `fixtures/` (editable install) or the wheel's copy."""
+    """Where the fixtures come from: the `fixtures/` beside the `amplint` package that is
+    running, in a source tree (a checkout, or a copy of one run with `PYTHONPATH=copy`);
+    else the installed `amplint.fixtures` (a wheel).
+
+    Not `amplint.fixtures` first: an editable install's finder maps that name to the
+    checkout it was installed from, so a mutated copy run with PYTHONPATH would silently
+    run the original's fixtures."""
+    beside = Path(__file__).resolve().parents[2] / "fixtures"
+    if _holds_fixtures(beside):
+        return beside
     try:
         return importlib.resources.files("amplint.fixtures")
-    except ModuleNotFoundError:
-        # A source checkout imported without installing: fixtures/ sits beside amplint/.
-        return Path(__file__).resolve().parents[2] / "fixtures"
+    except ModuleNotFoundError:  # pragma: no cover - a broken install
+        return beside
 
 
-def script_spec(code: str, which: str, script: Path, device: str, dtype: str, scenarios: Sequence[str]) -> ScriptSpec:
+def _holds_fixtures(folder: Path) -> bool:
+    """Whether `folder` is amplint's fixtures (a rule's pair in it), not some other `fixtures/`
+    (site-packages may hold the PyPI package of that name)."""
+    return folder.is_dir() and any(child.name.startswith("AMP") and (child / "buggy.py").is_file() for child in folder.iterdir())
+
+
+def rules_root() -> Path:
+    """The folder the rules (and so the predictions) come from: `amplint.rules`."""
+    import amplint.rules
+
+    return Path(amplint.rules.__file__).resolve().parent
+
+
+def mixed_sources(fixtures: str, rules: Path) -> Optional[str]:
+    """Why the fixtures and the rules that judge them come from different trees, or None: an
+    editable install maps `amplint.rules` to its own checkout, whatever PYTHONPATH says."""
+    fixtures_parent = Path(fixtures).resolve().parent
+    if fixtures_parent == rules.parent:
+        return None
+    return (
+        f"the fixtures come from {fixtures} but the rules (the predictions) from {rules}: an editable "
+        "install maps `amplint.rules` to the checkout it was installed from; install the tree you mean "
+        "to verify (pip install -e PATH) to judge its fixtures by its own rules"
+    )
+
+
+def script_spec(
+    code: str, which: str, script: Path, device: str, dtype: str, scenarios: Sequence[str], variant: Variant = AS_WRITTEN
+) -> ScriptSpec:
     argv = ["--device", device, "--dtype", dtype]
     for scenario in scenarios:
         argv += ["--scenario", scenario]
-    return ScriptSpec(code, which, dtype, script, tuple(argv))
+    return ScriptSpec(code, which, dtype, script, tuple(argv) + variant.argv, variant)
 
 
-def run_scripts(specs: Sequence[ScriptSpec], timeout: float) -> Tuple[Dict[Tuple[str, str, str], ScriptRun], int]:
+def run_scripts(specs: Sequence[ScriptSpec], timeout: float) -> Tuple[Dict[OutputKey, ScriptRun], int]:
     """Run the scripts one after another in a driver subprocess: a ScriptRun for each (keyed
-    (code, dtype, which)), and how many processes that took.
+    by ScriptSpec.key), and how many processes that took.
 
     Each script may run for `timeout` seconds, counted from the driver's "starting" line for
     it and not counting the time the process spent waiting for a CPU (see `Watchdog`). When
     the process hangs or dies, the script it was running gets the error, and the scripts it
     had not reached run in a fresh process."""
-    runs: Dict[Tuple[str, str, str], ScriptRun] = {}
+    runs: Dict[OutputKey, ScriptRun] = {}
     pending = list(specs)
     processes = 0
     while pending:
@@ -418,8 +487,10 @@ def verify(
     unavailable: Optional[str] = None,
     root: Optional["Traversable"] = None,
     jobs: Optional[int] = None,
+    variants: Sequence[Variant] = (AS_WRITTEN,),
 ) -> VerifyRun:
-    """Run each needed fixture script once (in a few worker subprocesses) and judge every prediction."""
+    """Run each needed fixture script once per variant (in a few worker subprocesses) and
+    judge every prediction under each variant: the rows of the first variant, then the next."""
     started = time.monotonic()
     planned = plan(rules, device, dtype, unavailable)
     # rule code -> dtype -> scenarios its predictions need at that dtype
@@ -431,7 +502,7 @@ def verify(
                 scenarios.append(entry.prediction.scenario)
 
     root = root if root is not None else fixture_root()
-    outputs: Dict[Tuple[str, str, str], ScriptRun] = {}  # (code, dtype, "buggy"/"fixed")
+    outputs: Dict[OutputKey, ScriptRun] = {}
     specs: List[ScriptSpec] = []
     processes = 0
     with contextlib.ExitStack() as stack:
@@ -440,34 +511,57 @@ def verify(
                 for which in FIXTURE_SCRIPTS:
                     resource = root / code / f"{which}.py"
                     if not resource.is_file():
-                        outputs[(code, chosen, which)] = ScriptRun(error=f"no fixture fixtures/{code}/{which}.py")
+                        for variant in variants:
+                            outputs[(code, chosen, which, variant.name)] = ScriptRun(error=f"no fixture fixtures/{code}/{which}.py")
                         continue
                     # A zipped install hands out a temporary copy; a normal one, the file itself.
                     script = stack.enter_context(importlib.resources.as_file(resource))
-                    specs.append(script_spec(code, which, Path(script), device, chosen, scenarios))
+                    for variant in variants:
+                        specs.append(script_spec(code, which, Path(script), device, chosen, scenarios, variant))
         batches = share_out(specs, jobs or _default_jobs(device))
         with ThreadPoolExecutor(max_workers=max(1, len(batches))) as pool:
             for runs, started_processes in pool.map(lambda batch: run_scripts(batch, timeout), batches):
                 outputs.update(runs)
                 processes += started_processes
 
-    rows = judge_all(planned, device, outputs)
+    rows = [row for variant in variants for row in judge_all(planned, device, outputs, variant.name)]
     torch_version = next((run.torch_version for run in outputs.values() if run.torch_version), None)
-    return VerifyRun(rows, device, torch_version, processes, time.monotonic() - started, planned, outputs)
+    return VerifyRun(
+        rows,
+        device,
+        torch_version,
+        processes,
+        time.monotonic() - started,
+        planned,
+        outputs,
+        tuple(variant.name for variant in variants),
+        str(root),
+    )
 
 
-def judge_all(planned: Sequence[Planned], device: str, outputs: Dict[Tuple[str, str, str], ScriptRun]) -> List[Row]:
-    """A row per planned prediction, judged on what the scripts reported."""
-    return [judge_row(entry, device, outputs) for entry in planned]
+def judge_all(
+    planned: Sequence[Planned], device: str, outputs: Dict[OutputKey, ScriptRun], variant: str = AS_WRITTEN.name
+) -> List[Row]:
+    """A row per planned prediction, judged on what the scripts reported under `variant`."""
+    return [judge_row(entry, device, outputs, variant) for entry in planned]
 
 
-def judge_row(entry: Planned, device: str, outputs: Dict[Tuple[str, str, str], ScriptRun]) -> Row:
+def judged_as_identical(run: VerifyRun, copy: str, variant: str = AS_WRITTEN.name) -> List[Row]:
+    """The run's predictions judged as if both scripts of every pair were `copy`.py: what
+    running each pair with buggy.py replaced by fixed.py (copy "fixed"), or the other way
+    round, reports. The fixtures are seeded and single-threaded, so a script run in its
+    twin's place reports what it reported as itself; on such a pair every effect must fail."""
+    outputs = {(code, dtype, which, each): run.outputs[(code, dtype, copy, each)] for (code, dtype, which, each) in run.outputs}
+    return judge_all(run.planned, run.device, outputs, variant)
+
+
+def judge_row(entry: Planned, device: str, outputs: Dict[OutputKey, ScriptRun], variant: str = AS_WRITTEN.name) -> Row:
     """One prediction's row: its measurements, its verdict, or why there is none."""
     rule, prediction = entry.rule, entry.prediction
     if entry.skip is not None or prediction is None:
-        return Row(rule.code, rule.name, prediction, device, entry.dtype, SKIPPED, entry.skip)
-    row = Row(rule.code, rule.name, prediction, device, entry.dtype, ERROR)
-    runs = {which: outputs[(rule.code, entry.dtype, which)] for which in FIXTURE_SCRIPTS}
+        return Row(rule.code, rule.name, prediction, device, entry.dtype, SKIPPED, entry.skip, variant=variant)
+    row = Row(rule.code, rule.name, prediction, device, entry.dtype, ERROR, variant=variant)
+    runs = {which: outputs[(rule.code, entry.dtype, which, variant)] for which in FIXTURE_SCRIPTS}
     row.history = {which: run.scenario_history(prediction.scenario) for which, run in runs.items()}
     problems: List[str] = []
 
@@ -507,7 +601,7 @@ def share_out(specs: Sequence[ScriptSpec], workers: int) -> List[List[ScriptSpec
     for spec in specs:
         by_rule.setdefault(spec.code, []).append(spec)
     batches: List[List[ScriptSpec]] = [[] for _ in range(max(1, min(workers, len(by_rule))))]
-    loads = [0] * len(batches)
+    loads = [0.0] * len(batches)
     for code in sorted(by_rule, key=lambda code: -sum(spec.cost for spec in by_rule[code])):
         lightest = loads.index(min(loads))
         batches[lightest].extend(by_rule[code])
@@ -521,6 +615,9 @@ def _default_jobs(device: str) -> int:
 
 
 __all__ = [
+    "AS_WRITTEN",
+    "PERTURBATIONS",
+    "Variant",
     "CONFIRMED",
     "NOT_REPRODUCED",
     "ERROR",
@@ -531,6 +628,7 @@ __all__ = [
     "fixture_root",
     "judge_all",
     "judge_row",
+    "judged_as_identical",
     "run_scripts",
     "share_out",
     "verify",

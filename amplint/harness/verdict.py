@@ -49,21 +49,37 @@ def _ratio(numerator: float, denominator: float) -> float:
 # --------------------------------------------------------------------------- expected: the mechanism
 
 
+# The functions an expression may call: `happened="min(buggy.loss_scale - 1, fixed.norm -
+# fixed.max_norm)"` is positive only when both conditions hold.
+FUNCTIONS = {"min": min, "max": max}
+
+
 def expected_quantities(expression: str) -> Tuple[Tuple[str, str], ...]:
-    """The (side, quantity) pairs an `expected` expression reads; ValueError if it
-    is not arithmetic (+ - * /, numbers, parentheses) over `buggy.<quantity>` / `fixed.<quantity>`."""
+    """The (side, quantity) pairs an `expected` (or `happened`) expression reads; ValueError if
+    it is not arithmetic (+ - * /, numbers, parentheses, `min(...)`, `max(...)`) over
+    `buggy.<quantity>` / `fixed.<quantity>`."""
     try:
         tree = ast.parse(expression, mode="eval")
     except SyntaxError as error:
         raise ValueError(f"expected {expression!r} does not parse: {error.msg}") from None
     read = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    called = {
+        id(node.func)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS and node.args and not node.keywords
+    }
     names = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
+        if isinstance(node, ast.Call):
+            if id(node.func) not in called:
+                raise ValueError(f"expected {expression!r}: only {', '.join(FUNCTIONS)} may be called")
+        elif isinstance(node, ast.Attribute):
             if not (isinstance(node.value, ast.Name) and node.value.id in SIDES):
                 raise ValueError(f"expected {expression!r}: only buggy.<quantity> and fixed.<quantity> may be read")
             names.append((node.value.id, node.attr))
         elif isinstance(node, ast.Name):
+            if id(node) in called:
+                continue
             if node.id not in SIDES or id(node) not in read:
                 raise ValueError(f"expected {expression!r}: write buggy.<quantity> or fixed.<quantity>, not {node.id!r}")
         elif isinstance(node, ast.Constant):
@@ -74,7 +90,7 @@ def expected_quantities(expression: str) -> Tuple[Tuple[str, str], ...]:
     return tuple(dict.fromkeys(names))
 
 
-_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub, ast.UAdd, ast.Load)
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub, ast.UAdd, ast.Load, ast.Call)
 
 
 def evaluate_expected(expression: str, values: Mapping[str, Mapping[str, float]]) -> float:
@@ -93,6 +109,11 @@ def _evaluate(node: ast.AST, values: Mapping[str, Mapping[str, float]]) -> float
     if isinstance(node, ast.UnaryOp):
         operand = _evaluate(node.operand, values)
         return -operand if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.Call):
+        assert isinstance(node.func, ast.Name)
+        arguments = [_evaluate(argument, values) for argument in node.args]
+        # NaN decides nothing: min(NaN, 1) is NaN, never a condition that held
+        return math.nan if any(math.isnan(each) for each in arguments) else float(FUNCTIONS[node.func.id](arguments))
     assert isinstance(node, ast.BinOp)
     left, right = _evaluate(node.left, values), _evaluate(node.right, values)
     if isinstance(node.op, ast.Add):
@@ -135,7 +156,7 @@ def mechanism_missing(prediction: Prediction, values: Mapping[str, Mapping[str, 
     if not prediction.happened:
         return None
     value = evaluate_expected(prediction.happened, values)
-    if value > 0:
+    if value > 0:  # NaN is not
         return None
     return f"the mechanism did not happen: {prediction.happened} = {number_text(value)}, must be > 0"
 

@@ -19,6 +19,17 @@ class FixSuggestion:
 
 
 @dataclass(frozen=True, order=True)
+class Related:
+    """A place that explains a finding: for a hazard in model code, where the autocast region
+    it runs under is opened and each call on the way in."""
+
+    path: str
+    row: int
+    column: int
+    message: str
+
+
+@dataclass(frozen=True, order=True)
 class Finding:
     path: str
     row: int  # 1-based, in the linted source (for a notebook: the joined code cells)
@@ -43,6 +54,9 @@ class Finding:
     # edits that make it (as `amplint.lint.fix.Edit` tuples: row, column, end row, end column,
     # new text; rows of the linted source).
     fix: Optional["FixSuggestion"] = None
+    # What explains it, elsewhere (SARIF relatedLocations, the language server's related
+    # information, JSON `related`): the way from an autocast region in another file.
+    related: Tuple[Related, ...] = ()
 
     @property
     def text(self) -> str:
@@ -106,6 +120,12 @@ class RunReport:
     unsafe_fixes: bool = False
     fixed: int = 0
     fixed_warnings: int = 0  # how many of the `fixed` were warnings
+    # `--fail-level`: the severity from which a finding fails the run (`error`, `warning`).
+    fail_level: str = "error"
+
+    def fails(self, finding: Finding) -> bool:
+        """Whether `finding` fails the run (exit 1) at the run's fail level."""
+        return finding.severity == "error" or self.fail_level == "warning"
 
     def applicable(self, finding: Finding) -> bool:
         """Whether `--fix` would fix `finding` (with the run's --unsafe-fixes setting)."""
@@ -135,3 +155,6 @@ class FileResult:
     lookups: Optional[Tuple[Tuple[Optional[str], int, Optional[str]], ...]] = None
     # Functions too complex to follow within the analysis limit: analysed no further, and reported.
     skipped_functions: List[NotAnalysed] = field(default_factory=list)
+    # What its code calls and what its functions would hit under autocast, for the project's
+    # ambient pass (JSON; `amplint.project.ambient.facts`).
+    ambient: Optional[Dict[str, Any]] = None

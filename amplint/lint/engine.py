@@ -17,13 +17,14 @@ import libcst as cst
 from amplint.lint import evidence
 from amplint import work
 from amplint.lint.catalogue import import_words, might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
-from amplint.lint.diagnostics import FileError, FileResult, Finding, NotAnalysed
-from amplint.lint.fix import Suggestions
-from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives
+from amplint.lint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
+from amplint.lint.fix import SAFE, Suggestions
+from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions, unused_directives, unused_edit
 from amplint.run.notebook import CellMap, is_notebook, parse_notebook
 from amplint.lint.parse_guard import parse_hazard
 from amplint.lint.positions import code_ranges
 from amplint.lint.rule import Report, Rule
+from amplint.project.ambient import facts as ambient_facts, hazard_rows
 from amplint.project.summary import export_summary
 from amplint.semantic import (
     CodeUnit,
@@ -48,6 +49,7 @@ def lint_bytes(
     analysis_limit: Optional[float] = 1.0,
     torch_target: Optional[TorchVersion] = None,
     summary: bool = True,
+    every_syntax: bool = False,
 ) -> FileResult:
     """Lint a file's contents, read from disk or standard input: a notebook, or Python source.
     `external`: summaries of the other linted modules it may import (see `amplint.project.link`).
@@ -57,13 +59,15 @@ def lint_bytes(
     `analysis_limit`: the factor on the work limits of `amplint.work` (None: no file limit).
     `torch_target`: the oldest torch the project supports (None: `torch_target.ASSUMED`); a
     fix that needs a newer one is unsafe. `summary`: export the module's summary for the files
-    that import it (a run's second phase needs it; the editor, linting one file, does not)."""
+    that import it (a run's second phase needs it; the editor, linting one file, does not).
+    `every_syntax`: a syntax error is reported for a file the engine does not analyse too (by
+    default only for those it analyses: the files with some rule's words)."""
     if is_notebook(path):
-        return _lint_notebook(data, path, rules, external, target, whole, analysis_limit, torch_target, summary)
+        return _lint_notebook(data, path, rules, external, target, whole, analysis_limit, torch_target, summary, every_syntax)
     source = decode_python(data, path)
     if isinstance(source, FileError):
         return FileResult(path, error=source)
-    return lint_source(source, path, rules, external=external, target=target, whole=whole, analysis_limit=analysis_limit, torch_target=torch_target, summary=summary)
+    return lint_source(source, path, rules, external=external, target=target, whole=whole, analysis_limit=analysis_limit, torch_target=torch_target, summary=summary, every_syntax=every_syntax)
 
 
 def _lint_notebook(
@@ -76,6 +80,7 @@ def _lint_notebook(
     analysis_limit: Optional[float] = 1.0,
     torch_target: Optional[TorchVersion] = None,
     summary: bool = True,
+    every_syntax: bool = False,
 ) -> FileResult:
     text = decode_notebook(data, path)
     notebook = parse_notebook(text, path) if isinstance(text, str) else text
@@ -86,7 +91,7 @@ def _lint_notebook(
     too_large = size_error(path, len(notebook.python.encode("utf-8")), what="code in notebook")
     if too_large:
         return FileResult(path, error=too_large)
-    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole, analysis_limit, torch_target, summary=summary)
+    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole, analysis_limit, torch_target, summary=summary, every_syntax=every_syntax)
     result.skipped_functions = [
         replace(s, file_row=notebook.file_span(s.row, s.column, s.row, s.column)[0]) for s in result.skipped_functions
     ]
@@ -122,6 +127,7 @@ def lint_source(
     analysis_limit: Optional[float] = 1.0,
     torch_target: Optional[TorchVersion] = None,
     summary: bool = True,
+    every_syntax: bool = False,
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells.
 
@@ -135,7 +141,7 @@ def lint_source(
     with recursion_room(), quiet_collector():
         try:
             with work.metered(analysis_limit):
-                return _lint_source(source, path, rules, cells, external, target, whole, torch_target, summary)
+                return _lint_source(source, path, rules, cells, external, target, whole, torch_target, summary, every_syntax)
         except work.WorkLimitExceeded:
             return FileResult(path, error=FileError(path, work.limit_message(analysis_limit or 1.0)))
 
@@ -150,17 +156,22 @@ def _lint_source(
     whole: bool = False,
     torch_target: Optional[TorchVersion] = None,
     summary: bool = True,
+    every_syntax: bool = False,
 ) -> FileResult:
     result = FileResult(path)
     # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
     parsing_rules = [rule for rule in rules if rule.code != UNUSED_NOQA]
     # The words of the code it runs in other linted modules count too (their summaries' calls).
     matching = rules_matching_words(source if external is None else source + external.words(), parsing_rules)
-    # Every file gets the same verdict on its syntax, whatever it mentions (amplint.lint.syntax);
-    # only a file with the words needs CPython's tree too. A file linted whole without them
-    # (a helper module another module imports: amplint.project.link) is analysed for its summary
-    # alone: no rule runs on it.
-    tree, result.error = python_tree(source, path, target, cells) if matching or whole else (None, syntax_error(source, path, target, cells))
+    # A file with the words is read from CPython's tree, so its syntax verdict comes with it; a
+    # file without them can hold no finding, and its syntax errors are the project's own
+    # linter's (`every_syntax` asks for them too: the verdict alone, amplint.lint.syntax). A
+    # file linted whole without them (a helper module another module imports:
+    # amplint.project.link) is analysed for its summary alone: no rule runs on it.
+    if matching or whole:
+        tree, result.error = python_tree(source, path, target, cells)
+    else:
+        tree, result.error = None, syntax_error(source, path, target, cells) if every_syntax else None
     if not matching and whole:
         parsing_rules = []
     if not matching and not whole:
@@ -213,8 +224,12 @@ def _lint_source(
         model = analyze(module, external if recorder is None else recorder, torch_target)
         reports = run_rules(model, parsing_rules)
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
-        result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact)
+        # What other files' regions may report here (hazards of model code: amplint.project.ambient)
+        # is not what a `# noqa` on its line would suppress in vain.
+        latent = hazard_rows(model)
+        result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact, latent=latent)
         result.summary = export_summary(model, path) if summary else None
+        result.ambient = ambient_facts(model, module, source if exact else None) if summary else None
         result.imports = imports_of(model.index)
         if recorder is not None:
             if result.imports:
@@ -284,6 +299,7 @@ def _locate(
     cells: Optional[CellMap] = None,
     rules: Sequence[Type[Rule]] = (),
     fixes: bool = True,
+    latent: Sequence[Tuple[str, int]] = (),
 ) -> List[Finding]:
     reports = list(reports)
     unused_noqa = next((rule for rule in rules if rule.code == UNUSED_NOQA), None)
@@ -308,6 +324,8 @@ def _locate(
             if report.fix is not None and fixes:
                 finding = replace(finding, fix=suggest(report.fix))
             findings.append(finding)
+    for code, row in latent:
+        suppressions.suppresses(row, code)  # reported, or not, by the project's ambient pass
     if unused_noqa is not None:
         # After the rules' findings: which directives they used is known only now.
         from amplint.rules import ALL_RULES
@@ -318,7 +336,11 @@ def _locate(
             if suppressions.suppresses(directive.row, UNUSED_NOQA):
                 continue
             where = (directive.row, directive.column, directive.row, directive.end_column)
-            findings.append(_finding(unused_noqa, path, where, unused.title, unused.help, cells))
+            finding = _finding(unused_noqa, path, where, unused.title, unused.help, cells)
+            edit = unused_edit(source, unused) if fixes else None
+            if edit is not None:  # a comment's text, not the tree: no parse needed
+                finding = replace(finding, fix=FixSuggestion(unused.fix_title, SAFE, (edit,)))
+            findings.append(finding)
     return sorted(findings)
 
 

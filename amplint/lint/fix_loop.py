@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 import libcst as cst
 
 from amplint.escape import visible
-from amplint.lint.fix import MAX_ROUNDS, Fix, apply, non_overlapping, still_valid
-from amplint.lint.noqa import parse_suppressions
+from amplint.lint.fix import MAX_ROUNDS, SAFE, Fix, apply, non_overlapping, still_valid
+from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives, parse_suppressions
 from amplint.run.notebook import Notebook, parse_notebook, replace_sources
 from amplint.lint.positions import code_ranges
 from amplint.lint.rule import Rule
@@ -98,8 +98,12 @@ def _fix_source(
     outcome = FixOutcome(source)
     # Counted per finding, not per fix applied: one fix can settle several findings (a
     # rewritten import and its uses), and a finding can take two rounds (nested calls). What
-    # is fixed is what had a wanted fix at first and has none at the end.
-    first: Optional[Counter] = None
+    # is fixed is every finding that had a wanted fix in some round and has none at the end:
+    # those of the first round, and those a fix brought out (a backward scaled in round one
+    # shows the clip before it unscales in round two), counted where a code's number rises
+    # from one round to the next.
+    seen: Optional[Counter] = None  # findings with a wanted fix, in every round so far
+    previous: Optional[Counter] = None  # the wanted fixes the last round found
     left: Optional[Counter] = None  # the wanted fixes of `outcome.source`, where known
     applied: Counter = Counter()  # fixes applied: the count when `left` cannot be had
     for _ in range(MAX_ROUNDS):
@@ -113,8 +117,8 @@ def _fix_source(
             outcome.error = "not fixed: LibCST parses this file only after normalising it"
             break
         found = _wanted_fixes(module, outcome.source, rules, wanted, external, torch_target)
-        left = Counter(code for code, _ in found)
-        first = left if first is None else first
+        seen, previous = _seen_so_far(seen, previous, Counter(code for code, _ in found))
+        left = previous
         fixes = non_overlapping(found)
         if not fixes:
             break
@@ -132,11 +136,54 @@ def _fix_source(
     if applied and left is None:  # the last round applied fixes: what is left to fix?
         module, exact = parse_module_exactly(outcome.source)
         if isinstance(module, cst.Module) and exact:
-            left = Counter(code for code, _ in _wanted_fixes(module, outcome.source, rules, wanted, external, torch_target))
+            now = Counter(code for code, _ in _wanted_fixes(module, outcome.source, rules, wanted, external, torch_target))
+            seen, left = _seen_so_far(seen, previous, now)
     if applied:
-        settled = first - left if first is not None and left is not None else Counter()
+        settled = seen - left if seen is not None and left is not None else Counter()
         outcome.applied = settled or applied
+    if outcome.error is None and wanted(UNUSED_NOQA, SAFE) and any(rule.code == UNUSED_NOQA for rule in rules):
+        _remove_unused_directives(outcome, path, rules, external, target, torch_target)
     return outcome
+
+
+def _remove_unused_directives(outcome: FixOutcome, path: str, rules, external, target, torch_target) -> None:
+    """Last, on the fixed source (a fix may have left a directive with nothing to suppress):
+    AMP100's fixes, the edits its findings carry. They only rewrite comments, so nothing they
+    do can bring out a finding, or suppress one: one pass is all."""
+    from amplint.lint.engine import lint_source
+
+    if not might_have_reportable_directives(outcome.source):
+        return
+    result = lint_source(outcome.source, path, rules, external=external, target=target, analysis_limit=None, torch_target=torch_target, summary=False)
+    edits = [edit for finding in result.findings if finding.code == UNUSED_NOQA and finding.fix is not None for edit in finding.fix.edits]
+    fixed = _apply_text_edits(outcome.source, edits)
+    if edits and still_valid(fixed, path, target):
+        outcome.source = fixed
+        outcome.applied[UNUSED_NOQA] += len(edits)
+
+
+def _apply_text_edits(source: str, edits: Sequence[Tuple[int, int, int, int, str]]) -> str:
+    """`source` with non-overlapping text edits (1-based rows and columns, the end exclusive)
+    applied, the last first so that each one's place is as it was read."""
+    starts = [0]
+    for index, character in enumerate(source):
+        if character == "\n":
+            starts.append(index + 1)
+
+    def offset(row: int, column: int) -> int:
+        return starts[row - 1] + column - 1 if row <= len(starts) else len(source)
+
+    for row, column, end_row, end_column, content in sorted(edits, reverse=True):
+        source = source[: offset(row, column)] + content + source[offset(end_row, end_column) :]
+    return source
+
+
+def _seen_so_far(seen: Optional[Counter], previous: Optional[Counter], now: Counter) -> Tuple[Counter, Counter]:
+    """(`seen` with the findings new in `now`, `now`): a code found more often than in the
+    previous round has that many new findings (a persisting finding never raises it)."""
+    if seen is None or previous is None:
+        return Counter(now), now
+    return seen + (now - previous), now
 
 
 def _first_valid(module: cst.Module, fixes: List[Tuple[str, Fix]], path, target) -> List[Tuple[str, Fix]]:

@@ -200,6 +200,33 @@ class UnusedDirective:
     title: str
     help: str
 
+    @property
+    def fix_title(self) -> str:
+        remaining = [c for c in self.directive.codes if c not in self.unused + self.unknown]
+        if remaining:
+            return f"Remove {_codes(self.unused + self.unknown)} from the directive"
+        return f"Remove the unused `{self.directive.spelled}` directive"
+
+    def fixed_line(self, line: str) -> Optional[str]:
+        """The directive's line (without its line ending) as ruff's RUF100 fix leaves it: the
+        unused and unknown codes taken out of the comment, or the whole directive when it names
+        nothing else (other tools' codes stay); None when the line held only the directive and
+        goes. Any other text of the comment is kept, as a comment."""
+        directive = self.directive
+        start, end = directive.column - 1, directive.end_column - 1
+        drop = set(self.unused + self.unknown)
+        match = (_FILE if directive.amplint_only else _LINE).match(line, start, end)
+        if match is None:  # not the line the directive was read from
+            return line
+        if match.group("codes") is not None:
+            kept = [c for c in re.split(r"[\s,]+", match.group("codes")) if c and c.upper() not in drop]
+            if kept:
+                return line[: match.start("codes")] + ", ".join(kept) + line[end:]
+        before, after = line[:start], line[end:].lstrip()
+        if after:  # more comment text: it stays a comment
+            return before + (after if after.startswith("#") else "# " + after)
+        return before.rstrip() or None
+
 
 def unused_directives(
     suppressions: Suppressions, ran: Collection[str], known: Collection[str]
@@ -249,6 +276,22 @@ def _describe(directive: Directive, unused: Tuple[str, ...], unknown: Tuple[str,
     remaining = [c for c in directive.codes if c not in unused and c not in unknown]
     fix = f"remove {_codes(unused + unknown)} from the comment" if remaining else "remove the comment"
     return title, "; ".join(advice) + f": {fix}."
+
+
+def unused_edit(source: str, unused: UnusedDirective) -> Optional[Tuple[int, int, int, int, str]]:
+    """The fix of `unused` as a text edit of `source` (row, column, end row, end column, new
+    text; 1-based, the end exclusive): its whole line rewritten, as other fixes' edits are."""
+    if "\r" in source.replace("\r\n", ""):
+        return None
+    lines = source.split("\n")
+    row = unused.directive.row
+    if not 1 <= row <= len(lines):
+        return None
+    body = lines[row - 1].rstrip("\r")
+    fixed = unused.fixed_line(body)
+    if row < len(lines):
+        return (row, 1, row + 1, 1, "" if fixed is None else fixed + lines[row - 1][len(body) :] + "\n")
+    return (row, 1, row, len(body) + 1, fixed or "")
 
 
 def _codes(codes: Tuple[str, ...]) -> str:

@@ -26,12 +26,13 @@ def main(argv: Sequence[str] = ()) -> int:
     )
     parser.add_argument("--stdio", action="store_true", help="talk LSP over standard input and output (the default; accepted because many clients pass it)")
     parser.parse_args(list(argv))
+    from amplint.lsp.stdio import serve
+
     try:
-        from amplint.lsp.server import serve
+        serve()  # pygls is imported once `initialize` is answered
     except ImportError as error:
         if "pygls" not in str(error) and "lsprotocol" not in str(error):
             raise
         print(f"amplint: error: {INSTALL_HINT} ({error})", file=sys.stderr)
         return 2
-    serve()
     return 0

@@ -1,5 +1,5 @@
-"""How the server lints a document: in a worker process, under the command's per-file budget,
-a few documents at a time, off the event loop.
+"""How the server lints and fixes a document: in a worker process, under the command's
+per-file budget, a few documents at a time, off the event loop.
 
 - **Isolation and budget.** Every lint runs in a worker process, with exactly the budget and
   crash handling of `amplint PATH` (`amplint.run.driver`, reached only through `lint_isolated`):
@@ -17,10 +17,15 @@ a few documents at a time, off the event loop.
   the next lint of that lane forks a fresh one), and `lint` answers None, never an outcome
   to publish.
 - **Summaries.** A document is linted alone, so the summary a run's second phase reads
-  (`amplint.semantic.foreign`, a fifth of a lint) is not exported.
-- **Fix all.** `fix_all` runs the `--fix` loop on a document's text, in a lane, as
-  `amplint --fix` does after its lint pass: only for a version whose lint, in a worker
-  within the budget, found a safe fix.
+  (`amplint.project.summary`, a fifth of a lint) is not exported.
+- **Fix all.** `fix_all` runs the `--fix` loop on a document's text the same way: in a
+  lane's worker (`Runner.fix`), under the budget, stopped by its `Ticket` (a newer version, a
+  `$/cancelRequest`, a newer fixAll of the document), as `amplint --fix` does after its lint
+  pass: only for a version whose lint, in a worker within the budget, found a safe fix.
+- **Start.** The engine (LibCST, the rules, the driver) is imported in a lane once the server
+  has answered `initialize` (`Linter.load`), not before: an editor waits for that answer.
+  Every lint and fix waits for it, so no lane forks a worker while a module is half imported
+  (the child would find its import lock held for good).
 """
 
 from __future__ import annotations
@@ -29,21 +34,14 @@ import asyncio
 import gc
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
-# What a worker runs is imported before any lane forks one: a module that another thread is
-# importing at the moment of a fork would stay locked in the child for good.
-import amplint.lint.engine  # noqa: F401
-import amplint.rules  # noqa: F401
-from amplint.config.options import ConfigError
-from amplint.lint.diagnostics import FileError, FileResult, Finding
-from amplint.run.driver import DEFAULT_BUDGET, Job, Runner, internal_error
-from amplint.lint.fix_loop import fix_source
-from amplint.lsp.settings import rules_for, safe_fixes_for
-from amplint.config.selection import SelectionError
-from amplint.run.source import size_error
-from amplint.lint.syntax import PythonVersion
+if TYPE_CHECKING:
+    from amplint.lint.diagnostics import FileResult, Finding
+    from amplint.lint.fix_loop import FileFix
+    from amplint.lint.syntax import PythonVersion
+    from amplint.run.driver import FixRequest, Runner
 
 # Lints at once. Two: one document over its budget never stalls another's diagnostics.
 LANES = 2
@@ -53,34 +51,54 @@ logger = logging.getLogger(__name__)
 
 
 class Outcome(NamedTuple):
-    findings: List[Finding]
+    findings: List["Finding"]
     # What to tell the user: why the document has no diagnostics (a configuration error,
     # the budget, a crash, text that is not text); None when there is nothing to say.
     problem: Optional[str] = None
 
 
+def load_engine() -> None:
+    """Import what a lint needs, workers included (they are forked with it loaded)."""
+    import amplint.lint.engine  # noqa: F401
+    import amplint.lint.fix  # noqa: F401
+    import amplint.lint.fix_loop  # noqa: F401
+    import amplint.lsp.settings  # noqa: F401
+    import amplint.rules  # noqa: F401
+    import amplint.run.driver  # noqa: F401
+
+
 class Linter:
-    """Runs `lint_document` (and `fix_all`) in `LANES` threads, each with its worker."""
+    """Runs `lint_document` (and `fix_document`) in `LANES` threads, each with its worker."""
 
     def __init__(self, lanes: int = LANES) -> None:
         self.executor = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="amplint-lint")
+        self._loaded: "Optional[Future[None]]" = None
+
+    def load(self) -> "Future[None]":
+        """Start importing the engine in a lane (once); what every lint waits for."""
+        if self._loaded is None:
+            self._loaded = self.executor.submit(load_engine)
+        return self._loaded
 
     async def lint(self, name: str, path: Optional[str], data: bytes, ticket: Optional["Ticket"] = None) -> Optional[Outcome]:
         """The document's outcome; None when `ticket` was cancelled meanwhile."""
+        await asyncio.wrap_future(self.load())
         return await asyncio.get_running_loop().run_in_executor(self.executor, lint_document, name, path, data, ticket)
 
-    async def fix_all(self, name: str, path: Optional[str], text: str) -> Optional[str]:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fix_all, name, path, text)
+    async def fix_all(self, name: str, path: Optional[str], text: str, ticket: Optional["Ticket"] = None) -> Optional[str]:
+        """`text` with every safe fix applied; None when there is none, or `ticket` was cancelled."""
+        await asyncio.wrap_future(self.load())
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fix_document, name, path, text, ticket)
 
 
 class Ticket:
-    """One lint's handle: `cancel` (from any thread) stops it wherever it is: before it
-    starts, or in its worker."""
+    """One lint's (or fix's) handle: `cancel` (from any thread) stops it wherever it is:
+    before it starts, or in its worker."""
 
     def __init__(self) -> None:
         self.cancelled = threading.Event()
         self._lock = threading.Lock()
-        self._runner: Optional[Runner] = None
+        self._runner: Optional["Runner"] = None
 
     def cancel(self) -> None:
         with self._lock:
@@ -88,7 +106,7 @@ class Ticket:
             if self._runner is not None:
                 self._runner.interrupt()
 
-    def attach(self, runner: Runner) -> bool:
+    def attach(self, runner: "Runner") -> bool:
         """`runner` is about to lint for this ticket; False if it is cancelled already."""
         with self._lock:
             self._runner = None if self.cancelled.is_set() else runner
@@ -104,6 +122,11 @@ class Ticket:
 def lint_document(name: str, path: Optional[str], data: bytes, ticket: Optional[Ticket] = None) -> Optional[Outcome]:
     """What `amplint NAME` would report for `data`, linted in a worker process; None when
     `ticket` is cancelled before the lint is done."""
+    from amplint.config.options import ConfigError
+    from amplint.config.selection import SelectionError
+    from amplint.lsp.settings import rules_for
+    from amplint.run.driver import internal_error
+
     if ticket is not None and ticket.cancelled.is_set():
         return None
     try:
@@ -132,18 +155,24 @@ def lint_isolated(
     name: str,
     codes: Tuple[str, ...],
     data: bytes,
-    target: Optional[PythonVersion],
+    target: Optional["PythonVersion"],
     torch_target: Optional[Tuple[int, int]] = None,
     ticket: Optional[Ticket] = None,
-) -> FileResult:
+    fix: Optional["FixRequest"] = None,
+) -> Any:
     """`data` linted as the file `name` in this lane's worker process, with the command's
     per-file budget: the server's one way into the driver. `target`: the Python the code runs
     on; `torch_target`: the oldest torch its fixes must work on; `ticket`: stops it when
-    cancelled (the result is then "not linted")."""
+    cancelled (the result is then "not linted"). With `fix`: fixed instead (`Runner.fix`), a
+    `FileFix`, or the `FileResult` saying why not."""
+    from amplint.lint.diagnostics import FileError, FileResult
+    from amplint.run.driver import DEFAULT_BUDGET, Job, Runner
+    from amplint.run.source import size_error
+
     too_large = size_error(name, len(data))
     if too_large:
         return FileResult(name, error=too_large)
-    runners: Dict[Tuple[Optional[PythonVersion], Optional[Tuple[int, int]]], Runner] = _lane.__dict__.setdefault("runners", {})
+    runners: Dict[Any, Runner] = _lane.__dict__.setdefault("runners", {})
     key = (target, torch_target, getattr(torch_target, "newest", None))
     runner = runners.get(key)
     if runner is None or runner.linted >= RECYCLE_AFTER:
@@ -155,7 +184,8 @@ def lint_isolated(
         return FileResult(name, error=FileError(name, "not linted"))
     try:
         cancel = ticket.cancelled if ticket is not None else None
-        return runner.lint([Job(name, codes, data=data, summary=False)], cancel)[0]
+        job = Job(name, codes, data=data, summary=False, fix=fix)
+        return runner.fix(job, cancel) if fix is not None else runner.lint([job], cancel)[0]
     except BaseException:
         del runners[key]
         runner.close()
@@ -171,13 +201,29 @@ def lint_isolated(
 _lane = threading.local()  # each lane's runners, by Python and torch target
 
 
-def fix_all(name: str, path: Optional[str], text: str) -> Optional[str]:
-    """`text` with every safe fix applied, as `amplint --fix` leaves it; None when there is
-    nothing to fix or it cannot be fixed."""
+def fix_document(name: str, path: Optional[str], text: str, ticket: Optional[Ticket] = None) -> Optional[str]:
+    """`text` with every safe fix applied, as `amplint --fix` leaves it, fixed in this lane's
+    worker (`lint_isolated`); None when there is nothing to fix, it cannot be fixed, or
+    `ticket` was cancelled."""
+    from amplint.lint.diagnostics import FileResult
+    from amplint.lsp.settings import rules_for, safe_fixes_for
+
+    if ticket is not None and ticket.cancelled.is_set():
+        return None
     rules, target, torch_target = rules_for(path)
     if not rules:
         return None
-    outcome = fix_source(text, name, rules, safe_fixes_for(path), target=target, torch_target=torch_target)
-    if outcome.error is not None and outcome.count == 0:
-        logger.info("amplint: %s: %s", name, outcome.error)
-    return outcome.source if outcome.count and outcome.source != text else None
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: not linted either
+        return None
+    fixed: "FileFix | FileResult" = lint_isolated(name, tuple(rule.code for rule in rules), data, target, torch_target, ticket, safe_fixes_for(path))
+    if isinstance(fixed, FileResult):
+        if fixed.error is not None and not (ticket is not None and ticket.cancelled.is_set()):
+            logger.info("amplint: %s: not fixed: %s", name, fixed.error.message)
+        return None
+    if fixed.outcome.error is not None and fixed.outcome.count == 0:
+        logger.info("amplint: %s: %s", name, fixed.outcome.error)
+    if fixed.text_before != text:  # decoded otherwise (a coding line): its edits would not fit
+        return None
+    return fixed.text_after if fixed.outcome.count and fixed.text_after != text else None

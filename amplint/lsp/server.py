@@ -30,9 +30,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urlparse
 
@@ -43,13 +42,12 @@ from pygls.workspace import TextDocument
 
 from amplint import __version__
 from amplint.lint.diagnostics import Finding
-from amplint.lint.fix import edits as line_edits
+from amplint.lsp.handshake import FIX_ALL, NOTEBOOK_SELECTOR
 from amplint.lsp.linting import Linter, Outcome, Ticket
 from amplint.lint.noqa import UNUSED_NOQA, edit_adding_code
 from amplint.run.notebook import is_notebook
 
 SOURCE = "amplint"
-FIX_ALL = "source.fixAll.amplint"
 logger = logging.getLogger(__name__)
 
 # Seconds: a change this soon after the document's previous one is typing, linted once the
@@ -76,8 +74,9 @@ class AmplintLanguageServer(LanguageServer):
             notebook_document_sync=types.NotebookDocumentSyncOptions(
                 notebook_selector=[
                     types.NotebookDocumentFilterWithCells(
-                        notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")]
+                        notebook=selector["notebook"], cells=[types.NotebookCellLanguage(language=cell["language"]) for cell in selector["cells"]]
                     )
+                    for selector in NOTEBOOK_SELECTOR
                 ],
                 save=True,
             ),
@@ -91,8 +90,10 @@ class AmplintLanguageServer(LanguageServer):
         self.changed_at: Dict[str, float] = {}
         self.linter = Linter()
         self.reported_errors: Dict[str, str] = {}
-        # Python documents: (version, whether its lint found a safe fix), for source.fixAll.
+        # Python documents: (version, whether its lint found a safe fix), for source.fixAll,
+        # and the fixAll in flight, stopped by a change, a close or a newer fixAll.
         self.fixable: Dict[str, Tuple[int, bool]] = {}
+        self.fixing: Dict[str, Ticket] = {}
 
     # ------------------------------------------------------------------ scheduling
 
@@ -105,9 +106,10 @@ class AmplintLanguageServer(LanguageServer):
             task.cancel()
         delay = 0.0
         if changed:
-            ticket = self.tickets.get(uri)
-            if ticket is not None:
-                ticket.cancel()
+            for tickets in (self.tickets, self.fixing):
+                ticket = tickets.get(uri)
+                if ticket is not None:
+                    ticket.cancel()
             now = loop.time()
             last = self.changed_at.get(uri)
             self.changed_at[uri] = now
@@ -257,9 +259,10 @@ class AmplintLanguageServer(LanguageServer):
             task = self.pending.pop(uri, None)
             if task is not None:
                 task.cancel()
-            ticket = self.tickets.get(uri)
-            if ticket is not None:
-                ticket.cancel()
+            for tickets in (self.tickets, self.fixing):
+                ticket = tickets.get(uri)
+                if ticket is not None:
+                    ticket.cancel()
             self.changed_at.pop(uri, None)
             self.fixable.pop(uri, None)
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
@@ -268,7 +271,9 @@ class AmplintLanguageServer(LanguageServer):
 
     async def fix_all(self, uri: str) -> Optional[types.CodeAction]:
         """Every safe fix of a Python document, as `amplint --fix` applies them; None when the
-        current version's lint found none (or has not finished)."""
+        current version's lint found none (or has not finished). Fixed in a lane's worker
+        (`amplint.lsp.linting`), and stopped when the document changes or closes, when the
+        client cancels the request, or when a newer fixAll of the document comes."""
         document = self._open_document(uri)
         if document is None or _scheme(uri) == "vscode-notebook-cell" or is_notebook(_path(uri) or ""):
             return None
@@ -276,14 +281,27 @@ class AmplintLanguageServer(LanguageServer):
         if self.fixable.get(uri) != (version, True):
             return None
         path = _path(uri)
+        ticket = Ticket()
+        previous = self.fixing.get(uri)
+        if previous is not None:
+            previous.cancel()
+        self.fixing[uri] = ticket
         try:
-            fixed = await self.linter.fix_all(path or "untitled.py", path, text)
+            fixed = await self.linter.fix_all(path or "untitled.py", path, text, ticket)
+        except asyncio.CancelledError:  # `$/cancelRequest`: its worker stops too
+            ticket.cancel()
+            raise
         except Exception:  # a broken configuration since the lint, a bug: no action, the server goes on
             logger.exception("amplint: fixing %s failed", uri)
             return None
+        finally:
+            if self.fixing.get(uri) is ticket:
+                del self.fixing[uri]
         current = self._open_document(uri)
         if fixed is None or current is None or current.version != version:
             return None
+        from amplint.lint.fix import edits as line_edits
+
         edits = [
             types.TextEdit(
                 range=types.Range(start=types.Position(line=e.row - 1, character=0), end=types.Position(line=e.end_row - 1, character=0)),
@@ -350,6 +368,14 @@ def _diagnostic(finding: Finding, document: TextDocument, on_file: bool) -> type
         # What a code action needs: where `# noqa` goes, and the rule's fix (whole-line edits
         # of the linted text; none for a notebook, whose rows are the joined cells').
         data={"code": finding.code, "noqa_row": None if on_file else row, "fix": _fix_data(finding, on_file)},
+        related_information=[
+            types.DiagnosticRelatedInformation(
+                location=types.Location(uri=Path(r.path).resolve().as_uri(), range=types.Range(start=types.Position(line=r.row - 1, character=r.column - 1), end=types.Position(line=r.row - 1, character=r.column - 1))),
+                message=r.message,
+            )
+            for r in finding.related
+        ]
+        or None,
     )
 
 
@@ -437,6 +463,10 @@ def _path(uri: str) -> Optional[str]:
 def build() -> AmplintLanguageServer:
     server = AmplintLanguageServer()
 
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: AmplintLanguageServer, params: types.InitializedParams) -> None:
+        ls.linter.load()  # the engine, now that the editor has its answer to `initialize`
+
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     async def did_open(ls: AmplintLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
         ls.schedule(params.text_document.uri)
@@ -510,26 +540,3 @@ def _asked_for(kind: str, only: Sequence[str]) -> bool:
     """Whether `kind` is one of the kinds asked for, or under one (`source` covers
     `source.fixAll.amplint`)."""
     return any(kind == asked or kind.startswith(asked + ".") for asked in only)
-
-
-def serve() -> None:
-    """Talk LSP on standard input and output, through descriptors of the protocol's own.
-    Standard input becomes /dev/null and standard output standard error: nothing else, a
-    worker process included, can write into the protocol's stream, and a worker, which
-    closes its standard input as it starts, never waits for the lock of the stream the
-    server's reader thread is blocked on."""
-    protocol_in = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
-    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    if hasattr(os, "register_at_fork"):
-        # A worker does not hold the protocol's pipes open (the editor sees the server end
-        # when it ends). The descriptors, not the files: the reader thread holds their lock.
-        descriptors = (protocol_in.fileno(), protocol_out.fileno())
-        os.register_at_fork(after_in_child=lambda: [os.close(fd) for fd in descriptors])
-    sys.stdout.flush()
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, sys.stdin.fileno())
-    os.close(devnull)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    sys.stdin = open(os.devnull, encoding="utf-8")
-    sys.stdout = sys.stderr
-    build().start_io(stdin=protocol_in, stdout=protocol_out)

@@ -9,16 +9,21 @@ jumping to a library's definition does not fill the editor with its findings.
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Optional, Tuple, Type
+from typing import Optional, Set, Tuple, Type
 
 from amplint.run.discovery import DEFAULT_EXCLUDES, Discovery
-from amplint.lint.fix_loop import Wanted, wanted_by
+from amplint.run.driver import FixRequest
 from amplint.lint.rule import Rule
 from amplint.rules import ALL_RULES
 from amplint.config.selection import validate
 from amplint.config.per_file import DEFAULTS, codes_for, load_config, per_file_ignores, selected_rules
 from amplint.lint.syntax import PythonVersion
+
+
+logger = logging.getLogger(__name__)
+_told: Set[str] = set()  # notes already logged: each once a session, not once a keystroke
 
 
 def _anchor(path: Optional[str]) -> str:
@@ -33,6 +38,10 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
     Raises ConfigError or SelectionError for a broken configuration, as the command does."""
     anchor = _anchor(path)
     config = load_config(DEFAULTS, [anchor])
+    for note in config.notes:
+        if note not in _told:
+            _told.add(note)
+            logger.warning("amplint: %s", note)
     rules = selected_rules(DEFAULTS, config)
     per_file = per_file_ignores(config)
     if path is not None:
@@ -49,8 +58,8 @@ def rules_for(path: Optional[str]) -> Tuple[Tuple[Type[Rule], ...], Optional[Pyt
     return tuple(rule for rule in rules if rule.code in codes), config.target_version, config.torch()[0]
 
 
-def safe_fixes_for(path: Optional[str]) -> Wanted:
+def safe_fixes_for(path: Optional[str]) -> FixRequest:
     """The fixes `source.fixAll` applies to `path`: the safe ones of the rules the
     configuration's `fixable` and `unfixable` leave fixable, as `amplint --fix` would."""
     config = load_config(DEFAULTS, [_anchor(path)])
-    return wanted_by(False, validate(config.fixable, ALL_RULES), validate(config.unfixable, ALL_RULES))
+    return FixRequest(False, tuple(validate(config.fixable, ALL_RULES)), tuple(validate(config.unfixable, ALL_RULES)))

@@ -16,6 +16,10 @@ the problem is (a syntax error's line and column), else the file's start.
 A function too complex to follow within the analysis limit is an item with `code` null,
 `name` `function-not-analysed`, `severity` `info`, at the function's name; `help` says how to
 raise the limit.
+
+A finding explained by places elsewhere (a hazard in model code that runs under an autocast
+region another file opens) has `related`: the region, then each call on the way in, each with
+`filename`, `location` and `message`. Other findings have no `related` key.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def _filename(path: str) -> str:
 
 
 def _finding(finding: Finding) -> Dict[str, Any]:
-    return {
+    found = {
         "cell": finding.cell,
         "cell_location": ({"column": finding.column, "row": finding.cell_row} if finding.cell is not None else None),
         "code": finding.code,
@@ -60,6 +64,13 @@ def _finding(finding: Finding) -> Dict[str, Any]:
         "severity": finding.severity,
         "url": finding.url,
     }
+    if finding.related:
+        # What explains it elsewhere (a hazard in model code: the autocast region it runs
+        # under, in another file, and each call on the way), only where there is something.
+        found["related"] = [
+            {"filename": _filename(r.path), "location": {"column": r.column, "row": r.row}, "message": r.message} for r in finding.related
+        ]
+    return found
 
 
 def fix_object(finding: Finding) -> Optional[Dict[str, Any]]:

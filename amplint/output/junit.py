@@ -1,9 +1,13 @@
 """`--output-format junit`: JUnit XML, for CI systems that show test reports (GitLab, Jenkins,
 Azure Pipelines), in ruff's shape.
 
-One `<testsuite>` per file with findings, one `<testcase name="amplint.AMP003">` per finding
-with a `<failure>` whose `type` is the finding's severity (`error` or `warning`); a file that
-could not be linted is a testcase with an `<error>`, and a function too complex to follow
+One `<testsuite>` per file with findings, one `<testcase name="amplint.AMP003">` per finding.
+A finding that fails the run (at `--fail-level`: errors by default, warnings too with
+`--fail-level warning`) has a `<failure>` whose `type` is its severity; one that does not (a
+warning, by default) is a passing testcase that says what it found in `<system-out>`, so
+that the report agrees with the exit code: a run that exits 0 shows no failed test
+(`--exit-zero` aside, which changes the exit code only). A file
+that could not be linted is a testcase with an `<error>`, and a function too complex to follow
 within the analysis limit a testcase marked `<skipped>`. A clean run is one passing testcase,
 so that the report is never empty.
 
@@ -33,9 +37,10 @@ def render(report: RunReport, **_: object) -> str:
     for skipped_function in report.skipped_functions:
         by_file.setdefault(skipped_function.path, ([], [], []))[2].append(skipped_function)
 
-    failures, errors, skipped = len(report.findings), len(report.errors), len(report.skipped_functions)
+    failures = sum(map(report.fails, report.findings))
+    tests, errors, skipped = len(report.findings), len(report.errors), len(report.skipped_functions)
     root = ET.Element(
-        "testsuites", name="amplint", tests=str(max(1, failures + errors + skipped)), failures=str(failures), errors=str(errors), skipped=str(skipped)
+        "testsuites", name="amplint", tests=str(max(1, tests + errors + skipped)), failures=str(failures), errors=str(errors), skipped=str(skipped)
     )
     if not by_file:
         suite = ET.SubElement(root, "testsuite", name="amplint", tests="1", disabled="0", errors="0", failures="0", package="amplint")
@@ -48,7 +53,7 @@ def render(report: RunReport, **_: object) -> str:
             tests=str(len(findings) + len(not_linted) + len(not_analysed)),
             disabled="0",
             errors=str(len(not_linted)),
-            failures=str(len(findings)),
+            failures=str(sum(map(report.fails, findings))),
             skipped=str(len(not_analysed)),
             package="amplint",
         )
@@ -58,8 +63,11 @@ def render(report: RunReport, **_: object) -> str:
             case = ET.SubElement(
                 suite, "testcase", name=f"amplint.{finding.code}", classname=classname, line=str(line), column=str(column)
             )
-            failure = ET.SubElement(case, "failure", message=visible(finding.message), type=finding.severity)
-            failure.text = f"{visible(location(finding))}: {finding.code} {visible(finding.text)}"
+            text = f"{visible(location(finding))}: {finding.code} {visible(finding.text)}"
+            if report.fails(finding):
+                ET.SubElement(case, "failure", message=visible(finding.message), type=finding.severity).text = text
+            else:
+                ET.SubElement(case, "system-out").text = f"{finding.severity} (does not fail at --fail-level {report.fail_level}): {text}"
         for error in not_linted:
             case = ET.SubElement(suite, "testcase", name="amplint.file-not-linted", classname=classname)
             ET.SubElement(case, "error", message=visible(error.message), type="error").text = f"{visible(path)}: {visible(error.message)}"

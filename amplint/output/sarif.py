@@ -128,6 +128,21 @@ def _result(finding: Finding, index: Dict[str, int], root: str) -> Dict[str, Any
             ],
         }
     )
+    if finding.related:
+        # The autocast region in another file and the calls on the way in: related locations
+        # for viewers that list them, and one code flow for those that step through it.
+        places = [
+            {
+                "id": number,
+                "physicalLocation": {"artifactLocation": _artifact(r.path, root), "region": {"startLine": r.row, "startColumn": r.column}},
+                "message": {"text": r.message},
+            }
+            for number, r in enumerate(finding.related)
+        ]
+        result["relatedLocations"] = places
+        result["codeFlows"] = [
+            {"threadFlows": [{"locations": [{"location": {key: value for key, value in place.items() if key != "id"}} for place in places]}]}
+        ]
     if finding.cell is not None:
         result["properties"] = {"cell": finding.cell, "cellLine": finding.cell_row, "cellColumn": finding.column}
     elif finding.fix is not None and finding.fix.edits:

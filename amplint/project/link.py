@@ -44,6 +44,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from amplint.lint.diagnostics import FileResult
+from amplint.run.source import read_file
 from amplint.project.reexports import ReExports
 
 if TYPE_CHECKING:
@@ -64,15 +65,16 @@ ReadText = Callable[[str], Optional[str]]
 def read_text(path: str) -> Optional[str]:
     """A file's text as the linter read it, for the names it mentions (ASCII identifiers are
     found as written in any encoding Python source uses, and in a notebook's JSON)."""
-    try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("latin-1")
-    except OSError:
-        return None
+    data = read_file(path)  # the careful read: the file may have become a FIFO since
+    return data.decode("latin-1") if isinstance(data, bytes) else None
 
 
-def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) -> List[FileResult]:
-    """`results` of the first phase, with the files that import linted modules linted again."""
+def link(
+    results: List[FileResult], relint: Relint, read: ReadText = read_text, linked_with: Optional[Mapping[str, Dict[str, dict]]] = None
+) -> List[FileResult]:
+    """`results` of the first phase, with the files that import linted modules linted again.
+    `linked_with`: the summaries a file of `results` was already linted with (the run's
+    ordered pass, `amplint.project.order`); it is linted again only if they change."""
     results = list(results)
     # The texts read lately kept (a file is asked for once per module it imports), not every
     # text of a large repository at once.
@@ -87,7 +89,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
         return PathIndex([r.path for r in results])
 
     # `from utils import grad_norm`, which `utils/__init__.py` binds from `.grads`.
-    reexports = ReExports.found(results, read, every_path())
+    reexports = ReExports.found([r.path for r in results if r.error is None], read, every_path())
     wanted = sorted({*imported_deferred(results, read, reexports), *trainer_scripts(results, read, every_path, reexports)})
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
@@ -100,7 +102,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
     _read_imports_of_scaler_users(results, summaries, read, paths)
     # The summaries each file was last linted with, the objects themselves: a summary that
     # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
-    done: Dict[str, Dict[str, dict]] = {}
+    done: Dict[str, Dict[str, dict]] = dict(linked_with or {})
     handed: Dict[Tuple[str, str], Tuple[dict, dict]] = {}  # what `trained_by_importers` handed, kept
     for _ in range(MAX_ROUNDS):
         # A module whose classes a script trains is linted with that script's summary too.
@@ -111,10 +113,7 @@ def link(results: List[FileResult], relint: Relint, read: ReadText = read_text) 
             given = trained.get(result.path, {})
             if result.error is not None or not (result.imports or given):
                 continue
-            used = imported_summaries(result, visible, paths) if result.imports else {}
-            if used:
-                text = read(result.path)
-                used = _called_from(text, {path: reexports.seen_by(path, result.path, summary, text) for path, summary in used.items()})
+            used = summaries_used(result.path, result.imports, visible, paths, reexports, read) if result.imports else {}
             used = {**used, **given}
             before = done.get(result.path)
             if used and not _same(before, used) and not reexports.only_packages_changed(before, used):
@@ -247,7 +246,9 @@ def _fact_names(summary: Mapping[str, object]) -> List[str]:
 
 
 def _same(before: Optional[Dict[str, dict]], now: Dict[str, dict]) -> bool:
-    return before is not None and before.keys() == now.keys() and all(before[path] is now[path] for path in now)
+    # The same objects, mostly (a summary that does not change stays the object it was); equal
+    # ones where a package's view of its modules was made again.
+    return before is not None and before.keys() == now.keys() and all(before[path] is now[path] or before[path] == now[path] for path in now)
 
 
 def _called_from(text: Optional[str], used: Dict[str, dict]) -> Dict[str, dict]:
@@ -292,22 +293,38 @@ def _base_names(text: str) -> FrozenSet[str]:
     )
 
 
+def summaries_used(
+    path: str, imports: Sequence[Tuple[str, int]], visible: Mapping[str, dict], index: "PathIndex", reexports: ReExports, read: ReadText
+) -> Dict[str, dict]:
+    """The summaries (of `visible`: every summary, packages seen with what they re-export)
+    that the file `path` is linted with: those of the linted modules among its `imports`
+    whose functions its text names (`_called_from`), a package as this importer sees it."""
+    used = _imported(path, imports, visible, index)
+    if not used:
+        return used
+    text = read(path)
+    return _called_from(text, {origin: reexports.seen_by(origin, path, summary, text) for origin, summary in used.items()})
+
+
 def imported_summaries(result: FileResult, summaries: Mapping[str, dict], index: Optional[PathIndex] = None) -> Dict[str, dict]:
     """The summaries of the linted modules `result`'s file imports (`index`: of every linted
     file's path, when the caller has one; else of `summaries`')."""
-    if not summaries or (len(summaries) == 1 and result.path in summaries):
-        return {}
     if index is None:
         from amplint.project.import_paths import PathIndex
 
         index = PathIndex(summaries)
-    found = {}
-    for module, level in result.imports:
-        path = index.path_of(result.path, module or None, level, exclude=result.path)
-        if path is not None and path in summaries:
-            found[path] = summaries[path]
-    return found
+    return _imported(result.path, result.imports, summaries, index)
 
+
+def _imported(path: str, imports: Sequence[Tuple[str, int]], summaries: Mapping[str, dict], index: "PathIndex") -> Dict[str, dict]:
+    if not summaries or (len(summaries) == 1 and path in summaries):
+        return {}
+    found = {}
+    for module, level in imports:
+        target = index.path_of(path, module or None, level, exclude=path)
+        if target is not None and target in summaries:
+            found[target] = summaries[target]
+    return found
 
 def trained_by_importers(
     summaries: Mapping[str, dict], index: "PathIndex", kept: Dict[Tuple[str, str], Tuple[dict, dict]], reexports: Optional[ReExports] = None

@@ -19,10 +19,9 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from amplint.lint.catalogue import IMPORT_LINE
-from amplint.lint.diagnostics import FileResult
 
 if TYPE_CHECKING:
     from amplint.project.import_paths import PathIndex
@@ -62,19 +61,19 @@ class ReExports:
         self._seen: Dict[Tuple[str, str], dict] = {}  # (package, importer) -> what it saw last
 
     @classmethod
-    def found(cls, results: Sequence[FileResult], read, index: "PathIndex") -> "ReExports":
-        """Read from the `__init__.py` files among `results` (`read`: a file's text)."""
+    def found(cls, paths: Iterable[str], read, index: "PathIndex") -> "ReExports":
+        """Read from the `__init__.py` files among `paths` (`read`: a file's text)."""
         specs: Dict[str, List[Spec]] = {}
-        for result in results:
-            if os.path.basename(result.path) != "__init__.py" or result.error is not None:
+        for path in paths:
+            if os.path.basename(path) != "__init__.py":
                 continue
-            text = read(result.path)
+            text = read(path)
             if not text or "import" not in text:
                 continue
             for module, level, name, local in reexported(text):
-                origin = index.path_of(result.path, module or None, level, exclude=result.path)
+                origin = index.path_of(path, module or None, level, exclude=path)
                 if origin is not None:
-                    specs.setdefault(result.path, []).append((local, origin, name))
+                    specs.setdefault(path, []).append((local, origin, name))
         return cls(specs)
 
     def origin_of(self, package: str, name: str, depth: int = MAX_DEPTH) -> Tuple[str, str]:

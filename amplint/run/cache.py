@@ -817,6 +817,7 @@ _FINDING_CHECKS: Dict[str, Callable[[Any], bool]] = {
     "help": _optional(_is_str),
     "severity": _is_str,
     "fix": _optional(_row_of(_is_str, _is_str, _list_of(_EDIT))),
+    "related": _list_of(_row_of(_is_str, _is_int, _is_int, _is_str)),  # amplint.lint.diagnostics.Related
 }
 # A Finding field without a check here makes every stored finding a miss (tests see that
 # as warm runs that lint again), never a half-checked one.
@@ -846,6 +847,9 @@ _RESULT_CHECKS: Dict[str, Tuple[bool, Callable[[Any], bool]]] = {  # name: (requ
     # amplint.lint.diagnostics: where a file's error is (FileError.row, .column, .cell, .cell_row),
     # and each NotAnalysed's row, column, name, cell, cell row and line in the file.
     "error_at": (False, _optional(_row_of(_optional(_is_int), _optional(_is_int), _optional(_is_int), _optional(_is_int)))),
+    # What the file's code calls and hits under autocast (amplint.project.ambient.facts), read
+    # whole by the main process's ambient pass: its shape is checked there, entry by entry.
+    "ambient": (False, _optional(_is_dict_of(_anything))),
     "skipped_functions": (
         False,
         _optional(_list_of(_row_of(_is_int, _is_int, _is_str, _optional(_is_int), _optional(_is_int), _optional(_is_int)))),

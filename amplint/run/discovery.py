@@ -51,6 +51,9 @@ class Discovery:
     _gitignores: GitIgnores = field(default_factory=GitIgnores, init=False)
     # Paths named on the command line that --force-exclude left out: (path, why).
     skipped: List[Tuple[str, str]] = field(default_factory=list, init=False)
+    # Every directory the walks read, linted file in it or not: what `--watch` watches for
+    # a new file (a package made empty, then given its first module).
+    walked: List[str] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self.root = os.path.abspath(self.root)
@@ -117,6 +120,7 @@ class Discovery:
             except OSError as error:
                 yield FileError(os.path.normpath(directory), f"cannot read directory: {error.strerror or error}")
                 continue
+            self.walked.append(os.path.normpath(directory))
             subdirectories = []
             for entry in entries:
                 path = os.path.join(directory, entry.name)

@@ -42,7 +42,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from amplint.run.cache import Cache, content_digest, json_digest, result_key
-from amplint.lint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
+from amplint.lint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed, Related
 from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives
 from amplint.run.notebook import is_notebook
 from amplint.run.progress import Progress
@@ -51,6 +51,8 @@ from amplint.lint.syntax import PythonVersion
 
 if TYPE_CHECKING:
     import multiprocessing.process
+
+    from amplint.lint.fix_loop import FileFix
 
 # multiprocessing is imported when a worker is started: a warm run, all of it cached, starts none.
 
@@ -73,6 +75,17 @@ _HEAVY_COST, _LIGHT_COST = 12.0, 1.0
 # The kernel's CPU limit (whole seconds) stops native code within a second after this: the
 # profiling timer gets the first chance, since stopping Python code keeps the worker.
 _NATIVE_GRACE_SECONDS = 0.1
+# How often an idle worker looks whether the process that started it is still there.
+_PARENT_CHECK_SECONDS = 0.5
+
+
+class FixRequest(NamedTuple):
+    """Which fixes a fix job applies: `amplint.lint.fix_loop.wanted_by`'s arguments (a worker
+    gets them pickled, which the function they make could not be)."""
+
+    unsafe: bool = False
+    fixable: Tuple[str, ...] = ("ALL",)
+    unfixable: Tuple[str, ...] = ()
 
 
 class Job(NamedTuple):
@@ -86,6 +99,9 @@ class Job(NamedTuple):
     whole: bool = False
     # Export the module's summary (the second phase reads it); False: not needed, never cached.
     summary: bool = True
+    # Fix the contents (`data`) instead, with these fixes (`Runner.fix`): the `--fix` loop in a
+    # worker, under the same budget, isolation and cancelling as a lint.
+    fix: Optional[FixRequest] = None
 
 
 class _Task(NamedTuple):
@@ -99,6 +115,8 @@ class _Task(NamedTuple):
     analysis_limit: float = 1.0
     torch_target: Optional[Tuple[int, int]] = None
     summary: bool = True
+    every_syntax: bool = False  # the syntax verdict of files the engine does not analyse too
+    fix: Optional[FixRequest] = None
 
 
 class Runner:
@@ -120,6 +138,7 @@ class Runner:
         analysis_limit: float = 1.0,
         torch_target: Optional[Tuple[int, int]] = None,
         memory: int = DEFAULT_MEMORY,
+        every_syntax: bool = False,
     ) -> None:
         self.workers = max(1, workers)
         self.budget = budget
@@ -131,6 +150,8 @@ class Runner:
         self.target = target
         self.analysis_limit = analysis_limit
         self.torch_target = torch_target
+        # Syntax errors of the files the engine analyses only (the default), or of every file.
+        self.every_syntax = every_syntax
         self.settings = dict(
             settings or {},
             target=str(target) if target is not None else None,
@@ -141,6 +162,7 @@ class Runner:
             # A parser that runs out of memory may report what it could not finish as the
             # file's verdict ("nested too deeply"): a result is only as good as its limit.
             file_memory=memory,
+            every_syntax=every_syntax,
         )
         self.progress = progress  # advanced once per file whose result is in
         # Tests and benchmarks only: lint in this process, unprotected.
@@ -168,59 +190,119 @@ class Runner:
     # ------------------------------------------------------------------ a whole run
 
     def lint_project(self, jobs: Sequence[Job]) -> List[FileResult]:
-        """The jobs' results: each file linted on its own, then again where it imports linted
-        modules, with their summaries (`amplint.project.link`).
+        """The jobs' results: each file the pre-check lets through linted after the linted
+        modules it imports, with their summaries (`amplint.project.order`), then again only
+        where a summary it uses changed since (an import cycle, a module analysed late:
+        `amplint.project.link`).
 
-        With a cache, what the second phase made of the first is remembered (`Cache.run`)
-        under a key of every file's path and first result key: a run whose first results
-        are all an earlier run's takes that run's final results from the cache, without
-        working out again which files import which (a warm run's largest cost)."""
-        first = self.lint(jobs)
-        self.progress = None  # the second phase lints some files again: not counted twice
-        run = self._run_key(first)
+        With a cache, each file's final result key is remembered (`Cache.run`) under a key
+        of every file's path and content: a run over the same files takes every result from
+        the cache without reading a file or working out again which files import which (a
+        warm run's largest cost)."""
+        bases = [self._base_key(job) for job in jobs]
+        run = json_digest([[job.path, key] for job, (key, _) in zip(jobs, bases)]) if self.cache is not None and all(key for key, _ in bases) else None
         if run is not None:
-            remembered = self._remembered(run, first)
+            remembered = self._remembered(run, jobs, bases)
             if remembered is not None:
-                return remembered
-        from amplint.project.link import link
+                return _with_ambient(remembered)
+        from amplint.project.link import link, read_text
+        from amplint.project.order import lint_in_order
 
+        texts = self._analysable_texts(jobs, bases)
+
+        def read(path: str) -> Optional[str]:
+            text = texts.get(path)
+            return text if text is not None else read_text(path)
+
+        def lint_wave(items: Sequence[Tuple[int, Optional[Dict[str, dict]], bool]]) -> List[FileResult]:
+            return self.lint([Job(jobs[place].path, jobs[place].codes, used, whole=whole) for place, used, whole in items])
+
+        results, linked = lint_in_order([job.path for job in jobs], texts, lint_wave, read)
+        self.progress = None  # what is linted again is not counted twice
         codes = {job.path: job.codes for job in jobs}
-        results = link(first, lambda linked: self.lint([Job(path, codes[path], summaries, whole=True) for path, summaries in linked]))
+        results = link(results, lambda relinted: self.lint([Job(path, codes[path], summaries, whole=True) for path, summaries in relinted]), read, linked)
+        results = self._ambient_completed(results, read, codes)
         if run is not None and self.cache is not None:
-            changed = []
-            for place, (before, after) in enumerate(zip(first, results)):
-                if after is not before:
-                    key = self._key_of(after)
-                    if key is None:
-                        return results  # a final result the cache does not hold: nothing to remember
-                    changed.append((place, key))
-            self.cache.put_run(run, changed)
+            final = [self._key_of(result) for result in results]
+            if all(final):
+                self.cache.put_run(run, [(place, key) for place, key in enumerate(final) if key is not None])
+        return _with_ambient(results)
+
+    def _ambient_completed(self, results: List[FileResult], read: Any, codes: Mapping[str, Tuple[str, ...]]) -> List[FileResult]:
+        """`results`, with the files between a region and a hazard in another file analysed
+        whole for their calls (`amplint.project.ambient.to_analyse`)."""
+        from amplint.project.ambient import to_analyse
+        from amplint.project.import_paths import PathIndex
+        from amplint.project.reexports import ReExports
+
+        index = PathIndex([r.path for r in results])
+        wanted = to_analyse(results, read, index, ReExports.found([r.path for r in results if r.error is None], read, index))
+        if not wanted:
+            return results
+        results = list(results)
+        for place, result in zip(wanted, self.lint([Job(results[place].path, codes.get(results[place].path, ()), whole=True) for place in wanted])):
+            if result.error is None:
+                results[place] = result
         return results
 
-    def _run_key(self, first: Sequence[FileResult]) -> Optional[str]:
-        if self.cache is None:
-            return None
-        keys = []
-        for result in first:
-            key = self._key_of(result)
-            if key is None:
-                return None  # not every file's result is the cache's: link it as it is
-            keys.append([result.path, key])
-        return json_digest(keys)
+    def _base_key(self, job: Job) -> Tuple[Optional[str], Optional[bytes]]:
+        """The key of the file's result linted alone (`result_key` without summaries), and
+        its bytes where they had to be read for it (a stat the cache does not trust). (None,
+        None) without a cache, or for a file that cannot be read (linting says why)."""
+        if self.cache is None or job.data is not None or not job.summary:
+            return None, None
+        read_at = time.time_ns()  # before the stat: see Cache.trusted_digest
+        try:
+            st = os.stat(job.path)
+        except OSError:
+            return None, None
+        if size_error(job.path, st.st_size):
+            return None, None
+        digest = self.cache.trusted_digest(job.path, st)
+        data: Optional[bytes] = None
+        if digest is None:
+            read = _read(job.path)
+            if isinstance(read, FileResult):
+                return None, None
+            data, digest = read, content_digest(read)
+            self.cache.note_content(job.path, st, digest, read_at)
+        return result_key(digest, job.path, job.codes, self.settings), data
 
-    def _remembered(self, run: str, first: Sequence[FileResult]) -> Optional[List[FileResult]]:
+    def _analysable_texts(self, jobs: Sequence[Job], bases: Sequence[Tuple[Optional[str], Optional[bytes]]]) -> Dict[str, str]:
+        """The text (as `project.link.read_text` reads it) of each file the pre-check lets
+        through to the engine (`_will_parse`): the files a run orders by their imports."""
+        from amplint.lint.catalogue import RULES, might_use_amp
+
+        texts: Dict[str, str] = {}
+        for job, (_, data) in zip(jobs, bases):
+            rules = [rule for rule in RULES if rule.code in job.codes and rule.code != UNUSED_NOQA]
+            if not rules or is_notebook(job.path):
+                continue
+            if data is None:
+                read = job.data if job.data is not None else _read(job.path)
+                if isinstance(read, FileResult):
+                    continue
+                data = read
+            text = data.decode("latin-1")
+            if might_use_amp(text, rules):
+                texts[job.path] = text
+        return texts
+
+    def _remembered(self, run: str, jobs: Sequence[Job], bases: Sequence[Tuple[Optional[str], Optional[bytes]]]) -> Optional[List[FileResult]]:
+        """The results the run `run` ended with, from the cache; None when it does not have them all."""
         assert self.cache is not None
-        changed = self.cache.run(run)
-        if changed is None:
+        final = self.cache.run(run)
+        if final is None or len(final) != len(jobs):
             return None
-        results = list(first)
-        for place, key in changed:
-            if not 0 <= place < len(results):
+        results: List[FileResult] = []
+        for place, ((row, key), job, (_, data)) in enumerate(zip(final, jobs, bases)):
+            if row != place:
                 return None
-            result = self._cached(results[place].path, key, self._digest_of(first[place].path))
+            result = self._cached(job.path, key, content_digest(data) if data is not None else self._digest_of(job.path), data)
             if result is None:
-                return None  # pushed out of the cache since: the second phase runs again
-            results[place] = result
+                return None  # pushed out of the cache since: the run lints again
+            results.append(result)
+            self._advance()
         return results
 
     def _digest_of(self, path: str) -> Optional[str]:
@@ -251,6 +333,12 @@ class Runner:
             if isinstance(data, FileResult) or digest is None or content_digest(data) != digest or not _attach_source(result, data):
                 return None
         return self._keep(result, key)
+
+    def fix(self, job: Job, cancel: Optional[Any] = None) -> Union["FileFix", FileResult]:
+        """A fix job's outcome (`Job.fix`, with its `data`): the `FileFix`, or the `FileResult`
+        saying why there is none (over the budget, crashed, cancelled through `cancel`)."""
+        assert job.fix is not None and job.data is not None
+        return self.lint([job], cancel)[0]
 
     # ------------------------------------------------------------------ one phase
 
@@ -321,7 +409,7 @@ class Runner:
         return self._task(index, job, data)
 
     def _task(self, index: int, job: Job, data: bytes) -> _Task:
-        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary)
+        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary, self.every_syntax, job.fix)
 
     # ------------------------------------------------------------------ execution
 
@@ -449,6 +537,18 @@ class Runner:
         return max(120.0, 10 * self.budget) if self.budget else float("inf")
 
 
+def _with_ambient(results: List[FileResult]) -> List[FileResult]:
+    """`results` with what the project's ambient autocast adds to them: the hazards model code
+    hits under regions other files open (`amplint.project.ambient`). Worked out again every
+    run, from what each result says of its file (kept in the cache): the regions and the
+    model code may be in different files, and either may change."""
+    if not any(result.ambient for result in results):
+        return results
+    from amplint.project.ambient import report
+
+    return report(results)
+
+
 def _read(path: str) -> Union[bytes, FileResult]:
     """The file's bytes, read the careful way (a regular file only, never past the size
     limit: `amplint.run.source.read_file`), or its result saying why it cannot be."""
@@ -496,7 +596,7 @@ def _needs_engine(task: _Task) -> bool:
     """Whether linting the file needs the engine (LibCST, the rules): a notebook, a file the
     pre-check lets through, or one with a `# noqa` the unused-noqa check may judge. Any
     other Python file is only its syntax verdict (`_syntax_only`)."""
-    if is_notebook(task.path) or _will_parse(task):
+    if task.fix is not None or is_notebook(task.path) or _will_parse(task):
         return True
     return UNUSED_NOQA in task.codes and might_have_reportable_directives(task.data.decode("latin-1"))
 
@@ -518,7 +618,9 @@ def _syntax_only(task: _Task) -> FileResult:
         from amplint.semantic import ExternalModules
 
         external = ExternalModules(task.path, task.imported) if task.imported else None
-        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target, summary=task.summary)
+        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target, summary=task.summary, every_syntax=task.every_syntax)
+    if not task.every_syntax:
+        return FileResult(task.path, skipped=True, import_words=import_words(source))
     with recursion_room(), quiet_collector():
         return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target), import_words=import_words(source))
 
@@ -656,8 +758,15 @@ def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY) -> None
     except ImportError:
         pass
     _limit_memory(memory)
+    parent = os.getppid()
     while True:
         try:
+            # A parent killed outright (SIGKILL: an editor's hard restart of the language
+            # server) sends no EOF: this worker and the workers forked after it hold the
+            # parent's end of the pipe too. Its death shows as a new parent.
+            while not conn.poll(_PARENT_CHECK_SECONDS):
+                if os.getppid() != parent:
+                    return
             unit = conn.recv()
         except (EOFError, OSError):
             return
@@ -701,6 +810,8 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
             by_code = {rule.code: rule for rule in ALL_RULES}
             external = ExternalModules(task.path, task.imported) if task.imported else None
             rules = [by_code[code] for code in task.codes]
+            if task.fix is not None:
+                import amplint.lint.fix_loop  # noqa: F401
         timer = budget > 0 and hasattr(signal, "setitimer") and not in_process
         if timer:
             _arm_native_limit(budget)
@@ -708,7 +819,12 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
             _armed = True
             signal.setitimer(signal.ITIMER_PROF, budget)
         try:
-            result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target, task.summary) if engine else _syntax_only(task)
+            if task.fix is not None:
+                result = _fix(task, rules, external)
+            elif engine:
+                result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target, task.summary, task.every_syntax)
+            else:
+                result = _syntax_only(task)
         finally:
             _armed = False
             if timer:
@@ -724,6 +840,18 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
         if memory and _out_of_memory(error):  # past the worker's limit: what the file held is freed by now
             return FileResult(task.path, error=_memory_error(task.path, memory)), False, time.process_time() - started
         return FileResult(task.path, error=FileError(task.path, internal_error(error))), False, time.process_time() - started
+
+
+def _fix(task: _Task, rules: Sequence[Any], external: Any) -> "FileFix":
+    """A fix job: the `--fix` loop on the task's contents (`fix_loop.fix_file`). Functions are
+    followed as far as a lint follows them, and there is no file step limit: a fix analyses the
+    file again round after round, after its lint has passed that limit."""
+    from amplint.lint.fix_loop import fix_file, wanted_by
+    from amplint.work import metered
+
+    assert task.fix is not None
+    with metered(task.analysis_limit, limited=False):
+        return fix_file(task.path, task.data, rules, wanted_by(*task.fix), external, task.target, task.torch_target)
 
 
 def internal_error(error: BaseException) -> str:
@@ -805,6 +933,7 @@ def _to_payload(result: FileResult) -> Dict[str, Any]:
         "import_words": list(result.import_words),
         "lookups": [list(i) for i in result.lookups] if result.lookups is not None else None,
         "skipped_functions": [[s.row, s.column, s.name, s.cell, s.cell_row, s.file_row] for s in result.skipped_functions],
+        "ambient": result.ambient,
     }
 
 
@@ -812,6 +941,8 @@ def _field_payload(finding: Finding, name: str) -> Any:
     value = getattr(finding, name)
     if name == "fix" and value is not None:
         return [value.title, value.applicability, [list(edit) for edit in value.edits]]
+    if name == "related":
+        return [[r.path, r.row, r.column, r.message] for r in value]
     return value
 
 
@@ -819,6 +950,8 @@ def _field_value(name: str, value: Any) -> Any:
     if name == "fix" and value is not None:
         title, applicability, edits = value
         return FixSuggestion(title, applicability, tuple(tuple(edit) for edit in edits))
+    if name == "related":
+        return tuple(Related(*row) for row in value)
     return tuple(value) if isinstance(value, list) else value
 
 
@@ -840,6 +973,7 @@ def _from_payload(path: str, payload: Dict[str, Any]) -> FileResult:
         import_words=tuple(payload.get("import_words") or ()),
         lookups=tuple(tuple(i) for i in payload["lookups"]) if payload.get("lookups") is not None else None,
         skipped_functions=[NotAnalysed(path, *fields) for fields in payload.get("skipped_functions") or ()],
+        ambient=payload.get("ambient"),
     )
 
 

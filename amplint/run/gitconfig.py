@@ -13,9 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from amplint.run.source import read_regular
 from amplint.run.wildmatch import Malformed, translate
 
 _MAX_INCLUDE_DEPTH = 10  # git's own limit
+# Far above any configuration written by git or by hand (thousands of remotes and branches).
+_MAX_CONFIG_FILE = 16 * 1024 * 1024
 _SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)\s*(?:"((?:[^"\\]|\\.)*)"\s*)?\]')
 _NAME = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]*)\s*(=?)")
 
@@ -104,11 +107,10 @@ def _set(config: GitConfig, key: str, value: Optional[str], directory: Optional[
 def _read(config: GitConfig, path: str, git_dir: Optional[str], environ: Dict[str, str], depth: int) -> None:
     if depth > _MAX_INCLUDE_DEPTH:
         return
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read().decode("utf-8", "surrogateescape")
-    except (OSError, ValueError):
+    data = read_regular(path, _MAX_CONFIG_FILE)  # a regular file only: never a FIFO's wait
+    if not isinstance(data, bytes):
         return
+    text = data.decode("utf-8", "surrogateescape")
     directory = os.path.dirname(os.path.abspath(path))
     section = ""
     for key_in_section, value in _entries(text):

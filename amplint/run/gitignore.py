@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Pattern, Sequence, Tuple
 
+from amplint.run.source import read_regular
 from amplint.run.wildmatch import Malformed, literal, lower, translate
 
 # git skips ignore files larger than this (dir.c, PATTERN_MAX_FILE_SIZE).
@@ -264,15 +264,10 @@ def is_repository_root(directory: str) -> bool:
 
 
 def _read_ignore_file(path: str, follow_symlinks: bool = True) -> Optional[bytes]:
-    """The file's bytes, or None if git would not read it (missing, unreadable, a link, huge)."""
-    try:
-        info = os.stat(path, follow_symlinks=follow_symlinks)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_IGNORE_FILE:
-            return None
-        with open(path, "rb") as handle:
-            return handle.read(_MAX_IGNORE_FILE + 1)
-    except (OSError, ValueError):
-        return None
+    """The file's bytes, or None if git would not read it (missing, unreadable, a link, huge,
+    not a regular file)."""
+    data = read_regular(path, _MAX_IGNORE_FILE, follow_symlinks=follow_symlinks)
+    return data if isinstance(data, bytes) else None
 
 
 def _git_directories(root: str) -> Tuple[Optional[str], Optional[str]]:

@@ -76,7 +76,7 @@ from amplint.semantic.resolve import (
     passed_for_parameter,
     split_args,
 )
-from amplint.semantic.framework_settings import class_scaler_key, settings_float16
+from amplint.semantic.framework_settings import class_scaler_key, framework_of, precisions, settings_float16
 from amplint.semantic.scalers import ScalerFacts
 from amplint.semantic.successors import Successors, calls_within
 from amplint.semantic.types import (
@@ -153,6 +153,8 @@ __all__ = [
     # Scalers, frameworks and autocast
     "callers_autocast",
     "class_scaler_key",
+    "framework_of",
+    "precisions",
     "settings_float16",
     # Other modules' summaries, as read back
     "ExternalModules",

@@ -270,17 +270,6 @@ class SemanticModel:
                 return other
         return None
 
-    def events_in_regions(self, *kinds: EventKind) -> Iterator[Occurrence]:
-        """Events of these kinds that run inside an enabled autocast region: written inside
-        it, or inside a helper called from inside it (reported at that call)."""
-        for unit in self.units:
-            for occurrence in self.occurrences_in(unit):
-                if occurrence.kind not in kinds or occurrence.region is None:
-                    continue
-                if occurrence.via and occurrence.region.unit is not unit:
-                    continue  # the helper's own region: reported where the helper is analysed
-                yield occurrence
-
     def states_before(self, *kinds: EventKind) -> Iterator[Tuple[Occurrence, FlowState]]:
         """Each occurrence of these kinds, on every way through its unit, with the state just
         before it (the flow analysis; units too complex to follow are skipped and counted)."""

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequ
 
 import libcst as cst
 
+from amplint import work
 from amplint.semantic.pytorch import api as torch_api
 from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.names import is_none
@@ -51,13 +52,18 @@ class Resolver:
         return self.aliases.resolve(node)
 
     def bindings(self, name: str, scope: Scope) -> List[Binding]:
-        """Every binding `name`, read in `scope`, may refer to."""
+        """Every binding `name`, read in `scope`, may refer to. Each is a step of the file's
+        work (`amplint.work`): callers weigh them one by one, and a name bound thousands of
+        times made that quadratic work no step counted (reliability round 4, N4)."""
         if name.startswith("self."):
-            return self.attribute_bindings(name, scope)
-        if "." in name:
-            return list(self.index.dotted.get(name, ()))
-        bound = self.binding_scope(name, scope)
-        return list(bound.bindings[name]) if bound is not None else []
+            found = self.attribute_bindings(name, scope)
+        elif "." in name:
+            found = list(self.index.dotted.get(name, ()))
+        else:
+            bound = self.binding_scope(name, scope)
+            found = list(bound.bindings[name]) if bound is not None else []
+        work.charge(len(found))
+        return found
 
     def binding_scope(self, name: str, scope: Optional[Scope]) -> Optional[Scope]:
         """The scope whose binding of the plain name `name` a read in `scope` sees."""

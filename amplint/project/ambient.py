@@ -1,0 +1,453 @@
+"""Ambient autocast: which functions of the project run under which autocast, found by
+following calls down from the regions that open it, across files; and the float16 hazards
+those functions hit there, reported in the model code with the way in.
+
+A training script opens autocast and calls the model in it; the model's code (attention,
+normalisations, losses), often in another file, never opens it, and runs under it all the
+same. Each analysed file says what its code calls (`facts`: its regions with the devices and
+dtypes they may run in, each function's calls that run under its caller's autocast, as
+`amplint.analyses.call_graph.CallGraph` finds them) and what each function would hit under
+each context (`Float16Hazards`). `Ambient` joins them: from each region, breadth first, into
+the functions it calls, their calls in turn, in this file or another (an import resolved as
+the analysis resolves it: `PathIndex`, and a package's re-exports), never into a function
+that may switch autocast off itself; a function reached under a context in which it has a
+hazard gets a finding there, which names where the region is opened and the calls on the way
+(`train.py:88 torch.autocast("cuda", dtype=torch.float16) -> model(...) -> Net.forward ->
+self.attn(...) -> Attention.forward`: in its help, and as related locations for SARIF, the
+language server and JSON).
+
+Nothing is assumed under autocast without a path from a region (or a framework's documented
+hook, which the semantic layer reads as a region). What the file's own rules report already
+(a region in the same file) is not reported twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections import deque
+from dataclasses import replace
+from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+
+from amplint.lint.diagnostics import FileResult, Finding, Related
+from amplint.project.import_paths import PathIndex
+from amplint.project.reexports import ReExports
+
+# (path, function's qualified name): a function of the project.
+Node = Tuple[str, str]
+# (device, dtype): a context a region runs in.
+Context = Tuple[str, str]
+# Calls followed from a region, at most.
+MAX_DEPTH = 12
+
+
+# --------------------------------------------------------------------------- one file
+
+
+def facts(model: Any, module: Any, source: Optional[str]) -> Optional[Dict[str, Any]]:
+    """What a file tells the ambient pass (plain JSON, cached with its result): its regions
+    and the calls made in them, each function's calls under its caller's autocast, and the
+    hazards each function hits per context. None when it has none of them."""
+    from amplint.analyses.call_graph import CallGraph
+    from amplint.lint.positions import code_ranges
+    from amplint.semantic import dotted_name, iter_tree
+
+    graph = model.facts(CallGraph)
+    hazards = _hazards(model)
+    seeds = graph.seeds()
+    units: Dict[str, Any] = {}
+    order: Dict[int, Tuple[str, int]] = {}  # id(call) -> (its callee's name, k-th such call in its unit)
+    counted: Set[int] = set()
+
+    def place(unit: Any, call: Any) -> Tuple[str, int]:
+        if id(unit) not in counted:
+            counted.add(id(unit))
+            counts: Dict[str, int] = {}
+            body = unit.node.body if not unit.is_module else unit.node
+            for node in iter_tree(body, lambda n: not _nested(n)):
+                if type(node).__name__ == "Call":
+                    name = dotted_name(node.func) or ""
+                    order[id(node)] = (name, counts.get(name, 0))
+                    counts[name] = counts.get(name, 0) + 1
+        return order.get(id(call), ("", -1))
+
+    for unit in model.units:
+        if unit.is_module:
+            continue
+        edges = graph.calls(unit)
+        found = hazards.get(unit.name)
+        if not edges and not found:
+            continue
+        entry: Dict[str, Any] = {"calls": [[edge.target.to_json(), *place(unit, edge.call)] for edge in edges]}
+        if not graph.takes_callers_autocast(unit):
+            entry["own"] = True
+        if found:
+            entry["hazards"] = found
+        units[unit.name] = entry
+    exported = []
+    if seeds:
+        anchors = code_ranges(module, [seed.anchor for seed in seeds], source)
+        for seed in seeds:
+            start = anchors[seed.anchor].start
+            exported.append(
+                {
+                    "at": [start.line, start.column + 1],
+                    "unit": seed.unit.name,
+                    "text": _short(seed.words),
+                    "contexts": [list(c) for c in seed.contexts],
+                    "calls": [[edge.target.to_json(), *place(seed.unit, edge.call)] for edge in seed.edges],
+                }
+            )
+    if not units and not exported:
+        return None
+    return {"regions": exported, "units": units}
+
+
+def hazard_rows(model: Any) -> List[Tuple[str, int]]:
+    """(code, row) of each hazard a function of the file has under some context: what a run
+    over the project may report on that row, if a region in another file reaches it."""
+    return sorted({(hazard["code"], hazard["row"]) for found in _hazards(model).values() for hazard in found})
+
+
+def _hazards(model: Any) -> Dict[str, List[Dict[str, Any]]]:
+    """The hazard candidates of each function (`Float16Hazards`), when that family exists."""
+    try:
+        from amplint.analyses.float16_hazards import Float16Hazards  # type: ignore[import-not-found]
+    except ImportError:
+        return {}
+    return Float16Hazards.candidates(model)  # type: ignore[no-any-return]
+
+
+def _nested(node: Any) -> bool:
+    return type(node).__name__ in ("FunctionDef", "ClassDef", "Lambda")
+
+
+def _short(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- the project
+
+
+class Ambient:
+    """The project's ambient autocast, from the files' `facts` (each result's `ambient`)."""
+
+    def __init__(self, results: Sequence[FileResult], index: Optional[PathIndex] = None, reexports: Optional[ReExports] = None) -> None:
+        self.results = [r for r in results if r.ambient]
+        self.facts: Dict[str, Mapping[str, Any]] = {r.path: r.ambient for r in self.results}  # type: ignore[misc]
+        self.index = index if index is not None else PathIndex([r.path for r in results])
+        self.reexports = reexports
+        # (node, context) -> (the node it was reached from, the hop: [path, unit, callee name, k]) or the region
+        self.parents: Dict[Tuple[Node, Context], Tuple[Optional[Tuple[Node, Context]], Tuple[Any, ...]]] = {}
+        self._walked = False
+
+    # ---------------------------------------------------------------- resolution
+    def target(self, path: str, target: Sequence[Any]) -> Optional[Node]:
+        """The function a call of the file `path` goes to (`CallGraph`'s `Target`, as JSON),
+        when it is one with calls or hazards of its own and runs under its caller's autocast
+        (not one that may switch it off itself)."""
+        if len(target) == 1:
+            found, qualified = path, target[0]
+        else:
+            module, level, name, member = target
+            origin = self.index.path_of(path, module or None, level, exclude=path)
+            if origin is None:
+                return None
+            if self.reexports is not None:  # `from models import Net`, bound in models/__init__.py
+                origin, name = self.reexports.origin_of(origin, name)
+            found, qualified = origin, f"{name}.{member}" if member else name
+        entry = self.facts.get(found, {}).get("units", {}).get(qualified)
+        return (found, qualified) if entry is not None and not entry.get("own") else None
+
+    # ---------------------------------------------------------------- the walk
+    def walk(self) -> None:
+        """Every function each region reaches, with each context, breadth first (so the way
+        kept to each is a shortest one)."""
+        if self._walked:
+            return
+        self._walked = True
+        queue: Deque[Tuple[Node, Context, int]] = deque()
+        for path in sorted(self.facts):
+            for place, region in enumerate(self.facts[path].get("regions", ())):
+                for context in map(tuple, region.get("contexts", ())):
+                    for target, name, k in region.get("calls", ()):
+                        node = self.target(path, target)
+                        if node is None:
+                            continue
+                        key = (node, context)
+                        if key not in self.parents:
+                            self.parents[key] = (None, ("region", path, place, name, k))
+                            queue.append((node, context, 1))  # type: ignore[arg-type]
+        while queue:
+            node, context, depth = queue.popleft()
+            entry = self.facts.get(node[0], {}).get("units", {}).get(node[1])
+            if entry is None or depth >= MAX_DEPTH:
+                continue
+            for target, name, k in entry.get("calls", ()):
+                callee = self.target(node[0], target)
+                if callee is None:
+                    continue
+                key = (callee, context)
+                if key not in self.parents:
+                    self.parents[key] = ((node, context), ("call", node[0], node[1], name, k))
+                    queue.append((callee, context, depth + 1))
+
+    def contexts_of(self, node: Node) -> List[Context]:
+        """The contexts `node` runs under, reached from some region."""
+        self.walk()
+        return sorted(context for (reached, context) in self.parents if reached == node)
+
+    def chain(self, node: Node, context: Context) -> List[Tuple[Any, ...]]:
+        """The hops from the region to `node`, region first."""
+        self.walk()
+        hops: List[Tuple[Any, ...]] = []
+        key: Optional[Tuple[Node, Context]] = (node, context)
+        while key is not None:
+            parent, hop = self.parents[key]
+            hops.append(hop)
+            key = parent
+        return hops[::-1]
+
+    # ---------------------------------------------------------------- findings
+    def findings(self) -> Dict[str, List[Finding]]:
+        """The hazards functions hit under the contexts regions of other files run them in,
+        by file: one finding per hazard, for the first context (in a stable order) that has
+        it, with the way in."""
+        self.walk()
+        found: Dict[str, List[Finding]] = {}
+        locator = _Locator()
+        rules = _rules()
+        for (node, context) in sorted(self.parents):
+            entry = self.facts[node[0]]["units"].get(node[1]) if node[0] in self.facts else None
+            if not entry or not entry.get("hazards"):
+                continue
+            hops = self.chain(node, context)
+            if hops[0][1] == node[0]:
+                continue  # the region is in the same file: its own rules report it
+            for hazard in entry["hazards"]:
+                if list(context) not in hazard.get("contexts", ()):
+                    continue
+                rule = rules.get(hazard["code"])
+                if rule is None:
+                    continue
+                key = (hazard["code"], hazard["row"], hazard["column"])
+                if any((f.code, f.row, f.column) == key for f in found.get(node[0], ())):
+                    continue
+                way, related = self._way(node, context, hops, locator)
+                help_text = f"{hazard['help']} It runs under {way}." if hazard.get("help") else f"It runs under {way}."
+                found.setdefault(node[0], []).append(
+                    Finding(
+                        path=node[0],
+                        row=hazard["row"],
+                        column=hazard["column"],
+                        end_row=hazard.get("end_row", hazard["row"]),
+                        end_column=hazard.get("end_column", hazard["column"]),
+                        code=rule.code,
+                        name=rule.name,
+                        url=rule.url(),
+                        message=hazard["message"],
+                        help=help_text,
+                        severity=rule.severity,
+                        related=tuple(related),
+                    )
+                )
+        return found
+
+    def _way(self, node: Node, context: Context, hops: List[Tuple[Any, ...]], locator: "_Locator") -> Tuple[str, List[Related]]:
+        """The chain in words, and as related locations: the region, then each call on the way."""
+        device, dtype = context
+        _, path, place, _, _ = hops[0]
+        region = self.facts[path]["regions"][place]
+        where = f"{os.path.relpath(path, os.path.dirname(node[0]) or os.curdir)}:{region['at'][0]}"
+        parts = [f"{where} {region['text']} ({dtype}, {_DEVICE_WORDS.get(device, device)})"]
+        related = [Related(path, region["at"][0], region["at"][1], f"the autocast region ({dtype}, {_DEVICE_WORDS.get(device, device)}): {region['text']}")]
+        for index, (kind, hop_path, owner, name, k) in enumerate(hops):
+            unit = region["unit"] if kind == "region" else owner
+            callee_path, callee = (hops[index + 1][1], hops[index + 1][2]) if index + 1 < len(hops) else node
+            parts.append(f"`{name}(...)` -> `{callee}`")
+            row, column = locator.call(hop_path, unit, name, k)
+            if row:
+                related.append(Related(hop_path, row, column, f"`{name}(...)` runs `{callee}` ({os.path.basename(callee_path)})"))
+        return " -> ".join(parts), related
+
+
+_DEVICE_WORDS = {"cuda": "CUDA", "cpu": "CPU"}
+
+
+class _Locator:
+    """Where a call of a chain is, from the file's text (CPython's tree, only for the few
+    files on the way to a finding): the k-th call of that name in the function, in source
+    order, as `facts` counted it."""
+
+    def __init__(self) -> None:
+        self._trees: Dict[str, Optional[ast.Module]] = {}
+
+    def call(self, path: str, unit: str, name: str, k: int) -> Tuple[int, int]:
+        tree = self._tree(path)
+        function = _function(tree, unit) if tree is not None else None
+        if function is None:
+            return 0, 0
+        count = 0
+        for node in _pre_order(function.body if unit != "<module>" else function):
+            if isinstance(node, ast.Call) and _dotted(node.func) == name:
+                if count == k:
+                    return node.lineno, node.col_offset + 1
+                count += 1
+        return 0, 0
+
+    def _tree(self, path: str) -> Optional[ast.Module]:
+        if path not in self._trees:
+            try:
+                with open(path, "rb") as handle:
+                    self._trees[path] = ast.parse(handle.read())
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                self._trees[path] = None
+        return self._trees[path]
+
+
+def _function(tree: ast.Module, qualified: str) -> Any:
+    if qualified == "<module>":
+        return tree
+    body: Sequence[ast.stmt] = tree.body
+    found: Any = None
+    for part in qualified.split("."):
+        found = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part), None)
+        if found is None:
+            return None
+        body = found.body
+    return found
+
+
+def _pre_order(body: Any) -> Iterator[ast.AST]:
+    pending: List[ast.AST] = list(reversed(body if isinstance(body, list) else [body]))
+    while pending:
+        node = pending.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        pending.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _rules() -> Dict[str, Any]:
+    from amplint.rules import ALL_RULES
+
+    return {rule.code: rule for rule in ALL_RULES}
+
+
+# What a file that may open an autocast region says (`AMP_VOCABULARY`'s region words, and the
+# frameworks' precision settings whose hooks run under their autocast).
+_REGION_WORDS = ("autocast", "precision=", "mixed_precision")
+
+
+def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports] = None) -> List[int]:
+    """The files (their places in `results`) to analyse whole for their calls, so that a
+    hazard found in model code can be reached from a region in another file: when some file
+    has hazards, each file on an import path (read from the text, `order.imports_named`)
+    from a file that may open a region to a file with hazards that has no facts yet (no AMP
+    words of its own: an `nn.Module` between the training script and the attention). None
+    when no file has hazards: the common case costs nothing."""
+    from amplint.project.order import imports_named
+
+    hazards = {r.path for r in results if r.ambient and any(u.get("hazards") for u in r.ambient.get("units", {}).values())}
+    if not hazards:
+        return []
+    place = {r.path: i for i, r in enumerate(results)}
+    imports: Dict[str, Set[str]] = {}
+
+    def imported(path: str) -> Set[str]:
+        if path not in imports:
+            text = read(path) or ""
+            found: Set[str] = set()
+            for module, level in imports_named(text):
+                for target in index.paths_of(path, module or None, level, exclude=path):
+                    found.add(target)
+                    if reexports is not None:
+                        found.update(reexports.names_from(target))
+            imports[path] = {t for t in found if t in place}
+        return imports[path]
+
+    starts = [r.path for r in results if r.error is None and (r.ambient and r.ambient.get("regions") or _may_open_region(r, read))]
+    seen: Set[str] = set(starts)
+    pending = list(starts)
+    while pending:
+        path = pending.pop()
+        for target in imported(path):
+            if target not in seen:
+                seen.add(target)
+                pending.append(target)
+    # Of what the regions' files reach, the files from which a file with hazards is reached.
+    reaching: Set[str] = set(hazards)
+    changed = True
+    while changed:
+        changed = False
+        for path in seen:
+            if path not in reaching and imported(path) & reaching:
+                reaching.add(path)
+                changed = True
+    return sorted(place[path] for path in reaching if results[place[path]].ambient is None and results[place[path]].error is None and path.endswith(".py"))
+
+
+def _may_open_region(result: FileResult, read: Any) -> bool:
+    """A file the pre-check did not analyse (deferred: AMP words, but no code a rule needs)
+    whose text may open an autocast region."""
+    if result.ambient is not None or not result.deferred:
+        return False
+    text = read(result.path) or ""
+    return any(word in text for word in _REGION_WORDS)
+
+
+def report(results: List[FileResult], index: Optional[PathIndex] = None, reexports: Optional[ReExports] = None, read: Any = None) -> List[FileResult]:
+    """`results` with the ambient findings added to the files they are in (not what a `#
+    noqa` there suppresses); each such file's text kept for its code frames."""
+    if not any(r.ambient for r in results):
+        return results
+    if index is None:
+        index = PathIndex([r.path for r in results])
+    if reexports is None:
+        from amplint.project.link import read_text
+
+        reexports = ReExports.found([r.path for r in results if r.error is None], read or read_text, index)
+    found = Ambient(results, index, reexports).findings()
+    if not found:
+        return results
+    from amplint.lint.noqa import parse_suppressions
+
+    out = []
+    for result in results:
+        added = found.get(result.path)
+        if not added or result.error is not None:
+            out.append(result)
+            continue
+        text = result.source if result.source is not None else _text(result.path)
+        if text is None:
+            out.append(result)
+            continue
+        suppressions = parse_suppressions(text)
+        kept = [f for f in added if not suppressions.suppresses(f.row, f.code)]
+        if not kept:
+            out.append(result)
+            continue
+        out.append(replace(result, findings=sorted([*result.findings, *kept]), source=text))
+    return out
+
+
+def _text(path: str) -> Optional[str]:
+    from amplint.run.source import decode_python, read_file
+
+    data = read_file(path)
+    if not isinstance(data, bytes):
+        return None
+    text = decode_python(data, path)
+    return text if isinstance(text, str) else None
