@@ -18,6 +18,7 @@ from amplint.rules.amp015_scaler_update_missing import ScalerUpdateMissing
 from amplint.rules.amp016_autocast_never_entered import AutocastNeverEntered
 from amplint.rules.amp017_fsdp_plain_grad_scaler import FsdpPlainGradScaler
 from amplint.rules.amp018_scaler_updated_twice import ScalerUpdatedTwice
+from amplint.rules.amp019_scaled_loss_reported import ScaledLossReported
 from amplint.rules.amp100_unused_noqa import UnusedNoqa
 
 ALL_RULES = (
@@ -39,6 +40,7 @@ ALL_RULES = (
     AutocastNeverEntered,
     FsdpPlainGradScaler,
     ScalerUpdatedTwice,
+    ScaledLossReported,
     UnusedNoqa,  # runs after the others: it reads which `# noqa` they used
 )
 

@@ -58,7 +58,12 @@ class ClipBeforeUnscale(Rule):
     scaler.step(optimizer)
     scaler.update()
     ```
-    `accelerator.clip_grad_norm_` unscales by itself and is not flagged.
+    `accelerator.clip_grad_norm_` unscales by itself and is not flagged, nor is a clip whose
+    threshold is multiplied by the scale (`max_norm * scaler.get_scale()`), which clips the
+    scaled gradients where the unscaled ones would be clipped (the norm it returns is still the
+    scaled one: reading it is AMP009's). A scaler that every call of the file builds with
+    `enabled=False` (a parameter handed `GradScaler(enabled=False)`, `enabled=use_amp` left at
+    a default of False) scales nothing and is not flagged.
 
     ## Fix safety
     Safe. `scaler.unscale_(optimizer)` is inserted just before the clip, with the scaler and the
@@ -180,6 +185,26 @@ accelerator.backward(loss)
 accelerator.clip_grad_norm_(model.parameters(), 1.0)
 optimizer.step()
 """,
+        # The threshold carries the scale too: the clip is right (issue 36).
+        """
+import torch
+scaler.scale(loss).backward()
+torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm * scaler.get_scale())
+scaler.step(optimizer)
+scaler.update()
+""",
+        # A step helper every call of the file hands a disabled GradScaler.
+        """
+import torch
+def train_step(model, loss, optimizer, scaler):
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+for x in loader:
+    train_step(model, model(x), optimizer, scaler)
+""",
         # Gradient accumulation: unscale at the boundary, then clip.
         """
 import torch
@@ -230,8 +255,11 @@ def step(self, loss):
 
 def _clips(clip: Occurrence, model: SemanticModel) -> bool:
     """A clip to judge: not one at an infinite norm, there only for the norm it returns
-    (AMP009's), nor one another module's function makes and its module reports."""
-    return not model.facts(ScaledGradients).clip_only_measures(clip) and not clip.event.reported_where_written
+    (AMP009's), nor one at a threshold times the loss scale (`max_norm * scaler.get_scale()`,
+    which clips the scaled gradients where the unscaled ones would be), nor one another
+    module's function makes and its module reports."""
+    gradients = model.facts(ScaledGradients)
+    return not gradients.clip_only_measures(clip) and not gradients.threshold_scaled(clip) and not clip.event.reported_where_written
 
 
 def _message(clip: Occurrence, scaler_key: Optional[str], model: SemanticModel, advice: Optional[str] = None) -> Message:

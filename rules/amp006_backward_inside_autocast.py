@@ -7,7 +7,7 @@ import libcst as cst
 from amplint.lint.evidence import AUTOCAST, BACKWARD, FRAMEWORK_BACKWARD
 from amplint.lint.fix import out_of_region
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
+from amplint.semantic import EventKind, Occurrence, SemanticModel, dotted_name, source_text
 from amplint.semantic.pytorch import frameworks
 
 
@@ -19,7 +19,9 @@ class BackwardInsideAutocast(Rule):
     a framework's backward (`accelerator.backward(loss)`, `fabric.backward(loss)`,
     `self.manual_backward(loss)`) executed inside an enabled autocast region (lexically
     inside the `with`, `with accelerator.autocast():` included, or in an autocast-decorated
-    function). A framework's backward scales the loss and calls `backward()` on it: it
+    function), and a loss-scaler object called there while it holds its step back for
+    accumulation (timm's `loss_scaler(loss, optimizer, need_update=(i + 1) % accum == 0)`:
+    its backward runs there; called to step, it is AMP004's). A framework's backward scales the loss and calls `backward()` on it: it
     leaves the autocast state as it finds it. (The autocast Lightning opens around
     `training_step` is not such a region: a manual-optimization step there is its design.)
 
@@ -211,14 +213,16 @@ def _message(backward: Occurrence) -> Message:
 
 
 def _runs_a_backward(occurrence: Occurrence) -> bool:
-    """A framework's backward method (`accelerator.backward(loss)`), not a call of a scaler
-    object that also steps (timm's `loss_scaler(loss, optimizer, update_grad=False)`)."""
+    """A framework's backward method (`accelerator.backward(loss)`), or a call of a loss-scaler
+    object that holds its step back on this call (timm's `loss_scaler(loss, optimizer,
+    need_update=(i + 1) % accum == 0)`): it scales the loss and runs its backward there."""
     call = occurrence.event.node
-    return (
-        isinstance(call, cst.Call)
-        and isinstance(call.func, cst.Attribute)
-        and call.func.attr.value in frameworks.BACKWARD_METHODS
-    )
+    if not isinstance(call, cst.Call):
+        return False
+    receiver = occurrence.event.receiver
+    if receiver is not None and dotted_name(call.func) == receiver.text:
+        return True  # the scaler object called itself
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in frameworks.BACKWARD_METHODS
 
 
 def _in_regions(model: SemanticModel, *kinds: EventKind) -> Iterator[Occurrence]:

@@ -32,7 +32,12 @@ class ScalerStateNotCheckpointed(Rule):
     `torch.save(ckpt, path)`), or the call that hands the optimizer to a checkpointing function;
     on the optimizer's `state_dict()` itself when the function shows no such call; a save
     before a restore. Also flags a `GradScaler(...)` built again after `scaler.load_state_dict(...)`
-    restored it.
+    restored it, and half of the scaler's state kept: saved (`scaler.state_dict()`) but never
+    restored while the optimizer's state is (a resume that starts the scale again; the finding
+    is on the optimizer's restore), or restored but never saved while the optimizer's state is
+    saved (the finding is on that save). A framework's checkpointer handed a dict of objects
+    (ignite's `Checkpoint(to_save, ...)`, `Checkpoint.load_objects(to_load=to_save, ...)`)
+    checkpoints each of them: without the scaler in the dict, it is flagged.
 
     A scaler local to a function counts only when a checkpoint is in code connected to that
     function by calls in the file (it calls it, is called by it, or is handed the scaler);
@@ -155,6 +160,12 @@ class ScalerStateNotCheckpointed(Rule):
                 reported.add(scaler.key)
                 # Where the fix goes: the checkpoint that holds the optimizer's state.
                 yield Report(_checkpoint_at(checkpoints[0], model), Message.split(_not_checkpointed(scaler, construction, checkpoints[0])))
+            elif checkpoints and scaler.key not in reported:
+                # Half of it: saved but never restored on resume, or restored but never saved.
+                half = facts.half_kept(scaler.key, checkpoints)
+                if half is not None:
+                    reported.add(scaler.key)
+                    yield Report(_checkpoint_at(half, model), Message.split(_half_kept(scaler, half)))
 
     VALID = (
         # The canonical checkpoint: the scaler's state beside the optimizer's.
@@ -411,6 +422,29 @@ for epoch in range(args.epochs):
 """,
             at=((7, 5),),
         ),
+        # Saved with the optimizer's, but the resume restores only the optimizer's.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+if args.resume:
+    ckpt = torch.load(args.resume)
+    optimizer.load_state_dict(ckpt["optimizer"])
+torch.save({"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, "last.pt")
+""",
+            at=((6, 5),),
+        ),
+        # ignite's Checkpoint handed the model and the optimizer, not the scaler.
+        Flagged(
+            """
+import torch
+from ignite.handlers import Checkpoint
+scaler = torch.amp.GradScaler("cuda")
+to_save = {"model": model, "optimizer": optimizer}
+trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint(to_save, save_dir))
+""",
+            at=((6, 51),),
+        ),
         # Built again after its state was restored.
         Flagged(
             """
@@ -431,6 +465,8 @@ def _checkpoint_at(optimizer: StateCall, model: SemanticModel) -> cst.CSTNode:
     `save_checkpoint(model, optimizer, ...)`, or the save of the variable the state was put in
     (`ckpt = {...}` ... `torch.save(ckpt, path)`); the state call itself when no such call is
     in the same function."""
+    if not optimizer.direct and optimizer.via is None:
+        return optimizer.node  # the checkpointing call itself: `Checkpoint(to_save, ...)`
     line = model.statement_of(optimizer.node)
     if isinstance(line, cst.SimpleStatementLine):
         small = line.body[0]
@@ -466,6 +502,20 @@ def _not_checkpointed(scaler: ScalerInfo, construction: str, optimizer: StateCal
         f"({construction}): a resumed run starts again at the initial scale (65536 by default) "
         f"and skips steps until it is back at the scale the run had reached. Save "
         f"`{scaler.name}.state_dict()` in the checkpoint and call `{scaler.name}.load_state_dict(...)` on resume."
+    )
+
+
+def _half_kept(scaler: ScalerInfo, optimizer: StateCall) -> str:
+    where = f"`{source_text(optimizer.node)}`" if optimizer.direct or optimizer.via is None else f"`{source_text(optimizer.node)}`, which restores {optimizer.via}"
+    if optimizer.restores:
+        return (
+            f"This resume restores the optimizer's state ({where}) but not `{scaler.name}`'s, which the file saves: "
+            f"the resumed run starts again at the initial scale (65536 by default) and skips steps until it is back "
+            f"at the scale the run had reached. Call `{scaler.name}.load_state_dict(...)` with the saved state on resume."
+        )
+    return (
+        f"This checkpoint saves the optimizer's state ({where}) but not `{scaler.name}`'s, which the resume restores: "
+        f"the checkpoint has no scaler state to restore. Save `{scaler.name}.state_dict()` beside the optimizer's."
     )
 
 

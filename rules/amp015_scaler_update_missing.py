@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from amplint.analyses.repetition import Loop, Repetition, Repetitions, loop_header
+from amplint.analyses.repetition import Loop, Repetition, Repetitions, drawn_by, loop_header, loop_targets, runs_once
 from amplint.lint.evidence import BACKWARD, SCALE, STEP
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
 from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
@@ -22,13 +22,29 @@ class ScalerUpdateMissing(Rule):
     condition as the step counts; one after the loop does not. Also flags
     `scaler.unscale_(optimizer)` that runs in every iteration while every update in the loop
     sits under an `if` whose test changes from one iteration to the next and the unscale is
-    not under (gradient accumulation that clips every micro-batch and steps every few). A
-    condition that is the same in every iteration (a configuration flag) is not followed.
+    not under (gradient accumulation that clips every micro-batch and steps every few), also
+    when the loop writes accumulation as `if accum > 1: ... else: ...` (the update of the other
+    branch never runs with it) or a loss-scaler wrapper of the file or of another linted module
+    unscales on each call and updates every Nth (`if self.calls % self.accum == 0:`). A
+    condition that is the same in every iteration (a configuration flag) is not followed; one
+    the file's own values fix is evaluated with them (`if update:` in a `step(self, loss,
+    update=False)` that no call passes `update` to never runs; `(i + 1) % self.accum == 0` with
+    every construction leaving `accum` at 1 always does).
+
+    Several optimizers, one scaler: flags a step that runs after the iteration's
+    `scaler.update()`, which followed another optimizer's step, on gradients scaled before it,
+    with no update after it (`scaler.step(opt_a); scaler.update(); scaler.step(opt_b)`); and an
+    `unscale_()` of an optimizer already unscaled since the last update: again in the same
+    iteration (directly or in a clip helper), or in a loop inside the iteration that does not
+    draw the optimizer (`for module in [encoder, decoder]: scaler.unscale_(optimizer)`). A loop
+    over the optimizers (`for opt in optimizers: scaler.step(opt)`) is not the training loop.
 
     ## Why is this bad?
     `update()` is what ends an iteration for a GradScaler: it resets the per-optimizer state
     that `step()` and `unscale_()` record, and it adjusts the loss scale. Without it the
-    scale never adapts, and the scaler refuses a second step, or a second unscale.
+    scale never adapts, and the scaler refuses a second step, or a second unscale. A step after
+    the update unscales its optimizer's gradients with the scale the update may have just
+    halved or doubled, not the one they were scaled with.
 
     ## What goes wrong at runtime
     The mistake is loud. Measured by `amplint verify` (CPU, 20 steps, SGD and Adam, float16
@@ -109,8 +125,13 @@ class ScalerUpdateMissing(Rule):
                 loop = _training_loop(call, occurrences, model) if scaler is not None else None
                 if loop is None or id(call.call_site) in reported:
                     continue
-                updates = [other for other in occurrences if _updates(other, scaler, loop, model)]
-                message = _message(call, loop, model.scaler_name(scaler, call.receiver.text if call.receiver else "scaler"), updates, model)
+                updates = [other for other in occurrences if _updates(other, scaler, loop, model) and not _exclusive(other, call, loop, model)]
+                name = model.scaler_name(scaler, call.receiver.text if call.receiver else "scaler")
+                message = _message(call, loop, name, updates, model)
+                if message is None and call.kind is EventKind.SCALER_STEP:
+                    message = _after_update(call, loop, name, updates, occurrences, model)
+                if message is None and call.kind is EventKind.UNSCALE:
+                    message = _unscaled_again(call, loop, name, updates, occurrences, model)
                 if message is not None:
                     reported.add(id(call.call_site))
                     yield Report(call.call_site, message)
@@ -180,6 +201,29 @@ def step_all(optimizers):
 for x in loader:
     scaler.scale(model(x).sum()).backward()
     step_all(optimizers)
+    scaler.update()
+""",
+        # A backward and a step per optimizer in a loop over them, one update after it.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    for optimizer, loss_fn in zip(optimizers, losses):
+        scaler.scale(loss_fn(x)).backward()
+        scaler.step(optimizer)
+    scaler.update()
+""",
+        # Each optimizer unscaled once per update, in a loop over them.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for optimizer in optimizers:
+        scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    for optimizer in optimizers:
+        scaler.step(optimizer)
     scaler.update()
 """,
         # A disabled scaler steps without complaint.
@@ -257,6 +301,34 @@ for x in loader:
 """,
     )
     INVALID = (
+        # The decoder's step after the update, on gradients scaled before it.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(opt_enc)
+    scaler.update()
+    scaler.step(opt_dec)
+""",
+            at=((8, 5),),
+        ),
+        # One optimizer unscaled once per sub-network: the second raises.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for module in [model.encoder, model.decoder]:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            at=((7, 9),),
+        ),
         Flagged(
             """
 import torch
@@ -349,6 +421,8 @@ def _training_loop(step: Occurrence, occurrences: Sequence[Occurrence], model: S
     if step.via and any(repetitions.loops_around(node) for node in inner):
         return None
     for loop in reversed(repetitions.loops_around(step.call_site)):
+        if drawn_by(step.argument, loop):
+            continue  # a loop over the optimizers: each is stepped once per iteration of the one around it
         inside = [o for o in occurrences if repetitions.inside(o.call_site, loop)]
         if any(o.kind in _GRADIENTS for o in inside):
             return loop if repetitions.repeats(loop) else None
@@ -394,6 +468,113 @@ def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence
             f"On an iteration that skips the update, the next `{scaler}.unscale_()` raises `RuntimeError: "
             "unscale_() has already been called on this optimizer since the last update()`. Unscale under the "
             "same condition as the step and the update."
+        ),
+    )
+
+
+def _exclusive(update: Occurrence, call: Occurrence, loop: Loop, model: SemanticModel) -> bool:
+    """Whether `update` and `call` sit in opposite branches of one `if` in the loop
+    (`if accum > 1: ... else: ...`): they never run in the same iteration."""
+    own = {(key, outcome) for key, _, outcome in _branches(call, loop, model)}
+    return any((key, not outcome) in own for key, _, outcome in _branches(update, loop, model))
+
+
+def _together(first: Occurrence, second: Occurrence, loop: Loop, model: SemanticModel) -> bool:
+    """Whether both run in every iteration of `loop`, under the same `if` branches."""
+    if not (_every_iteration(first, loop, model) and _every_iteration(second, loop, model)):
+        return False
+    return {(text, outcome) for _, text, outcome in _branches(first, loop, model)} == {
+        (text, outcome) for _, text, outcome in _branches(second, loop, model)
+    }
+
+
+def _between(occurrences: Sequence[Occurrence], first: Occurrence, second: Occurrence, loop: Loop, model: SemanticModel) -> List[Occurrence]:
+    """The occurrences of the loop after `first` and before `second`, in source order."""
+    start, end = occurrences.index(first), occurrences.index(second)
+    repetitions = model.facts(Repetitions)
+    return [o for o in occurrences[start + 1 : end] if repetitions.inside(o.call_site, loop)]
+
+
+def _after_update(
+    step: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence], occurrences: Sequence[Occurrence], model: SemanticModel
+) -> Optional[Message]:
+    """A step of one optimizer after the iteration's update, which followed another optimizer's
+    step, on gradients scaled before that update, and no update after it: it unscales them
+    with the scale the update changed (`scaler.step(opt_a); scaler.update(); scaler.step(opt_b)`)."""
+    if step.argument is None or step.receiver is None or any(occurrences.index(u) > occurrences.index(step) for u in updates):
+        return None
+    for update in updates:
+        if occurrences.index(update) > occurrences.index(step) or not _together(update, step, loop, model):
+            continue
+        if any(o.kind in _GRADIENTS for o in _between(occurrences, update, step, loop, model)):
+            continue  # gradients scaled anew after the update
+        earlier = [
+            o
+            for o in occurrences[: occurrences.index(update)]
+            if o.kind is EventKind.SCALER_STEP
+            and o.receiver is not None
+            and o.receiver.key == step.receiver.key
+            and o.argument is not None
+            and o.argument.key != step.argument.key
+            and model.facts(Repetitions).inside(o.call_site, loop)
+        ]
+        if earlier:
+            return Message(
+                f"{quote(step)} runs after {quote(update)} in every iteration of `{loop_header(loop)}`, and no "
+                f"`{scaler}.update()` follows it",
+                help=(
+                    f"`{scaler}.update()` may have halved or doubled the scale since `{step.argument.text}`'s gradients "
+                    f"were scaled: this step unscales them with the new one, and its overflow check counts for the next "
+                    f"iteration. Call `{scaler}.update()` once, after the last `{scaler}.step()` of the iteration."
+                ),
+            )
+    return None
+
+
+def _unscaled_again(
+    unscale: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence], occurrences: Sequence[Occurrence], model: SemanticModel
+) -> Optional[Message]:
+    """An `unscale_()` of an optimizer that an earlier one in the same iteration unscaled with
+    no update between them, or one in a loop inside the iteration (over models, parameter
+    groups) that does not draw the optimizer: the second raises."""
+    argument = unscale.argument
+    if argument is None or argument.key.startswith(("unknown:", "expr:")):
+        return None
+    repetitions = model.facts(Repetitions)
+    inner = [
+        other
+        for other in repetitions.loops_around(unscale.call_site)
+        if repetitions.inside(other, loop) and repetitions.repeats(other) and not runs_once(other)
+    ]
+    for other in inner:
+        own = [o for o in occurrences if repetitions.inside(o.call_site, other)]
+        if drawn_by(argument, other) or any(o.kind in _GRADIENTS or o.kind is EventKind.SCALER_UPDATE for o in own):
+            continue
+        if argument.text.split(".")[0].split("[")[0] in loop_targets(other):
+            continue  # `pair.optimizer`: whatever the loop draws
+        return _twice_message(unscale, f"in every iteration of `{loop_header(other)}`, inside `{loop_header(loop)}`", scaler)
+    for earlier in occurrences[: occurrences.index(unscale)]:
+        if earlier.kind is not EventKind.UNSCALE or earlier.argument is None or earlier.argument.key != argument.key:
+            continue
+        if earlier.receiver is None or unscale.receiver is None or earlier.receiver.key != unscale.receiver.key:
+            continue
+        if not repetitions.inside(earlier.call_site, loop) or earlier.call_site is unscale.call_site:
+            continue
+        if any(o.kind is EventKind.SCALER_UPDATE for o in _between(occurrences, earlier, unscale, loop, model)):
+            continue
+        if _together(earlier, unscale, loop, model):
+            return _twice_message(unscale, f"after {quote(earlier)} in the same iteration of `{loop_header(loop)}`", scaler)
+    return None
+
+
+def _twice_message(unscale: Occurrence, where: str, scaler: str) -> Message:
+    optimizer = unscale.argument.text if unscale.argument is not None else "optimizer"
+    return Message(
+        f"{quote(unscale)} unscales `{optimizer}` again {where}, with no `{scaler}.update()` between",
+        help=(
+            f"A second `{scaler}.unscale_({optimizer})` before `{scaler}.update()` raises `RuntimeError: unscale_() "
+            "has already been called on this optimizer since the last update()`. Unscale each optimizer once per "
+            "update, before its clip and its step."
         ),
     )
 

@@ -4,10 +4,10 @@ from typing import FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from amplint.analyses.repetition import Loop, Repetitions, loop_header
+from amplint.analyses.repetition import Loop, Repetitions, drawn_by, loop_header, loop_targets, runs_once
 from amplint.lint.evidence import SCALE, STEP
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, Occurrence, SemanticModel, iter_tree, source_text
+from amplint.semantic import CodeUnit, EventKind, Occurrence, SemanticModel, children, iter_tree, source_text
 
 
 # What makes a loop a training loop: it computes gradients in every iteration.
@@ -23,7 +23,19 @@ class ScalerUpdatedTwice(Rule):
     also runs a backward): both written in that loop, or in helpers of the file it calls,
     both running in every iteration and under the same conditions. Typically one scaler
     serves two networks, `scaler.step(opt_d); scaler.update()` and then
-    `scaler.step(opt_g); scaler.update()`. Updates in exclusive branches (`if train_d:` ...
+    `scaler.step(opt_g); scaler.update()`. Also flags an update in a loop over the optimizers
+    (`for opt in optimizers:`, `for i, opt in enumerate(self.optimizers):`, `zip(optimizers,
+    losses)`) after the step of the optimizer that iteration draws, written there or in a
+    per-optimizer method it calls (`self.optimizer_step(opt, idx)`): with more than one
+    optimizer it runs several times per iteration. Not a loop over one optimizer
+    (`for opt in [optimizer]:`), one that draws a scaler per optimizer, one that may skip an
+    iteration's update (`if step % len(optimizers) != i: continue`, alternating networks), nor
+    an update the method holds back until the last optimizer (`if idx is None or idx ==
+    len(self.optimizers) - 1:`, whatever the file passes for `idx`). A hook a framework calls
+    once per optimizer, with the optimizer's index (`optimizer_step(self, epoch, batch_idx,
+    optimizer, optimizer_idx, ...)` of a Lightning 1.x module that manages its own scaler), is
+    flagged when it steps its optimizer and updates at every call while its class shows more
+    than one optimizer (`if optimizer_idx == 1:`). Updates in exclusive branches (`if train_d:` ...
     `else:`), under a condition that changes from one iteration to the next (accumulation),
     in and after the loop, in an `except` handler, of two different scalers, in a helper
     that may return before it, or in one helper called twice (the rule cannot tell it is
@@ -157,6 +169,23 @@ class ScalerUpdatedTwice(Rule):
                     continue
                 reported.add(id(update.call_site))
                 yield Report(update.call_site, _message(update, first, loop, model.scaler_name(scaler)))
+            # An update in a loop over the optimizers: once per optimizer stepped.
+            for update in occurrences:
+                scaler = _plain_scaler(update, occurrences, model)
+                found = _per_optimizer(update, scaler, occurrences, model) if scaler is not None else None
+                if found is None or id(update.call_site) in reported:
+                    continue
+                reported.add(id(update.call_site))
+                yield Report(update.call_site, _per_optimizer_message(update, found[1], found[0], model.scaler_name(scaler)))
+            # A hook called once per optimizer (`optimizer_step(self, ..., optimizer, optimizer_idx)`).
+            index = _optimizer_index(unit, model)
+            for update in occurrences if index is not None else ():
+                scaler = _plain_scaler(update, occurrences, model)
+                step = _hook_step(update, scaler, unit, occurrences, model) if scaler is not None else None
+                if step is None or id(update.call_site) in reported:
+                    continue
+                reported.add(id(update.call_site))
+                yield Report(update.call_site, _hook_message(update, step, unit, index, model.scaler_name(scaler)))
 
     VALID = (
         # The AMP docs' recipe: several optimizers, one update after the last step.
@@ -292,6 +321,21 @@ for x in loader:
     scaler.step(opt_g)
     scaler.update()
 """,
+        # One update after the loop over the optimizers (the AMP docs' recipe), and a loop
+        # over one optimizer.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    for optimizer, loss_fn in zip([opt_d, opt_g], [d_loss, g_loss]):
+        scaler.scale(loss_fn(x)).backward()
+        scaler.step(optimizer)
+    scaler.update()
+    for optimizer in [opt_main]:
+        scaler.scale(main_loss(x)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
         # A disabled scaler: its update does nothing.
         """
 import torch
@@ -321,6 +365,19 @@ def train(loader, use_d, use_g):
 """,
     )
     INVALID = (
+        # Once per optimizer, in a loop over them.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    for optimizer, loss_fn in zip([opt_d, opt_g], [d_loss, g_loss]):
+        scaler.scale(loss_fn(x)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            at=((8, 9),),
+        ),
         Flagged(
             """
 import torch
@@ -404,12 +461,136 @@ def _training_loop(update: Occurrence, occurrences: Sequence[Occurrence], model:
     return loop if repetitions.repeats(loop) else None
 
 
-def _maybe_exclusive(model: SemanticModel, update: Occurrence, loop: Loop) -> bool:
+def _per_optimizer(update: Occurrence, scaler: str, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Tuple[Loop, Occurrence]]:
+    """The loop over optimizers that runs `update` once for each: a `for` whose every
+    iteration steps the optimizer it draws through the scaler (`for opt in optimizers:
+    scaler.step(opt)`, `self.optimizer_step(opt, idx)`) and then updates, with nothing on the
+    way that holds the update back (`if idx == len(optimizers) - 1:`). Not a loop over one
+    optimizer, nor one that draws the scaler too (a scaler per optimizer)."""
+    repetitions = model.facts(Repetitions)
+    for node in update.via[1:] + ((update.event.node,) if update.via else ()):
+        if repetitions.loops_around(node) or _guarded(repetitions, node, model):
+            return None
+    receiver = update.receiver.text if update.receiver is not None else ""
+    for loop in reversed(repetitions.loops_around(update.call_site)):
+        if not repetitions.repeats(loop) or runs_once(loop) or receiver.split(".")[0] in loop_targets(loop):
+            continue
+        if any(model.facts(Repetitions).inside(built, loop) for built in model.scalers[scaler].constructions):
+            continue
+        if not repetitions.every_iteration(update.call_site, loop) or _maybe_exclusive(model, update, loop) or _skips(loop):
+            return None
+        step = next(
+            (
+                o
+                for o in occurrences
+                if o.kind is EventKind.SCALER_STEP
+                and o.receiver is not None
+                and o.receiver.key == scaler
+                and repetitions.inside(o.call_site, loop)
+                and drawn_by(o.argument, loop)
+                and occurrences.index(o) < occurrences.index(update)
+            ),
+            None,
+        )
+        if step is not None:
+            return loop, step
+    return None
+
+
+# The parameter through which a framework tells a hook which optimizer it is called for
+# (Lightning's `optimizer_step(..., optimizer, optimizer_idx, ...)` before 2.0).
+_INDEX_PARAMETERS = ("optimizer_idx", "opt_idx", "optimizer_index")
+
+
+def _optimizer_index(unit: CodeUnit, model: SemanticModel) -> Optional[str]:
+    """The optimizer-index parameter of a method called once per optimizer, when its class
+    shows more than one: it tests the index against another number than 0
+    (`if optimizer_idx == 1:`) in any of its methods."""
+    name = next((p for p in unit.parameters if p in _INDEX_PARAMETERS), None)
+    if name is None or unit.class_name is None:
+        return None
+    for other in model.units:
+        if other.class_name != unit.class_name:
+            continue
+        for node in iter_tree(other.node):
+            if isinstance(node, cst.Comparison) and isinstance(node.left, cst.Name) and node.left.value in _INDEX_PARAMETERS:
+                compared = node.comparisons[0].comparator
+                if isinstance(compared, cst.Integer) and compared.evaluated_value != 0:
+                    return name
+    return None
+
+
+def _hook_step(update: Occurrence, scaler: str, unit: CodeUnit, occurrences: Sequence[Occurrence], model: SemanticModel) -> Optional[Occurrence]:
+    """The step of the hook's optimizer parameter before an update that runs at every call of
+    the hook: no loop and no `if` the file does not fix on the way to it."""
+    repetitions = model.facts(Repetitions)
+    for node in (update.call_site,) + update.via[1:] + ((update.event.node,) if update.via else ()):
+        if repetitions.loops_around(node) or _guarded(repetitions, node, model):
+            return None
+    if _maybe_exclusive_in(model, update, unit):
+        return None
+    return next(
+        (
+            o
+            for o in occurrences[: occurrences.index(update)]
+            if o.kind is EventKind.SCALER_STEP
+            and o.receiver is not None
+            and o.receiver.key == scaler
+            and o.argument is not None
+            and o.argument.text in unit.parameters
+        ),
+        None,
+    )
+
+
+def _maybe_exclusive_in(model: SemanticModel, update: Occurrence, unit: CodeUnit) -> bool:
+    """A `return` or `raise` before the update in the hook itself or a helper on the way."""
+    for earlier in iter_tree(unit.node):
+        if earlier is update.call_site:
+            break
+        if isinstance(earlier, (cst.Return, cst.Raise)):
+            return True
+    return bool(update.via) and _maybe_exclusive(model, update, None)
+
+
+def _hook_message(update: Occurrence, step: Occurrence, unit: CodeUnit, index: str, scaler: str) -> Message:
+    method = unit.name.rsplit(".", 1)[-1]
+    return Message(
+        f"{quote(update)} updates `{scaler}` at every call of `{method}`, which runs once per optimizer (its "
+        f"`{index}`), after {quote(step)}: several times in one iteration",
+        help=(
+            f"Each `{scaler}.update()` counts one iteration: the loss scale grows as many times faster as there are "
+            f"optimizers. Update only for the last optimizer (`if {index} == len(optimizers) - 1:`), or give each "
+            "optimizer its own GradScaler."
+        ),
+    )
+
+
+def _skips(loop: Loop) -> bool:
+    """A `continue` or `break` of the loop itself: an iteration may end before the update
+    (`if step % len(optimizers) != i: continue` trains one optimizer per step)."""
+    pending = list(loop.body.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.Continue, cst.Break)):
+            return True
+        if not isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            pending.extend(children(node))
+    return False
+
+
+def _guarded(repetitions: Repetitions, node: cst.CSTNode, model: SemanticModel) -> bool:
+    """An `if` around a call in its unit whose outcome the file does not fix."""
+    record = repetitions.record(node) if isinstance(node, cst.Call) else None
+    return any(model.branches.truth(frame.test, record.unit) is None for frame in repetitions.branches_around(node)) if record else False
+
+
+def _maybe_exclusive(model: SemanticModel, update: Occurrence, loop: Optional[Loop]) -> bool:
     """Whether the update may run instead of another rather than after it, in ways `if`
     branches do not show: in an `except` handler in the loop (the update of the failed
     `try`'s fallback), or in a helper that may `return` before it (`if not self.train_d:
     return`)."""
-    handlers = [node for node in iter_tree(loop.body) if isinstance(node, cst.ExceptHandler)]
+    handlers = [node for node in iter_tree(loop.body) if isinstance(node, cst.ExceptHandler)] if loop is not None else []
     if any(node is update.call_site for handler in handlers for node in iter_tree(handler)):
         return True
     for node in update.via[1:] + ((update.event.node,) if update.via else ()):
@@ -429,6 +610,21 @@ def _conditions(model: SemanticModel, occurrence: Occurrence, loop: Loop) -> Fro
     two updates under the same ones run together; under different ones, perhaps never."""
     branches = model.facts(Repetitions).branches_around(occurrence.call_site, loop)
     return frozenset((source_text(frame.test), frame.outcome) for frame in branches)
+
+
+def _per_optimizer_message(update: Occurrence, step: Occurrence, loop: Loop, scaler: str) -> Message:
+    header = loop_header(loop)
+    optimizer = step.argument.text if step.argument is not None else "optimizer"
+    return Message(
+        f"{quote(update)} updates `{scaler}` once per optimizer of `{header}`, after {quote(step)}: with more "
+        "than one optimizer, several times in one iteration",
+        help=(
+            f"Each `{scaler}.update()` counts one iteration: the loss scale grows as many times faster as there are "
+            f"optimizers, each decision sees one optimizer's overflow only, and `{scaler}.step()` of the next "
+            f"`{optimizer}` unscales with a scale changed since its backward. Call `{scaler}.update()` once, after "
+            "the loop, or give each optimizer its own GradScaler."
+        ),
+    )
 
 
 def _message(update: Occurrence, first: Occurrence, loop: Loop, scaler: str) -> Message:

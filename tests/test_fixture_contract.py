@@ -37,6 +37,7 @@ SHOWS = {
     "AMP015": {"AMP015"},
     "AMP016": {"AMP016"},
     "AMP018": {"AMP018"},
+    "AMP019": {"AMP019"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())

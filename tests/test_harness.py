@@ -855,6 +855,11 @@ TARGETED = {
             **{("penalty", "penalty_grad_norm", dtype): NOT_HAPPENED for dtype in ("float16", "bfloat16")},
         },
     ),
+    "AMP019 scaler off": (
+        "AMP019",
+        {"buggy": [SCALER_OFF + (1,)]},
+        {("sgd", "logged_loss", dtype): NOT_HAPPENED for dtype in ("float16", "bfloat16")},
+    ),
     # a clip that never engages: the update is not clipped at all, in either script
     "AMP003 no clipping": (
         "AMP003",
@@ -1030,6 +1035,10 @@ BROKEN = {
     "AMP012": [
         # a "bfloat16" run that is really float16: the large features overflow
         ("dtype=amp_dtype)", "dtype=torch.float16)", 1),
+    ],
+    "AMP019": [
+        # a buggy run that trains otherwise (twice the learning rate): the float32 loss moves apart
+        ('"sgd": lambda params: torch.optim.SGD(params, lr=0.05 * LR_SCALE)', '"sgd": lambda params: torch.optim.SGD(params, lr=0.1 * LR_SCALE)', 1),
     ],
     "AMP013": [
         # a "bfloat16" run that is really float16: log(sigmoid) reaches log(0)

@@ -56,6 +56,7 @@ from amplint.semantic import (
     dotted_name,
     import_targets,
     iter_tree,
+    keyword_argument,
     own_returns,
     passed_for_parameter,
 )
@@ -63,7 +64,7 @@ from amplint.semantic.pytorch import vocabulary
 from amplint.analyses.saved_state import scalers_returned
 
 # Functions named as only checkpointing is: what they are handed is saved or restored there.
-_CHECKPOINTING_CALL = re.compile(r"save|checkpoint|ckpt|snapshot|resume|restore|^load_(model|state|training)")
+_CHECKPOINTING_CALL = re.compile(r"save|checkpoint|ckpt|snapshot|resume|restore|^load_(model|state|training|objects)")
 _RESTORING = re.compile(r"load|resume|restore")
 _COPIES = frozenset({"deepcopy", "copy"})
 # Methods that put an object in a collection: `objects.append(scaler)`, `to_save.update(...)`.
@@ -177,9 +178,22 @@ class Checkpoints(Analysis):
         if self._linted_elsewhere(record):
             return  # its module was analysed: its summary's state table says what it saves
         restores = bool(_RESTORING.search(callee))
+        scope = record.unit.scope
         for arg in record.node.args:
-            for name in _objects(arg.value):
-                self.state_calls.append(StateCall(record, name, self.resolver.identity(name, record.unit.scope), restores))
+            # A framework's checkpointer handed a dict of objects: ignite's `Checkpoint(to_save,
+            # ...)`, `Checkpoint.load_objects(to_load=to_save, ...)`.
+            for name in _objects(arg.value) + self._collected(arg.value, scope):
+                self.state_calls.append(StateCall(record, name, self.resolver.identity(name, scope), restores))
+
+    def _collected(self, value: cst.BaseExpression, scope: Scope) -> List[str]:
+        """The objects a dict display holds, written there or bound to the name `value` (every
+        binding a display): `{"model": model, "optimizer": optimizer}`."""
+        displays = [value] if isinstance(value, cst.Dict) else []
+        name = dotted_name(value) if not displays else None
+        if name is not None:
+            values = [bound for bound, _ in self.resolver.values(name, scope)]
+            displays = [bound for bound in values if isinstance(bound, cst.Dict)] if values and all(isinstance(v, cst.Dict) for v in values) else []
+        return [found for display in displays for element in display.elements if isinstance(element, cst.DictElement) for found in _objects(element.value)]
 
     def _through_summary(self, record: CallRecord) -> None:
         """A call to another linted module's function or method whose summary says it saves
@@ -605,6 +619,24 @@ class Checkpoints(Analysis):
         return False
 
     # ------------------------------------------------------------------ queries
+    def half_kept(self, key: str, checkpoints: List[StateCall]) -> Optional[StateCall]:
+        """The optimizer's checkpoint that lacks the scaler `key` when the file keeps only half
+        of the scaler's state: saves it but never restores it while it restores the optimizer's
+        (a resume that starts the scale again), or restores it but never saves it while it saves
+        the optimizer's. None when the scaler also leaves by a hand-off, state is saved
+        generically, or a construction takes its scale back (`init_scale=ckpt["scale"]`)."""
+        calls = self.scaler_state(key)
+        if not calls or self.generic or next(self._hand_offs(key, self.aliases(key)), None) is not None:
+            return None
+        info = self.scalers.info(key)
+        if info is not None and any(not isinstance(keyword_argument(call, "init_scale"), (cst.Float, cst.Integer, type(None))) for call in info.constructions):
+            return None
+        saves, restores = any(not c.restores for c in calls), any(c.restores for c in calls)
+        if saves == restores:
+            return None
+        missing = [c for c in checkpoints if c.restores == saves]
+        return missing[0] if missing else None
+
     def optimizer_checkpoints(self, scaler: Optional[str] = None) -> List[StateCall]:
         """Where the file saves an optimizer's state (`optimizer.state_dict()`) or restores it
         (`optimizer.load_state_dict(...)`), copies kept in memory aside. With `scaler` (a

@@ -35,6 +35,7 @@ from amplint.semantic import (
     binding_key,
     dotted_name,
     iter_tree,
+    names_bound,
     names_read,
     roots,
     source_text,
@@ -274,7 +275,9 @@ class Repetitions(Analysis):
         if after is not None:
             positions = [i for i, frame in enumerate(frames) if isinstance(frame, LoopFrame) and frame.node is after]
             frames = frames[positions[-1] + 1 :] if positions else frames
-        tests = [frame.test for frame in frames if isinstance(frame, GuardFrame)]
+        # A test whose outcome the file fixes (`(step + 1) % self.accum == 0` with `accum` 1) is
+        # the same every iteration.
+        tests = [frame.test for frame in frames if isinstance(frame, GuardFrame) and self.model.branches.truth(frame.test, record.unit) is None]
         return any(self._test_varies(test, varying) for test in tests)
 
     @staticmethod
@@ -359,7 +362,8 @@ class Repetitions(Analysis):
         varying = _roots(self._bound_in_loop(Repetition(loop, record.unit)))  # type: ignore[union-attr]
         found = []
         for condition, outcome in sorted(common, key=lambda fact: (fact[0].text, fact[1])):  # type: ignore[attr-defined]
-            text, changes = condition.text, False  # type: ignore[attr-defined]
+            # `self.calls % self.accum == 0`: every Nth call, a counter the function keeps.
+            text, changes = condition.text, "%" in condition.text  # type: ignore[attr-defined]
             for name in condition.names:  # type: ignore[attr-defined]
                 argument = item.argument_for(name.split(".")[0])
                 if argument is None:
@@ -369,6 +373,33 @@ class Repetitions(Analysis):
                     text = source_text(argument)
             found.append((text, outcome, changes))
         return found
+
+
+def loop_targets(loop: Loop) -> Set[str]:
+    """The names a `for` loop binds each iteration (`opt`, `i` in `for i, opt in
+    enumerate(optimizers)`); none for a `while`."""
+    if not isinstance(loop, cst.For):
+        return set()
+    return set(roots(names_bound(loop.target)))
+
+
+def drawn_by(ref: Optional[Ref], loop: Loop) -> bool:
+    """Whether the object `ref` names is the one `loop` draws this iteration: its target
+    (`opt` in `for opt in optimizers:`), or an element picked by it (`optimizers[i]`,
+    `self.opts[name]`)."""
+    if ref is None:
+        return False
+    targets = loop_targets(loop)
+    text = ref.text
+    if text in targets:
+        return True
+    head, bracket, index = text.partition("[")
+    return bool(bracket) and index.rstrip("]").strip() in targets
+
+
+def runs_once(loop: Loop) -> bool:
+    """A `for` over a display of one element (`for opt in [optimizer]:`)."""
+    return isinstance(loop, cst.For) and isinstance(loop.iter, (cst.List, cst.Tuple)) and len(loop.iter.elements) == 1
 
 
 def _roots(names: Set[str]) -> Set[str]:

@@ -33,6 +33,28 @@ class ScaledGradients(Analysis):
         """A clip at an infinite norm: it clips nothing and is there for the norm it returns."""
         return self._only_measures(clip.event)
 
+    def threshold_scaled(self, clip: Occurrence) -> bool:
+        """A clip whose threshold is multiplied by a scaler's `get_scale()`
+        (`clip_grad_norm_(params, max_norm * scaler.get_scale())`, or a local so computed): it
+        clips the scaled gradients at the scaled threshold, which is clipping them right."""
+        node = clip.event.node
+        if not isinstance(node, cst.Call) or clip.event.foreign is not None:
+            return False
+        method = isinstance(node.func, cst.Attribute) and self.model.qualified(node.func) is None
+        threshold = argument(node, 0 if method else 1, "max_norm")
+        if threshold is None:
+            threshold = argument(node, 0 if method else 1, "clip_value")
+        pending = [threshold] if threshold is not None else []
+        for _ in range(4):
+            if not pending:
+                return False
+            value = pending.pop()
+            if any(isinstance(part, cst.Call) and _calls_get_scale(part) for part in iter_tree(value)):
+                return True
+            for name in roots(names_read(value)):
+                pending.extend(self.model.resolver.local_values(name, clip.event.unit.scope))
+        return False
+
     def corrupts(self, event: AmpEvent) -> Optional[str]:
         """How a gradient read's use is corrupted by the loss scale, if it is: "norm" or
         "noise" (`amplint.semantic.gradient_use`), unless the result is divided by the

@@ -38,6 +38,7 @@ FRAMEWORK_BACKWARD = "framework backward"  # `accelerator.backward(loss)`, `self
 STEP = "step"  # an optimizer's or a scaler's `step()`
 SCALE = "scale"  # a loss may be scaled: a call named like scaling (`scaler.scale`, `scale_loss`)
 SCALE_CALL = "scale call"  # a `.scale(...)` call: all a scaler's scale event can be (SCALE is wider)
+SCALED_VALUE = "scaled value"  # a `.scale(...)` call whose value is kept, not `.backward()`-ed where it is made
 UNSCALE = "unscale"  # `scaler.unscale_(opt)`, a framework's unscaling clip
 CLIP = "clip"  # `clip_grad_norm_` and friends
 GRADIENT = "gradient"  # `p.grad` read, `torch.autograd.grad(...)`
@@ -118,6 +119,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     functions: List[ast.AST] = []  # every function, for `_island`
     products: List[int] = []  # the lines of `a @ b` and of calls named like a product
     builds = False  # a call that builds that framework and sets its precision
+    scale_calls: List[int] = []  # `x.scale(...)` calls
+    backwarded: Set[int] = set()  # calls whose value `.backward()` is called on where they are made
     for node in _walk(tree):
         kind = type(node)
         if kind is ast.Name:
@@ -126,6 +129,11 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             names.add(node.attr)  # type: ignore[attr-defined]
         elif kind is ast.Call:
             called = _called(node, methods, receivers)  # type: ignore[arg-type]
+            func = node.func  # type: ignore[attr-defined]
+            if type(func) is ast.Attribute and func.attr == "scale":
+                scale_calls.append(id(node))
+            elif type(func) is ast.Attribute and func.attr == "backward" and type(func.value) is ast.Call:
+                backwarded.add(id(func.value))
             if called == "autocast":
                 autocasts.append(node)  # type: ignore[arg-type]
             elif called in _PRODUCT_NAMES:
@@ -180,6 +188,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
                 found.update((STEP, FRAMEWORK_BACKWARD))  # timm's `loss_scaler(loss, optimizer)`: backward and step
     for method, receiver, call in receivers:
         _by_receiver(method, receiver, call, found)
+    if any(call not in backwarded for call in scale_calls):
+        found.add(SCALED_VALUE)  # `loss = scaler.scale(loss)`, `print(scaler.scale(loss))`
     if forward and products and FLOAT32_CAST in found and _island(functions, products):
         found.add(MODULE_ISLAND)
     if any(id(call) not in entered for call in autocasts):

@@ -44,5 +44,6 @@ RULES = (
     ("AMP016", "autocast-never-entered", ("autocast",), ()),
     ("AMP017", "fsdp-plain-grad-scaler", ("FullyShardedDataParallel",), ("GradScaler",)),
     ("AMP018", "scaler-updated-twice", VOCABULARY, ()),
+    ("AMP019", "scaled-loss-reported", VOCABULARY, ()),
     ("AMP100", "unused-noqa", ("noqa", "NOQA"), ()),
 )

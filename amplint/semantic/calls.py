@@ -20,10 +20,10 @@ import libcst as cst
 from amplint.semantic.pytorch import api as torch_api, frameworks, vocabulary
 from amplint.semantic.foreign import ExternalModules, ForeignFunction, imported_module, is_module_class
 from amplint.semantic.gradient_use import gradient_use
-from amplint.semantic.index import CallRecord, CodeUnit, ModuleIndex, Scope
+from amplint.semantic.index import CallRecord, CodeUnit, LoopFrame, ModuleIndex, Scope
 from amplint.semantic.types import UNKNOWN_SCALER, AmpEvent, EventKind, Ref
-from amplint.semantic.names import dotted_name, names_read, roots, source_text
-from amplint.semantic.resolve import Resolver, argument
+from amplint.semantic.names import dotted_name, names_bound, names_read, roots, source_text
+from amplint.semantic.resolve import Resolver, argument, drawn_from
 from amplint.semantic.framework_settings import class_scaler_key
 from amplint.semantic.scalers import ScalerFacts
 from amplint.semantic.walk import iter_tree, post_order
@@ -184,7 +184,7 @@ class Classifier:
                 return None
             return AmpEvent(EventKind.CLIP, node, record.unit, receiver=Ref(receiver, receiver_key))
         if method == "step":
-            framework = self.scalers.prepared.get(receiver_key)
+            framework = self.scalers.prepared.get(receiver_key) or self._drawn_prepared(receiver, record)
             if framework is not None:
                 # accelerate's AcceleratedOptimizer, Lightning's LightningOptimizer: step() is
                 # the framework scaler's step.
@@ -199,6 +199,26 @@ class Classifier:
         if method == "zero_grad":
             return AmpEvent(EventKind.ZERO_GRAD, node, record.unit, receiver=Ref(receiver, receiver_key))
         return None
+
+    def _drawn_prepared(self, name: str, record: CallRecord) -> Optional[str]:
+        """The framework whose optimizers the loop around `record` draws `name` from (`for
+        optimizer in [opt_d, opt_g]:`, `zip([opt_d, opt_g], losses)`, each prepared by the
+        same accelerator)."""
+        loop = next(
+            (f.node for f in reversed(record.frames) if isinstance(f, LoopFrame) and isinstance(f.node, cst.For) and name in names_bound(f.node.target)),
+            None,
+        )
+        drawn = drawn_from(loop, name) if loop is not None else None
+        if not isinstance(drawn, (cst.List, cst.Tuple)) or not drawn.elements:
+            return None
+        found = set()
+        for element in drawn.elements:
+            element_name = dotted_name(element.value)
+            framework = self.scalers.prepared.get(self.key(element_name, record.unit.scope)) if element_name else None
+            if framework is None:
+                return None
+            found.add(framework)
+        return found.pop() if len(found) == 1 else None
 
     def _framework(self, record: CallRecord, method: str, receiver: str, key: str, name: str) -> Optional[AmpEvent]:
         node = record.node

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import re
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import libcst as cst
 
 from amplint import work
+from amplint.semantic.index import GuardFrame
 from amplint.semantic.names import dotted_name, is_none, names_read, source_text
 
 if TYPE_CHECKING:
-    from amplint.semantic.index import CodeUnit
+    from amplint.semantic.constants import Constants
+    from amplint.semantic.index import CallRecord, CodeUnit
     from amplint.semantic.resolve import Resolver
 
 
@@ -33,6 +35,8 @@ class Condition:
 
 
 Assumption = Tuple[Condition, bool]
+# The outcome of a test that the file fixes (`amplint.semantic.constants.Constants.truth`), else None.
+Truth = Callable[[cst.BaseExpression], Optional[bool]]
 # The conditions of a file's tests, each printed once (`SemanticModel` keeps one a file): a
 # test's node id (with "!=" for a `!=` test read as its `==`) -> the node and its condition.
 ConditionMemo = Dict[object, Tuple[cst.CSTNode, Condition]]
@@ -119,22 +123,30 @@ def assumptions(test: cst.BaseExpression, outcome: bool, memo: Optional[Conditio
 _MAX_ALTERNATIVES = 8
 
 
-def alternatives(test: cst.BaseExpression, outcome: bool, memo: Optional[ConditionMemo] = None) -> List[List[Assumption]]:
+def alternatives(
+    test: cst.BaseExpression, outcome: bool, memo: Optional[ConditionMemo] = None, truth: Optional[Truth] = None
+) -> List[List[Assumption]]:
     """The ways `test` can evaluate to `outcome`, each as the facts that then hold:
     `a and b` is false when `a` is, or when `a` is true and `b` false. Where `assumptions`
     keeps only what holds in every case, this keeps each case: the `else` of
-    `if args.fp16 and args.amp == "pytorch":` still knows `args.amp` when `args.fp16` holds."""
+    `if args.fp16 and args.amp == "pytorch":` still knows `args.amp` when `args.fp16` holds.
+    With `truth` (the outcome of a test the file fixes, `Constants.truth`), a part whose
+    outcome is fixed holds without telling anything, or cannot hold: no way at all (`[]`)
+    when the whole test cannot evaluate to `outcome`."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return alternatives(test.expression, not outcome, memo)
+        return alternatives(test.expression, not outcome, memo, truth)
     if isinstance(test, cst.BooleanOperation):
         conjunction = isinstance(test.operator, cst.And) == outcome
-        left = alternatives(test.left, outcome, memo)
-        right = alternatives(test.right, outcome, memo)
+        left = alternatives(test.left, outcome, memo, truth)
+        right = alternatives(test.right, outcome, memo, truth)
         if conjunction:  # `a and b` true, `a or b` false: both sides as asked
             found = [l + r for l in left for r in right]
         else:  # `a and b` false: `a` false, or `a` true and `b` false
-            found = left + [l + r for l in alternatives(test.left, not outcome, memo) for r in right]
+            found = left + [l + r for l in alternatives(test.left, not outcome, memo, truth) for r in right]
         return found if len(found) <= _MAX_ALTERNATIVES else [[]]
+    fixed = truth(test) if truth is not None else None
+    if fixed is not None:
+        return [[]] if fixed == outcome else []
     return [assumptions(test, outcome, memo)]
 
 
@@ -213,8 +225,9 @@ class Branches:
     """What taking each branch of a file tells (`assumptions`, `alternatives`), computed once
     per test and outcome; a test's condition printed once (`ConditionMemo`)."""
 
-    def __init__(self, resolver: "Resolver") -> None:
+    def __init__(self, resolver: "Resolver", constants: Optional["Constants"] = None) -> None:
         self.resolver = resolver
+        self.constants = constants
         self._assumptions: Dict[Tuple[int, bool], List[Assumption]] = {}
         self._alternatives: Dict[Tuple[int, bool, bool], List[List[Assumption]]] = {}
         self._conditions: ConditionMemo = {}
@@ -232,12 +245,25 @@ class Branches:
         compare across aliases and calls."""
         key = (id(test), outcome, unit is not None)
         if key not in self._alternatives:
-            cases = alternatives(test, outcome, self._conditions)
+            constants = self.constants
+            truth = (lambda part: constants.truth(part, unit.scope)) if constants is not None and unit is not None else None  # type: ignore[union-attr]
+            cases = alternatives(test, outcome, self._conditions, truth)
             found = self._stand_ins_of(unit) if unit is not None else {}
             if found:
                 cases = [[(substitute(cond, found), value) for cond, value in case] for case in cases]
             self._alternatives[key] = cases
         return self._alternatives[key]
+
+    def truth(self, test: cst.BaseExpression, unit: "CodeUnit") -> Optional[bool]:
+        """The outcome of `test`, read in `unit`, when the file fixes it (`Constants.truth`):
+        `if update:` in `def step(self, loss, update=False)` that no call passes `update` to."""
+        return self.constants.truth(test, unit.scope) if self.constants is not None else None
+
+    def never_runs(self, record: "CallRecord") -> bool:
+        """Whether the call `record` sits in a branch the file's values never take."""
+        if self.constants is None:
+            return False
+        return any(isinstance(frame, GuardFrame) and self.truth(frame.test, record.unit) is (not frame.outcome) for frame in record.frames)
 
     def _stand_ins_of(self, unit: "CodeUnit") -> Dict[str, StandIn]:
         if unit.is_module:

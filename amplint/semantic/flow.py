@@ -149,7 +149,9 @@ class FlowAnalysis:
     def _list_items(self, unit: CodeUnit) -> Tuple[Tuple[CallRecord, Union[AmpEvent, HelperCall]], ...]:
         listed = []
         for record in unit.calls:
-            item = self.classifier.classify(record) if record.immediate else None
+            # A call in a branch the file's values never take runs nothing (`if update:` with
+            # `update=False` everywhere the file calls the function).
+            item = self.classifier.classify(record) if record.immediate and not self.branches.never_runs(record) else None
             if item is not None:
                 listed.append((record, item))
         return tuple(listed)
@@ -180,16 +182,28 @@ class FlowAnalysis:
         """`call_arguments(call)`, once per call."""
         return kept(self._arguments, (call,), lambda: call_arguments(call))
 
-    def facts_at(self, call: HelperCall, facts: FrozenSet[Assumption]) -> FrozenSet[Assumption]:
+    def facts_at(self, call: HelperCall, facts: FrozenSet[Assumption]) -> Optional[FrozenSet[Assumption]]:
         """A way through the helper `call` calls, its conditions `facts` in the caller's
-        terms (`rewrite`): those on a parameter that gets no plain variable left out."""
+        terms (`rewrite`): those on a parameter that gets no plain variable left out. None
+        when the call's own arguments rule the way out: a condition on a parameter it passes
+        None (`clip_grad=None` for `if clip_grad is not None:`) or a true literal for."""
         if not facts:
             return facts
 
-        def mapped() -> FrozenSet[Assumption]:
+        def mapped() -> Optional[FrozenSet[Assumption]]:
             arguments = self.call_arguments(call)
-            rewritten = ((rewrite(cond, arguments), value) for cond, value in facts)
-            return frozenset((cond, value) for cond, value in rewritten if cond is not None)
+            kept_facts = []
+            for cond, value in facts:
+                passed = call.argument_for(cond.text) if cond.text in arguments else None
+                literal = _truth_of_literal(passed)
+                if literal is not None:
+                    if literal != value:
+                        return None
+                    continue
+                rewritten = rewrite(cond, arguments)
+                if rewritten is not None:
+                    kept_facts.append((rewritten, value))
+            return frozenset(kept_facts)
 
         return kept(self._facts_at, (call, facts), mapped)
 
@@ -284,3 +298,15 @@ class FlowAnalysis:
             return None
         exits = {s for s in flow.normal | flow.returns if isinstance(s, FlowState)}
         return UnitFlow(unit, interpreter.before, exits)
+
+
+def _truth_of_literal(node: Optional[cst.BaseExpression]) -> Optional[bool]:
+    """What a condition on a parameter learns from the literal a call passes for it: False for
+    None, True for a true literal (`True`, `1.0`, `"mean"`). A false literal other than None
+    (`False`, `0`) tells nothing here: the condition may be `x is None`, which it fails."""
+    if isinstance(node, cst.Name) and node.value in ("None", "True"):
+        return node.value == "True"
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+        value = node.evaluated_value
+        return True if value else None
+    return None

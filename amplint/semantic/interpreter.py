@@ -64,7 +64,7 @@ class FlowQueries(Protocol):
 
     def call_arguments(self, call: HelperCall) -> Dict[str, Optional[str]]: ...
 
-    def facts_at(self, call: HelperCall, facts: FrozenSet[Assumption]) -> FrozenSet[Assumption]: ...
+    def facts_at(self, call: HelperCall, facts: FrozenSet[Assumption]) -> Optional[FrozenSet[Assumption]]: ...
 
     def own_occurrence(self, event: AmpEvent, unit: CodeUnit, context: CallContext) -> Occurrence: ...
 
@@ -497,6 +497,8 @@ class Interpreter:
     def _assume_facts(self, state, facts: FrozenSet[Assumption], call: HelperCall):
         """A helper's way through, taken from `state`: None when it contradicts it."""
         facts = self.analysis.facts_at(call, facts)
+        if facts is None:
+            return None  # the call's own arguments rule this way out
         if any((cond, not value) in state.facts for cond, value in facts):
             return None
         kept = frozenset(fact for fact in facts if fact[0].text in self.relevant)

@@ -20,6 +20,7 @@ import libcst as cst
 
 from amplint.semantic.calls import Classified, Classifier, HelperCall
 from amplint.semantic.conditions import Assumption, Branches
+from amplint.semantic.constants import Constants
 from amplint.semantic.foreign import ExternalModules, import_targets, imported_module
 from amplint.semantic.flow import FlowAnalysis
 from amplint.semantic.summaries import ArgumentMapper, UnitFlow
@@ -57,11 +58,12 @@ class SemanticModel:
         self.torch_target = torch_target  # None: amplint.config.torch_target.ASSUMED
         self.index: ModuleIndex = build_index(module)
         self.resolver = Resolver(self.index, self._imported_constant if external is not None else None)
-        self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver, external)
+        constants = Constants(self.index, self.resolver)
+        self.scaler_facts: ScalerFacts = find_scalers(self.index, self.resolver, external, constants)
         self.scalers: Dict[str, ScalerInfo] = self.scaler_facts.scalers
         self.classifier = Classifier(self.index, self.resolver, self.scaler_facts, external)
         self.regions = Regions(self.index, self.resolver)
-        self.branches = Branches(self.resolver)
+        self.branches = Branches(self.resolver, constants)
         self.flow = FlowAnalysis(self.index, self.classifier, self.regions, self.scaler_facts, self.branches)
         self._occurrences_in: Dict[int, List[Occurrence]] = {}  # id(unit) -> `occurrences_in(unit)`
         self._call_order: Optional[Dict[int, int]] = None
@@ -219,7 +221,7 @@ class SemanticModel:
 
     def _occurrences_of(self, unit: CodeUnit) -> Iterator[Occurrence]:
         for record in unit.calls:
-            if not record.immediate:
+            if not record.immediate or self.branches.never_runs(record):
                 continue
             item = self.classify(record)
             context = self.regions.context(record)
@@ -227,7 +229,14 @@ class SemanticModel:
                 yield self.flow.own_occurrence(item, unit, context)
             elif isinstance(item, HelperCall):
                 mapper = ArgumentMapper(item, self.classifier)
-                for inner in self.flow.summary_for(item).events:
+                summary = self.flow.summary_for(item)
+                possible = None
+                if summary.sequences is not None:
+                    # Only what a way the call's own arguments allow runs (`clip_grad=None`).
+                    possible = {_event_key(e.event) for seq in summary.sequences if self.flow.facts_at(item, seq.facts) is not None for e in seq.events}
+                for inner in summary.events:
+                    if possible is not None and _event_key(inner.event) not in possible:
+                        continue
                     inherited = inner.inherits_region
                     yield self.flow.occurrence(
                         event=inner.event,
@@ -328,3 +337,9 @@ class SemanticModel:
             sorted(occurrence(o) for o in gradients.plain_backwards),
             sorted(occurrence(o) for o in gradients.entry_uses),
         )
+
+
+def _event_key(event: AmpEvent) -> object:
+    """An event as the ways through its helper list it: itself, or for another module's, as its
+    summary names it (each way through was written out with events of its own)."""
+    return (event.kind, event.foreign) if event.foreign is not None else id(event)

@@ -27,13 +27,14 @@ import libcst as cst
 
 from amplint.semantic.pytorch import api as torch_api, frameworks, vocabulary
 from amplint.semantic.conditions import Assumption, Condition, assumptions
+from amplint.semantic.constants import Constants
 from amplint.semantic.foreign import ExternalModules, FactoryReturn, import_targets
 from amplint.semantic.framework_settings import class_scaler_key, float16_of, framework_of, loop_framework_of, precisions, reads_parameter
 from amplint.semantic.index import Binding, CallRecord, ModuleIndex, Scope, all_bindings, binding_key
 from amplint.semantic.types import ScalerInfo
 from amplint.semantic.names import dotted_name, source_text
 from amplint.semantic.walk import iter_tree, own_returns
-from amplint.semantic.resolve import Resolver, argument, passed_for, split_args
+from amplint.semantic.resolve import Resolver, argument, passed_for, passed_for_parameter, split_args
 
 
 @dataclass
@@ -84,15 +85,20 @@ class ScalerFacts:
         return info is not None and info.live_under(facts)
 
 
-def find_scalers(index: ModuleIndex, resolver: Resolver, external: Optional[ExternalModules] = None) -> ScalerFacts:
-    return _ScalerFinder(index, resolver, external).facts
+def find_scalers(
+    index: ModuleIndex, resolver: Resolver, external: Optional[ExternalModules] = None, constants: Optional[Constants] = None
+) -> ScalerFacts:
+    return _ScalerFinder(index, resolver, external, constants).facts
 
 
 class _ScalerFinder:
-    def __init__(self, index: ModuleIndex, resolver: Resolver, external: Optional[ExternalModules] = None) -> None:
+    def __init__(
+        self, index: ModuleIndex, resolver: Resolver, external: Optional[ExternalModules] = None, constants: Optional[Constants] = None
+    ) -> None:
         self.index = index
         self.resolver = resolver
         self.external = external
+        self.constants = constants or Constants(index, resolver)
         self.facts = ScalerFacts(external=external)
         bindings = list(all_bindings(index))
         constructions: Dict[str, List[Tuple[Optional[bool], List[Assumption], str]]] = {}
@@ -114,12 +120,13 @@ class _ScalerFinder:
                 constructions.setdefault(key, []).append((None, [], binding.name))
 
         used = self._used_as_scalers()
-        params = {f"{s.key}:{p}" for s in index.scopes if s.kind == "function" for p in s.params}
+        params = {f"{s.key}:{p}": (s, p) for s in index.scopes if s.kind == "function" for p in s.params}
         for key, entries in constructions.items():
             name = entries[0][2]
             if key in params:
-                # A parameter can hold any scaler a caller passes: its state is unknown.
-                entries = entries + [(None, [], name)]
+                # A parameter can hold any scaler a caller passes: its state is unknown, unless
+                # every call of the file passes a disabled one.
+                entries = entries + [(self._passed_enabled(*params[key]), [], name)]
             states = {enabled for enabled, _, _ in entries}
             enabled: Optional[bool] = states.pop() if len(states) == 1 else None
             requirements = list(_requirements(name))
@@ -129,7 +136,8 @@ class _ScalerFinder:
             self.facts.scalers[key] = ScalerInfo(key, name, enabled, tuple(requirements), None, calls)
         for key, name in used.items():
             if key not in self.facts.scalers and not other_values.get(key, False):
-                self.facts.scalers[key] = ScalerInfo(key, name, None, _requirements(name))
+                enabled = self._passed_enabled(*params[key]) if key in params else None
+                self.facts.scalers[key] = ScalerInfo(key, name, enabled, _requirements(name))
         self._frameworks(bindings)
         self._scaler_like()
         self._optimizers(bindings)
@@ -150,10 +158,39 @@ class _ScalerFinder:
         for arg in value.args:
             if arg.keyword is not None and arg.keyword.value == "enabled":
                 literal = self.resolver.boolean(arg.value, scope)
+                if literal is None:
+                    # `enabled=use_amp`, a parameter every construction of the file leaves at False.
+                    literal = self.constants.truth(arg.value, scope)
                 if literal is not None:
                     return literal, [], value
                 return None, assumptions(arg.value, True), value
         return True, [], value
+
+    def _passed_enabled(self, function: Scope, parameter: str) -> Optional[bool]:
+        """False when every call of the file to `function` passes a GradScaler built disabled
+        for `parameter` (or leaves a default that is one); None when unsure."""
+        param = next((b for b in function.bindings.get(parameter, ()) if b.kind == "param"), None)
+        calls = self.constants.calls_of(function) if param is not None else []
+        if not calls or not isinstance(param.node, cst.Param):  # type: ignore[union-attr]
+            return None
+        for record, bound_self in calls:
+            passed = passed_for_parameter(record.node, function.params, parameter, bound_self)
+            where = record.unit.scope
+            if passed is None:
+                passed, where = param.node.default, function.parent or function  # type: ignore[union-attr]
+            if passed is None or any(arg.star for arg in record.node.args) or self._built_enabled(passed, where) is not False:
+                return None
+        return False
+
+    def _built_enabled(self, value: cst.BaseExpression, scope: Scope, depth: int = 0) -> Optional[bool]:
+        """Whether the GradScaler `value` builds, or that the name `value` is given, is enabled."""
+        built = self._scaler_construction(value, scope)
+        if built is not None:
+            return built[0] if not built[1] else None
+        name = dotted_name(value)
+        bindings = self.resolver.bindings(name, scope) if name is not None and "." not in name and depth < 4 else []
+        states = {self._built_enabled(b.value, b.value_scope, depth + 1) if b.kind == "assign" and b.value is not None else None for b in bindings}
+        return states.pop() if len(states) == 1 else None
 
     def is_grad_scaler(self, func: cst.BaseExpression) -> bool:
         qualified = self.resolver.qualified(func)

@@ -1,0 +1,171 @@
+"""The GradScaler protocol where real trainers put it (issue 36): the values the file fixes
+for a guard (`amplint.semantic.constants`), a loss-scaler wrapper of another module whose
+update runs every Nth call. The whole-script shapes are cases in tests/cases
+(optimizers_*, unscale_*, guard_*, scaler_wrapper_*, resume_*, ignite_checkpoint_*,
+scaled_loss_*, clip_threshold_*)."""
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amplint.semantic import analyze
+from conftest import lint_project
+
+
+def _tests(source):
+    """The model of `source` and every `if` test in it, by its code."""
+    module = cst.parse_module(textwrap.dedent(source))
+    model = analyze(module)
+    tests = {}
+    for unit in model.units:
+        for record in unit.calls:
+            for frame in record.frames:
+                test = getattr(frame, "test", None)
+                if test is not None:
+                    tests[(unit.name, module.code_for_node(test))] = (test, unit)
+    return model, tests
+
+
+def _truth(source, function, test):
+    model, tests = _tests(source)
+    node, unit = tests[(function, test)]
+    return model.branches.truth(node, unit)
+
+
+def test_a_default_no_call_of_the_file_overrides_fixes_the_test():
+    source = """
+        class Trainer:
+            def step(self, loss, update=False):
+                if update:
+                    self.scaler.update()
+            def fit(self):
+                self.step(1.0)
+                self.step(2.0)
+    """
+    assert _truth(source, "Trainer.step", "update") is False
+
+
+def test_a_constant_every_call_passes_fixes_the_test_and_a_variable_does_not():
+    fixed = """
+        def step(loss, idx=None):
+            if idx is None:
+                scaler.update()
+        step(1.0, idx=None)
+        step(2.0)
+    """
+    assert _truth(fixed, "step", "idx is None") is True
+    varying = """
+        def step(loss, idx=None):
+            if idx is None:
+                scaler.update()
+        for i, opt in enumerate(optimizers):
+            step(1.0, idx=i)
+    """
+    assert _truth(varying, "step", "idx is None") is None
+
+
+def test_an_attribute_set_once_in_init_is_the_value_the_constructions_give_it():
+    source = """
+        class Trainer:
+            def __init__(self, accum=1):
+                self.accum = accum
+            def fit(self, i):
+                if (i + 1) % self.accum == 0:
+                    self.scaler.update()
+        trainer = Trainer()
+    """
+    assert _truth(source, "Trainer.fit", "(i + 1) % self.accum == 0") is True
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        "trainer.accum = 4",  # written on the object by another part of the file
+        "class Child(Trainer):\n    pass",  # a subclass's constructor may pass anything
+        "trainer2 = Trainer(accum=args.accum)",  # a construction the file does not fix
+    ],
+)
+def test_an_attribute_the_file_may_set_otherwise_stays_unknown(elsewhere):
+    source = textwrap.dedent("""
+        class Trainer:
+            def __init__(self, accum=1):
+                self.accum = accum
+            def fit(self, i):
+                if (i + 1) % self.accum == 0:
+                    self.scaler.update()
+        trainer = Trainer()
+    """) + elsewhere + "\n"
+    assert _truth(source, "Trainer.fit", "(i + 1) % self.accum == 0") is None
+
+
+def test_a_module_setting_and_a_parameter_without_calls_stay_unknown():
+    source = """
+        USE_AMP = False
+        def step(loss, update=False):
+            if USE_AMP:
+                scaler.update()
+            if update:
+                scaler.update()
+    """
+    assert _truth(source, "step", "USE_AMP") is None
+    assert _truth(source, "step", "update") is None
+
+
+def test_a_call_of_the_same_name_on_an_unknown_object_makes_a_method_parameter_unknown():
+    source = """
+        class Trainer:
+            def step(self, loss, update=False):
+                if update:
+                    self.scaler.update()
+            def fit(self):
+                self.step(1.0)
+        def run(runner):
+            runner.step(1.0, update=True)
+    """
+    assert _truth(source, "Trainer.step", "update") is None
+
+
+WRAPPER = """
+import torch
+
+
+class LossScaler:
+    def __init__(self, accum=1):
+        self.scaler = torch.amp.GradScaler("cuda")
+        self.accum = accum
+        self.calls = 0
+
+    def __call__(self, loss, optimizer, parameters=None, clip_grad=None):
+        self.scaler.scale(loss).backward()
+        self.calls += 1
+        if clip_grad is not None:
+            self.scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(parameters, clip_grad)
+        if self.calls % self.accum == 0:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+            optimizer.zero_grad()
+"""
+
+TRAIN = """
+import torch
+from scaling import LossScaler
+
+loss_scaler = LossScaler(accum=4)
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = model(x, y)
+    loss_scaler(loss, optimizer, model.parameters(), clip_grad={clip})
+"""
+
+
+def test_a_wrapper_of_another_module_that_updates_every_nth_call_unscales_every_call(tmp_path):
+    found, findings = lint_project(tmp_path, {"scaling.py": WRAPPER, "train.py": TRAIN.format(clip="1.0")}, "--no-cache")
+    assert found == [("train.py", 8, "AMP015")]
+    assert "only when `self.calls % self.accum == 0`" in findings[0]["message"]
+
+
+def test_the_same_wrapper_called_without_a_clip_unscales_nothing(tmp_path):
+    found, _ = lint_project(tmp_path, {"scaling.py": WRAPPER, "train.py": TRAIN.format(clip="None")}, "--no-cache")
+    assert found == []
