@@ -2,12 +2,14 @@
 nearest earlier `name = value` of its unit on the straight-line way there, with no other
 binding of it in between, none in a branch, loop or `with` target on the way, and no
 rebinding in a loop around the read. Parameters, globals and anything assigned in only some
-branches hold nothing certain.
+branches hold nothing certain. `binding_at` is the statement itself, for the bindings a
+client reads further: an unpacking (`q, k = x.chunk(2, -1)`) or an augmented assignment
+(`scores *= scale`, whose earlier value is its target's `binding_at`).
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import libcst as cst
 
@@ -29,7 +31,18 @@ class StraightLineValues:
         binding of it in between, none in a branch, loop or `with` target on the way, and no
         rebinding in a loop around the read. None for parameters, globals and anything
         assigned in only some branches."""
-        parents = self._parent_map(unit)
+        statement = self.binding_at(name, unit)
+        if isinstance(statement, cst.Assign) and all(isinstance(target.target, cst.Name) for target in statement.targets):
+            return statement.value
+        if isinstance(statement, cst.AnnAssign) and isinstance(statement.target, cst.Name):
+            return statement.value
+        return None
+
+    def binding_at(self, name: cst.Name, unit: CodeUnit) -> Optional[Union[cst.Assign, cst.AugAssign, cst.AnnAssign]]:
+        """The assignment that certainly gave the variable `name` its value where it is read
+        (as `value_at` finds it): `name = value`, an unpacking that binds it, or `name op=
+        value`; None where no such statement is certain."""
+        parents = self.parents(unit)
         wanted = name.value
         current: cst.CSTNode = name
         while True:
@@ -59,7 +72,9 @@ class StraightLineValues:
                 return None
             current = parent
 
-    def _parent_map(self, unit: CodeUnit) -> Dict[int, cst.CSTNode]:
+    def parents(self, unit: CodeUnit) -> Dict[int, cst.CSTNode]:
+        """Each node of the unit's own code (not of functions, classes or lambdas in it) by
+        id -> its parent."""
         key = id(unit)
         if key not in self._parents:
             parents: Dict[int, cst.CSTNode] = {}
@@ -81,8 +96,8 @@ def _statements(node: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
 
 
 def _binding_in(statement: cst.CSTNode, name: str) -> object:
-    """What `statement` assigns `name`: the value of a plain `name = value`; _UNKNOWN for
-    any other binding of it (in a branch, a loop, an augmented assignment, an unpacking);
+    """The assignment in `statement` that binds `name`: `name = value`, an unpacking, `name
+    op= value`; _UNKNOWN for any other binding of it (in a branch, a loop, a `with`);
     _NOT_BOUND when it does not bind it."""
     if isinstance(statement, cst.SimpleStatementLine):
         for small in reversed(statement.body):
@@ -93,13 +108,13 @@ def _binding_in(statement: cst.CSTNode, name: str) -> object:
     if isinstance(statement, cst.Assign):
         if not any(name in names_bound(target.target) for target in statement.targets):
             return _NOT_BOUND if not _binds(statement.value, name) else _UNKNOWN
-        if all(isinstance(target.target, cst.Name) for target in statement.targets):
-            return statement.value
-        return _UNKNOWN
+        return statement
     if isinstance(statement, cst.AnnAssign):
         if name in names_bound(statement.target):
-            return statement.value if statement.value is not None and isinstance(statement.target, cst.Name) else _UNKNOWN
+            return statement if statement.value is not None else _UNKNOWN
         return _NOT_BOUND
+    if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name) and statement.target.value == name:
+        return statement if not _binds(statement.value, name) else _UNKNOWN
     return _UNKNOWN if _binds(statement, name) else _NOT_BOUND
 
 
