@@ -36,6 +36,8 @@ SHOWS = {
     "AMP015": {"AMP015"},
     "AMP016": {"AMP016"},
     "AMP018": {"AMP018"},
+    "AMP021": {"AMP021"},
+    "AMP022": {"AMP022"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())

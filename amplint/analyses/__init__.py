@@ -13,7 +13,11 @@ on first use, and kept for the file (ruff's `analyze/`, Fixit's metadata depende
 - `deprecations.Deprecations`: uses of the deprecated per-device AMP API;
 - `training.Training`: whether gradients reach an optimizer and scaling serves a step;
 - `sharding.Sharding`: where a model is sharded with FSDP, and helpers that return one;
-- `held_scalers.HeldScalers`: GradScalers an instance of a class keeps on an attribute.
+- `held_scalers.HeldScalers`: GradScalers an instance of a class keeps on an attribute;
+- `lowered_values.LoweredValues`: which expressions hold a value autocast lowered, per device
+  and dtype;
+- `float16_hazards.Float16Hazards`: the float16 hazards on those values (AMP020-AMP023), per
+  function and context, for the file's own regions and, through the summary, other files'.
 
 An analysis imports the semantic core (and other analyses), never the other way round;
 `tests/test_layers.py` checks it. `rules/README.md` says when a fact belongs here.
@@ -28,6 +32,7 @@ with `model.exported_facts(func, scope, SUMMARY_KEY)`.
 from amplint.analyses.precision import Precision
 from amplint.analyses.held_scalers import HeldScalers
 from amplint.analyses.sharding import Sharding
+from amplint.analyses.float16_hazards import Float16Hazards
 
 # The fact families whose facts cross modules, in the order they are exported.
-EXPORTING = (Precision, Sharding, HeldScalers)
+EXPORTING = (Precision, Sharding, HeldScalers, Float16Hazards)

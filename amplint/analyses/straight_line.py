@@ -9,7 +9,7 @@ client reads further: an unpacking (`q, k = x.chunk(2, -1)`) or an augmented ass
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -42,9 +42,20 @@ class StraightLineValues:
         """The assignment that certainly gave the variable `name` its value where it is read
         (as `value_at` finds it): `name = value`, an unpacking that binds it, or `name op=
         value`; None where no such statement is certain."""
+        found = self._reaching(name, name.value, unit, branches=False)
+        return found[0] if found else None
+
+    def bindings_at(self, name: cst.Name, unit: CodeUnit) -> Optional[List[Union[cst.Assign, cst.AugAssign, cst.AnnAssign]]]:
+        """The assignments one of which certainly gave `name` its value where it is read: as
+        `binding_at`, and where an `if` on the way binds it, the last assignment of each of
+        its branches (`if mask is not None: scores = scores.masked_fill(...)`), with those
+        before the `if` where a branch leaves it as it was; None where that is not certain (a
+        loop, a `try`, a `with` that binds it)."""
+        return self._reaching(name, name.value, unit, branches=True)
+
+    def _reaching(self, node: cst.CSTNode, wanted: str, unit: CodeUnit, branches: bool) -> Optional[List]:
         parents = self.parents(unit)
-        wanted = name.value
-        current: cst.CSTNode = name
+        current: cst.CSTNode = node
         while True:
             parent = parents.get(id(current))
             if parent is None:
@@ -64,10 +75,19 @@ class StraightLineValues:
                 if position is not None:
                     for statement in reversed(body[:position]):
                         found = _binding_in(statement, wanted)
+                        if found is _UNKNOWN and branches and isinstance(statement, cst.If):
+                            inside = _branch_bindings(statement, wanted)
+                            if inside is None:
+                                return None
+                            bindings, falls_through = inside
+                            if falls_through:
+                                before = self._reaching(statement, wanted, unit, branches)
+                                return bindings + before if before is not None else None
+                            return bindings
                         if found is _UNKNOWN:
                             return None
                         if found is not _NOT_BOUND:
-                            return found  # type: ignore[return-value]
+                            return [found]
             if parent is unit.node:
                 return None
             current = parent
@@ -87,6 +107,58 @@ class StraightLineValues:
                         stack.append(child)
             self._parents[key] = parents
         return self._parents[key]
+
+
+def _branch_bindings(statement: cst.If, name: str) -> Optional[Tuple[List, bool]]:
+    """The last assignment of `name` in each branch of an `if` (its `elif`s and `else`), and
+    whether some branch leaves it as it was; None where a branch binds it otherwise."""
+    if _binds(statement.test, name):
+        return None
+    found: List = []
+    falls_through = False
+    branch: Optional[cst.CSTNode] = statement
+    while branch is not None:
+        block = branch.body if isinstance(branch, (cst.If, cst.Else)) else None
+        inside = _block_bindings(block, name) if block is not None else None
+        if inside is None:
+            return None
+        found.extend(inside[0])
+        falls_through = falls_through or inside[1]
+        if isinstance(branch, cst.If):
+            if branch.orelse is None:
+                falls_through = True
+            elif isinstance(branch.orelse, cst.If) and _binds(branch.orelse.test, name):
+                return None
+            branch = branch.orelse
+        else:
+            branch = None
+    return found, falls_through
+
+
+def _block_bindings(block: cst.BaseSuite, name: str) -> Optional[Tuple[List, bool]]:
+    """The last assignment of `name` in a block (through the `if`s in it), and whether the
+    block may leave it unbound there."""
+    body = _statements(block)
+    if body is None:
+        return None
+    found: List = []
+    for statement in reversed(body):
+        binding = _binding_in(statement, name)
+        if binding is _NOT_BOUND:
+            continue
+        if binding is _UNKNOWN:
+            if not isinstance(statement, cst.If):
+                return None
+            inside = _branch_bindings(statement, name)
+            if inside is None:
+                return None
+            found.extend(inside[0])
+            if inside[1]:
+                continue  # a branch leaves it as the statements before the `if` made it
+            return found, False
+        found.append(binding)
+        return found, False
+    return found, True
 
 
 def _statements(node: cst.CSTNode) -> Optional[List[cst.CSTNode]]:

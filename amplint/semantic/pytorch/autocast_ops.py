@@ -339,6 +339,20 @@ def einsum_contracts(equation: str) -> bool:
 
 
 LOG_OPS = frozenset({"log", "log2", "log10", "log1p"})
+# The calls at which a value autocast lowered may meet a float16 hazard
+# (`amplint.analyses.hazard_sites`): ops that write a constant into it, the ops an epsilon
+# guards, the in-place writes of it into another tensor. Divisions and subscript assignments
+# are the others.
+HAZARD_CALLS = frozenset(
+    {
+        "masked_fill", "masked_fill_", "fill_", "index_fill_", "new_full", "full_like", "full", "where",
+        "clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_",
+        "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "acos", "asin", "arccos", "arcsin",
+        "index_add_", "index_add", "scatter_add_", "scatter_add", "scatter_", "scatter", "scatter_reduce_",
+        "scatter_reduce", "index_copy_", "index_copy", "index_put_", "index_put", "masked_scatter_", "put_",
+        "index_reduce_", "lerp_",
+    }
+)
 # The default dtype of `torch.autocast(device_type)` without `dtype=`, per device.
 DEFAULT_DTYPES = {"cuda": "float16", "cpu": "bfloat16"}
 LOWER_PRECISION_OPS = _LOWER_EVERYWHERE | _LOWER_CUDA_ONLY | _LOWER_CPU_ONLY
