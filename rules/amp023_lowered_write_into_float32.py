@@ -17,7 +17,8 @@ class LoweredWriteIntoFloat32(Rule):
     Flags an in-place write of a tensor autocast computed in float16 or bfloat16 into a tensor
     that is float32 by what the code shows, by an op that requires both to have one dtype:
     `index_add_` (and `index_add`), `scatter_add_`, `scatter_`, `scatter_reduce_`,
-    `index_copy_`, `index_put_`, `buf[idx] = value`, `masked_scatter_`, `put_`,
+    `index_copy_`, `index_put_`, `buf[idx] = value` (an index that is a tensor or a list:
+    a mask, `torch.nonzero(...)`; a slice or an integer copies, and casts), `masked_scatter_`, `put_`,
     `index_reduce_` and `lerp_`. The value must be one autocast lowered (the output of a
     matrix product, a convolution or a Linear, `self.expert(x)`, followed through views and
     arithmetic with numbers); the destination must be float32 by what the code shows: built by
@@ -100,6 +101,9 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
     b.index_add_(0, idx, y)
     c = torch.zeros(4, 8, dtype=y.dtype)
     c[idx] = y
+    d = torch.zeros(4, 8)
+    d[:2] = y[:2]
+    d[0] = y[0]
 """,
         # Ops that cast, and CUDA's promoted out-of-place scatter_add.
         """
@@ -159,7 +163,7 @@ import torch
 with torch.autocast("cpu", dtype=torch.bfloat16):
     y = torch.nn.functional.linear(x, w)
     out = torch.zeros(10, 4)
-    out[idx] = y
+    out[torch.nonzero(keep).squeeze(-1)] = y
     buf = torch.empty(10, 4).float()
     buf.scatter_add_(0, index, y)
 """,

@@ -16,7 +16,8 @@ lowered in the context asked about, and only where the hazard is real for that d
 - `WRITE_INTO_FLOAT32` (AMP023): the lowered value written in place into a tensor that is
   float32 by what the code shows (`torch.zeros(n, d)`, `.float()`, `dtype=torch.float32`):
   `index_add_`, `scatter_add_`, `scatter_`, `scatter_reduce_`, `index_copy_`, `index_put_`,
-  `buf[idx] = value`, `masked_scatter_`, `put_`, `index_reduce_`, `lerp_` require one dtype and
+  `buf[idx] = value` (with a tensor or list index; a slice or an integer copies and casts),
+  `masked_scatter_`, `put_`, `index_reduce_`, `lerp_` require one dtype and
   raise (measured on torch 2.13's CPU; CUDA's autocast promotes only the out-of-place
   `scatter_add` and `index_put`).
 
@@ -72,6 +73,8 @@ _SQRT_LIKE = frozenset({"sqrt", "rsqrt", "reciprocal"})
 _ARC = frozenset({"acos", "asin", "arccos", "arcsin"})
 # The creation functions that make float32 tensors by default (the default dtype).
 _DEFAULT_FLOAT = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"})
+# Calls that make index tensors (or tuples of them).
+_INDEX_CALLS = frozenset({"nonzero", "where", "argsort", "topk", "sort", "argmax", "argmin", "arange", "randperm", "multinomial", "bool"})
 _VIEWS = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "expand_as", "transpose", "permute", "contiguous", "flatten", "t"})
 
 
@@ -253,7 +256,7 @@ class HazardSites:
                 exponent = self.region_ops.probabilities.constant(node.right, unit)
                 if exponent is None or exponent >= 1 or exponent == 0:
                     return None
-                guarded, sink = node.left, "power"
+                guarded, sink = node.left, "power" if exponent < 0 else "root"
         elif isinstance(node, cst.Call):
             op = self.region_ops.torch_ops.torch_op(node, unit)
             if op is None or not op.inputs or (op.name not in LOG_OPS and op.name not in _SQRT_LIKE and op.name not in _ARC):
@@ -384,7 +387,9 @@ class HazardSites:
         device, dtype = context[0], context[1]
         node = site.node
         if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets if isinstance(t.target, cst.Subscript)]
+            # Only an index that is a tensor or a list goes through `index_put_`; a slice or an
+            # integer copies, casting (`buf[:n] = y`).
+            targets = [t.target for t in node.targets if isinstance(t.target, cst.Subscript) and self._advanced_index(t.target, unit)]
             if not targets:
                 return None
             buffer, source, quoted, where = targets[0].value, node.value, _SETITEM, targets[0]
@@ -418,6 +423,35 @@ class HazardSites:
             f"which also keeps the accumulation in float32.",
             lowered,
         )
+
+    def _advanced_index(self, target: cst.Subscript, unit: CodeUnit) -> bool:
+        """Whether a subscript indexes with a tensor or a list, by what the code shows: a list
+        written out, a comparison or a mask (`x > 0`, `~keep`), `torch.nonzero`, `torch.where`,
+        `argsort`, `topk(...).indices`, or a name assigned one on the straight-line way."""
+        return any(
+            isinstance(element.slice, cst.Index) and self._tensor_like(element.slice.value, unit, 0) for element in target.slice
+        )
+
+    def _tensor_like(self, node: cst.BaseExpression, unit: CodeUnit, depth: int) -> bool:
+        if depth > 4:
+            return False
+        if isinstance(node, cst.List) or isinstance(node, cst.Comparison):
+            return True
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert):
+            return True
+        if isinstance(node, cst.Name):
+            value = self.region_ops.values.value_at(node, unit)
+            return value is not None and self._tensor_like(value, unit, depth + 1)
+        if isinstance(node, (cst.Subscript, cst.Attribute)):
+            inner = node.value
+            return isinstance(inner, cst.Call) and self._index_call(inner)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _VIEWS:
+            return self._tensor_like(node.func.value, unit, depth + 1)  # `torch.nonzero(m).squeeze(-1)`
+        return isinstance(node, cst.Call) and self._index_call(node)
+
+    def _index_call(self, call: cst.Call) -> bool:
+        name = call.func.attr.value if isinstance(call.func, cst.Attribute) else (dotted_name(call.func) or "").rsplit(".", 1)[-1]
+        return name in _INDEX_CALLS
 
     def _float32(self, buffer: cst.BaseExpression, unit: CodeUnit, depth: int = 0) -> bool:
         """Whether a tensor is float32 by what the code shows: an explicit float32 tensor
@@ -505,5 +539,6 @@ def _range_fix(target: cst.BaseExpression, name: str) -> str:
 
 
 def _sink_words(sink: str) -> str:
-    return {"division": "division", "power": "power", "sqrt": "square root (and its gradient)", "rsqrt": "reciprocal square root",
-            "reciprocal": "reciprocal", "acos": "arccosine's gradient", "asin": "arcsine's gradient"}.get(sink, "log")
+    return {"division": "division", "power": "power", "root": "root's gradient", "sqrt": "square root's gradient",
+            "rsqrt": "reciprocal square root", "reciprocal": "reciprocal", "acos": "arccosine's gradient",
+            "asin": "arcsine's gradient"}.get(sink, "log")

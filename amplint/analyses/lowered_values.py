@@ -319,6 +319,8 @@ class LoweredValues(Analysis):
             if method in _VIEWS:
                 if any(self.model.resolver.dtypes(arg.value, unit.scope) for arg in node.args):
                     return None  # `x.view(torch.int32)`: another dtype
+                if method in ("max", "min") and not all(self.number(arg.value, unit) or arg.keyword is not None for arg in node.args):
+                    return None  # `a.max(b)`: elementwise, with `b`'s dtype in the promotion
                 return self._lowered(receiver, unit, context, budget)
             if method.endswith("_") and not method.startswith("_"):
                 return self._lowered(receiver, unit, context, budget)  # in place: the receiver
