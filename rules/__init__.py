@@ -19,6 +19,10 @@ from amplint.rules.amp016_autocast_never_entered import AutocastNeverEntered
 from amplint.rules.amp017_fsdp_plain_grad_scaler import FsdpPlainGradScaler
 from amplint.rules.amp018_scaler_updated_twice import ScalerUpdatedTwice
 from amplint.rules.amp019_scaled_loss_reported import ScaledLossReported
+from amplint.rules.amp020_fill_overflows_float16 import FillOverflowsFloat16
+from amplint.rules.amp021_constant_rounds_to_infinity import ConstantRoundsToInfinity
+from amplint.rules.amp022_epsilon_rounded_away import EpsilonRoundedAway
+from amplint.rules.amp023_lowered_write_into_float32 import LoweredWriteIntoFloat32
 from amplint.rules.amp100_unused_noqa import UnusedNoqa
 
 ALL_RULES = (
@@ -41,6 +45,10 @@ ALL_RULES = (
     FsdpPlainGradScaler,
     ScalerUpdatedTwice,
     ScaledLossReported,
+    FillOverflowsFloat16,
+    ConstantRoundsToInfinity,
+    EpsilonRoundedAway,
+    LoweredWriteIntoFloat32,
     UnusedNoqa,  # runs after the others: it reads which `# noqa` they used
 )
 

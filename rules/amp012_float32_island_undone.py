@@ -25,11 +25,13 @@ class Float32IslandUndone(Rule):
     through views such as `.transpose()` and through variables assigned them on the
     straight-line way there; an operand that is such a float32 tensor itself counts beside
     an explicit cast (`einsum("...i,ij->...j", x.type_as(self.basis), self.basis)`). An
-    `einsum` counts when its equation sums over an index two operands share (`"ij,jk->ik"`,
-    run as a `bmm`); one that sums over none (`"i,j->ij"`, an outer product) runs as an
-    elementwise `mul`, which keeps float32 inputs in float32 under autocast. The
-    product may be written in the region or in a function of the file called from inside
-    it. A LightningModule's step hooks (`training_step`, ...) are such a region when the
+    `einsum` counts by the device (`autocast_ops`, read from torch 2.13.0): CUDA's autocast
+    lists `einsum` itself and casts its inputs down whatever the equation, an outer product
+    (`"i,j->ij"`, a rotary embedding's frequencies) too; CPU's lists it nowhere, so there only
+    an equation that sums over an index two operands share (`"ij,jk->ik"`, run as a `bmm`,
+    which CPU casts down) counts, and one that sums over none runs as an elementwise `mul`,
+    which keeps float32 inputs in float32. The product may be written in the region or in a
+    function of the file called from inside it. A LightningModule's step hooks (`training_step`, ...) are such a region when the
     file builds the Trainer with a known mixed precision (`Trainer(precision="16-mixed")`),
     which runs them under its autocast. So is the `forward` of an `nn.Module` (a class of
     the file deriving from `torch.nn.Module`), with the file's functions it calls, wherever
@@ -43,7 +45,8 @@ class Float32IslandUndone(Rule):
     autocast off), in a function with a decorator other than the plain ones
     (`staticmethod`, `property`, `torch.no_grad`, ...), or in one that asks
     `torch.is_autocast_enabled()`. An op autocast leaves in float32 on the region's device
-    (`tensordot` in a CUDA region, which autocast promotes; `addmv` on CPU), a `type_as` of a
+    (`tensordot` in a CUDA region, which autocast promotes; `addmv` and an outer-product
+    `einsum` on CPU, or anywhere the device may be CPU), a `type_as` of a
     tensor whose dtype the code does not show, and a cast inside
     `torch.autocast(..., enabled=False)`, a cast of a product's *output* (`(a @ b).float()`
     before a reduction), a cast of a loss, and products with `.double()` inputs (float64 is
@@ -357,8 +360,15 @@ class Adapter(nn.Module):
         out = x.to(compute_dtype) @ r.to(compute_dtype).t()
         return out + x.to(dtype) @ r.to(dtype).t()
 """,
-        # An outer product written as an einsum sums over no index: autocast runs it as an
-        # elementwise `mul`, in its float32 inputs' dtype (x-transformers' rotary embedding).
+        # On CPU an outer product written as an einsum runs as an elementwise `mul`, in its
+        # float32 inputs' dtype.
+        """
+import torch
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    freqs = torch.einsum("i,j->ij", t.float(), inv_freq.float())
+""",
+        # A module's forward may run on CPU or CUDA: an outer-product einsum is not flagged
+        # there (x-transformers' rotary embedding).
         """
 import torch
 from torch import nn
@@ -409,6 +419,16 @@ def forward(x, inv_freq, positions):
     with torch.autocast("cuda"):
         freqs = rotary(inv_freq, positions)
         return model(x, freqs)
+""",
+            at=((4, 13),),
+        ),
+        # CUDA's autocast casts an einsum's inputs down whatever its equation: an outer
+        # product's too (positions past 2048 collide in float16).
+        Flagged(
+            """
+import torch
+with torch.autocast("cuda", dtype=torch.float16):
+    freqs = torch.einsum("i,j->ij", t.float(), inv_freq.float())
 """,
             at=((4, 13),),
         ),
@@ -483,6 +503,8 @@ class Router(nn.Module):
 
 def _message(found: RegionOp, casts) -> str:
     region = found.region
+    # CUDA lists einsum itself: an outer product's inputs are cast down too.
+    what = "every einsum, whatever its equation," if found.op.name in ("einsum_elementwise", "einsum_unread") else "every matrix product and convolution"
     dtype = _dtype_words(region.possible_dtypes)
     device = f'"{region.device}"' if region.device else "device_type"
     where = region_words(region)
@@ -493,7 +515,7 @@ def _message(found: RegionOp, casts) -> str:
         return (
             f"`{source_text(found.node)}` runs in {dtype}, not float32, whenever `{region.caller}` is "
             f"called under autocast, as mixed-precision training and inference call a model: in "
-            f"{where}, autocast casts the inputs of every matrix product and convolution down, "
+            f"{where}, autocast casts the inputs of {what} down, "
             f"undoing {undone}. To compute it in float32 whatever the caller does, put it under "
             f"`torch.autocast({device}, enabled=False)`."
         )
@@ -501,7 +523,7 @@ def _message(found: RegionOp, casts) -> str:
         where += f" (it runs there through {through})"
     return (
         f"`{source_text(found.node)}` runs in {dtype}, not float32: inside {where}, autocast casts the "
-        f"inputs of every matrix product and convolution down, undoing {undone}. To compute it in "
+        f"inputs of {what} down, undoing {undone}. To compute it in "
         f"float32, put it under `torch.autocast({device}, enabled=False)`."
     )
 

@@ -9,7 +9,7 @@ import pytest
 from amplint.analyses.probabilities import rounds_to_one, rounds_to_zero
 from amplint.analyses.region_ops import RegionOps
 from amplint.semantic import analyze, source_text
-from amplint.semantic.pytorch.autocast_ops import BANNED, FLOAT32, LOWER_PRECISION, PROMOTE, autocast_policy, einsum_contracts
+from amplint.semantic.pytorch.autocast_ops import BANNED, FLOAT32, LOWER_PRECISION, PROMOTE, UNKNOWN, autocast_policy, einsum_contracts
 
 
 def model(source):
@@ -126,7 +126,7 @@ def test_einsum_is_a_product_only_when_it_contracts(equation, contracts):
     assert einsum_contracts(equation) is contracts
 
 
-def test_an_einsum_that_contracts_nothing_or_is_not_written_here_is_no_product():
+def test_an_einsum_is_named_by_what_its_equation_does_and_cuda_lowers_every_one():
     found = ops(
         """
         import torch
@@ -146,7 +146,12 @@ def test_an_einsum_that_contracts_nothing_or_is_not_written_here_is_no_product()
                 torch.einsum(b"bid,bjd->bij", a, b)
         """
     )
-    assert [name for name, _ in found] == ["einsum"] * 4
+    names = [name for name, _ in found]
+    assert names == ["einsum"] * 4 + ["einsum_elementwise"] * 2 + ["einsum_unread"] * 2
+    # CUDA lists einsum itself: its inputs are cast down whatever the equation. CPU runs a
+    # contracting one as a `bmm` (cast down), any other as a `mul`, in its inputs' dtype.
+    assert {autocast_policy(name, "cuda") for name in names} == {LOWER_PRECISION}
+    assert [autocast_policy(name, "cpu") for name in dict.fromkeys(names)] == [LOWER_PRECISION, None, UNKNOWN]
 
 
 def test_disabled_regions_lambdas_and_nested_functions_are_not_in_the_region():

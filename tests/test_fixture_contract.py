@@ -38,6 +38,8 @@ SHOWS = {
     "AMP016": {"AMP016"},
     "AMP018": {"AMP018"},
     "AMP019": {"AMP019"},
+    "AMP021": {"AMP021"},
+    "AMP022": {"AMP022"},
 }
 
 FIXTURE_CODES = sorted(path.name for path in FIXTURES.iterdir() if (path / "buggy.py").is_file())

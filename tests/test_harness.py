@@ -1048,6 +1048,16 @@ BROKEN = {
         # a binary_cross_entropy that is not the with-logits loss (labels flipped)
         ("F.binary_cross_entropy(torch.sigmoid(z), y)", "F.binary_cross_entropy(torch.sigmoid(z), 1 - y)", 1),
     ],
+    "AMP021": [
+        # a "bfloat16" run that is really float16: -1e9 becomes -inf, the padded rows NaN
+        ("dtype=amp_dtype)", "dtype=torch.float16)", 1),
+        # a buggy run that trains otherwise: twice the learning rate, where the control says they train alike
+        ("lr=0.05)", "lr=0.1)", 1),
+    ],
+    "AMP022": [
+        # a "bfloat16" run that is really float16: 1e-8 is 0, the padded rows NaN
+        ("dtype=amp_dtype)", "dtype=torch.float16)", 1),
+    ],
 }
 # The claims the AMP006 custom_bwd edit must break besides the `sgd` control: the mechanism.
 MECHANISMS_BROKEN = {

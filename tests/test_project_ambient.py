@@ -2,6 +2,9 @@
 found by following calls down from the regions, across files; a hazard of model code is
 reported there with the way in, and only where a region reaches it."""
 
+import json
+import os
+
 from amplint.lint.diagnostics import FileResult
 from amplint.project.ambient import Ambient
 
@@ -163,3 +166,105 @@ def test_autocast_switched_off_leads_nowhere():
         """
     )
     assert facts is None or not any(region["calls"] for region in facts["regions"])
+
+
+# --------------------------------------------------------------------------- end to end
+
+MODEL = '''\
+import torch
+import torch.nn as nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x, mask):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(mask, -1e9)
+        return scores.softmax(-1) @ v
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.attn = Attention(dim)
+
+    def forward(self, x, mask):
+        return x + self.attn(x, mask)
+
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.block = Block(dim)
+
+    def forward(self, x, mask):
+        return self.block(x, mask)
+'''
+
+TRAIN = '''\
+import torch
+from models import Net
+
+
+def train(loader, dtype=torch.float16):
+    model = Net(64).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    for x, mask, y in loader:
+        with torch.autocast("cuda", dtype=DTYPE):
+            loss = (model(x, mask) - y).pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+'''
+
+
+def _project(project, dtype="torch.float16", model=MODEL):
+    # The model files say nothing of autocast or scalers: the pre-check alone would pass them by.
+    return project({"train.py": TRAIN.replace("DTYPE", dtype), "models/__init__.py": "from .net import Net\n", "models/net.py": model})
+
+
+def test_model_code_in_another_package_is_reported_with_the_way_in(amplint, project):
+    root = _project(project)
+    result = amplint("--no-cache", "--concise", ".", cwd=root)
+    assert result.stdout.splitlines()[0].startswith("models/net.py:13:18: AMP020 `scores.masked_fill(mask, -1e9)` raises under float16 autocast")
+    (item,) = json.loads(amplint("--no-cache", "--output-format", "json", ".", cwd=root).stdout)
+    assert "It runs under ../train.py:10 `torch.autocast(\"cuda\", dtype=torch.float16)` (float16, CUDA) -> `model(...)` -> `Net.forward`" in item["help"]
+    assert [(os.path.relpath(r["filename"], root), r["location"]["row"]) for r in item["related"]] == [
+        ("train.py", 10),  # the region
+        ("train.py", 11),  # model(x, mask)
+        ("models/net.py", 32),  # self.block(x, mask)
+        ("models/net.py", 23),  # self.attn(x, mask)
+    ]
+    # The same from the cache, and with the files given one by one.
+    assert amplint("--concise", ".", cwd=root).stdout == amplint("--concise", ".", cwd=root).stdout == result.stdout
+    assert amplint("--no-cache", "--concise", "train.py", "models/net.py", "models/__init__.py", cwd=root).stdout == result.stdout
+
+
+def test_no_way_in_no_finding(amplint, project):
+    # bfloat16 keeps float32's range: -1e9 fits.
+    assert amplint("--no-cache", ".", cwd=_project(project, "torch.bfloat16")).stdout == "All checks passed!\n"
+
+
+def test_a_region_switched_off_reaches_nothing(amplint, project):
+    root = project({"train.py": TRAIN.replace("DTYPE", "torch.float16").replace('dtype=torch.float16)', 'dtype=torch.float16, enabled=False)'), "models/__init__.py": "from .net import Net\n", "models/net.py": MODEL})
+    assert amplint("--no-cache", ".", cwd=root).stdout == "All checks passed!\n"
+
+
+def test_the_model_line_noqa_suppresses_it_and_is_used_even_when_linted_alone(amplint, project):
+    root = _project(project, model=MODEL.replace("-1e9)\n", "-1e9)  # noqa: AMP020\n"))
+    assert amplint("--no-cache", ".", cwd=root).stdout == "All checks passed!\n"
+    # Alone, no region reaches it; the directive is not unused: a run over the project uses it.
+    assert amplint("--no-cache", "models/net.py", cwd=root).stdout == "All checks passed!\n"
+    # On a line with no hazard, it suppresses nothing.
+    stale = _project(project, model=MODEL.replace("self.qkv(x).chunk(3, dim=-1)\n", "self.qkv(x).chunk(3, dim=-1)  # noqa: AMP020\n"))
+    assert "AMP100" in amplint("--no-cache", "--concise", "models/net.py", cwd=stale).stdout
+
+
+def test_the_model_file_alone_has_no_finding(amplint, project):
+    assert amplint("--no-cache", "models/net.py", cwd=_project(project)).stdout == "All checks passed!\n"

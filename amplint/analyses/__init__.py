@@ -13,7 +13,12 @@ on first use, and kept for the file (ruff's `analyze/`, Fixit's metadata depende
 - `deprecations.Deprecations`: uses of the deprecated per-device AMP API;
 - `training.Training`: whether gradients reach an optimizer and scaling serves a step;
 - `sharding.Sharding`: where a model is sharded with FSDP, and helpers that return one;
-- `held_scalers.HeldScalers`: GradScalers an instance of a class keeps on an attribute.
+- `held_scalers.HeldScalers`: GradScalers an instance of a class keeps on an attribute;
+- `lowered_values.LoweredValues`: which expressions hold a value autocast lowered, per device
+  and dtype;
+- `float16_hazards.Float16Hazards`: the float16 hazards on those values (AMP020-AMP023), per
+  function and context, for the file's own regions and, through the project's ambient pass
+  (`amplint.project.ambient`), other files'.
 
 An analysis imports the semantic core (and other analyses), never the other way round;
 `tests/test_layers.py` checks it. `rules/README.md` says when a fact belongs here.

@@ -58,7 +58,7 @@ class Float32Casts:
                 other = self._tensor_argument(node) if method == "to" else None
                 if other is not None and self.evidently_float32(other, unit, depth + 1):
                     return node  # `x.to(f)` for a float32 `f`
-                if method == "to" and node.args and all(self._device_like(arg, unit) for arg in node.args):
+                if method == "to" and node.args and all(self.device_like(arg, unit) for arg in node.args):
                     return self.float32_cast(node.func.value, unit, depth + 1)  # `.to(device)`
                 return None
             if method in SAME_DTYPE_METHODS:
@@ -74,7 +74,7 @@ class Float32Casts:
             # float32 with float16, bfloat16, float32 or a Python number is float32.
             left = self.float32_cast(node.left, unit, depth + 1)
             right = self.float32_cast(node.right, unit, depth + 1)
-            if (left or right) and not (self._float64(node.left, unit) or self._float64(node.right, unit)):
+            if (left or right) and not (self.is_float64(node.left, unit) or self.is_float64(node.right, unit)):
                 return left or right
             return None
         if isinstance(node, cst.Name):
@@ -184,7 +184,7 @@ class Float32Casts:
             binding.kind == "assign" and self._fixed(binding.value, binding.value_scope, depth + 1) for binding in bindings
         )
 
-    def _device_like(self, arg: cst.Arg, unit: CodeUnit) -> bool:
+    def device_like(self, arg: cst.Arg, unit: CodeUnit) -> bool:
         """`.to(device)`, `.to(x.device)`, `.to("cuda")`, `non_blocking=True`: no dtype change."""
         if arg.keyword is not None:
             return arg.keyword.value in ("device", "non_blocking", "copy", "memory_format")
@@ -193,7 +193,7 @@ class Float32Casts:
         name = dotted_name(arg.value)
         return name is not None and name.rsplit(".", 1)[-1].lower().endswith("device")
 
-    def _float64(self, expression: cst.BaseExpression, unit: CodeUnit) -> bool:
+    def is_float64(self, expression: cst.BaseExpression, unit: CodeUnit) -> bool:
         if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
             if expression.func.attr.value == "double":
                 return True

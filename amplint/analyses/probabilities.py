@@ -16,28 +16,9 @@ from amplint.analyses.straight_line import StraightLineValues
 from amplint.analyses.torch_ops import TorchOp, TorchOps
 from amplint.semantic import CodeUnit, SemanticModel, dotted_name
 from amplint.semantic.pytorch.api import SAME_DTYPE_ATTRIBUTES
-from amplint.semantic.pytorch.autocast_ops import FLOAT32, autocast_policy
+from amplint.semantic.pytorch.autocast_ops import FLOAT32, FORMATS, autocast_policy, rounds_to_one, rounds_to_zero
 
-# The smallest positive float16 is 2**-24; anything at or below half of it rounds to 0.
-_FLOAT16_ZERO = 2.0**-25
-# Just below 1, float16 is spaced 2**-11 and bfloat16 2**-8: within half a spacing of 1, a
-# value rounds to 1.0 and `1 - p` is exactly 0.
-_ROUNDS_TO_ONE = {"float16": 2.0**-12, "bfloat16": 2.0**-9}
-
-
-def rounds_to_zero(value: float, dtype: str) -> bool:
-    """Whether a positive constant (an epsilon) is 0 once stored in `dtype`."""
-    if dtype == "float16":
-        return value <= _FLOAT16_ZERO
-    if dtype == "bfloat16":
-        return value <= 2.0**-134  # bfloat16 keeps float32's range
-    return False
-
-
-def rounds_to_one(value: float, dtype: str) -> bool:
-    """Whether a constant just below 1 (a clamp's `1 - eps`) is 1.0 once stored in `dtype`."""
-    gap = _ROUNDS_TO_ONE.get(dtype)
-    return gap is not None and 1.0 - value <= gap
+__all__ = ["Guard", "Probabilities", "Probability", "rounds_to_one", "rounds_to_zero"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +58,7 @@ class Probability:
         if self.kind in ("sigmoid", "softmax"):
             if dtype != "float16":
                 return False
-        elif dtype not in _ROUNDS_TO_ONE:
+        elif dtype not in FORMATS:
             return False
         if any(guard.value is None or not rounds_to_one(guard.value, dtype) for guard in self.ceilings):
             return False

@@ -105,7 +105,8 @@ class RegionOps(Analysis):
         self._functions: Optional[Dict[int, CodeUnit]] = None
         self._in_region: Optional[Set[int]] = None
         self._callers: Optional[List[RegionOp]] = None
-        values = StraightLineValues()
+        self._reached: List[Tuple[CodeUnit, AutocastRegion, Tuple[cst.Call, ...]]] = []
+        self.values = values = StraightLineValues()
         self.torch_ops = TorchOps(model)
         self.casts = Float32Casts(model, values)
         self.probabilities = Probabilities(model, self.torch_ops, self.casts, values)
@@ -135,21 +136,30 @@ class RegionOps(Analysis):
                 if region is None:
                     continue
                 self._add(found, seen, record, unit, region, ())
-                callee = self._callee(record)
+                callee = self.callee(record)
                 if callee is not None and callee is not unit:
                     pending.append((callee, region, (record.node,), (unit, callee)))  # type: ignore[arg-type]
         while pending:
             unit, region, via, chain = pending.pop(0)
+            self._reached.append((unit, region, via))
             for record in self._records(unit):
                 context = self._context(record)
                 if context.region is not None or context.autocast_off:
                     continue  # its own region (found above), or autocast switched off there
                 self._add(found, seen, record, unit, region, via)
-                callee = self._callee(record)
+                callee = self.callee(record)
                 if callee is not None and len(via) < _MAX_DEPTH and all(callee is not u for u in chain):
                     pending.append((callee, region, via + (record.node,), chain + (callee,)))  # type: ignore[operator]
         self._ops = found
         return found
+
+    def called_in_regions(self) -> List[Tuple[CodeUnit, AutocastRegion, Tuple[cst.Call, ...]]]:
+        """The file's functions that run whole inside an enabled region, as `ops_in_regions`
+        follows them: each with the region it is called under and the calls on the way (from
+        the region's unit down to it), once per way it is reached. Their own regions and the
+        code where they switch autocast off are theirs, not the caller's."""
+        self.ops_in_regions()
+        return self._reached
 
     def ops_under_callers_autocast(self) -> List[RegionOp]:
         """The known ops an `nn.Module`'s `forward` evaluates where no region of the file
@@ -167,7 +177,7 @@ class RegionOps(Analysis):
         pending: List[Tuple[CodeUnit, AutocastRegion, Tuple[cst.Call, ...], Tuple[CodeUnit, ...]]] = []
         for unit in self.model.units:
             owner = unit.scope.class_scope if not unit.is_module else None
-            if owner is None or unit.node.name.value != "forward" or id(unit) in guarded or self._may_switch_autocast(unit):  # type: ignore[union-attr]
+            if owner is None or unit.node.name.value != "forward" or id(unit) in guarded or self.may_switch_autocast(unit):  # type: ignore[union-attr]
                 continue
             if id(unit) in self.model.regions.hook_regions or not self.model.classifier.is_module_class(owner):
                 continue
@@ -177,19 +187,19 @@ class RegionOps(Analysis):
             unit, region, via, chain = pending.pop(0)
             for record in self._records(unit):
                 context = self._context(record)
-                if context.region is not None or context.autocast_off or id(record.node) in reached or self._in_unknown_context(record):
+                if context.region is not None or context.autocast_off or id(record.node) in reached or self.in_unknown_context(record):
                     continue
                 reached.add(id(record.node))
                 self._add(found, seen, record, unit, region, via)
-                callee = self._callee(record)
-                if callee is None or id(callee) in guarded or self._may_switch_autocast(callee):
+                callee = self.callee(record)
+                if callee is None or id(callee) in guarded or self.may_switch_autocast(callee):
                     continue
                 if len(via) < _MAX_DEPTH and all(callee is not u for u in chain):
                     pending.append((callee, region, via + (record.node,), chain + (callee,)))  # type: ignore[operator]
         self._callers = found
         return found
 
-    def _in_unknown_context(self, record: Union[CallRecord, ProductRecord]) -> bool:
+    def in_unknown_context(self, record: Union[CallRecord, ProductRecord]) -> bool:
         """Inside a `with` whose item is neither an autocast nor `no_grad`: a context manager of
         the file's (`with fp32():` over `torch.autocast(..., enabled=False)`) or anyone's may
         switch autocast off, and no caller's autocast is guessed through it."""
@@ -199,7 +209,7 @@ class RegionOps(Analysis):
             for frame in record.frames
         )
 
-    def _may_switch_autocast(self, unit: CodeUnit) -> bool:
+    def may_switch_autocast(self, unit: CodeUnit) -> bool:
         """A function whose own code may run with autocast off whatever its caller has on: one
         decorated by anything but the plain decorators (`custom_fwd(cast_inputs=...)` under
         another name), or one that asks `torch.is_autocast_enabled()`."""
@@ -216,7 +226,7 @@ class RegionOps(Analysis):
         for unit in self.model.units:
             for record in unit.calls:
                 if record.immediate and self.model.regions.context(record).autocast_off:
-                    callee = self._callee(record)
+                    callee = self.callee(record)
                     if callee is not None:
                         found.add(id(callee))
         return found
@@ -237,7 +247,7 @@ class RegionOps(Analysis):
             return self.model.regions.context(record)
         return self.model.regions.context_of(record.unit, record.frames)
 
-    def _callee(self, record: Union[CallRecord, ProductRecord]) -> Optional[CodeUnit]:
+    def callee(self, record: Union[CallRecord, ProductRecord]) -> Optional[CodeUnit]:
         """The function of this file a call runs: a helper (`scores(q, k)`, `self._attend(x)`),
         or the `forward` of a module whose class the file defines (`self.block(x)` with
         `self.block = Block(...)`)."""

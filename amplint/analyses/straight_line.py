@@ -2,12 +2,14 @@
 nearest earlier `name = value` of its unit on the straight-line way there, with no other
 binding of it in between, none in a branch, loop or `with` target on the way, and no
 rebinding in a loop around the read. Parameters, globals and anything assigned in only some
-branches hold nothing certain.
+branches hold nothing certain. `binding_at` is the statement itself, for the bindings a
+client reads further: an unpacking (`q, k = x.chunk(2, -1)`) or an augmented assignment
+(`scores *= scale`, whose earlier value is its target's `binding_at`).
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -29,9 +31,31 @@ class StraightLineValues:
         binding of it in between, none in a branch, loop or `with` target on the way, and no
         rebinding in a loop around the read. None for parameters, globals and anything
         assigned in only some branches."""
-        parents = self._parent_map(unit)
-        wanted = name.value
-        current: cst.CSTNode = name
+        statement = self.binding_at(name, unit)
+        if isinstance(statement, cst.Assign) and all(isinstance(target.target, cst.Name) for target in statement.targets):
+            return statement.value
+        if isinstance(statement, cst.AnnAssign) and isinstance(statement.target, cst.Name):
+            return statement.value
+        return None
+
+    def binding_at(self, name: cst.Name, unit: CodeUnit) -> Optional[Union[cst.Assign, cst.AugAssign, cst.AnnAssign]]:
+        """The assignment that certainly gave the variable `name` its value where it is read
+        (as `value_at` finds it): `name = value`, an unpacking that binds it, or `name op=
+        value`; None where no such statement is certain."""
+        found = self._reaching(name, name.value, unit, branches=False)
+        return found[0] if found else None
+
+    def bindings_at(self, name: cst.Name, unit: CodeUnit) -> Optional[List[Union[cst.Assign, cst.AugAssign, cst.AnnAssign]]]:
+        """The assignments one of which certainly gave `name` its value where it is read: as
+        `binding_at`, and where an `if` on the way binds it, the last assignment of each of
+        its branches (`if mask is not None: scores = scores.masked_fill(...)`), with those
+        before the `if` where a branch leaves it as it was; None where that is not certain (a
+        loop, a `try`, a `with` that binds it)."""
+        return self._reaching(name, name.value, unit, branches=True)
+
+    def _reaching(self, node: cst.CSTNode, wanted: str, unit: CodeUnit, branches: bool) -> Optional[List]:
+        parents = self.parents(unit)
+        current: cst.CSTNode = node
         while True:
             parent = parents.get(id(current))
             if parent is None:
@@ -51,15 +75,26 @@ class StraightLineValues:
                 if position is not None:
                     for statement in reversed(body[:position]):
                         found = _binding_in(statement, wanted)
+                        if found is _UNKNOWN and branches and isinstance(statement, cst.If):
+                            inside = _branch_bindings(statement, wanted)
+                            if inside is None:
+                                return None
+                            bindings, falls_through = inside
+                            if falls_through:
+                                before = self._reaching(statement, wanted, unit, branches)
+                                return bindings + before if before is not None else None
+                            return bindings
                         if found is _UNKNOWN:
                             return None
                         if found is not _NOT_BOUND:
-                            return found  # type: ignore[return-value]
+                            return [found]
             if parent is unit.node:
                 return None
             current = parent
 
-    def _parent_map(self, unit: CodeUnit) -> Dict[int, cst.CSTNode]:
+    def parents(self, unit: CodeUnit) -> Dict[int, cst.CSTNode]:
+        """Each node of the unit's own code (not of functions, classes or lambdas in it) by
+        id -> its parent."""
         key = id(unit)
         if key not in self._parents:
             parents: Dict[int, cst.CSTNode] = {}
@@ -74,6 +109,58 @@ class StraightLineValues:
         return self._parents[key]
 
 
+def _branch_bindings(statement: cst.If, name: str) -> Optional[Tuple[List, bool]]:
+    """The last assignment of `name` in each branch of an `if` (its `elif`s and `else`), and
+    whether some branch leaves it as it was; None where a branch binds it otherwise."""
+    if _binds(statement.test, name):
+        return None
+    found: List = []
+    falls_through = False
+    branch: Optional[cst.CSTNode] = statement
+    while branch is not None:
+        block = branch.body if isinstance(branch, (cst.If, cst.Else)) else None
+        inside = _block_bindings(block, name) if block is not None else None
+        if inside is None:
+            return None
+        found.extend(inside[0])
+        falls_through = falls_through or inside[1]
+        if isinstance(branch, cst.If):
+            if branch.orelse is None:
+                falls_through = True
+            elif isinstance(branch.orelse, cst.If) and _binds(branch.orelse.test, name):
+                return None
+            branch = branch.orelse
+        else:
+            branch = None
+    return found, falls_through
+
+
+def _block_bindings(block: cst.BaseSuite, name: str) -> Optional[Tuple[List, bool]]:
+    """The last assignment of `name` in a block (through the `if`s in it), and whether the
+    block may leave it unbound there."""
+    body = _statements(block)
+    if body is None:
+        return None
+    found: List = []
+    for statement in reversed(body):
+        binding = _binding_in(statement, name)
+        if binding is _NOT_BOUND:
+            continue
+        if binding is _UNKNOWN:
+            if not isinstance(statement, cst.If):
+                return None
+            inside = _branch_bindings(statement, name)
+            if inside is None:
+                return None
+            found.extend(inside[0])
+            if inside[1]:
+                continue  # a branch leaves it as the statements before the `if` made it
+            return found, False
+        found.append(binding)
+        return found, False
+    return found, True
+
+
 def _statements(node: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
     if isinstance(node, (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite, cst.SimpleStatementLine)):
         return list(node.body)
@@ -81,8 +168,8 @@ def _statements(node: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
 
 
 def _binding_in(statement: cst.CSTNode, name: str) -> object:
-    """What `statement` assigns `name`: the value of a plain `name = value`; _UNKNOWN for
-    any other binding of it (in a branch, a loop, an augmented assignment, an unpacking);
+    """The assignment in `statement` that binds `name`: `name = value`, an unpacking, `name
+    op= value`; _UNKNOWN for any other binding of it (in a branch, a loop, a `with`);
     _NOT_BOUND when it does not bind it."""
     if isinstance(statement, cst.SimpleStatementLine):
         for small in reversed(statement.body):
@@ -93,13 +180,13 @@ def _binding_in(statement: cst.CSTNode, name: str) -> object:
     if isinstance(statement, cst.Assign):
         if not any(name in names_bound(target.target) for target in statement.targets):
             return _NOT_BOUND if not _binds(statement.value, name) else _UNKNOWN
-        if all(isinstance(target.target, cst.Name) for target in statement.targets):
-            return statement.value
-        return _UNKNOWN
+        return statement
     if isinstance(statement, cst.AnnAssign):
         if name in names_bound(statement.target):
-            return statement.value if statement.value is not None and isinstance(statement.target, cst.Name) else _UNKNOWN
+            return statement if statement.value is not None else _UNKNOWN
         return _NOT_BOUND
+    if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name) and statement.target.value == name:
+        return statement if not _binds(statement.value, name) else _UNKNOWN
     return _UNKNOWN if _binds(statement, name) else _NOT_BOUND
 
 

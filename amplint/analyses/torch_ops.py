@@ -4,8 +4,10 @@ named as autocast's policy tables in `amplint.semantic.pytorch.autocast_ops` nam
 `torch.matmul(a, b)`, `F.softmax(x, -1)` (a function, by its qualified name), `x.mm(y)`,
 `x.log()` (a tensor method, not a function of a module: `np.log(x)` is none), `a @ b` (an
 operator), `self.fc(x)` for `self.fc = nn.Linear(...)` and `nn.BCELoss()(p, y)` (a module,
-when every value the variable is given is that `torch.nn` module). An einsum is a product only
-when its equation contracts an index.
+when every value the variable is given is that `torch.nn` module). An einsum is named
+by what its equation does, which autocast's lists tell apart: "einsum" when it contracts an
+index (a `bmm`), "einsum_elementwise" when it contracts none (an outer or elementwise product),
+"einsum_unread" when the equation cannot be read.
 """
 
 from __future__ import annotations
@@ -78,10 +80,13 @@ class TorchOps:
             name = FUNCTIONS.get(qualified)
             if name is None:
                 return None
-            if name == "einsum" and not (positional and self._contracts(positional[0], unit.scope)):
-                return None  # no `bmm`: an outer or elementwise product, or an equation we cannot read
-            if name in ("einsum", "chain_matmul", "linalg_multi_dot"):
-                operands = positional[1:] if name == "einsum" else positional
+            if name == "einsum":
+                # CPU runs it as a `bmm` only when the equation contracts an index (an outer or
+                # elementwise product is a `mul`); CUDA casts its inputs down whatever it is.
+                contracts = self._contracts(positional[0], unit.scope) if positional else None
+                name = {True: "einsum", False: "einsum_elementwise", None: "einsum_unread"}[contracts]
+            if name in ALL_OPERANDS:
+                operands = positional[1:] if name.startswith("einsum") else positional
                 if len(operands) == 1 and isinstance(operands[0], (cst.List, cst.Tuple)):
                     operands = [element.value for element in operands[0].elements]
                 return TorchOp(node, name, "function", tuple(operands))
@@ -101,19 +106,20 @@ class TorchOps:
                 return TorchOp(node, module, "module", tuple(positional))
         return None
 
-    def _contracts(self, equation: cst.BaseExpression, scope: Scope, depth: int = 0) -> bool:
+    def _contracts(self, equation: cst.BaseExpression, scope: Scope, depth: int = 0) -> Optional[bool]:
         """Whether an einsum's equation, as written (`"bid,bjd->bij"`, implicitly concatenated,
         an f-string without fields) or as every value a name is given (`EQ = "bid,bjd->bij"`),
-        contracts an index (`einsum_contracts`); False when it cannot be read."""
+        contracts an index (`einsum_contracts`); None when it cannot be read."""
         if isinstance(equation, (cst.SimpleString, cst.ConcatenatedString)):
             text = equation.evaluated_value
-            return isinstance(text, str) and einsum_contracts(text)
+            return einsum_contracts(text) if isinstance(text, str) else None
         if isinstance(equation, cst.FormattedString) and all(isinstance(part, cst.FormattedStringText) for part in equation.parts):
             return einsum_contracts("".join(part.value for part in equation.parts))  # type: ignore[union-attr]
         if isinstance(equation, cst.Name) and depth < 4:
             values = self.model.resolver.values(equation.value, scope)
-            return bool(values) and all(value is not None and self._contracts(value, where, depth + 1) for value, where in values)
-        return False
+            found = {self._contracts(value, where, depth + 1) if value is not None else None for value, where in values}
+            return found.pop() if len(found) == 1 else None
+        return None
 
     def _names_a_module(self, receiver: cst.BaseExpression, unit: CodeUnit) -> bool:
         """`F.softmax(x, -1)`, `np.log(x)`: a function of a module (imported, or named like

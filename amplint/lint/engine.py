@@ -24,7 +24,7 @@ from amplint.run.notebook import CellMap, is_notebook, parse_notebook
 from amplint.lint.parse_guard import parse_hazard
 from amplint.lint.positions import code_ranges
 from amplint.lint.rule import Report, Rule
-from amplint.project.ambient import facts as ambient_facts, hazard_rows
+from amplint.project.ambient import facts as ambient_facts, hazard_rows, hazards_of, names_a_hazard
 from amplint.project.summary import export_summary
 from amplint.semantic import (
     CodeUnit,
@@ -168,6 +168,8 @@ def _lint_source(
     # linter's (`every_syntax` asks for them too: the verdict alone, amplint.lint.syntax). A
     # file linted whole without them (a helper module another module imports:
     # amplint.project.link) is analysed for its summary alone: no rule runs on it.
+    if not matching and not whole and len(parsing_rules) < len(rules) and names_a_hazard(source):
+        whole = True  # its `# noqa: AMP020` is used if a region in another file reaches the line
     if matching or whole:
         tree, result.error = python_tree(source, path, target, cells)
     else:
@@ -226,10 +228,10 @@ def _lint_source(
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
         # What other files' regions may report here (hazards of model code: amplint.project.ambient)
         # is not what a `# noqa` on its line would suppress in vain.
-        latent = hazard_rows(model)
-        result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact, latent=latent)
+        hazards = hazards_of(model) if summary else {}
+        result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact, latent=hazard_rows(hazards))
         result.summary = export_summary(model, path) if summary else None
-        result.ambient = ambient_facts(model, module, source if exact else None) if summary else None
+        result.ambient = ambient_facts(model, module, source if exact else None, hazards) if summary else None
         result.imports = imports_of(model.index)
         if recorder is not None:
             if result.imports:

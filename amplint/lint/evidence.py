@@ -28,7 +28,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
 from amplint.semantic.pytorch import frameworks, vocabulary
 from amplint.semantic.pytorch.api import DECAY_METHODS, PARAMETER_METHODS, SAME_DTYPE_ATTRIBUTES, SAME_DTYPE_METHODS, STATE_METHODS
-from amplint.semantic.pytorch.autocast_ops import LOG_OPS, LOWER_PRECISION_OPS, names_of
+from amplint.semantic.pytorch.autocast_ops import HAZARD_CALLS, LOG_OPS, LOWER_PRECISION_OPS, names_of
 
 # The marks. Each names what the semantic layer could build from such code.
 AUTOCAST = "autocast"  # an autocast region may be entered: the name `autocast` is used
@@ -58,6 +58,10 @@ FRAMEWORK_OBJECT = "framework object"  # `Accelerator(...)`, `TrainingArguments(
 # that may be a float32 cast (`x.float()`, `x.to(torch.float32)`, `t.type_as(self.inv_freq)`):
 # a float32 island its caller's autocast may undo (`RegionOps.ops_under_callers_autocast`).
 MODULE_ISLAND = "module island"
+# A value autocast lowers (a product) may meet a float16 hazard: a call of `HAZARD_CALLS`
+# (`masked_fill`, `where`, `sqrt`, `index_add_`), a division or a subscript assignment
+# (`amplint.analyses.hazard_sites`).
+FLOAT16_HAZARD = "float16 hazard"
 
 # With the wrappers of one the user's code owns (timm's NativeScaler).
 _GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"}) | frameworks.OWNED_SCALER_CLASSES
@@ -100,10 +104,11 @@ Needs = Tuple[FrozenSet[str], ...]
 # A framework object a function builds may be what it returns (`build_accelerator(cfg)`).
 EVENTS = frozenset({BACKWARD, FRAMEWORK_BACKWARD, STEP, SCALE_CALL, UNSCALE, CLIP, GRADIENT, ZERO_GRAD, SCALER_UPDATE, GRAD_SCALER, FRAMEWORK_OBJECT})
 # ... and what a fact family exports (`amplint.analyses.EXPORTING`): a class whose method
-# decays a copy in place (`Precision.export`). A file with none of these exports no summary
+# decays a copy in place (`Precision.export`), and a function with a float16 hazard
+# (`Float16Hazards.export`, for the project's ambient pass). A file with none of these exports no summary
 # but its constants (`project.summary._constants`: `AMP_DTYPE = torch.float16`), for which it is
 # analysed only where an importer names one (`project.imported_deferred`).
-EXPORTS = EVENTS | frozenset({AVERAGE})
+EXPORTS = EVENTS | frozenset({AVERAGE, FLOAT16_HAZARD})
 
 
 def marks(tree: ast.AST) -> FrozenSet[str]:
@@ -121,6 +126,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
     builds = False  # a call that builds that framework and sets its precision
     scale_calls: List[int] = []  # `x.scale(...)` calls
     backwarded: Set[int] = set()  # calls whose value `.backward()` is called on where they are made
+    writes = False  # a division or a subscript assignment: where a float16 hazard may be
     for node in _walk(tree):
         kind = type(node)
         if kind is ast.Name:
@@ -165,6 +171,10 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
             if type(node.op) is ast.MatMult:  # type: ignore[attr-defined]
                 found.add(PRODUCT)
                 products.append(node.lineno)  # type: ignore[attr-defined]
+            elif type(node.op) is ast.Div or type(node.op) is ast.Pow:  # type: ignore[attr-defined]
+                writes = True
+        elif kind is ast.Assign:
+            writes = writes or any(type(target) is ast.Subscript for target in node.targets)  # type: ignore[attr-defined]
         elif kind is ast.For or kind is ast.AsyncFor:
             if _averages(node):  # type: ignore[arg-type]
                 found.add(AVERAGE)
@@ -190,6 +200,8 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         _by_receiver(method, receiver, call, found)
     if any(call not in backwarded for call in scale_calls):
         found.add(SCALED_VALUE)  # `loss = scaler.scale(loss)`, `print(scaler.scale(loss))`
+    if PRODUCT in found and (writes or not methods.isdisjoint(HAZARD_CALLS)):
+        found.add(FLOAT16_HAZARD)
     if forward and products and FLOAT32_CAST in found and _island(functions, products):
         found.add(MODULE_ISLAND)
     if any(id(call) not in entered for call in autocasts):

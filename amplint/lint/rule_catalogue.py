@@ -45,5 +45,14 @@ RULES = (
     ("AMP017", "fsdp-plain-grad-scaler", ("FullyShardedDataParallel",), ("GradScaler",)),
     ("AMP018", "scaler-updated-twice", VOCABULARY, ()),
     ("AMP019", "scaled-loss-reported", VOCABULARY, ()),
+    ("AMP020", "fill-overflows-float16", ("autocast", "precision="), ("fill", "full", "clamp", "clip")),
+    ("AMP021", "constant-rounds-to-infinity", ("autocast", "precision="), ("where", "] =", "]=")),
+    ("AMP022", "epsilon-rounded-away", ("autocast", "precision="), ("e-",)),
+    (
+        "AMP023",
+        "lowered-write-into-float32",
+        ("autocast", "precision="),
+        ("index_", "scatter", "put_", "lerp_", "] =", "]="),
+    ),
     ("AMP100", "unused-noqa", ("noqa", "NOQA"), ()),
 )

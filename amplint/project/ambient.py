@@ -43,17 +43,27 @@ MAX_DEPTH = 12
 
 # --------------------------------------------------------------------------- one file
 
+# The codes of the hazards (`amplint.analyses.hazard_sites`) a region in another file may
+# report in model code.
+HAZARD_CODES = ("AMP020", "AMP021", "AMP022", "AMP023")
 
-def facts(model: Any, module: Any, source: Optional[str]) -> Optional[Dict[str, Any]]:
+
+def names_a_hazard(source: str) -> bool:
+    """The text may hold a `# noqa` for a hazard's code: whether it suppresses something only
+    an analysis of the file can tell (`hazard_rows`), whatever words the file has."""
+    return "noqa" in source and any(code in source for code in HAZARD_CODES)
+
+
+
+def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, List[Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
     """What a file tells the ambient pass (plain JSON, cached with its result): its regions
     and the calls made in them, each function's calls under its caller's autocast, and the
-    hazards each function hits per context. None when it has none of them."""
+    hazards each function hits per context (`hazards_of`). None when it has none of them."""
     from amplint.analyses.call_graph import CallGraph
     from amplint.lint.positions import code_ranges
     from amplint.semantic import dotted_name, iter_tree
 
     graph = model.facts(CallGraph)
-    hazards = _hazards(model)
     seeds = graph.seeds()
     units: Dict[str, Any] = {}
     order: Dict[int, Tuple[str, int]] = {}  # id(call) -> (its callee's name, k-th such call in its unit)
@@ -103,19 +113,18 @@ def facts(model: Any, module: Any, source: Optional[str]) -> Optional[Dict[str, 
     return {"regions": exported, "units": units}
 
 
-def hazard_rows(model: Any) -> List[Tuple[str, int]]:
+def hazards_of(model: Any) -> Dict[str, List[Dict[str, Any]]]:
+    """The float16 hazards each top-level function and method of the file has in some
+    context (`Float16Hazards.export`: code, 1-based positions, message, help, contexts)."""
+    from amplint.analyses.float16_hazards import Float16Hazards
+
+    return {name: entry["hazards"] for name, entry in Float16Hazards.export(model, "").items()}
+
+
+def hazard_rows(hazards: Mapping[str, List[Dict[str, Any]]]) -> List[Tuple[str, int]]:
     """(code, row) of each hazard a function of the file has under some context: what a run
     over the project may report on that row, if a region in another file reaches it."""
-    return sorted({(hazard["code"], hazard["row"]) for found in _hazards(model).values() for hazard in found})
-
-
-def _hazards(model: Any) -> Dict[str, List[Dict[str, Any]]]:
-    """The hazard candidates of each function (`Float16Hazards`), when that family exists."""
-    try:
-        from amplint.analyses.float16_hazards import Float16Hazards  # type: ignore[import-not-found]
-    except ImportError:
-        return {}
-    return Float16Hazards.candidates(model)  # type: ignore[no-any-return]
+    return sorted({(hazard["code"], hazard["row"]) for found in hazards.values() for hazard in found})
 
 
 def _nested(node: Any) -> bool:
@@ -351,6 +360,38 @@ def _rules() -> Dict[str, Any]:
 _REGION_WORDS = ("autocast", "precision=", "mixed_precision")
 
 
+def hazard_files(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports] = None) -> List[int]:
+    """The files (their places in `results`) to analyse whole for their hazards: those the
+    pre-check passed by (no AMP words: model code never says `autocast`) that a file which
+    may open a region reaches through its imports (read from the text), and whose code may
+    hit a float16 hazard (`evidence.FLOAT16_HAZARD`: a product, and a fill, clamp, epsilon,
+    division or in-place write, from CPython's tree). None without such a region: a project
+    that never opens autocast costs nothing more."""
+    from amplint.lint.evidence import FLOAT16_HAZARD, marks
+
+    reached, _ = _reach(results, read, index, reexports)
+    found = []
+    for path in sorted(reached):
+        result = results[reached[path]]
+        if result.ambient is not None or result.error is not None or not path.endswith(".py"):
+            continue
+        text = read(path) or ""
+        if "torch" not in text or not any(word in text for word in _HAZARD_WORDS):
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        if FLOAT16_HAZARD in marks(tree):
+            found.append(reached[path])
+    return sorted(found)
+
+
+# A hazard's words in the text (`HAZARD_CALLS`, a small float, a division or a subscript
+# assignment), before CPython's tree says whether a product feeds one.
+_HAZARD_WORDS = ("fill", "full", "where", "clamp", "clip", "log", "sqrt", "acos", "asin", "index_", "scatter", "put_", "lerp_", "e-", "/", "] =")
+
+
 def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports] = None) -> List[int]:
     """The files (their places in `results`) to analyse whole for their calls, so that a
     hazard found in model code can be reached from a region in another file: when some file
@@ -358,11 +399,27 @@ def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexp
     from a file that may open a region to a file with hazards that has no facts yet (no AMP
     words of its own: an `nn.Module` between the training script and the attention). None
     when no file has hazards: the common case costs nothing."""
-    from amplint.project.order import imports_named
-
     hazards = {r.path for r in results if r.ambient and any(u.get("hazards") for u in r.ambient.get("units", {}).values())}
     if not hazards:
         return []
+    seen, imported = _reach(results, read, index, reexports)
+    # Of what the regions' files reach, the files from which a file with hazards is reached.
+    reaching: Set[str] = set(hazards)
+    changed = True
+    while changed:
+        changed = False
+        for path in seen:
+            if path not in reaching and imported(path) & reaching:
+                reaching.add(path)
+                changed = True
+    return sorted(seen[path] for path in reaching if path in seen and results[seen[path]].ambient is None and results[seen[path]].error is None and path.endswith(".py"))
+
+
+def _reach(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports]) -> Tuple[Dict[str, int], Any]:
+    """The files (path -> place in `results`) the files that may open a region import,
+    directly or not (themselves included), and the function that gives a file's imports."""
+    from amplint.project.order import imports_named
+
     place = {r.path: i for i, r in enumerate(results)}
     imports: Dict[str, Set[str]] = {}
 
@@ -387,16 +444,7 @@ def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexp
             if target not in seen:
                 seen.add(target)
                 pending.append(target)
-    # Of what the regions' files reach, the files from which a file with hazards is reached.
-    reaching: Set[str] = set(hazards)
-    changed = True
-    while changed:
-        changed = False
-        for path in seen:
-            if path not in reaching and imported(path) & reaching:
-                reaching.add(path)
-                changed = True
-    return sorted(place[path] for path in reaching if results[place[path]].ambient is None and results[place[path]].error is None and path.endswith(".py"))
+    return {path: place[path] for path in seen}, imported
 
 
 def _may_open_region(result: FileResult, read: Any) -> bool:

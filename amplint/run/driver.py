@@ -229,20 +229,21 @@ class Runner:
         return _with_ambient(results)
 
     def _ambient_completed(self, results: List[FileResult], read: Any, codes: Mapping[str, Tuple[str, ...]]) -> List[FileResult]:
-        """`results`, with the files between a region and a hazard in another file analysed
-        whole for their calls (`amplint.project.ambient.to_analyse`)."""
-        from amplint.project.ambient import to_analyse
+        """`results`, with the model code the regions' files import analysed whole for its
+        float16 hazards (`amplint.project.ambient.hazard_files`), then the files between a
+        region and a hazard in another file for their calls (`to_analyse`)."""
+        from amplint.project.ambient import hazard_files, to_analyse
         from amplint.project.import_paths import PathIndex
         from amplint.project.reexports import ReExports
 
         index = PathIndex([r.path for r in results])
-        wanted = to_analyse(results, read, index, ReExports.found([r.path for r in results if r.error is None], read, index))
-        if not wanted:
-            return results
+        reexports = ReExports.found([r.path for r in results if r.error is None], read, index)
         results = list(results)
-        for place, result in zip(wanted, self.lint([Job(results[place].path, codes.get(results[place].path, ()), whole=True) for place in wanted])):
-            if result.error is None:
-                results[place] = result
+        for find in (hazard_files, to_analyse):
+            wanted = find(results, read, index, reexports)
+            for place, result in zip(wanted, self.lint([Job(results[place].path, codes.get(results[place].path, ()), whole=True) for place in wanted])):
+                if result.error is None:
+                    results[place] = result
         return results
 
     def _base_key(self, job: Job) -> Tuple[Optional[str], Optional[bytes]]:

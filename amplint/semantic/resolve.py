@@ -17,6 +17,7 @@ import libcst as cst
 
 from amplint import work
 from amplint.semantic.pytorch import api as torch_api
+from amplint.semantic.pytorch.autocast_ops import DEFAULT_DTYPES
 from amplint.semantic.index import Binding, ModuleIndex, Scope
 from amplint.semantic.names import is_none
 from amplint.semantic.names import dotted_name
@@ -24,7 +25,7 @@ from amplint.semantic.walk import own_returns
 
 _MAX_DEPTH = 4
 # Default autocast dtypes by device; other devices' defaults are left unknown.
-DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
+DEFAULT_DTYPE = DEFAULT_DTYPES
 # What an argparse parser hands back its options in, and the names a parameter holding it goes by.
 _PARSE_CALLS = ("parse_args", "parse_known_args")
 _PARSED_NAMES = ("args", "opt", "opts")

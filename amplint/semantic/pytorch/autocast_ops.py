@@ -4,17 +4,30 @@ The policy of each op is PyTorch's "Autocast Op Reference" (docs/source/amp.rst)
 `aten/src/ATen/autocast_mode.h` (`AT_FORALL_LOWER_PRECISION_FP`, `AT_FORALL_FP32`,
 `AT_FORALL_FP32_SET_OPT_DTYPE`, `AT_FORALL_PROMOTE`, shared by CUDA and the backends that reuse
 its lists) and `autocast_mode.cpp` (the CPU lists, the banned `binary_cross_entropy`). What the
-analysis does with them is `amplint.analyses.region_ops`.
+analyses do with them is `amplint.analyses.region_ops` (the ops under autocast) and
+`amplint.analyses.lowered_values` (the values autocast lowered).
+
+`TABLES_FROM` is the torch the tables were read from: CUDA's lists are the header as torch
+2.13.0's wheel ships it (`torch/include/ATen/autocast_mode.h`), CPU's were measured on torch
+2.13.0+cpu (float32 inputs under `torch.autocast("cpu", dtype=...)` for the lower-precision list,
+float16 and bfloat16 inputs for the float32 list; the same for both dtypes). A new torch may move
+an op: read the header again and rerun the measurement.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, Optional, Tuple
+
+TABLES_FROM = "torch 2.13.0"
 
 LOWER_PRECISION = "lower precision"
 FLOAT32 = "float32"
 PROMOTE = "promote"
 BANNED = "banned"
+# What autocast does depends on what the code does not show (CPU's einsum of an equation
+# amplint cannot read runs as a `bmm`, cast down, or as a `mul`, in its inputs' dtype).
+UNKNOWN = "unknown"
 
 # Ops that run in the region's low-precision dtype on CUDA and on CPU (torch 2.13: the CPU
 # list was measured, the CUDA list is AT_FORALL_LOWER_PRECISION_FP).
@@ -26,30 +39,49 @@ _LOWER_EVERYWHERE = frozenset(
     }
 )
 # Lower precision on CUDA; not on CPU's list (measured: float32 inputs stay float32).
-_LOWER_CUDA_ONLY = frozenset({"mv", "addmv", "addr"})
+# CUDA lists `einsum` itself, so it casts einsum's inputs down whatever the equation: an outer
+# or elementwise product (`"i,j->ij"`, TorchOps' "einsum_elementwise") and one whose equation
+# the code does not show ("einsum_unread") too. CPU lists einsum nowhere: a contracting equation
+# runs as a `bmm`, which CPU casts down ("einsum"), any other as a `mul`, in its inputs' dtype
+# (measured: float32 in, float32 out).
+_LOWER_CUDA_ONLY = frozenset({"mv", "addmv", "addr", "einsum_elementwise", "einsum_unread"})
 # Composites that autocast lists nowhere on CPU: they decompose into `mm`/`bmm`, which CPU
 # autocast casts down (measured on torch 2.13: float32 inputs come out float16/bfloat16). On
 # CUDA `tensordot` is on the promote list, and `inner` reaches it: float32 inputs stay float32.
 _LOWER_CPU_ONLY = frozenset({"tensordot", "inner"})
+# AT_FORALL_FP32, AT_FORALL_FP32_SET_OPT_DTYPE and `norm`, as amplint names the ops (the
+# `upsample_*` kernels behind `F.interpolate` are left out: its "area" mode is none of them).
 _FLOAT32_CUDA = frozenset(
     {
-        "log", "log1p", "log2", "log10", "exp", "expm1", "softmax", "log_softmax", "sum", "pow",
-        "prod", "cumsum", "cumprod", "norm", "normalize", "cosine_similarity", "softplus",
-        "layer_norm", "group_norm", "logsumexp", "binary_cross_entropy_with_logits",
-        "nll_loss", "cross_entropy", "mse_loss", "l1_loss", "kl_div",
+        "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
+        "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "rms_norm", "group_norm", "norm",
+        "normalize", "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss",
+        "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
+        "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
+        "multi_margin_loss", "binary_cross_entropy_with_logits", "cross_entropy", "dist", "pdist",
+        "cdist", "renorm", "logsumexp", "prod", "softmax", "log_softmax", "cumprod", "cumsum",
+        "linalg_vector_norm", "linalg_matrix_norm", "sum",
     }
 )
+# Measured on torch 2.13's CPU (float16 and bfloat16 inputs come out float32): the losses,
+# `cdist`, `prod` (and the FFTs and linear algebra, which amplint does not name).
 _FLOAT32_CPU = frozenset(
-    {"binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss", "cross_entropy", "mse_loss", "kl_div"}
+    {
+        "binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss", "cross_entropy", "mse_loss",
+        "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "cdist", "prod",
+    }
 )
-_PROMOTE_CUDA = frozenset({"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "tensordot", "scatter_add"})
+_PROMOTE_CUDA = frozenset(
+    {"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put", "tensordot", "scatter_add"}
+)
 _BANNED_CUDA = frozenset({"binary_cross_entropy"})
+_UNKNOWN_CPU = frozenset({"einsum_unread"})
 
 
 def autocast_policy(op: str, device: str) -> Optional[str]:
-    """What autocast on `device` does to `op`: LOWER_PRECISION, FLOAT32, PROMOTE, BANNED, or
-    None when it leaves the op alone (it runs in its inputs' dtype) or the device is not one
-    whose lists amplint knows (CUDA, CPU)."""
+    """What autocast on `device` does to `op`: LOWER_PRECISION, FLOAT32, PROMOTE, BANNED,
+    UNKNOWN (it depends on what the code does not show), or None when it leaves the op alone
+    (it runs in its inputs' dtype) or the device is not one whose lists amplint knows (CUDA, CPU)."""
     if device == "cuda":
         if op in _LOWER_EVERYWHERE or op in _LOWER_CUDA_ONLY:
             return LOWER_PRECISION
@@ -61,8 +93,66 @@ def autocast_policy(op: str, device: str) -> Optional[str]:
     if device == "cpu":
         if op in _LOWER_EVERYWHERE or op in _LOWER_CPU_ONLY:
             return LOWER_PRECISION
+        if op in _UNKNOWN_CPU:
+            return UNKNOWN
         return FLOAT32 if op in _FLOAT32_CPU else None
     return None
+
+
+# --------------------------------------------------------------------------- low-precision formats
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """What a low-precision dtype can hold (IEEE 754 binary16; bfloat16, float32's exponent with
+    8 bits of significand), for the constants code writes into it."""
+
+    name: str
+    max_finite: float  # the largest finite value
+    smallest_subnormal: float  # the smallest positive value
+    spacing_below_one: float  # the gap between 1.0 and the largest value below it
+
+    def rounds_to_zero(self, value: float) -> bool:
+        """Whether a positive constant (an epsilon) is 0 once stored: at or below half the
+        smallest subnormal (the tie rounds to even, 0)."""
+        return 0 < value <= self.smallest_subnormal / 2
+
+    def rounds_to_one(self, value: float) -> bool:
+        """Whether a constant just below 1 (a clamp's `1 - eps`) is 1.0 once stored: within
+        half a spacing of 1."""
+        return value < 1.0 and 1.0 - value <= self.spacing_below_one / 2
+
+    def overflows(self, value: float) -> bool:
+        """Whether a finite constant is outside the format's range: `masked_fill`, `fill_`,
+        `full` refuse it ("value cannot be converted to type c10::Half without overflow")."""
+        return abs(value) > self.max_finite and abs(value) != float("inf")
+
+    def rounds_to_infinity(self, value: float) -> bool:
+        """Whether a finite constant becomes +-inf where it is rounded rather than checked
+        (`torch.where(c, x, -1e9)`, `x[m] = -1e9`): from half a spacing past `max_finite`."""
+        spacing_at_max = self.max_finite - float.fromhex(_BELOW_MAX[self.name])
+        return abs(value) != float("inf") and abs(value) >= self.max_finite + spacing_at_max / 2
+
+
+# The largest finite value of each format's last binade but one step: 65504 - 32, and bfloat16's.
+_BELOW_MAX = {"float16": "0x1.ff8p+15", "bfloat16": "0x1.fcp+127"}
+
+FORMATS: Dict[str, FloatFormat] = {
+    "float16": FloatFormat("float16", 65504.0, 2.0**-24, 2.0**-11),
+    "bfloat16": FloatFormat("bfloat16", float.fromhex("0x1.fep+127"), 2.0**-133, 2.0**-8),
+}
+
+
+def rounds_to_zero(value: float, dtype: str) -> bool:
+    """Whether a positive constant (an epsilon) is 0 once stored in `dtype`."""
+    found = FORMATS.get(dtype)
+    return found is not None and found.rounds_to_zero(value)
+
+
+def rounds_to_one(value: float, dtype: str) -> bool:
+    """Whether a constant just below 1 (a clamp's `1 - eps`) is 1.0 once stored in `dtype`."""
+    found = FORMATS.get(dtype)
+    return found is not None and found.rounds_to_one(value)
 
 
 # --------------------------------------------------------------------------- naming ops
@@ -122,6 +212,27 @@ FUNCTIONS: Dict[str, str] = {
     "torch.clamp": "clamp",
     "torch.clip": "clamp",
     "torch.clamp_min": "clamp_min",
+    "torch.rsqrt": "rsqrt",
+    "torch.acos": "acos",
+    "torch.arccos": "acos",
+    "torch.asin": "asin",
+    "torch.arcsin": "asin",
+    "torch.reciprocal": "reciprocal",
+    "torch.nn.functional.rms_norm": "rms_norm",
+    "torch.cdist": "cdist",
+    # On no autocast list of either device: they run in their input's dtype.
+    "torch.sqrt": "sqrt",
+    "torch.abs": "abs",
+    "torch.tanh": "tanh",
+    "torch.nn.functional.tanh": "tanh",
+    "torch.relu": "relu",
+    "torch.nn.functional.relu": "relu",
+    "torch.nn.functional.gelu": "gelu",
+    "torch.nn.functional.silu": "silu",
+    "torch.nn.functional.dropout": "dropout",
+    "torch.mean": "mean",
+    "torch.amax": "amax",
+    "torch.amin": "amin",
 }
 for _n in ("1d", "2d", "3d"):
     for _prefix in ("torch.nn.functional.", "torch."):
@@ -158,6 +269,19 @@ METHODS: Dict[str, Tuple[str, FrozenSet[int]]] = {
     "prod": ("prod", frozenset({0, 1})),
     "logsumexp": ("logsumexp", frozenset({1})),
     "norm": ("norm", frozenset({0, 1})),
+    "rsqrt": ("rsqrt", frozenset({0})),
+    "acos": ("acos", frozenset({0})),
+    "arccos": ("acos", frozenset({0})),
+    "asin": ("asin", frozenset({0})),
+    "arcsin": ("asin", frozenset({0})),
+    "reciprocal": ("reciprocal", frozenset({0})),
+    "sqrt": ("sqrt", frozenset({0})),
+    "abs": ("abs", frozenset({0})),
+    "tanh": ("tanh", frozenset({0})),
+    "relu": ("relu", frozenset({0})),
+    "mean": ("mean", frozenset({0, 1})),
+    "amax": ("amax", frozenset({0, 1})),
+    "amin": ("amin", frozenset({0, 1})),
 }
 
 # `self.fc = nn.Linear(...)`, then `self.fc(x)`.
@@ -169,6 +293,14 @@ MODULES: Dict[str, str] = {
     "torch.nn.LogSigmoid": "logsigmoid",
     "torch.nn.BCELoss": "binary_cross_entropy",
     "torch.nn.BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
+    "torch.nn.LayerNorm": "layer_norm",
+    "torch.nn.GroupNorm": "group_norm",
+    "torch.nn.RMSNorm": "rms_norm",
+    "torch.nn.Dropout": "dropout",
+    "torch.nn.ReLU": "relu",
+    "torch.nn.GELU": "gelu",
+    "torch.nn.SiLU": "silu",
+    "torch.nn.Tanh": "tanh",
 }
 for _n in ("1d", "2d", "3d"):
     MODULES[f"torch.nn.Conv{_n}"] = f"conv{_n}"
@@ -183,7 +315,7 @@ OPERANDS: Dict[str, Tuple[int, ...]] = {
     "conv1d": (0, 1), "conv2d": (0, 1), "conv3d": (0, 1),
     "conv_transpose1d": (0, 1), "conv_transpose2d": (0, 1), "conv_transpose3d": (0, 1),
 }
-ALL_OPERANDS = frozenset({"einsum", "chain_matmul", "linalg_multi_dot"})
+ALL_OPERANDS = frozenset({"einsum", "einsum_elementwise", "einsum_unread", "chain_matmul", "linalg_multi_dot"})
 
 
 
@@ -207,6 +339,22 @@ def einsum_contracts(equation: str) -> bool:
 
 
 LOG_OPS = frozenset({"log", "log2", "log10", "log1p"})
+# The calls at which a value autocast lowered may meet a float16 hazard
+# (`amplint.analyses.hazard_sites`): ops that write a constant into it, the ops an epsilon
+# guards, the in-place writes of it into another tensor. Divisions and subscript assignments
+# are the others.
+HAZARD_CALLS = frozenset(
+    {
+        "masked_fill", "masked_fill_", "fill_", "index_fill_", "new_full", "full_like", "full", "where",
+        "clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_",
+        "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "acos", "asin", "arccos", "arcsin",
+        "index_add_", "index_add", "scatter_add_", "scatter_add", "scatter_", "scatter", "scatter_reduce_",
+        "scatter_reduce", "index_copy_", "index_copy", "index_put_", "index_put", "masked_scatter_", "put_",
+        "index_reduce_", "lerp_",
+    }
+)
+# The default dtype of `torch.autocast(device_type)` without `dtype=`, per device.
+DEFAULT_DTYPES = {"cuda": "float16", "cpu": "bfloat16"}
 LOWER_PRECISION_OPS = _LOWER_EVERYWHERE | _LOWER_CUDA_ONLY | _LOWER_CPU_ONLY
 
 # Functions that build a tensor in the dtype their `dtype=` says (`torch.zeros(n,
