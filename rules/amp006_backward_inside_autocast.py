@@ -19,9 +19,9 @@ class BackwardInsideAutocast(Rule):
     a framework's backward (`accelerator.backward(loss)`, `fabric.backward(loss)`,
     `self.manual_backward(loss)`) executed inside an enabled autocast region (lexically
     inside the `with`, `with accelerator.autocast():` included, or in an autocast-decorated
-    function), and a loss-scaler object called there while it holds its step back for
-    accumulation (timm's `loss_scaler(loss, optimizer, need_update=(i + 1) % accum == 0)`:
-    its backward runs there; called to step, it is AMP004's). A framework's backward scales the loss and calls `backward()` on it: it
+    function), and a loss-scaler object called there (timm's `loss_scaler(loss, optimizer)`,
+    stepping or holding its step back with `need_update=(i + 1) % accum == 0`): it runs its
+    backward there. A framework's backward scales the loss and calls `backward()` on it: it
     leaves the autocast state as it finds it. (The autocast Lightning opens around
     `training_step` is not such a region: a manual-optimization step there is its design.)
 
@@ -119,9 +119,9 @@ class BackwardInsideAutocast(Rule):
     )
 
     def check(self, model: SemanticModel) -> Iterator[Report]:
-        for backward in _in_regions(model, EventKind.BACKWARD, EventKind.FRAMEWORK_BACKWARD):
+        for backward in _in_regions(model, EventKind.BACKWARD, EventKind.FRAMEWORK_BACKWARD, EventKind.SCALER_STEP):
             assert backward.region is not None
-            if backward.kind is EventKind.FRAMEWORK_BACKWARD and not _runs_a_backward(backward):
+            if backward.kind is not EventKind.BACKWARD and not _runs_a_backward(backward):
                 continue
             yield Report(backward.call_site, _message(backward), fix=out_of_region(model, backward), occurrence=backward)
 
@@ -188,6 +188,19 @@ def train_step(self, x):
 """,
             at=((6, 9),),
         ),
+        # A loss-scaler object (timm's NativeScaler, the project's own) runs its backward where it is called.
+        Flagged(
+            """
+import torch
+from timm.utils import NativeScaler
+loss_scaler = NativeScaler()
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = criterion(model(x), y)
+        loss_scaler(loss, optimizer, clip_grad=1.0, parameters=model.parameters())
+""",
+            at=((8, 9),),
+        ),
         # accelerate's backward scales the loss and runs its backward where it is called.
         Flagged(
             """
@@ -214,15 +227,16 @@ def _message(backward: Occurrence) -> Message:
 
 def _runs_a_backward(occurrence: Occurrence) -> bool:
     """A framework's backward method (`accelerator.backward(loss)`), or a call of a loss-scaler
-    object that holds its step back on this call (timm's `loss_scaler(loss, optimizer,
-    need_update=(i + 1) % accum == 0)`): it scales the loss and runs its backward there."""
+    object (timm's `loss_scaler(loss, optimizer)`, stepping or holding its step back with
+    `need_update=(i + 1) % accum == 0`): it scales the loss and runs its backward there. (A
+    scaler's own `scaler.step(optimizer)` runs none.)"""
     call = occurrence.event.node
     if not isinstance(call, cst.Call):
         return False
     receiver = occurrence.event.receiver
     if receiver is not None and dotted_name(call.func) == receiver.text:
         return True  # the scaler object called itself
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value in frameworks.BACKWARD_METHODS
+    return occurrence.kind is EventKind.FRAMEWORK_BACKWARD and isinstance(call.func, cst.Attribute) and call.func.attr.value in frameworks.BACKWARD_METHODS
 
 
 def _in_regions(model: SemanticModel, *kinds: EventKind) -> Iterator[Occurrence]:

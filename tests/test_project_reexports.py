@@ -113,6 +113,48 @@ def test_a_class_re_exported_by_a_package_carries_its_facts(tmp_path):
     assert _codes(tmp_path / "b", files, "--no-cache")[0] == _codes(tmp_path / "a", direct, "--no-cache")[0]
 
 
+SCALER_WRAPPER = """
+import torch
+
+
+class AmpOptimizer:
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def step(self):
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+"""
+
+WRAPPED_TRAIN = """
+import torch
+from utils import AmpOptimizer
+
+
+def train(model, loader):
+    optimizer = AmpOptimizer(torch.optim.AdamW(model.parameters()))
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        optimizer.backward(loss)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+"""
+
+
+def test_a_scaler_wrapper_re_exported_by_a_package_holds_its_scaler(tmp_path):
+    # The wrapper's scaler (its summary's `scalers`, by the origin's keys) comes with the class:
+    # the clip between its backward and its step sees scaled gradients, as through utils.amp.
+    files = {"utils/__init__.py": "from .amp import AmpOptimizer\n", "utils/amp.py": SCALER_WRAPPER, "train.py": WRAPPED_TRAIN}
+    direct = {"utils/__init__.py": "", "utils/amp.py": SCALER_WRAPPER, "train.py": WRAPPED_TRAIN.replace("from utils import", "from utils.amp import")}
+    assert _codes(tmp_path / "a", direct, "--no-cache")[0] == [("train.py", 11, "AMP003")]
+    assert _codes(tmp_path / "b", files, "--no-cache")[0] == _codes(tmp_path / "a", direct, "--no-cache")[0]
+
+
 def test_reexported_reads_top_level_from_imports():
     text = "from .a import x, y as z  # note\nfrom . import b\nimport os\nfrom .c import (\n    p,\n    q as r,\n)\nfrom .d import *\n    from .e import w\n"
     assert list(reexported(text)) == [

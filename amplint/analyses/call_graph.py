@@ -17,10 +17,12 @@ says, for one file, where those calls go:
 A call is followed where its target is certain: a function or method of the file, a class
 of the file called as a module (`model(x)` with `model = Net(...)`, `self.block(h)` with
 `self.block = Block(...)` in `__init__`, `self(x)`, each block of an `nn.ModuleList`/
-`nn.Sequential` of one class), and the same for a function or class another module defines
-and this one imports: then the target is named as imported (module, relative level, name),
-and the project pass resolves it among the linted files. Anything less certain (a factory's
-result, a parameter, a registry) is not followed: nothing is guessed under autocast.
+`nn.Sequential` of one class, a parameter `model` that the file's calls of its function
+pass a `Net(...)` for), and the same for a function or class another module defines and
+this one imports: then the target is named as imported (module, relative level, name), and
+the project pass resolves it among the linted files. Anything less certain (a factory's
+result, a registry, a parameter no call of the file passes a known class for) is not
+followed: nothing is guessed under autocast.
 """
 
 from __future__ import annotations
@@ -272,7 +274,11 @@ class CallGraph(Analysis):
             if value is None:
                 drawn = self._drawn_from(name, scope)
                 if drawn is None:
-                    return []
+                    passed = self._passed(name, scope, 0)
+                    if passed is None:
+                        return []
+                    classes |= passed
+                    continue
                 value, where = drawn
             found = self._classes_of(value, where, 0)
             if found is None:
@@ -288,15 +294,49 @@ class CallGraph(Analysis):
             targets.append(target)
         return targets
 
+    def _passed(self, name: str, scope: Scope, depth: int) -> Optional[Set[Tuple[str, ...]]]:
+        """For a parameter of a function of the file (`def train_one_epoch(model, loader)`):
+        the classes the file's calls of that function pass for it (`train_one_epoch(Net(),
+        loader)`, a `model = Net()` passed), each call that passes one the code shows; None
+        when none does."""
+        bindings = self.model.resolver.bindings(name, scope)
+        if len(bindings) != 1 or bindings[0].kind != "param":
+            return None
+        unit = next((u for u in self.model.units if u.scope is bindings[0].scope and not u.is_module), None)
+        if unit is None:
+            return None
+        found: Set[Tuple[str, ...]] = set()
+        for record in self.model.index.calls:
+            item = self.model.classify(record)
+            if not isinstance(item, HelperCall) or item.callee is not unit or record.unit is unit:
+                continue
+            argument = item.argument_for(name)
+            classes = self._classes_of(argument, record.unit.scope, depth + 1) if argument is not None else None
+            found |= classes or set()
+        return found or None
+
     def _drawn_from(self, name: str, scope: Scope) -> Optional[Tuple[cst.BaseExpression, Scope]]:
-        """For a `for` target over a container of modules: the container."""
+        """For a `for` target over a container of modules (or its `enumerate`): the container."""
         bindings = self.model.resolver.bindings(name, scope)
         if len(bindings) != 1 or bindings[0].kind != "for" or not isinstance(bindings[0].node, cst.For):
             return None
         loop = bindings[0].node
-        if not isinstance(loop.target, cst.Name):
-            return None
-        return loop.iter, bindings[0].value_scope
+        if isinstance(loop.target, cst.Name):
+            return loop.iter, bindings[0].value_scope
+        # `for i, block in enumerate(self.blocks)`
+        target, drawn = loop.target, loop.iter
+        if (
+            isinstance(target, (cst.Tuple, cst.List))
+            and len(target.elements) == 2
+            and isinstance(target.elements[1].value, cst.Name)
+            and target.elements[1].value.value == name
+            and isinstance(drawn, cst.Call)
+            and dotted_name(drawn.func) == "enumerate"
+            and drawn.args
+            and not drawn.args[0].star
+        ):
+            return drawn.args[0].value, bindings[0].value_scope
+        return None
 
     def _classes_of(self, value: cst.BaseExpression, scope: Scope, depth: int, seen: FrozenSet[int] = frozenset()) -> Optional[Set[Tuple[str, ...]]]:
         """The classes `value` is an instance of, each as ("local", name) or ("import",

@@ -31,8 +31,9 @@ Across files (`export`, which `amplint.project.ambient` keeps in the file's ambi
 not in its summary: no importer's analysis reads them): for each top-level function and method of a
 top-level class (`Class.method`), the hazards it has in any of the four contexts, as plain
 JSON: `{"hazards": [{"code", "row", "column", "end_row", "end_column", "message", "help",
-"contexts": [["cuda", "float16"], ...]}, ...]}`, rows and columns 1-based as findings have
-them, in source order. Positions are computed only for a module that has one.
+"contexts": [["cuda", "float16"], ...]}, ...]}` (and, for one that holds in both dtypes,
+`by_dtype`: {dtype: [message, help]}, the words for a region of one), rows and columns
+1-based as findings have them, in source order. Positions are computed only for a module that has one.
 """
 
 from __future__ import annotations
@@ -199,18 +200,19 @@ class Float16Hazards(Analysis):
                 where = positions.get(hazard.node)
                 if where is None:
                     continue
-                entries.append(
-                    {
-                        "code": hazard.code,
-                        "row": where.start.line,
-                        "column": where.start.column + 1,
-                        "end_row": where.end.line,
-                        "end_column": where.end.column + 1,
-                        "message": hazard.message,
-                        "help": hazard.help,
-                        "contexts": sorted([device, dtype] for device, dtype in hazard.contexts),
-                    }
-                )
+                entry = {
+                    "code": hazard.code,
+                    "row": where.start.line,
+                    "column": where.start.column + 1,
+                    "end_row": where.end.line,
+                    "end_column": where.end.column + 1,
+                    "message": hazard.message,
+                    "help": hazard.help,
+                    "contexts": sorted([device, dtype] for device, dtype in hazard.contexts),
+                }
+                if len(hazard.dtypes) > 1:  # the words for a region of one dtype
+                    entry["by_dtype"] = {dtype: [dtype_words(hazard.found.message, {dtype}), dtype_words(hazard.found.help, {dtype})] for dtype in sorted(hazard.dtypes)}
+                entries.append(entry)
             if entries:
                 exported[name] = {"hazards": sorted(entries, key=lambda e: (e["row"], e["column"], e["code"]))}
         return exported

@@ -100,16 +100,23 @@ class Float32Casts:
         name = dotted_name(expression)
         if name is None or name.count(".") > 1 or (isinstance(expression, cst.Name) and self.values.value_at(expression, unit) is not None):
             return False  # a straight-line value was already followed by float32_cast
-        values = [(value, where) for value, where in self.model.values(unit, name)]
+        values = self.values_of(name, unit)
+        return bool(values) and all(value is not expression and self.evidently_float32(value, home, depth + 1) for value, home in values)
+
+    def values_of(self, name: str, unit: CodeUnit) -> List[Tuple[cst.BaseExpression, CodeUnit]]:
+        """Every value a variable or attribute (`self.avg`, a buffer `self.register_buffer(
+        "avg", value)` gives) is given, each with the unit it is written in; empty when one
+        of them is not known (a parameter, an unpacking)."""
+        values = list(self.model.values(unit, name))
         if name.startswith("self."):
             values += self._buffers(name[len("self."):], unit)
-        if not values or any(value is None for value, _ in values):
-            return False
+        found = []
         for value, where in values:
             home = next((u for u in self.model.units if u.scope is where), None)
-            if home is None or value is expression or not self.evidently_float32(value, home, depth + 1):
-                return False
-        return True
+            if value is None or home is None:
+                return []
+            found.append((value, home))
+        return found
 
     def _buffers(self, attribute: str, unit: CodeUnit) -> List[Tuple[Optional[cst.BaseExpression], Scope]]:
         """The values `self.register_buffer("attribute", value)` gives, in the methods of

@@ -75,7 +75,7 @@ _ARC = frozenset({"acos", "asin", "arccos", "arcsin"})
 _DEFAULT_FLOAT = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"})
 # Calls that make index tensors (or tuples of them).
 _INDEX_CALLS = frozenset({"nonzero", "where", "argsort", "topk", "sort", "argmax", "argmin", "arange", "randperm", "multinomial", "bool"})
-_VIEWS = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "expand_as", "transpose", "permute", "contiguous", "flatten", "t"})
+_VIEWS = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "expand_as", "transpose", "permute", "contiguous", "flatten", "t", "clone", "detach"})
 
 
 
@@ -467,6 +467,11 @@ class HazardSites:
         if isinstance(node, cst.Name):
             value = self.region_ops.values.value_at(node, unit)
             return value is not None and self._float32(value, unit, depth + 1)
+        name = dotted_name(node)
+        if isinstance(node, cst.Attribute) and name is not None and name.startswith("self.") and name.count(".") == 1:
+            # `self.embed_avg`: every value the class gives it (assigned, or a buffer registered) is
+            values = self.region_ops.casts.values_of(name, unit)
+            return bool(values) and all(value is not node and self._float32(value, home, depth + 1) for value, home in values)
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _VIEWS | {"to", "cuda"}:
             if node.func.attr.value == "to" and not all(self.region_ops.casts.device_like(a, unit) for a in node.args):
                 return False

@@ -66,7 +66,8 @@ Context = Tuple[str, str, bool]  # device, dtype, ambient
 # whatever their arguments (but a dtype): views, selections, `masked_fill`, and the pieces of
 # a split.
 _VIEWS = (SAME_DTYPE_METHODS - {"mul", "div"}) | frozenset(
-    {"chunk", "split", "unbind", "tensor_split", "cpu", "cuda", "gather", "index_select", "take_along_dim", "max", "min", "topk", "sort"}
+    {"chunk", "split", "unbind", "tensor_split", "cpu", "cuda", "gather", "index_select", "take_along_dim", "max", "min", "topk", "sort",
+     "diagonal", "diag", "diag_embed", "masked_select", "nan_to_num", "abs"}
 )
 _ATTRIBUTES = SAME_DTYPE_ATTRIBUTES | frozenset({"values"})  # `.values` of `max(dim)`, `topk`, `sort`
 # Tensor methods that compute with one other operand: lowered when both are.
@@ -328,11 +329,15 @@ class LoweredValues(Analysis):
                 return self._arithmetic(node, receiver, node.args[0].value, cst.Multiply(), unit, context, budget)
             if method == "where" and len(node.args) == 2:
                 return self._arithmetic(node, receiver, node.args[1].value, cst.Multiply(), unit, context, budget)
+        qualified = self.model.qualified(func) or ""
+        positional = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+        if qualified.startswith("torch.") and qualified[6:] in _VIEWS - {"max", "min", "cpu", "cuda"} and positional:
+            if any(self.model.resolver.dtypes(arg.value, unit.scope) for arg in node.args):
+                return None
+            return self._lowered(positional[0], unit, context, budget)  # `torch.diagonal(gram)`: a view of it
         op = self.ops.torch_op(node, unit)
         if op is not None:
             return self._op(op, node, unit, context, budget)
-        qualified = self.model.qualified(func) or ""
-        positional = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
         if qualified == "torch.where" and len(positional) == 3:
             return self._arithmetic(node, positional[1], positional[2], cst.Multiply(), unit, context, budget)
         if qualified in ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack") and positional:

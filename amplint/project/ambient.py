@@ -244,7 +244,8 @@ class Ambient:
                 if any((f.code, f.row, f.column) == key for f in found.get(node[0], ())):
                     continue
                 way, related = self._way(node, context, hops, locator)
-                help_text = f"{hazard['help']} It runs under {way}." if hazard.get("help") else f"It runs under {way}."
+                message, help_first = hazard.get("by_dtype", {}).get(context[1], (hazard["message"], hazard.get("help")))
+                help_text = f"{help_first} It runs under {way}." if help_first else f"It runs under {way}."
                 found.setdefault(node[0], []).append(
                     Finding(
                         path=node[0],
@@ -255,7 +256,7 @@ class Ambient:
                         code=rule.code,
                         name=rule.name,
                         url=rule.url(),
-                        message=hazard["message"],
+                        message=message,
                         help=help_text,
                         severity=rule.severity,
                         related=tuple(related),

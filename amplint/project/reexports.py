@@ -169,6 +169,10 @@ class ReExports:
                     if part == "functions" and isinstance(entry, dict) and "home" not in entry:
                         entry = {**entry, "home": origin}
                     made.setdefault(part, {}).setdefault(bound, entry)
+            # The scalers its classes and functions hold, by the origin's own keys (`ext:<origin>:...`).
+            scalers = source.get("scalers")
+            for scaler, entry in (scalers.items() if isinstance(scalers, dict) else ()):
+                made["scalers"].setdefault(scaler, entry)
             facts = source.get("facts")
             for family, entries in (facts.items() if isinstance(facts, dict) else ()):
                 for bound, entry in _entries(entries, name, local):
