@@ -56,9 +56,14 @@ def test_a_function_that_switches_autocast_off_itself_takes_no_callers_autocast(
     assert found.findings() == {}
 
 
-def test_the_regions_own_file_is_left_to_its_rules():
-    results = [FileResult("/p/train.py", ambient={"regions": [_region([[["Net.forward"], "model", 0]])], "units": {"Net.forward": {"calls": [], "hazards": [HAZARD]}}})]
-    assert Ambient(results).findings() == {}
+def test_what_the_files_own_rules_report_is_not_reported_twice():
+    from amplint.lint.diagnostics import Finding
+
+    own = Finding(path="/p/train.py", row=13, column=18, end_row=13, end_column=40, code="AMP013", name="x", url=None, message="a hazard", help=None, severity="error")
+    facts = {"regions": [_region([[["Net.forward"], "model", 0]])], "units": {"Net.forward": {"calls": [], "hazards": [HAZARD]}}}
+    assert Ambient([FileResult("/p/train.py", findings=[own], ambient=facts)]).findings() == {}
+    # What they do not reach (a model passed as a parameter), the project pass reports.
+    assert [f.row for f in Ambient([FileResult("/p/train.py", ambient=facts)]).findings()["/p/train.py"]] == [13]
 
 
 # --------------------------------------------------------------------------- what a file says
@@ -268,3 +273,54 @@ def test_the_model_line_noqa_suppresses_it_and_is_used_even_when_linted_alone(am
 
 def test_the_model_file_alone_has_no_finding(amplint, project):
     assert amplint("--no-cache", "models/net.py", cwd=_project(project)).stdout == "All checks passed!\n"
+
+
+def test_only_the_selected_codes(amplint, project):
+    root = _project(project)
+    assert amplint("--no-cache", "--select", "AMP001", ".", cwd=root).stdout == "All checks passed!\n"
+    assert amplint("--no-cache", "--ignore", "AMP020", ".", cwd=root).stdout == "All checks passed!\n"
+
+
+ENGINE = '''\
+import torch
+
+
+def train_one_epoch(model, loader, optimizer, scaler):
+    for x, mask, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = (model(x, mask) - y).pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+'''
+
+MAIN = '''\
+import torch
+from engine import train_one_epoch
+from models import Net
+
+
+def main(loader, scaler):
+    model = Net(64).cuda()
+    optimizer = torch.optim.AdamW(model.parameters())
+    for epoch in range(10):
+        train_one_epoch(model, loader, optimizer, scaler)
+'''
+
+
+def test_a_region_that_calls_a_parameter_runs_what_another_file_passes(amplint, project):
+    # engine.py opens the region around `model(...)`, a parameter; main.py (no AMP words)
+    # passes a Net for it; the Net's code is in a third place.
+    root = project({"engine.py": ENGINE, "main.py": MAIN, "models/__init__.py": "from .net import Net\n", "models/net.py": MODEL})
+    (item,) = json.loads(amplint("--no-cache", "--output-format", "json", ".", cwd=root).stdout)
+    assert (os.path.relpath(item["filename"], root), item["location"]["row"], item["code"]) == ("models/net.py", 13, "AMP020")
+    assert "`model(...)` (what ../main.py passes for `model`) -> `Net.forward`" in item["help"]
+    # Nobody passes a model the code shows: nothing is guessed.
+    unknown = project({"main.py": MAIN.replace("model = Net(64).cuda()", "model = build(cfg)")})
+    assert amplint("--no-cache", ".", cwd=unknown).stdout == "All checks passed!\n"
+
+
+def test_in_one_file_a_model_passed_to_the_function_with_the_region(amplint, project):
+    script = MODEL + "\n\n" + ENGINE.replace("import torch\n", "") + "\n\ndef main(loader, scaler):\n    train_one_epoch(Net(64), loader, None, scaler)\n"
+    root = project({"train.py": script})
+    assert [line.split(" ")[:2] for line in amplint("--no-cache", "--concise", ".", cwd=root).stdout.splitlines()[:-1]] == [["train.py:13:18:", "AMP020"]]

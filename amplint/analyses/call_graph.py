@@ -79,8 +79,15 @@ class Target:
     level: int = 0
     name: Optional[str] = None
     member: Optional[str] = None
+    # What the callers of the top-level function `unit` pass for its parameter of this name,
+    # at this position (`model(x)` in `def train_one_epoch(model, loader)`): known only to the
+    # project pass, from the calls other files make (`Edge.arguments`).
+    parameter: Optional[str] = None
+    position: int = -1
 
     def to_json(self) -> list:
+        if self.parameter is not None:
+            return [self.unit, self.parameter, self.position]
         return [self.unit] if self.unit is not None else [self.module, self.level, self.name, self.member]
 
 
@@ -227,7 +234,7 @@ class CallGraph(Analysis):
             forward = self._method(owner, "forward") if owner is not None else None
             return [forward] if forward is not None else []
         if isinstance(func, cst.Name):
-            return self._named(func.value, scope)
+            return self._named(func.value, scope) or self._parameter_target(func.value, scope)
         assert isinstance(func, cst.Attribute)
         owner_name, method = dotted_name(func.value), func.attr.value
         if owner_name is None:
@@ -293,6 +300,35 @@ class CallGraph(Analysis):
                 return []
             targets.append(target)
         return targets
+
+    def arguments(self, record: CallRecord) -> Dict[str, List[Target]]:
+        """What a call passes that the project pass may follow into its callee's parameters:
+        for each argument (by position, "0", or keyword) that is an instance of classes the
+        code shows, where calling it goes (`train_one_epoch(Net(), loader)`: {"0":
+        [Net.forward]})."""
+        found: Dict[str, List[Target]] = {}
+        position = 0
+        for arg in record.node.args:
+            if arg.star:
+                break
+            key = arg.keyword.value if arg.keyword is not None else str(position)
+            if arg.keyword is None:
+                position += 1
+            targets = self._argument_targets(arg.value, record.unit.scope)
+            if targets:
+                found[key] = targets
+        return found
+
+    def _parameter_target(self, name: str, scope: Scope) -> List[Target]:
+        """`model(x)` for a parameter `model` of a top-level function no call of this file
+        passes a known class for: what other files' calls pass, for the project pass."""
+        bindings = self.model.resolver.bindings(name, scope)
+        if len(bindings) != 1 or bindings[0].kind != "param" or bindings[0].scope is not scope:
+            return []
+        unit = next((u for u in self.model.units if u.scope is scope and not u.is_module), None)
+        if unit is None or "." in unit.name or name not in unit.parameters:
+            return []
+        return [Target(unit=unit.name, parameter=name, position=unit.parameters.index(name))]
 
     def _passed(self, name: str, scope: Scope, depth: int) -> Optional[Set[Tuple[str, ...]]]:
         """For a parameter of a function of the file (`def train_one_epoch(model, loader)`):

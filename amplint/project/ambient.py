@@ -88,7 +88,15 @@ def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, 
         found = hazards.get(unit.name)
         if not edges and not found:
             continue
-        entry: Dict[str, Any] = {"calls": [[edge.target.to_json(), *place(unit, edge.call)] for edge in edges]}
+        calls = []
+        for edge in edges:
+            row: List[Any] = [edge.target.to_json(), *place(unit, edge.call)]
+            record = model.call_record(edge.call)
+            passed = graph.arguments(record) if record is not None and edge.target.parameter is None else {}
+            if passed:  # what other files' regions on its parameters run (`Target.parameter`)
+                row.append({key: [target.to_json() for target in targets] for key, targets in sorted(passed.items())})
+            calls.append(row)
+        entry: Dict[str, Any] = {"calls": calls}
         if not graph.takes_callers_autocast(unit):
             entry["own"] = True
         if found:
@@ -144,30 +152,60 @@ class Ambient:
 
     def __init__(self, results: Sequence[FileResult], index: Optional[PathIndex] = None, reexports: Optional[ReExports] = None) -> None:
         self.results = [r for r in results if r.ambient]
+        self._reported = {r.path: {(f.code, f.row, f.column) for f in r.findings} for r in self.results}
         self.facts: Dict[str, Mapping[str, Any]] = {r.path: r.ambient for r in self.results}  # type: ignore[misc]
         self.index = index if index is not None else PathIndex([r.path for r in results])
         self.reexports = reexports
         # (node, context) -> (the node it was reached from, the hop: [path, unit, callee name, k]) or the region
         self.parents: Dict[Tuple[Node, Context], Tuple[Optional[Tuple[Node, Context]], Tuple[Any, ...]]] = {}
         self._walked = False
+        self._callers: Optional[Dict[Node, List[Tuple[str, Dict[str, Any]]]]] = None
 
     # ---------------------------------------------------------------- resolution
     def target(self, path: str, target: Sequence[Any]) -> Optional[Node]:
         """The function a call of the file `path` goes to (`CallGraph`'s `Target`, as JSON),
         when it is one with calls or hazards of its own and runs under its caller's autocast
         (not one that may switch it off itself)."""
+        node = self.resolve(path, target)
+        entry = self.facts.get(node[0], {}).get("units", {}).get(node[1]) if node is not None else None
+        return node if entry is not None and not entry.get("own") else None
+
+    def resolve(self, path: str, target: Sequence[Any]) -> Optional[Node]:
+        """The function a `Target` of the file `path` names, wherever it is (None for a module
+        not linted, or a parameter's target)."""
         if len(target) == 1:
-            found, qualified = path, target[0]
-        else:
-            module, level, name, member = target
-            origin = self.index.path_of(path, module or None, level, exclude=path)
-            if origin is None:
-                return None
-            if self.reexports is not None:  # `from models import Net`, bound in models/__init__.py
-                origin, name = self.reexports.origin_of(origin, name)
-            found, qualified = origin, f"{name}.{member}" if member else name
-        entry = self.facts.get(found, {}).get("units", {}).get(qualified)
-        return (found, qualified) if entry is not None and not entry.get("own") else None
+            return path, target[0]
+        if len(target) != 4:
+            return None
+        module, level, name, member = target
+        origin = self.index.path_of(path, module or None, level, exclude=path)
+        if origin is None:
+            return None
+        if self.reexports is not None:  # `from models import Net`, bound in models/__init__.py
+            origin, name = self.reexports.origin_of(origin, name)
+        return origin, f"{name}.{member}" if member else name
+
+    def passed(self, path: str, function: str, parameter: str, position: int) -> List[Tuple[Node, str]]:
+        """What the project's calls of the top-level function `function` of `path` pass for
+        its parameter (by position or keyword), as the functions calling it runs: each
+        instance of a class the calling code shows (`train_one_epoch(Net(), loader)` in
+        main.py), resolved among the linted files, each with the file whose call passes it."""
+        if self._callers is None:
+            self._callers = {}
+            for caller_path in sorted(self.facts):
+                for unit in sorted(self.facts[caller_path].get("units", {})):
+                    for call in self.facts[caller_path]["units"][unit].get("calls", ()):
+                        if len(call) > 3:
+                            callee = self.resolve(caller_path, call[0])
+                            if callee is not None:
+                                self._callers.setdefault(callee, []).append((caller_path, call[3]))
+        found: List[Tuple[Node, str]] = []
+        for caller_path, arguments in self._callers.get((path, function), ()):
+            for target in arguments.get(str(position), arguments.get(parameter, ())):
+                node = self.target(caller_path, target)
+                if node is not None and all(node != seen for seen, _ in found):
+                    found.append((node, caller_path))
+        return found
 
     # ---------------------------------------------------------------- the walk
     def walk(self) -> None:
@@ -180,21 +218,23 @@ class Ambient:
         for path in sorted(self.facts):
             for place, region in enumerate(self.facts[path].get("regions", ())):
                 for context in map(tuple, region.get("contexts", ())):
-                    for target, name, k in region.get("calls", ()):
-                        node = self.target(path, target)
-                        if node is None:
-                            continue
-                        key = (node, context)
-                        if key not in self.parents:
-                            self.parents[key] = (None, ("region", path, place, name, k))
-                            queue.append((node, context, 1))  # type: ignore[arg-type]
+                    for target, name, k, *_ in region.get("calls", ()):
+                        # A parameter the region calls (`model(x)`): what the project's calls pass for it.
+                        nodes = self.passed(path, *target) if len(target) == 3 else [(self.target(path, target), "")]
+                        for node, passer in nodes:
+                            if node is None:
+                                continue
+                            key = (node, context)
+                            if key not in self.parents:
+                                self.parents[key] = (None, ("region", path, place, name, k, passer))
+                                queue.append((node, context, 1))  # type: ignore[arg-type]
         while queue:
             node, context, depth = queue.popleft()
             entry = self.facts.get(node[0], {}).get("units", {}).get(node[1])
             if entry is None or depth >= MAX_DEPTH:
                 continue
-            for target, name, k in entry.get("calls", ()):
-                callee = self.target(node[0], target)
+            for target, name, k, *_ in entry.get("calls", ()):
+                callee = self.target(node[0], target)  # not a parameter's: who passed it is not followed
                 if callee is None:
                     continue
                 key = (callee, context)
@@ -232,9 +272,10 @@ class Ambient:
             if not entry or not entry.get("hazards"):
                 continue
             hops = self.chain(node, context)
-            if hops[0][1] == node[0]:
-                continue  # the region is in the same file: its own rules report it
+            reported = self._reported.get(node[0], set())  # by the file's own rules (a region of its own)
             for hazard in entry["hazards"]:
+                if (hazard["code"], hazard["row"], hazard["column"]) in reported:
+                    continue
                 if list(context) not in hazard.get("contexts", ()):
                     continue
                 rule = rules.get(hazard["code"])
@@ -267,15 +308,16 @@ class Ambient:
     def _way(self, node: Node, context: Context, hops: List[Tuple[Any, ...]], locator: "_Locator") -> Tuple[str, List[Related]]:
         """The chain in words, and as related locations: the region, then each call on the way."""
         device, dtype = context
-        _, path, place, _, _ = hops[0]
+        _, path, place, *_ = hops[0]
         region = self.facts[path]["regions"][place]
         where = f"{os.path.relpath(path, os.path.dirname(node[0]) or os.curdir)}:{region['at'][0]}"
         parts = [f"{where} {region['text']} ({dtype}, {_DEVICE_WORDS.get(device, device)})"]
         related = [Related(path, region["at"][0], region["at"][1], f"the autocast region ({dtype}, {_DEVICE_WORDS.get(device, device)}): {region['text']}")]
-        for index, (kind, hop_path, owner, name, k) in enumerate(hops):
+        for index, (kind, hop_path, owner, name, k, *passer) in enumerate(hops):
             unit = region["unit"] if kind == "region" else owner
             callee_path, callee = (hops[index + 1][1], hops[index + 1][2]) if index + 1 < len(hops) else node
-            parts.append(f"`{name}(...)` -> `{callee}`")
+            passed = f" (what {os.path.relpath(passer[0], os.path.dirname(node[0]) or os.curdir)} passes for `{name}`)" if passer and passer[0] else ""
+            parts.append(f"`{name}(...)`{passed} -> `{callee}`")
             row, column = locator.call(hop_path, unit, name, k)
             if row:
                 related.append(Related(hop_path, row, column, f"`{name}(...)` runs `{callee}` ({os.path.basename(callee_path)})"))
@@ -437,6 +479,15 @@ def _reach(results: Sequence[FileResult], read: Any, index: PathIndex, reexports
         return imports[path]
 
     starts = [r.path for r in results if r.error is None and (r.ambient and r.ambient.get("regions") or _may_open_region(r, read))]
+    # A region that calls a parameter (`model(x)` in `def train_one_epoch(model, ...)`) runs
+    # what the files calling that function pass: those files start too.
+    functions = {path: {target[0] for region in results[place[path]].ambient.get("regions", ()) for target, *_ in region.get("calls", ()) if len(target) == 3} for path in starts if results[place[path]].ambient}
+    functions = {path: names for path, names in functions.items() if names}
+    if functions:
+        for result in results:
+            text = read(result.path) if result.error is None and result.path.endswith(".py") and result.path not in starts else None
+            if text and any(name in text for names in functions.values() for name in names) and imported(result.path) & set(functions):
+                starts.append(result.path)
     seen: Set[str] = set(starts)
     pending = list(starts)
     while pending:
@@ -457,9 +508,16 @@ def _may_open_region(result: FileResult, read: Any) -> bool:
     return any(word in text for word in _REGION_WORDS)
 
 
-def report(results: List[FileResult], index: Optional[PathIndex] = None, reexports: Optional[ReExports] = None, read: Any = None) -> List[FileResult]:
-    """`results` with the ambient findings added to the files they are in (not what a `#
-    noqa` there suppresses); each such file's text kept for its code frames."""
+def report(
+    results: List[FileResult],
+    index: Optional[PathIndex] = None,
+    reexports: Optional[ReExports] = None,
+    read: Any = None,
+    codes: Optional[Mapping[str, Sequence[str]]] = None,
+) -> List[FileResult]:
+    """`results` with the ambient findings added to the files they are in (of the codes
+    selected for that file, `codes`: path -> codes, when given; not what a `# noqa` there
+    suppresses); each such file's text kept for its code frames."""
     if not any(r.ambient for r in results):
         return results
     if index is None:
@@ -484,7 +542,8 @@ def report(results: List[FileResult], index: Optional[PathIndex] = None, reexpor
             out.append(result)
             continue
         suppressions = parse_suppressions(text)
-        kept = [f for f in added if not suppressions.suppresses(f.row, f.code)]
+        selected = codes.get(result.path) if codes is not None else None
+        kept = [f for f in added if (selected is None or f.code in selected) and not suppressions.suppresses(f.row, f.code)]
         if not kept:
             out.append(result)
             continue

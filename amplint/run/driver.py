@@ -204,7 +204,7 @@ class Runner:
         if run is not None:
             remembered = self._remembered(run, jobs, bases)
             if remembered is not None:
-                return _with_ambient(remembered)
+                return _with_ambient(remembered, {job.path: job.codes for job in jobs})
         from amplint.project.link import link, read_text
         from amplint.project.order import lint_in_order
 
@@ -226,7 +226,7 @@ class Runner:
             final = [self._key_of(result) for result in results]
             if all(final):
                 self.cache.put_run(run, [(place, key) for place, key in enumerate(final) if key is not None])
-        return _with_ambient(results)
+        return _with_ambient(results, codes)
 
     def _ambient_completed(self, results: List[FileResult], read: Any, codes: Mapping[str, Tuple[str, ...]]) -> List[FileResult]:
         """`results`, with the model code the regions' files import analysed whole for its
@@ -538,16 +538,17 @@ class Runner:
         return max(120.0, 10 * self.budget) if self.budget else float("inf")
 
 
-def _with_ambient(results: List[FileResult]) -> List[FileResult]:
+def _with_ambient(results: List[FileResult], codes: Mapping[str, Tuple[str, ...]]) -> List[FileResult]:
     """`results` with what the project's ambient autocast adds to them: the hazards model code
-    hits under regions other files open (`amplint.project.ambient`). Worked out again every
-    run, from what each result says of its file (kept in the cache): the regions and the
-    model code may be in different files, and either may change."""
+    hits under regions other files open (`amplint.project.ambient`), of the codes selected for
+    the file they are in. Worked out again every run, from what each result says of its file
+    (kept in the cache): the regions and the model code may be in different files, and either
+    may change."""
     if not any(result.ambient for result in results):
         return results
     from amplint.project.ambient import report
 
-    return report(results)
+    return report(results, codes=codes)
 
 
 def _read(path: str) -> Union[bytes, FileResult]:
