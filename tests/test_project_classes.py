@@ -634,10 +634,10 @@ def test_a_summary_says_what_state_functions_and_methods_save():
         """
     ) + textwrap.dedent(SCALERS)
     state = lint_source(source, "ckpt.py", ALL_RULES, whole=True).summary["state"]
-    # The optimizers' state only: no other object's decides a finding.
-    assert state["RunState.write"]["saves"] == ["self.optimizer"]
+    # The optimizers' and the scalers' state only: no other object's decides a finding.
+    assert state["RunState.write"]["saves"] == ["self.optimizer", "self.scaler"]
     # `self.optimizer = optimizer or default` holds what is passed.
-    assert state["RunState.__init__"]["sets"] == {"optimizer": "optimizer"}
+    assert state["RunState.__init__"]["sets"] == {"optimizer": "optimizer", "scaler": "scaler"}
     assert state["Resumer.load"]["restores"] == ["self.optimizer"]
     # Set to None elsewhere too, `self.optimizer` may not hold what the constructor was handed.
     assert "Resumer.__init__" not in state

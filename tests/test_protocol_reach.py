@@ -169,3 +169,50 @@ def test_a_wrapper_of_another_module_that_updates_every_nth_call_unscales_every_
 def test_the_same_wrapper_called_without_a_clip_unscales_nothing(tmp_path):
     found, _ = lint_project(tmp_path, {"scaling.py": WRAPPER, "train.py": TRAIN.format(clip="None")}, "--no-cache")
     assert found == []
+
+
+CHECKPOINT_HELPERS = """
+import torch
+
+
+def save_checkpoint(path, epoch, model, optimizer, scaler):
+    torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, path)
+
+
+def load_checkpoint(path, model, optimizer{scaler_parameter}):
+    ckpt = torch.load(path, map_location="cpu")
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"]){scaler_restore}
+    return ckpt["epoch"] + 1
+"""
+
+RESUMING = """
+import torch
+from utils.checkpoint import load_checkpoint, save_checkpoint
+
+
+def main(args, model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    start = load_checkpoint(args.resume, model, optimizer{scaler_argument}) if args.resume else 0
+    for epoch in range(start, args.epochs):
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+        save_checkpoint("last.pt", epoch, model, optimizer, scaler)
+"""
+
+
+def test_checkpoint_helpers_of_another_module_that_save_the_scaler_and_restore_only_the_optimizer(tmp_path):
+    # The helpers' summaries say what each does with the scaler it is handed: saved, and a
+    # resume that never restores it (the loss scale starts again at 65536).
+    helpers = CHECKPOINT_HELPERS.replace("{scaler_parameter}", "").replace("{scaler_restore}", "")
+    found, _ = lint_project(tmp_path / "half", {"utils/__init__.py": "", "utils/checkpoint.py": helpers, "train.py": RESUMING.replace("{scaler_argument}", "")}, "--no-cache")
+    assert found == [("train.py", 8, "AMP007")]  # the resume
+    both = CHECKPOINT_HELPERS.replace("{scaler_parameter}", ", scaler=None").replace("{scaler_restore}", '\n    if scaler is not None:\n        scaler.load_state_dict(ckpt["scaler"])')
+    found, _ = lint_project(tmp_path / "both", {"utils/__init__.py": "", "utils/checkpoint.py": both, "train.py": RESUMING.replace("{scaler_argument}", ", scaler")}, "--no-cache")
+    assert found == []

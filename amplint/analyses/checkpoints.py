@@ -529,6 +529,8 @@ class Checkpoints(Analysis):
                 callee = dotted_name(record.node.func) or ""
                 last = callee.rsplit(".", 1)[-1]
                 if self.model.external is not None and self._foreign_state(record) is not None:
+                    if any(call.record is record and call.key in aliases for call in self.state_calls):
+                        continue  # its summary says what it does with the scaler's state (`scaler_state`)
                     # `state.write(path, scaler=scaler)`, whose summary says it saves state.
                     yield HandOff(record.node, f"it is passed to `{callee}`, which saves objects' state")
                 elif callee == "setattr":

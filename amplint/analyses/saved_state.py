@@ -7,14 +7,15 @@ class handed the model and the optimizer (`ckpt = Checkpointer(model, optimizer)
 module exports, in its summary's `state` table (`export_state`), keyed like its functions
 (`save_checkpoint`, `Checkpointer.save`, `Checkpointer.__init__`):
 
-- `saves` / `restores`: the optimizers whose `state_dict()` a function or method saves, or
-  whose `load_state_dict(...)` it calls: one of its parameters (`param:optimizer`) or an
-  attribute of its instance (`self.optimizer`), named like an optimizer, also through the
-  instance's other methods it calls (`self._save()`); copies kept in memory
-  (`copy.deepcopy(opt.state_dict())`) aside. (A scaler handed to such a function or
-  instance counts as kept whatever it does with it: `amplint.analyses.checkpoints`.) Other
-  objects' state is left out: only an optimizer's decides a finding, and an entry makes
-  every importer that names it be linted again;
+- `saves` / `restores`: the optimizers and scalers whose `state_dict()` a function or method
+  saves, or whose `load_state_dict(...)` it calls: one of its parameters (`param:optimizer`,
+  `param:scaler`) or an attribute of its instance (`self.optimizer`), named like an
+  optimizer or a scaler, also through the instance's other methods it calls
+  (`self._save()`); copies kept in memory (`copy.deepcopy(opt.state_dict())`) aside. (A
+  scaler handed to such a function that does not say what it does with it counts as kept:
+  `amplint.analyses.checkpoints`.) Other objects' state is left out: only an optimizer's
+  and a scaler's decide a finding, and an entry makes every importer that names it be
+  linted again;
 - `sets`, for a class's `__init__`: the attributes those methods use, each with the parameter
   it holds (`self.optimizer = optimizer`, `self.scaler = scaler or default`); an attribute
   set anywhere else too is left out, since it may not hold what the constructor was handed;
@@ -107,7 +108,7 @@ def _direct(unit: CodeUnit) -> Tuple[Set[str], Set[str], Set[str]]:
         if restores_it and _copied_back(record.node, unit):
             continue  # `state = opt.state_dict(); ...; opt.load_state_dict(state)`
         holder = _holder(receiver, unit)
-        if holder is not None and vocabulary.looks_like_optimizer(holder.split(":")[-1]):
+        if holder is not None and (vocabulary.looks_like_optimizer(holder.split(":")[-1]) or vocabulary.named_like_a_scaler(holder.split(":")[-1].split(".")[-1])):
             (restores if restores_it else saves).add(holder)
     return saves, restores, called
 
