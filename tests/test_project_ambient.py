@@ -93,9 +93,21 @@ def test_a_region_says_what_it_calls_and_in_which_contexts():
     )
     (region,) = facts["regions"]
     assert region["contexts"] == [["cuda", "float16"]] and region["at"] == [7, 6]
-    # `model(x)`: an instance of an imported class called as a module; `criterion` is what a
-    # factory returned: not certain, not followed.
-    assert region["calls"] == [[["models", 0, "Net", "forward"], "model", 0]]
+    # `model(x)`: an instance of an imported class called as a module; `criterion`, what the
+    # factory `make_loss` returns, which the project pass looks up in its file's facts.
+    assert region["calls"] == [[["models", 0, "Net", "forward"], "model", 0], [["models", 0, "make_loss", "<returned>"], "criterion", 0]]
+
+
+def test_a_factory_of_another_file_returns_the_classes_its_returns_build(amplint, project):
+    factory = "from .net import Net\n\n\ndef build_model(cfg):\n    if cfg.small:\n        model = Net(32)\n    else:\n        model = Net(64)\n    return model\n"
+    train = TRAIN.replace("DTYPE", "torch.float16").replace("from models import Net", "from models import build_model").replace("model = Net(64).cuda()", "model = build_model(cfg).cuda()")
+    root = project({"train.py": train, "models/__init__.py": "from .build import build_model\n", "models/build.py": factory, "models/net.py": MODEL})
+    (item,) = json.loads(amplint("--no-cache", "--output-format", "json", ".", cwd=root).stdout)
+    assert (os.path.relpath(item["filename"], root), item["location"]["row"], item["code"]) == ("models/net.py", 13, "AMP020")
+    # A factory that picks from a registry: nothing is guessed.
+    registry = factory.replace("return model", "return REGISTRY[cfg.name](cfg)")
+    root = project({"models/build.py": registry})
+    assert amplint("--no-cache", ".", cwd=root).stdout == "All checks passed!\n"
 
 
 def test_calls_through_attributes_containers_and_self():

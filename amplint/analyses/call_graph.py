@@ -43,6 +43,7 @@ from amplint.semantic import (
     dotted_name,
     framework_of,
     imported_module,
+    own_returns,
     precisions,
     source_text,
 )
@@ -60,11 +61,16 @@ _WRAPPERS = frozenset(
 # Framework methods that hand back what they are given, wrapped (accelerate's, Fabric's).
 _HANDS_BACK = frozenset({"prepare", "prepare_model", "setup", "setup_module"})
 _CONTAINERS = frozenset({"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.modules.container.ModuleList", "torch.nn.modules.container.Sequential"})
+_MODULE_DICTS = frozenset({"torch.nn.ModuleDict", "torch.nn.modules.container.ModuleDict"})
 # Decorators that leave a function's autocast as its caller's.
 _PLAIN_DECORATORS = frozenset(
     {"staticmethod", "classmethod", "property", "cached_property", "wraps", "override", "no_grad", "inference_mode",
      "enable_grad", "compile", "script", "ignore", "unused", "export", "lru_cache", "cache", "abstractmethod"}
 )
+
+
+# `Target.member` for an instance a factory of another module returns.
+RETURNED = "<returned>"
 
 
 @dataclass(frozen=True)
@@ -384,16 +390,18 @@ class CallGraph(Analysis):
             value = value.func.value
         name = dotted_name(value)
         if name is not None:  # `self.blocks`, `model`: what it holds, wherever it is bound
+            # Each class a binding shows runs when that binding holds (`model = GPT(conf)` in
+            # one branch, `GPT.from_pretrained(...)` in another): reached, whatever the others hold.
             found_classes: Set[Tuple[str, ...]] = set()
             bindings = self.model.resolver.bindings(name, scope)
+            if not bindings and name.count(".") >= 2:
+                return self._module_dict_entry(name, scope, depth, seen)
             for binding in bindings:
                 if id(binding) in seen:
                     continue
                 held = binding.value if binding.value is not None else self._handed_back(binding, name)
                 inner = self._classes_of(held, binding.value_scope, depth + 1, seen | {id(binding)}) if held is not None else None
-                if inner is None:
-                    return None
-                found_classes |= inner
+                found_classes |= inner or set()
             return found_classes or None
         if not isinstance(value, cst.Call):
             return None
@@ -425,6 +433,10 @@ class CallGraph(Analysis):
             return None
         if class_name in self.model.index.classes:
             return {("local", class_name)}
+        record = self.model.call_record(value)
+        item = self.model.classify(record) if record is not None else None
+        if isinstance(item, HelperCall) and item.callee is not None:  # `model = build_model(cfg)`, a factory of the file
+            return self._returned(item.callee, depth + 1) or None
         head = class_name.split(".")[0]
         for binding in self.model.resolver.bindings(head, scope):
             if binding.kind == "import":
@@ -435,12 +447,35 @@ class CallGraph(Analysis):
                 rest = class_name.split(".")[1:]
                 if imported is not None and not rest:
                     # An imported name called is a class by its name (PEP 8's CapWords), or a
-                    # function whose result is not followed (`criterion = make_loss()`).
-                    return {("import", module or "", str(level), imported)} if imported[:1].isupper() else None
+                    # factory: what it returns, which the project pass looks up in its file.
+                    if imported[:1].isupper():
+                        return {("import", module or "", str(level), imported)}
+                    return {("returns", module or "", str(level), imported)} if not _library(module) else None
                 if rest and rest[-1][:1].isupper():  # `models.Net(...)`
                     base = module if imported is None else (f"{module}.{imported}" if module else imported)
                     return {("import", ".".join([base or "", *rest[:-1]]).strip("."), str(level), rest[-1])}
         return None
+
+    def _module_dict_entry(self, name: str, scope: Scope, depth: int, seen: FrozenSet[int]) -> Optional[Set[Tuple[str, ...]]]:
+        """`self.transformer.h` with `self.transformer = nn.ModuleDict(dict(h=nn.ModuleList(...)))`
+        (or a `{"h": ...}` display): the classes of that entry."""
+        owner, _, key = name.rpartition(".")
+        found: Set[Tuple[str, ...]] = set()
+        for value, where in self.model.resolver.values(owner, scope):
+            if not isinstance(value, cst.Call) or (self.model.resolver.qualified(value.func) or "") not in _MODULE_DICTS or not value.args:
+                continue
+            entries = value.args[0].value
+            element: Optional[cst.BaseExpression] = None
+            if isinstance(entries, cst.Call) and dotted_name(entries.func) == "dict":
+                element = next((arg.value for arg in entries.args if arg.keyword is not None and arg.keyword.value == key), None)
+            elif isinstance(entries, cst.Dict):
+                element = next(
+                    (e.value for e in entries.elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == key),
+                    None,
+                )
+            inner = self._classes_of(element, where, depth + 1, seen) if element is not None else None
+            found |= inner or set()
+        return found or None
 
     def _handed_back(self, binding: Any, name: str) -> Optional[cst.BaseExpression]:
         """For `model, optimizer = accelerator.prepare(model, optimizer)`: the argument in the
@@ -457,7 +492,29 @@ class CallGraph(Analysis):
             return None
         return positional[names.index(name)]
 
+    def returned(self, unit: CodeUnit) -> List[Target]:
+        """What calling an instance a top-level function returns runs (`def build_model(cfg):
+        ... return SwinTransformer(...)`): for the project pass, which follows a factory
+        another file calls."""
+        if unit.is_module or "." in unit.name:
+            return []
+        classes = self._returned(unit, 0)
+        targets = [self._instance_target(cls) for cls in sorted(classes) if cls[0] != "returns" and not (cls[0] == "import" and _library(cls[1]))]
+        return [target for target in targets if target is not None]
+
+    def _returned(self, unit: CodeUnit, depth: int) -> Set[Tuple[str, ...]]:
+        found: Set[Tuple[str, ...]] = set()
+        if depth > 4:
+            return found
+        for statement in own_returns(unit.node):
+            if statement.value is not None:
+                found |= self._classes_of(statement.value, unit.scope, depth + 1) or set()
+        return found
+
     def _instance_target(self, cls: Tuple[str, ...]) -> Optional[Target]:
+        if cls[0] == "returns":  # what another module's factory returns
+            _, module, level, name = cls
+            return Target(module=module or None, level=int(level), name=name, member=RETURNED)
         if cls[0] == "local":
             scope = self.model.index.classes[cls[1]]
             for method in ("__call__", "forward"):

@@ -86,7 +86,8 @@ def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, 
             continue
         edges = graph.calls(unit)
         found = hazards.get(unit.name)
-        if not edges and not found:
+        returned = graph.returned(unit)
+        if not edges and not found and not returned:
             continue
         calls = []
         for edge in edges:
@@ -101,6 +102,8 @@ def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, 
             entry["own"] = True
         if found:
             entry["hazards"] = found
+        if returned:  # a factory: what an instance it returns runs when called
+            entry["returns"] = [target.to_json() for target in returned]
         units[unit.name] = entry
     exported = []
     if seeds:
@@ -166,9 +169,24 @@ class Ambient:
         """The function a call of the file `path` goes to (`CallGraph`'s `Target`, as JSON),
         when it is one with calls or hazards of its own and runs under its caller's autocast
         (not one that may switch it off itself)."""
+        found = self.targets(path, target)
+        return found[0] if len(found) == 1 else None
+
+    def targets(self, path: str, target: Sequence[Any], depth: int = 0) -> List[Node]:
+        """`target`'s functions (several for an instance of what another module's factory
+        returns: `model = build_model(cfg)`), as `target` has them."""
+        from amplint.analyses.call_graph import RETURNED
+
+        if len(target) == 4 and target[3] == RETURNED:
+            factory = self.resolve(path, [*target[:3], None])
+            entry = self.facts.get(factory[0], {}).get("units", {}).get(factory[1]) if factory is not None and depth < 4 else None
+            found: List[Node] = []
+            for returned in (entry or {}).get("returns", ()):
+                found += [node for node in self.targets(factory[0], returned, depth + 1) if node not in found]  # type: ignore[index]
+            return found
         node = self.resolve(path, target)
         entry = self.facts.get(node[0], {}).get("units", {}).get(node[1]) if node is not None else None
-        return node if entry is not None and not entry.get("own") else None
+        return [node] if node is not None and entry is not None and not entry.get("own") else []
 
     def resolve(self, path: str, target: Sequence[Any]) -> Optional[Node]:
         """The function a `Target` of the file `path` names, wherever it is (None for a module
@@ -202,9 +220,9 @@ class Ambient:
         found: List[Tuple[Node, str]] = []
         for caller_path, arguments in self._callers.get((path, function), ()):
             for target in arguments.get(str(position), arguments.get(parameter, ())):
-                node = self.target(caller_path, target)
-                if node is not None and all(node != seen for seen, _ in found):
-                    found.append((node, caller_path))
+                for node in self.targets(caller_path, target):
+                    if all(node != seen for seen, _ in found):
+                        found.append((node, caller_path))
         return found
 
     # ---------------------------------------------------------------- the walk
@@ -220,7 +238,7 @@ class Ambient:
                 for context in map(tuple, region.get("contexts", ())):
                     for target, name, k, *_ in region.get("calls", ()):
                         # A parameter the region calls (`model(x)`): what the project's calls pass for it.
-                        nodes = self.passed(path, *target) if len(target) == 3 else [(self.target(path, target), "")]
+                        nodes = self.passed(path, *target) if len(target) == 3 else [(node, "") for node in self.targets(path, target)]
                         for node, passer in nodes:
                             if node is None:
                                 continue
@@ -234,13 +252,11 @@ class Ambient:
             if entry is None or depth >= MAX_DEPTH:
                 continue
             for target, name, k, *_ in entry.get("calls", ()):
-                callee = self.target(node[0], target)  # not a parameter's: who passed it is not followed
-                if callee is None:
-                    continue
-                key = (callee, context)
-                if key not in self.parents:
-                    self.parents[key] = ((node, context), ("call", node[0], node[1], name, k))
-                    queue.append((callee, context, depth + 1))
+                for callee in self.targets(node[0], target):  # not a parameter's: who passed it is not followed
+                    key = (callee, context)
+                    if key not in self.parents:
+                        self.parents[key] = ((node, context), ("call", node[0], node[1], name, k))
+                        queue.append((callee, context, depth + 1))
 
     def contexts_of(self, node: Node) -> List[Context]:
         """The contexts `node` runs under, reached from some region."""
@@ -410,9 +426,11 @@ def hazard_files(results: Sequence[FileResult], read: Any, index: PathIndex, ree
     hit a float16 hazard (`evidence.FLOAT16_HAZARD`: a product, and a fill, clamp, epsilon,
     division or in-place write, from CPython's tree). None without such a region: a project
     that never opens autocast costs nothing more."""
+    reached, _ = _reach(results, read, index, reexports)
+    if not reached:
+        return []
     from amplint.lint.evidence import FLOAT16_HAZARD, marks
 
-    reached, _ = _reach(results, read, index, reexports)
     found = []
     for path in sorted(reached):
         result = results[reached[path]]
