@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from typing import Iterator, List, Optional, Sequence, Tuple
 
+import libcst as cst
+
 from amplint.analyses.repetition import Loop, Repetition, Repetitions, drawn_by, loop_header, loop_targets, runs_once
 from amplint.lint.evidence import BACKWARD, SCALE, STEP
 from amplint.lint.rule import Flagged, Message, Prediction, Report, Rule, quote
-from amplint.semantic import EventKind, Occurrence, SemanticModel, source_text
+from amplint.semantic import EventKind, HelperCall, Occurrence, SemanticModel, iter_tree, source_text
 
 
 # What makes a loop a training loop: it computes gradients in every iteration.
@@ -137,6 +139,25 @@ class ScalerUpdateMissing(Rule):
                     yield Report(call.call_site, message)
 
     VALID = (
+        # One unscale_ per optimizer, one update after the last optimizer's step (a hook called
+        # once per optimizer, as Lightning 1.x's loop does).
+        """
+import torch
+class Loop:
+    def __init__(self, optimizers):
+        self.optimizers = optimizers
+        self.scaler = torch.amp.GradScaler("cuda")
+    def optimizer_step(self, optimizer, optimizer_idx):
+        self.scaler.unscale_(optimizer)
+        self.scaler.step(optimizer)
+        if optimizer_idx == len(self.optimizers) - 1:
+            self.scaler.update()
+    def fit(self, loader, model):
+        for batch in loader:
+            for optimizer_idx, optimizer in enumerate(self.optimizers):
+                self.scaler.scale(model(batch, optimizer_idx)).backward()
+                self.optimizer_step(optimizer, optimizer_idx)
+""",
         # The protocol: step, then update, every iteration.
         """
 import torch
@@ -301,6 +322,38 @@ for x in loader:
 """,
     )
     INVALID = (
+        # The update after the first optimizer's step: the second's gradients, scaled before
+        # it, are unscaled by the new scale.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for batch in loader:
+    scaler.scale(model(batch)).backward()
+    for i, opt in enumerate(optimizers):
+        scaler.unscale_(opt)
+        scaler.step(opt)
+        if i == 0:
+            scaler.update()
+""",
+            at=((7, 9),),
+        ),
+        # Each optimizer unscaled every micro-batch, the update only every fourth.
+        Flagged(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, batch in enumerate(loader):
+    scaler.scale(model(batch)).backward()
+    for opt in optimizers:
+        scaler.unscale_(opt)
+        if (i + 1) % 4 == 0:
+            scaler.step(opt)
+    if (i + 1) % 4 == 0:
+        scaler.update()
+""",
+            at=((7, 9),),
+        ),
         # The decoder's step after the update, on gradients scaled before it.
         Flagged(
             """
@@ -462,6 +515,18 @@ def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence
         return None
     _, text, outcome = skipping[-1]
     condition = text if outcome else f"not ({text})"
+    per_optimizer = _per_optimizer(call, updates[0], loop, model)
+    if per_optimizer == "last":
+        return None  # once per optimizer, and the update after the last one's step
+    if per_optimizer == "other":
+        return Message(
+            f"{quote(call)} runs for each optimizer of an iteration, but `{scaler}.update()` already after one of them (when `{condition}`)",
+            help=(
+                "The update changes the loss scale the later optimizers' gradients were scaled by: their unscale_ "
+                "divides by the new scale, and their step sees gradients off by that factor (or skips on an "
+                f"overflow the update already cleared). Call `{scaler}.update()` once, after the last optimizer's step."
+            ),
+        )
     return Message(
         f"{quote(call)} runs every iteration of `{header}` but `{scaler}.update()` only when `{condition}`",
         help=(
@@ -470,6 +535,38 @@ def _message(call: Occurrence, loop: Loop, scaler: str, updates: List[Occurrence
             "same condition as the step and the update."
         ),
     )
+
+
+def _per_optimizer(unscale: Occurrence, update: Occurrence, loop: Loop, model: SemanticModel) -> Optional[str]:
+    """When the unscale_ is of an optimizer a loop inside `loop` draws, and the update's test
+    reads what that loop draws (`for idx, opt in enumerate(optimizers):`, also through a
+    helper's parameters): "last" when the test picks the last one (`if idx == len(optimizers)
+    - 1: scaler.update()`: each optimizer unscaled once and one update per iteration of
+    `loop`), "other" when it picks another (`if idx == 0:`). None otherwise."""
+    repetitions = model.facts(Repetitions)
+    loops = repetitions.loops_around(unscale.call_site)
+    inner = loops[loops.index(loop) + 1 :] if loop in loops else []
+    drawing = [l for l in inner if drawn_by(unscale.argument, l)]
+    if not drawing:
+        return None
+    tests = [g.test for g in repetitions.branches_around(update.call_site, loop)]
+    tests += [g.test for node in update.via[1:] + (update.event.node,) for g in repetitions.branches_around(node)] if update.via and update.event.foreign is None else []
+    names = {node.value for test in tests for node in iter_tree(test) if isinstance(node, cst.Name)}
+    for node in update.via:  # a helper's parameter: the name the call passes for it
+        record = repetitions.record(node)
+        item = model.classify(record) if record is not None else None
+        if isinstance(item, HelperCall):
+            names |= {passed.value for passed in map(item.argument_for, list(names)) if isinstance(passed, cst.Name)}
+    if not any(names & loop_targets(l) for l in drawing):
+        return None
+    return "last" if any(_picks_the_last(test) for test in tests) else "other"
+
+
+def _picks_the_last(test: cst.BaseExpression) -> bool:
+    """A test for the last iteration of a loop over a collection: `idx == len(opts) - 1`,
+    `idx + 1 == len(opts)`, `opt is opts[-1]`."""
+    text = source_text(test).replace(" ", "")
+    return ("len(" in text and ("-1" in text or "+1" in text)) or "[-1]" in text
 
 
 def _exclusive(update: Occurrence, call: Occurrence, loop: Loop, model: SemanticModel) -> bool:
