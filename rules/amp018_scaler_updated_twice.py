@@ -150,7 +150,8 @@ class ScalerUpdatedTwice(Rule):
                 loop = _training_loop(update, occurrences, model) if scaler is not None else None
                 if loop is None or not model.facts(Repetitions).every_iteration(update.call_site, loop) or _maybe_exclusive(model, update, loop):
                     continue
-                if any(model.facts(Repetitions).inside(built, loop) for built in model.scalers[scaler].constructions):
+                info = model.scalers.get(scaler)  # none for a scaler another module's class holds
+                if info is not None and any(model.facts(Repetitions).inside(built, loop) for built in info.constructions):
                     continue  # a new scaler every iteration (AMP008's mistake), or each update its own
                 conditions = _conditions(model, update, loop)
                 first = next(
@@ -475,7 +476,8 @@ def _per_optimizer(update: Occurrence, scaler: str, occurrences: Sequence[Occurr
     for loop in reversed(repetitions.loops_around(update.call_site)):
         if not repetitions.repeats(loop) or runs_once(loop) or receiver.split(".")[0] in loop_targets(loop):
             continue
-        if any(model.facts(Repetitions).inside(built, loop) for built in model.scalers[scaler].constructions):
+        info = model.scalers.get(scaler)
+        if info is not None and any(model.facts(Repetitions).inside(built, loop) for built in info.constructions):
             continue
         if not repetitions.every_iteration(update.call_site, loop) or _maybe_exclusive(model, update, loop) or _skips(loop):
             return None

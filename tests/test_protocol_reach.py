@@ -216,3 +216,47 @@ def test_checkpoint_helpers_of_another_module_that_save_the_scaler_and_restore_o
     both = CHECKPOINT_HELPERS.replace("{scaler_parameter}", ", scaler=None").replace("{scaler_restore}", '\n    if scaler is not None:\n        scaler.load_state_dict(ckpt["scaler"])')
     found, _ = lint_project(tmp_path / "both", {"utils/__init__.py": "", "utils/checkpoint.py": both, "train.py": RESUMING.replace("{scaler_argument}", ", scaler")}, "--no-cache")
     assert found == []
+
+
+FACADE = """
+import torch
+
+
+class AmpOptimizer:
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def step(self):
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+"""
+
+FACADE_TRAINER = """
+import torch
+from amp_optim import AmpOptimizer
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.opt = AmpOptimizer(torch.optim.AdamW(model.parameters()))
+
+    def fit(self, loader):
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = self.model(x, y)
+            self.opt.backward(loss)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+"""
+
+
+def test_a_scaler_facade_of_another_module_held_on_an_attribute(tmp_path):
+    # Its scaler is known only by its summary's key (no construction in this file): AMP018
+    # asks about it without an internal error, and the clip between backward and step is AMP003.
+    found, _ = lint_project(tmp_path, {"amp_optim.py": FACADE, "engine.py": FACADE_TRAINER}, "--no-cache")
+    assert found == [("engine.py", 15, "AMP003")]
