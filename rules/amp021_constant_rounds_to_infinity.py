@@ -36,7 +36,7 @@ class ConstantRoundsToInfinity(Rule):
     ## What goes wrong at runtime
     Measured by `amplint verify` (CPU, an attention layer trained 5 steps with a
     GradScaler, a batch in which two of eight sequences are padding only): with
-    `torch.where(mask, scores, -1e9)` the loss was NaN at all 5 of 5 steps under float16 and
+    `torch.where(mask, scores, -1e9)` the loss was NaN at 100% of the steps under float16 and
     the scaler skipped every update, while `torch.finfo(scores.dtype).min` kept every loss
     finite. With no row masked entirely the two train alike (the masked entries are 0 after
     the softmax either way); under bfloat16 nothing differs.
@@ -77,13 +77,13 @@ class ConstantRoundsToInfinity(Rule):
     PREDICTIONS = (
         Prediction(
             "padded-sequences",
-            "nonfinite_steps",
+            "nonfinite_step_share",
             "With two of eight sequences padding only, `torch.where(mask, scores, -1e9)` makes the loss NaN at "
-            "all 5 of 5 steps under float16 (the fixed `finfo.min`: none).",
+            "every step under float16 (the fixed `finfo.min`: none).",
             compare="buggy-fixed",
-            at_least=5,
+            at_least=1.0,
             dtypes=("float16",),
-            quotes=(("buggy", "all 5 of 5"),),
+            quotes=(("buggy", "100%"),),
         ),
         Prediction(
             "padded-sequences",
@@ -106,7 +106,7 @@ class ConstantRoundsToInfinity(Rule):
         ),
         Prediction(
             "padded-sequences",
-            "nonfinite_steps",
+            "nonfinite_step_share",
             "Under bfloat16, whose range is float32's, `-1e9` is finite: no step has a non-finite loss.",
             compare="buggy-fixed",
             at_least=0,

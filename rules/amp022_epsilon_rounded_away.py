@@ -50,12 +50,12 @@ class EpsilonRoundedAway(Rule):
     Measured by `amplint verify` (CPU, 5 steps with a GradScaler): a root-mean-square
     normalisation `h / torch.sqrt((h * h).mean(-1, keepdim=True) + 1e-8)` of a Linear's
     output, in a batch where a quarter of the positions are padding (all-zero features), made
-    the loss NaN at all 5 of 5 steps under float16 and the scaler skipped every update; the
+    the loss NaN at 100% of the steps under float16 and the scaler skipped every update; the
     same normalisation computed from `h.float()` stayed finite. Under bfloat16, where 1e-8
     holds, nothing differs. An angular margin, `torch.acos(cos.clamp(-1 + 1e-7, 1 - 1e-7))`
-    of a Linear's cosine similarities, gave non-finite gradients at all 5 of 5 steps under
+    of a Linear's cosine similarities, gave non-finite gradients at 100% of the steps under
     bfloat16 (`1 - 1e-7` is 1.0 there and the arccosine's gradient at 1 is infinite), and at
-    all 5 under float16; clamped in float32, none.
+    every step under float16; clamped in float32, none.
 
     ## Example
     ```python
@@ -93,13 +93,13 @@ class EpsilonRoundedAway(Rule):
     PREDICTIONS = (
         Prediction(
             "padded-rms-norm",
-            "nonfinite_steps",
+            "nonfinite_step_share",
             "With a quarter of the positions all-zero padding, `h / torch.sqrt((h * h).mean(-1) + 1e-8)` makes the "
-            "loss NaN at all 5 of 5 steps under float16 (computed from `h.float()`: none).",
+            "loss NaN at every step under float16 (computed from `h.float()`: none).",
             compare="buggy-fixed",
-            at_least=5,
+            at_least=1.0,
             dtypes=("float16",),
-            quotes=(("buggy", "all 5 of 5"),),
+            quotes=(("buggy", "100%"),),
         ),
         Prediction(
             "padded-rms-norm",
@@ -112,7 +112,7 @@ class EpsilonRoundedAway(Rule):
         ),
         Prediction(
             "padded-rms-norm",
-            "nonfinite_steps",
+            "nonfinite_step_share",
             "Under bfloat16 1e-8 holds: no step has a non-finite loss.",
             compare="buggy-fixed",
             at_least=0,
@@ -122,22 +122,21 @@ class EpsilonRoundedAway(Rule):
         ),
         Prediction(
             "angular-margin",
-            "nonfinite_grad_steps",
-            "`torch.acos(cos.clamp(-1 + 1e-7, 1 - 1e-7))` of a Linear's cosines gives non-finite gradients at all 5 "
-            "of 5 steps under bfloat16, where `1 - 1e-7` is 1.0 (clamped in float32: none).",
+            "nonfinite_grad_step_share",
+            "`torch.acos(cos.clamp(-1 + 1e-7, 1 - 1e-7))` of a Linear's cosines gives non-finite gradients at every "
+            "step under bfloat16, where `1 - 1e-7` is 1.0 (clamped in float32: none).",
             compare="buggy-fixed",
-            at_least=5,
+            at_least=1.0,
             dtypes=("bfloat16",),
-            quotes=(("buggy", "all 5 of 5"),),
+            quotes=(("buggy", "100%"),),
         ),
         Prediction(
             "angular-margin",
-            "nonfinite_grad_steps",
-            "... and at all 5 under float16.",
+            "nonfinite_grad_step_share",
+            "... and at every step under float16.",
             compare="buggy-fixed",
-            at_least=5,
+            at_least=1.0,
             dtypes=("float16",),
-            quotes=(("buggy", "all 5 under"),),
         ),
     )
 

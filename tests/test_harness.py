@@ -1052,7 +1052,7 @@ BROKEN = {
         # a "bfloat16" run that is really float16: -1e9 becomes -inf, the padded rows NaN
         ("dtype=amp_dtype)", "dtype=torch.float16)", 1),
         # a buggy run that trains otherwise: twice the learning rate, where the control says they train alike
-        ("lr=0.05)", "lr=0.1)", 1),
+        ("lr=0.05 * LR_SCALE)", "lr=0.1 * LR_SCALE)", 1),
     ],
     "AMP022": [
         # a "bfloat16" run that is really float16: 1e-8 is 0, the padded rows NaN

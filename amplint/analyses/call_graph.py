@@ -124,6 +124,7 @@ class CallGraph(Analysis):
         super().__init__(model)
         self._units: Dict[int, CodeUnit] = {id(u.node): u for u in model.units if not u.is_module}
         self._edges: Dict[int, List[Tuple[CallRecord, Target]]] = {}
+        self._callers: Optional[Dict[int, List[Tuple[CallRecord, HelperCall]]]] = None
 
     # ---------------------------------------------------------------- what the file calls
     def seeds(self) -> List[Seed]:
@@ -348,14 +349,21 @@ class CallGraph(Analysis):
         if unit is None:
             return None
         found: Set[Tuple[str, ...]] = set()
-        for record in self.model.index.calls:
-            item = self.model.classify(record)
-            if not isinstance(item, HelperCall) or item.callee is not unit or record.unit is unit:
-                continue
+        for record, item in self._callers_of(unit):
             argument = item.argument_for(name)
             classes = self._classes_of(argument, record.unit.scope, depth + 1) if argument is not None else None
             found |= classes or set()
         return found or None
+
+    def _callers_of(self, unit: CodeUnit) -> List[Tuple[CallRecord, HelperCall]]:
+        """The file's calls of `unit` from other units, each classified once for all."""
+        if self._callers is None:
+            self._callers = {}
+            for record in self.model.index.calls:
+                item = self.model.classify(record)
+                if isinstance(item, HelperCall) and item.callee is not None and record.unit is not item.callee:
+                    self._callers.setdefault(id(item.callee), []).append((record, item))
+        return self._callers.get(id(unit), [])
 
     def _drawn_from(self, name: str, scope: Scope) -> Optional[Tuple[cst.BaseExpression, Scope]]:
         """For a `for` target over a container of modules (or its `enumerate`): the container."""

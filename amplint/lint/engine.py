@@ -10,7 +10,7 @@ a rule) becomes a per-file error; the caller carries on with the next file.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 
@@ -176,6 +176,7 @@ def _lint_source(
         tree, result.error = None, syntax_error(source, path, target, cells) if every_syntax else None
     if not matching and whole:
         parsing_rules = []
+    found: Optional[FrozenSet[str]] = None  # the code's marks, where the pre-check reads them
     if not matching and not whole:
         result.skipped = True  # not worth a LibCST parse: no rule can match
         result.import_words = import_words(source)
@@ -193,6 +194,9 @@ def _lint_source(
             result.imports = evidence.imports(tree)
             result.may_export = bool(found & evidence.EXPORTS)
     cpython_accepts = tree is not None
+    # A float16 hazard needs a product and a fill, clamp, epsilon or write (evidence.FLOAT16_HAZARD):
+    # without one, the file has none to export for other files' regions.
+    may_hazard = tree is not None and summary and evidence.FLOAT16_HAZARD in (found if found is not None else evidence.marks(tree))
     del tree  # not kept through LibCST's parse
     if result.skipped:
         return _nothing_to_find(result, source, cells, rules)
@@ -228,7 +232,7 @@ def _lint_source(
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
         # What other files' regions may report here (hazards of model code: amplint.project.ambient)
         # is not what a `# noqa` on its line would suppress in vain.
-        hazards = hazards_of(model) if summary else {}
+        hazards = hazards_of(model) if may_hazard else {}
         result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact, latent=hazard_rows(hazards))
         result.summary = export_summary(model, path) if summary else None
         result.ambient = ambient_facts(model, module, source if exact else None, hazards) if summary else None
