@@ -336,3 +336,42 @@ def test_in_one_file_a_model_passed_to_the_function_with_the_region(amplint, pro
     script = MODEL + "\n\n" + ENGINE.replace("import torch\n", "") + "\n\ndef main(loader, scaler):\n    train_one_epoch(Net(64), loader, None, scaler)\n"
     root = project({"train.py": script})
     assert [line.split(" ")[:2] for line in amplint("--no-cache", "--concise", ".", cwd=root).stdout.splitlines()[:-1]] == [["train.py:13:18:", "AMP020"]]
+
+
+LOSSES = '''\
+import torch.nn as nn
+
+
+class GanLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.criterion = nn.BCELoss()
+
+    def forward(self, probability, target):
+        return self.criterion(probability, target)
+'''
+
+LOSS_TRAIN = '''\
+import torch
+from losses import GanLoss
+
+
+def train(model, loader, device):
+    criterion = GanLoss()
+    for x, y in loader:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = criterion(torch.sigmoid(model(x)), y)
+        loss.backward()
+'''
+
+
+def test_a_loss_module_that_autocast_refuses_on_cuda(amplint, project):
+    # CUDA's autocast raises on binary_cross_entropy, whatever the dtype: AMP013, in the loss file.
+    root = project({"losses.py": LOSSES, "train.py": LOSS_TRAIN.replace("torch.autocast(device,", 'torch.autocast("cuda",')})
+    (item,) = json.loads(amplint("--no-cache", "--output-format", "json", ".", cwd=root).stdout)
+    assert (item["filename"].endswith("losses.py"), item["location"]["row"], item["code"]) == (True, 10, "AMP013")
+    assert "raises under bfloat16 autocast on CUDA" in item["message"]
+    # CPU's autocast runs it in float32; and the logits form is safe on both.
+    cuda = LOSS_TRAIN.replace("torch.autocast(device,", 'torch.autocast("cuda",')
+    for files in ({"train.py": LOSS_TRAIN.replace("torch.autocast(device,", 'torch.autocast("cpu",')}, {"train.py": cuda, "losses.py": LOSSES.replace("BCELoss", "BCEWithLogitsLoss")}):
+        assert amplint("--no-cache", ".", cwd=project(files)).stdout == "All checks passed!\n"

@@ -1,7 +1,9 @@
 """Float16 hazards on values autocast lowered (a fact family: `Float16Hazards`): constants
 outside the dtype's range written into a lowered tensor (AMP020 where PyTorch refuses them,
 AMP021 where it rounds them to infinity), epsilons and clamp bounds the dtype rounds away
-(AMP022), and lowered values written in place into float32 tensors (AMP023). What each is,
+(AMP022), and lowered values written in place into float32 tensors (AMP023); and, for the
+project's ambient pass, the binary cross-entropy CUDA's autocast refuses (AMP013's, which
+reports it in the file's own regions itself). What each is,
 and where it is found, is `amplint.analyses.hazard_sites`; which values are lowered,
 `amplint.analyses.lowered_values`.
 

@@ -20,6 +20,10 @@ lowered in the context asked about, and only where the hazard is real for that d
   `masked_scatter_`, `put_`, `index_reduce_`, `lerp_` require one dtype and
   raise (measured on torch 2.13's CPU; CUDA's autocast promotes only the out-of-place
   `scatter_add` and `index_put`).
+- `BANNED_LOSS` (AMP013's): `F.binary_cross_entropy` or an `nn.BCELoss` called where CUDA's
+  autocast is on (in a loss module a training script's region reaches): PyTorch raises
+  ("unsafe to autocast"). AMP013 reports it in a region of the file's own; these sites let
+  the project's ambient pass report it in another file's loss code.
 
 `sites(unit)` lists the candidates of a unit once (most units have none); `check(site, unit,
 context)` answers for one context.
@@ -35,12 +39,15 @@ import libcst as cst
 from amplint.analyses.lowered_values import Lowered, LoweredValues
 from amplint.analyses.region_ops import RegionOps
 from amplint.semantic import CodeUnit, SemanticModel, dotted_name, iter_tree, keyword_argument, source_text
-from amplint.semantic.pytorch.autocast_ops import FORMATS, HAZARD_CALLS, LOG_OPS
+from amplint.semantic.pytorch.autocast_ops import BANNED, FORMATS, HAZARD_CALLS, LOG_OPS, autocast_policy
 
 OVERFLOWING_FILL = "AMP020"
 OVERFLOWING_WHERE = "AMP021"
 ROUNDED_EPSILON = "AMP022"
 WRITE_INTO_FLOAT32 = "AMP023"
+BANNED_LOSS = "AMP013"
+# The names of the binary cross-entropy autocast refuses on CUDA (`autocast_ops._BANNED_CUDA`).
+_BANNED_NAMES = frozenset({"binary_cross_entropy", "BCELoss"})
 
 # Fills that check their value: (position of the value among the arguments, its keyword).
 _FILLS = {"masked_fill": (1, "value"), "masked_fill_": (1, "value"), "fill_": (0, "value"), "index_fill_": (2, "value"), "new_full": (1, "fill_value")}
@@ -120,6 +127,7 @@ class HazardSites:
         self.region_ops = model.facts(RegionOps)
         self._sites: Dict[int, List[Site]] = {}
         self._default_dtype_set: Optional[bool] = None
+        self._names_banned: Optional[bool] = None
 
     def sites(self, unit: CodeUnit) -> List[Site]:
         """The unit's candidates, in source order: calls named like a hazard, divisions and
@@ -132,11 +140,18 @@ class HazardSites:
         def descend(node: cst.CSTNode) -> bool:
             return node is unit.node or not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
 
+        losses = self._banned_losses()
         for node in iter_tree(unit.node, descend):
             if isinstance(node, cst.Call):
                 name = (dotted_name(node.func) or "").rsplit(".", 1)[-1] if not isinstance(node.func, cst.Attribute) else node.func.attr.value
                 if name in HAZARD_CALLS:
                     found.append(Site(_call_kind(name), node, name))
+                elif losses and name not in _BANNED_NAMES:
+                    op = self.region_ops.torch_ops.torch_op(node, unit)  # `self.criterion(p, y)`, `nn.BCELoss()(p, y)`
+                    if op is not None and op.name == "binary_cross_entropy":
+                        found.append(Site("banned", node, op.name))
+                elif losses:
+                    found.append(Site("banned", node, name))
             elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Divide, cst.Power)):
                 found.append(Site("divide", node))
             elif isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Subscript) for t in node.targets):
@@ -158,7 +173,35 @@ class HazardSites:
             return self._epsilon(site, unit, context)
         if site.kind == "write":
             return self._write(site, unit, context)
+        if site.kind == "banned":
+            return self._banned(site, unit, context)
         return None
+
+    def _banned_losses(self) -> bool:
+        """Whether the file names the binary cross-entropy autocast refuses (once per file)."""
+        if self._names_banned is None:
+            self._names_banned = any((dotted_name(r.node.func) or "").rsplit(".", 1)[-1] in _BANNED_NAMES for r in self.model.index.calls)
+        return self._names_banned
+
+    def _banned(self, site: Site, unit: CodeUnit, context) -> Optional[Found]:
+        """`F.binary_cross_entropy(p, y)`, `self.criterion(p, y)` with an `nn.BCELoss`, where
+        the context's autocast is on: refused on CUDA, whatever the inputs' dtype."""
+        call: cst.Call = site.node  # type: ignore[assignment]
+        device = context[0]
+        op = self.region_ops.torch_ops.torch_op(call, unit)
+        if op is None or op.name != "binary_cross_entropy" or autocast_policy(op.name, device) != BANNED:
+            return None
+        if self.values.autocast_on(call, unit, *context) is not True:
+            return None
+        return Found(
+            BANNED_LOSS,
+            call,
+            f"`{source_text(call)}` raises under {DTYPE} autocast on CUDA: binary cross-entropy is unsafe to autocast",
+            'PyTorch refuses it ("torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast"): '
+            "a sigmoid rounded to 0 or 1 in low precision makes its log infinite. Return logits and use "
+            "`F.binary_cross_entropy_with_logits` (or `nn.BCEWithLogitsLoss`), which autocast runs in float32.",
+            Lowered(call, unit),
+        )
 
     # ---------------------------------------------------------------- constants out of range
     def _fill(self, site: Site, unit: CodeUnit, context) -> Optional[Found]:

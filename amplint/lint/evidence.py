@@ -62,6 +62,8 @@ MODULE_ISLAND = "module island"
 # (`masked_fill`, `where`, `sqrt`, `index_add_`), a division or a subscript assignment
 # (`amplint.analyses.hazard_sites`).
 FLOAT16_HAZARD = "float16 hazard"
+# ... or a binary cross-entropy, which CUDA's autocast refuses (`hazard_sites.BANNED_LOSS`).
+_BANNED_LOSSES = frozenset({"binary_cross_entropy", "BCELoss"})
 
 # With the wrappers of one the user's code owns (timm's NativeScaler).
 _GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"}) | frameworks.OWNED_SCALER_CLASSES
@@ -200,7 +202,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         _by_receiver(method, receiver, call, found)
     if any(call not in backwarded for call in scale_calls):
         found.add(SCALED_VALUE)  # `loss = scaler.scale(loss)`, `print(scaler.scale(loss))`
-    if PRODUCT in found and (writes or not methods.isdisjoint(HAZARD_CALLS)):
+    if PRODUCT in found and (writes or not methods.isdisjoint(HAZARD_CALLS)) or not methods.isdisjoint(_BANNED_LOSSES):
         found.add(FLOAT16_HAZARD)
     if forward and products and FLOAT32_CAST in found and _island(functions, products):
         found.add(MODULE_ISLAND)

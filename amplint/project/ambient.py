@@ -45,7 +45,7 @@ MAX_DEPTH = 12
 
 # The codes of the hazards (`amplint.analyses.hazard_sites`) a region in another file may
 # report in model code.
-HAZARD_CODES = ("AMP020", "AMP021", "AMP022", "AMP023")
+HAZARD_CODES = ("AMP013", "AMP020", "AMP021", "AMP022", "AMP023")
 
 
 def names_a_hazard(source: str) -> bool:
@@ -450,7 +450,7 @@ def hazard_files(results: Sequence[FileResult], read: Any, index: PathIndex, ree
 
 # A hazard's words in the text (`HAZARD_CALLS`, a small float, a division or a subscript
 # assignment), before CPython's tree says whether a product feeds one.
-_HAZARD_WORDS = ("fill", "full", "where", "clamp", "clip", "log", "sqrt", "acos", "asin", "index_", "scatter", "put_", "lerp_", "e-", "/", "] =")
+_HAZARD_WORDS = ("fill", "full", "where", "clamp", "clip", "log", "sqrt", "acos", "asin", "index_", "scatter", "put_", "lerp_", "e-", "/", "] =", "BCELoss", "binary_cross_entropy")
 
 
 def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports] = None) -> List[int]:
