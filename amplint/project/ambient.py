@@ -479,21 +479,14 @@ def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexp
 def _reach(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports]) -> Tuple[Dict[str, int], Any]:
     """The files (path -> place in `results`) the files that may open a region import,
     directly or not (themselves included), and the function that gives a file's imports."""
-    from amplint.project.order import imports_named
+    from amplint.project.order import imported_files
 
     place = {r.path: i for i, r in enumerate(results)}
     imports: Dict[str, Set[str]] = {}
 
     def imported(path: str) -> Set[str]:
         if path not in imports:
-            text = read(path) or ""
-            found: Set[str] = set()
-            for module, level in imports_named(text):
-                for target in index.paths_of(path, module or None, level, exclude=path):
-                    found.add(target)
-                    if reexports is not None:
-                        found.update(reexports.names_from(target))
-            imports[path] = {t for t in found if t in place}
+            imports[path] = {t for t in imported_files(path, read(path) or "", index, reexports) if t in place}
         return imports[path]
 
     starts = [r.path for r in results if r.error is None and (r.ambient and r.ambient.get("regions") or _may_open_region(r, read))]

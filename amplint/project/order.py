@@ -30,16 +30,19 @@ def import_graph(texts: Mapping[str, str], index: PathIndex, reexports: Optional
     (`imports_named`, resolved among every linted file by `index`): `from pkg import utils`
     may name `pkg/__init__.py` and `pkg/utils.py`, and through `pkg/__init__.py` the modules
     it re-exports from (`reexports`)."""
-    graph: Dict[str, Set[str]] = {}
-    for path, text in texts.items():
-        found: Set[str] = set()
-        for module, level in imports_named(text):
-            for target in index.paths_of(path, module or None, level, exclude=path):
-                found.add(target)
-                if reexports is not None:
-                    found.update(reexports.names_from(target))
-        graph[path] = {target for target in found if target in texts and target != path}
-    return graph
+    return {path: {target for target in imported_files(path, text, index, reexports) if target in texts and target != path} for path, text in texts.items()}
+
+
+def imported_files(path: str, text: str, index: PathIndex, reexports: Optional[ReExports] = None) -> Set[str]:
+    """The linted files the imports of `path` (its `text`) may name, and through a package's
+    `__init__.py` the modules it re-exports from."""
+    found: Set[str] = set()
+    for module, level in imports_named(text):
+        for target in index.paths_of(path, module or None, level, exclude=path):
+            found.add(target)
+            if reexports is not None:
+                found.update(reexports.names_from(target))
+    return found
 
 
 def components(graph: Mapping[str, Iterable[str]]) -> List[List[str]]:
