@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections import deque
 from dataclasses import replace
 from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
@@ -163,6 +164,8 @@ class Ambient:
         self.parents: Dict[Tuple[Node, Context], Tuple[Optional[Tuple[Node, Context]], Tuple[Any, ...]]] = {}
         self._walked = False
         self._callers: Optional[Dict[Node, List[Tuple[str, Dict[str, Any]]]]] = None
+        # (file, top-level name) a call on a way from a region goes to, in a file with no facts (not analysed).
+        self.missing: Set[Tuple[str, str]] = set()
 
     # ---------------------------------------------------------------- resolution
     def target(self, path: str, target: Sequence[Any]) -> Optional[Node]:
@@ -179,12 +182,16 @@ class Ambient:
 
         if len(target) == 4 and target[3] == RETURNED:
             factory = self.resolve(path, [*target[:3], None])
+            if factory is not None and factory[0] not in self.facts:
+                self.missing.add((factory[0], factory[1]))
             entry = self.facts.get(factory[0], {}).get("units", {}).get(factory[1]) if factory is not None and depth < 4 else None
             found: List[Node] = []
             for returned in (entry or {}).get("returns", ()):
                 found += [node for node in self.targets(factory[0], returned, depth + 1) if node not in found]  # type: ignore[index]
             return found
         node = self.resolve(path, target)
+        if node is not None and node[0] not in self.facts:
+            self.missing.add((node[0], node[1].split(".")[0]))  # not analysed (no AMP words): `to_analyse` asks for it
         entry = self.facts.get(node[0], {}).get("units", {}).get(node[1]) if node is not None else None
         return [node] if node is not None and entry is not None and not entry.get("own") else []
 
@@ -414,109 +421,57 @@ def _rules() -> Dict[str, Any]:
     return {rule.code: rule for rule in ALL_RULES}
 
 
-# What a file that may open an autocast region says (`AMP_VOCABULARY`'s region words, and the
-# frameworks' precision settings whose hooks run under their autocast).
-_REGION_WORDS = ("autocast", "precision=", "mixed_precision")
+# Rounds of files analysed for the calls the regions lead into, at most (a chain's files).
+MAX_ROUNDS = MAX_DEPTH
 
 
-def hazard_files(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports] = None) -> List[int]:
-    """The files (their places in `results`) to analyse whole for their hazards: those the
-    pre-check passed by (no AMP words: model code never says `autocast`) that a file which
-    may open a region reaches through its imports (read from the text), and whose code may
-    hit a float16 hazard (`evidence.FLOAT16_HAZARD`: a product, and a fill, clamp, epsilon,
-    division or in-place write, from CPython's tree). None without such a region: a project
-    that never opens autocast costs nothing more."""
-    reached, _ = _reach(results, read, index, reexports)
-    if not reached:
-        return []
-    from amplint.lint.evidence import FLOAT16_HAZARD, marks
-
-    found = []
-    for path in sorted(reached):
-        result = results[reached[path]]
-        if result.ambient is not None or result.error is not None or not path.endswith(".py"):
-            continue
-        text = read(path) or ""
-        if "torch" not in text or not any(word in text for word in _HAZARD_WORDS):
-            continue
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        if FLOAT16_HAZARD in marks(tree):
-            found.append(reached[path])
-    return sorted(found)
+def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports] = None, tried: Optional[Set[str]] = None) -> List[int]:
+    """The files (their places in `results`) to analyse whole next, for what the regions lead
+    into: each file that a call on a way from a region goes to (`Ambient.missing`: a model
+    class, a factory, a sub-module of another file) and that was not analysed (no AMP words:
+    model code never says `autocast`); and, for a region that calls a parameter (`model(x)`
+    in `def train_one_epoch(model, ...)`), the files that import its file and name the
+    function (what they pass for it is what runs). Called round after round until none is
+    left, so only the files on the ways from regions are analysed; none without a region. (A
+    file the pre-check deferred, with AMP words but no code a rule needs, is not analysed for
+    its own regions: an inference script's, or a configuration's `mixed_precision`.)"""
+    tried = tried if tried is not None else set()
+    place = {r.path: i for i, r in enumerate(results)}
+    ambient = Ambient(results, index, reexports)
+    ambient.walk()
+    # A file that defines what the call names (not a package's `__init__.py` that imports it lazily).
+    wanted = {path for path, name in ambient.missing if re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b", read(path) or "", re.M)}
+    if not tried:  # the first round: the regions' files are all analysed already
+        wanted |= _callers_of_parameters(results, read, index, reexports)
+    return sorted(
+        place[path]
+        for path in wanted
+        if path in place and path not in tried and path.endswith(".py") and results[place[path]].ambient is None and results[place[path]].error is None
+    )
 
 
-# A hazard's words in the text (`HAZARD_CALLS`, a small float, a division or a subscript
-# assignment), before CPython's tree says whether a product feeds one.
-_HAZARD_WORDS = ("fill", "full", "where", "clamp", "clip", "log", "sqrt", "acos", "asin", "index_", "scatter", "put_", "lerp_", "e-", "/", "] =", "BCELoss", "binary_cross_entropy")
-
-
-def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports] = None) -> List[int]:
-    """The files (their places in `results`) to analyse whole for their calls, so that a
-    hazard found in model code can be reached from a region in another file: when some file
-    has hazards, each file on an import path (read from the text, `order.imports_named`)
-    from a file that may open a region to a file with hazards that has no facts yet (no AMP
-    words of its own: an `nn.Module` between the training script and the attention). None
-    when no file has hazards: the common case costs nothing."""
-    hazards = {r.path for r in results if r.ambient and any(u.get("hazards") for u in r.ambient.get("units", {}).values())}
-    if not hazards:
-        return []
-    seen, imported = _reach(results, read, index, reexports)
-    # Of what the regions' files reach, the files from which a file with hazards is reached.
-    reaching: Set[str] = set(hazards)
-    changed = True
-    while changed:
-        changed = False
-        for path in seen:
-            if path not in reaching and imported(path) & reaching:
-                reaching.add(path)
-                changed = True
-    return sorted(seen[path] for path in reaching if path in seen and results[seen[path]].ambient is None and results[seen[path]].error is None and path.endswith(".py"))
-
-
-def _reach(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports]) -> Tuple[Dict[str, int], Any]:
-    """The files (path -> place in `results`) the files that may open a region import,
-    directly or not (themselves included), and the function that gives a file's imports."""
+def _callers_of_parameters(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports]) -> Set[str]:
+    """The files that import a file whose region calls a parameter of its function, and name
+    that function (read from the text)."""
     from amplint.project.order import imported_files
 
-    place = {r.path: i for i, r in enumerate(results)}
-    imports: Dict[str, Set[str]] = {}
-
-    def imported(path: str) -> Set[str]:
-        if path not in imports:
-            imports[path] = {t for t in imported_files(path, read(path) or "", index, reexports) if t in place}
-        return imports[path]
-
-    starts = [r.path for r in results if r.error is None and (r.ambient and r.ambient.get("regions") or _may_open_region(r, read))]
-    # A region that calls a parameter (`model(x)` in `def train_one_epoch(model, ...)`) runs
-    # what the files calling that function pass: those files start too.
-    functions = {path: {target[0] for region in results[place[path]].ambient.get("regions", ()) for target, *_ in region.get("calls", ()) if len(target) == 3} for path in starts if results[place[path]].ambient}
-    functions = {path: names for path, names in functions.items() if names}
-    if functions:
-        for result in results:
-            text = read(result.path) if result.error is None and result.path.endswith(".py") and result.path not in starts else None
-            if text and any(name in text for names in functions.values() for name in names) and imported(result.path) & set(functions):
-                starts.append(result.path)
-    seen: Set[str] = set(starts)
-    pending = list(starts)
-    while pending:
-        path = pending.pop()
-        for target in imported(path):
-            if target not in seen:
-                seen.add(target)
-                pending.append(target)
-    return {path: place[path] for path in seen}, imported
-
-
-def _may_open_region(result: FileResult, read: Any) -> bool:
-    """A file the pre-check did not analyse (deferred: AMP words, but no code a rule needs)
-    whose text may open an autocast region."""
-    if result.ambient is not None or not result.deferred:
-        return False
-    text = read(result.path) or ""
-    return any(word in text for word in _REGION_WORDS)
+    functions: Dict[str, Set[str]] = {}
+    for result in results:
+        for region in (result.ambient or {}).get("regions", ()):
+            for target, *_ in region.get("calls", ()):
+                if len(target) == 3:
+                    functions.setdefault(result.path, set()).add(target[0])
+    if not functions:
+        return set()
+    names = {name for found in functions.values() for name in found}
+    found: Set[str] = set()
+    for result in results:
+        if result.error is not None or result.path in functions or not result.path.endswith(".py"):
+            continue
+        text = read(result.path)
+        if text and any(name in text for name in names) and imported_files(result.path, text, index, reexports) & set(functions):
+            found.add(result.path)
+    return found
 
 
 def report(

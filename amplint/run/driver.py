@@ -229,18 +229,24 @@ class Runner:
         return _with_ambient(results, codes)
 
     def _ambient_completed(self, results: List[FileResult], read: Any, codes: Mapping[str, Tuple[str, ...]]) -> List[FileResult]:
-        """`results`, with the model code the regions' files import analysed whole for its
-        float16 hazards (`amplint.project.ambient.hazard_files`), then the files between a
-        region and a hazard in another file for their calls (`to_analyse`)."""
-        from amplint.project.ambient import hazard_files, to_analyse
+        """`results`, with the files the regions' calls lead into analysed whole, round after
+        round along the ways (`amplint.project.ambient.to_analyse`): the model code a training
+        script runs under its autocast, which never says `autocast` itself."""
+        from amplint.project.ambient import MAX_ROUNDS, to_analyse
         from amplint.project.import_paths import PathIndex
         from amplint.project.reexports import ReExports
 
+        if not any(result.ambient and result.ambient.get("regions") for result in results):
+            return results
         index = PathIndex([r.path for r in results])
         reexports = ReExports.found([r.path for r in results if r.error is None], read, index)
         results = list(results)
-        for find in (hazard_files, to_analyse):
-            wanted = find(results, read, index, reexports)
+        tried: Set[str] = set()
+        for _ in range(MAX_ROUNDS):
+            wanted = to_analyse(results, read, index, reexports, tried)
+            if not wanted:
+                break
+            tried.update(results[place].path for place in wanted)
             for place, result in zip(wanted, self.lint([Job(results[place].path, codes.get(results[place].path, ()), whole=True) for place in wanted])):
                 if result.error is None:
                     results[place] = result
