@@ -464,9 +464,13 @@ def _callers_of_parameters(results: Sequence[FileResult], read: Any, index: Path
     if not functions:
         return set()
     names = {name for found in functions.values() for name in found}
+    # A file the pre-check passed by kept the names it imports: most need no reading.
+    imported_names = names | {os.path.splitext(os.path.basename(path))[0] for path in functions}
     found: Set[str] = set()
     for result in results:
         if result.error is not None or result.path in functions or not result.path.endswith(".py"):
+            continue
+        if result.import_words and imported_names.isdisjoint(result.import_words):
             continue
         text = read(result.path)
         if text and any(name in text for name in names) and imported_files(result.path, text, index, reexports) & set(functions):
