@@ -39,7 +39,10 @@ class ScalerUpdateMissing(Rule):
     `unscale_()` of an optimizer already unscaled since the last update: again in the same
     iteration (directly or in a clip helper), or in a loop inside the iteration that does not
     draw the optimizer (`for module in [encoder, decoder]: scaler.unscale_(optimizer)`). A loop
-    over the optimizers (`for opt in optimizers: scaler.step(opt)`) is not the training loop.
+    over the optimizers (`for opt in optimizers: scaler.step(opt)`) is not the training loop:
+    an update in it under a test for the last one (`if idx == len(optimizers) - 1:`, as a
+    per-optimizer hook writes it) runs once per iteration; under a test for another (`if idx ==
+    0:`) it runs before the later optimizers' `unscale_()`, which is flagged.
 
     ## Why is this bad?
     `update()` is what ends an iteration for a GradScaler: it resets the per-optimizer state
