@@ -156,6 +156,17 @@ with torch.autocast("cuda", dtype=torch.float16):
 """,
             at=((6, 14),),
         ),
+        # A contrastive loss's self-similarities masked on the diagonal (SimCLR's NT-Xent).
+        Flagged(
+            """
+import torch
+with torch.autocast("cuda", dtype=torch.float16):
+    z = torch.nn.functional.normalize(model(x), dim=1)
+    sim = torch.mm(z, z.t()) / 0.5
+    sim.fill_diagonal_(-1e9)
+""",
+            at=((6, 5),),
+        ),
         # A module of the file called inside the region, its scores from an `nn.Linear`.
         Flagged(
             """

@@ -50,7 +50,7 @@ BANNED_LOSS = "AMP013"
 _BANNED_NAMES = frozenset({"binary_cross_entropy", "BCELoss"})
 
 # Fills that check their value: (position of the value among the arguments, its keyword).
-_FILLS = {"masked_fill": (1, "value"), "masked_fill_": (1, "value"), "fill_": (0, "value"), "index_fill_": (2, "value"), "new_full": (1, "fill_value")}
+_FILLS = {"masked_fill": (1, "value"), "masked_fill_": (1, "value"), "fill_": (0, "value"), "fill_diagonal_": (0, "fill_value"), "index_fill_": (2, "value"), "new_full": (1, "fill_value")}
 _CLAMPS = frozenset({"clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_"})
 # In-place writes that require the source's dtype to be the destination's: (position of the
 # source among the arguments, its keyword, PyTorch's words when they differ).

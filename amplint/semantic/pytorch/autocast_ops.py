@@ -345,7 +345,7 @@ LOG_OPS = frozenset({"log", "log2", "log10", "log1p"})
 # are the others.
 HAZARD_CALLS = frozenset(
     {
-        "masked_fill", "masked_fill_", "fill_", "index_fill_", "new_full", "full_like", "full", "where",
+        "masked_fill", "masked_fill_", "fill_", "fill_diagonal_", "index_fill_", "new_full", "full_like", "full", "where",
         "clamp", "clip", "clamp_", "clip_", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_",
         "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "acos", "asin", "arccos", "arcsin",
         "index_add_", "index_add", "scatter_add_", "scatter_add", "scatter_", "scatter", "scatter_reduce_",
