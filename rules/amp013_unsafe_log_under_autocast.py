@@ -26,7 +26,9 @@ class UnsafeLogUnderAutocast(Rule):
     - `torch.log(p)` / `p.log()` of `p = sigmoid(x)` in a float16 region;
     - `log(1 - p)` (and `log1p(-p)`) of a sigmoid in a float16 or bfloat16 region;
     - `log(softmax(x))` in a float16 region on CPU;
-    - `F.binary_cross_entropy` / `nn.BCELoss` in a region that may run on CUDA.
+    - `F.binary_cross_entropy` / `nn.BCELoss` in a region that may run on CUDA; also in loss
+      code of another file that such a region reaches (a `criterion = BCEGanLoss()` called in
+      the training script's region: the project's ambient pass reports it there, with the way in).
 
     An epsilon guard (`log(p + eps)`, `p.clamp(min=eps)`, `sigmoid(x).clamp(eps, 1 - eps)`)
     silences it unless the region's dtype rounds the guard away (`1e-8` is 0 in float16,
