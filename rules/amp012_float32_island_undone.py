@@ -108,7 +108,7 @@ class Float32IslandUndone(Rule):
     # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`), and an
     # nn.Module's `forward` under its caller's; every float32 cast is written with `.float` or
     # `float32` (`x.float()`, `torch.float`, `th.float32`, `from torch import float32`).
-    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}), "def forward(")
+    triggers = (*frameworks.REGION_TRIGGERS, "def forward(")
     requires = (".float", "float32")
     # Its regions, and the helpers it follows into them, are the file's own.
     file_local = True

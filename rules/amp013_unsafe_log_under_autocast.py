@@ -95,7 +95,7 @@ class UnsafeLogUnderAutocast(Rule):
     severity = "error"
     # A LightningModule's hooks run under the autocast of a Trainer the file builds with its
     # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`).
-    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}))
+    triggers = frameworks.REGION_TRIGGERS
     # A region, and `binary_cross_entropy` or a log with a sigmoid or softmax.
     needs = ({AUTOCAST}, {LOG, BCE}, {PROBABILITY, BCE})
 

@@ -73,7 +73,7 @@ class FillOverflowsFloat16(Rule):
     severity = "warning"
     # A LightningModule's hooks run under the autocast of a Trainer the file builds with its
     # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`).
-    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}))
+    triggers = frameworks.REGION_TRIGGERS
     requires = ("fill", "full", "clamp", "clip")
     file_local = True
     # A region, and an op autocast lowers (a product, a convolution, a Linear) beside a call,

@@ -82,7 +82,7 @@ class EpsilonRoundedAway(Rule):
     severity = "error"
     # A LightningModule's hooks run under the autocast of a Trainer the file builds with its
     # precision (`Trainer(precision="16-mixed")`: `frameworks.AUTOCAST_HOOK_BUILDERS`).
-    triggers = ("autocast", *sorted({f"{keyword}=" for keyword in frameworks.AUTOCAST_HOOK_BUILDERS.values()}))
+    triggers = frameworks.REGION_TRIGGERS
     # Every guard it flags is a small constant written with an exponent, or 1 minus one.
     requires = ("e-",)
     file_local = True

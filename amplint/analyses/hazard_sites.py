@@ -39,15 +39,13 @@ import libcst as cst
 from amplint.analyses.lowered_values import Lowered, LoweredValues
 from amplint.analyses.region_ops import RegionOps
 from amplint.semantic import CodeUnit, SemanticModel, dotted_name, iter_tree, keyword_argument, source_text
-from amplint.semantic.pytorch.autocast_ops import BANNED, FORMATS, HAZARD_CALLS, LOG_OPS, autocast_policy
+from amplint.semantic.pytorch.autocast_ops import BANNED, BANNED_LOSS_NAMES, FORMATS, HAZARD_CALLS, LOG_OPS, autocast_policy
 
 OVERFLOWING_FILL = "AMP020"
 OVERFLOWING_WHERE = "AMP021"
 ROUNDED_EPSILON = "AMP022"
 WRITE_INTO_FLOAT32 = "AMP023"
 BANNED_LOSS = "AMP013"
-# The names of the binary cross-entropy autocast refuses on CUDA (`autocast_ops._BANNED_CUDA`).
-_BANNED_NAMES = frozenset({"binary_cross_entropy", "BCELoss"})
 
 # Fills that check their value: (position of the value among the arguments, its keyword).
 _FILLS = {"masked_fill": (1, "value"), "masked_fill_": (1, "value"), "fill_": (0, "value"), "fill_diagonal_": (0, "fill_value"), "index_fill_": (2, "value"), "new_full": (1, "fill_value")}
@@ -146,7 +144,7 @@ class HazardSites:
                 name = (dotted_name(node.func) or "").rsplit(".", 1)[-1] if not isinstance(node.func, cst.Attribute) else node.func.attr.value
                 if name in HAZARD_CALLS:
                     found.append(Site(_call_kind(name), node, name))
-                elif losses and name not in _BANNED_NAMES:
+                elif losses and name not in BANNED_LOSS_NAMES:
                     op = self.region_ops.torch_ops.torch_op(node, unit)  # `self.criterion(p, y)`, `nn.BCELoss()(p, y)`
                     if op is not None and op.name == "binary_cross_entropy":
                         found.append(Site("banned", node, op.name))
@@ -180,7 +178,7 @@ class HazardSites:
     def _banned_losses(self) -> bool:
         """Whether the file names the binary cross-entropy autocast refuses (once per file)."""
         if self._names_banned is None:
-            self._names_banned = any((dotted_name(r.node.func) or "").rsplit(".", 1)[-1] in _BANNED_NAMES for r in self.model.index.calls)
+            self._names_banned = any((dotted_name(r.node.func) or "").rsplit(".", 1)[-1] in BANNED_LOSS_NAMES for r in self.model.index.calls)
         return self._names_banned
 
     def _banned(self, site: Site, unit: CodeUnit, context) -> Optional[Found]:
@@ -427,7 +425,7 @@ class HazardSites:
 
     # ---------------------------------------------------------------- writes into float32
     def _write(self, site: Site, unit: CodeUnit, context) -> Optional[Found]:
-        device, dtype = context[0], context[1]
+        device = context[0]
         node = site.node
         if isinstance(node, cst.Assign):
             # Only an index that is a tensor or a list goes through `index_put_`; a slice or an

@@ -28,7 +28,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Set, Tuple, Union
 
 from amplint.semantic.pytorch import frameworks, vocabulary
 from amplint.semantic.pytorch.api import DECAY_METHODS, PARAMETER_METHODS, SAME_DTYPE_ATTRIBUTES, SAME_DTYPE_METHODS, STATE_METHODS
-from amplint.semantic.pytorch.autocast_ops import HAZARD_CALLS, LOG_OPS, LOWER_PRECISION_OPS, names_of
+from amplint.semantic.pytorch.autocast_ops import BANNED_LOSS_NAMES, HAZARD_CALLS, LOG_OPS, LOWER_PRECISION_OPS, names_of
 
 # The marks. Each names what the semantic layer could build from such code.
 AUTOCAST = "autocast"  # an autocast region may be entered: the name `autocast` is used
@@ -61,9 +61,7 @@ MODULE_ISLAND = "module island"
 # A value autocast lowers (a product) may meet a float16 hazard: a call of `HAZARD_CALLS`
 # (`masked_fill`, `where`, `sqrt`, `index_add_`), a division or a subscript assignment
 # (`amplint.analyses.hazard_sites`).
-FLOAT16_HAZARD = "float16 hazard"
-# ... or a binary cross-entropy, which CUDA's autocast refuses (`hazard_sites.BANNED_LOSS`).
-_BANNED_LOSSES = frozenset({"binary_cross_entropy", "BCELoss"})
+FLOAT16_HAZARD = "float16 hazard"  # ... or a binary cross-entropy CUDA's autocast refuses
 
 # With the wrappers of one the user's code owns (timm's NativeScaler).
 _GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"}) | frameworks.OWNED_SCALER_CLASSES
@@ -202,7 +200,7 @@ def marks(tree: ast.AST) -> FrozenSet[str]:
         _by_receiver(method, receiver, call, found)
     if any(call not in backwarded for call in scale_calls):
         found.add(SCALED_VALUE)  # `loss = scaler.scale(loss)`, `print(scaler.scale(loss))`
-    if PRODUCT in found and (writes or not methods.isdisjoint(HAZARD_CALLS)) or not methods.isdisjoint(_BANNED_LOSSES):
+    if PRODUCT in found and (writes or not methods.isdisjoint(HAZARD_CALLS)) or not methods.isdisjoint(BANNED_LOSS_NAMES):
         found.add(FLOAT16_HAZARD)
     if forward and products and FLOAT32_CAST in found and _island(functions, products):
         found.add(MODULE_ISLAND)
@@ -447,7 +445,7 @@ def _called(call: ast.Call, methods: Set[str], receivers: List[Tuple[str, Option
     methods.add(method)
     if method in _BY_RECEIVER:
         func = call.func
-        receivers.append((method, _dotted(func.value) if type(func) is ast.Attribute else None, call))  # type: ignore[attr-defined]
+        receivers.append((method, dotted(func.value) if type(func) is ast.Attribute else None, call))  # type: ignore[attr-defined]
     return method
 
 
@@ -479,7 +477,8 @@ def _framework_clip(receiver: Optional[str]) -> bool:
     return receiver is not None and receiver.split(".")[0] not in ("torch", "nn") and receiver.rsplit(".", 1)[-1] != "utils"
 
 
-def _dotted(node: ast.expr) -> Optional[str]:
+def dotted(node: ast.expr) -> Optional[str]:
+    """`a.b.c` of a CPython name or attribute chain; None for anything else."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)

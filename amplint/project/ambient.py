@@ -359,13 +359,15 @@ class _Locator:
         self._trees: Dict[str, Optional[ast.Module]] = {}
 
     def call(self, path: str, unit: str, name: str, k: int) -> Tuple[int, int]:
+        from amplint.lint.evidence import dotted
+
         tree = self._tree(path)
         function = _function(tree, unit) if tree is not None else None
         if function is None:
             return 0, 0
         count = 0
         for node in _pre_order(function.body if unit != "<module>" else function):
-            if isinstance(node, ast.Call) and _dotted(node.func) == name:
+            if isinstance(node, ast.Call) and dotted(node.func) == name:
                 if count == k:
                     return node.lineno, node.col_offset + 1
                 count += 1
@@ -402,17 +404,6 @@ def _pre_order(body: Any) -> Iterator[ast.AST]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
         pending.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
 def _rules() -> Dict[str, Any]:

@@ -75,6 +75,8 @@ _PROMOTE_CUDA = frozenset(
     {"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put", "tensordot", "scatter_add"}
 )
 _BANNED_CUDA = frozenset({"binary_cross_entropy"})
+# The names the binary cross-entropy CUDA's autocast refuses is written with.
+BANNED_LOSS_NAMES = frozenset({"binary_cross_entropy", "BCELoss"})
 _UNKNOWN_CPU = frozenset({"einsum_unread"})
 
 

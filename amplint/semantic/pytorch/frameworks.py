@@ -293,6 +293,10 @@ AUTOCAST_HOOK_BUILDERS: Dict[str, str] = {
     if f.autocast_hooks
     for name in f.constructors | f.bare_constructors
 }
+# The words of a file that may open an autocast region: `autocast`, or the precision keyword of
+# a framework whose hooks run under its own autocast (`Trainer(precision="16-mixed")`). The
+# triggers of the rules that look inside regions.
+REGION_TRIGGERS = ("autocast", *sorted({f"{keyword}=" for keyword in AUTOCAST_HOOK_BUILDERS.values()}))
 # The functions that build a training loop which may autocast: what the pre-check sees.
 LOOP_BUILDERS = frozenset(name.rsplit(".", 1)[-1] for f in LOOP_FRAMEWORKS for name in f.constructors | f.bare_constructors)
 # The constructors of the framework objects a function may build and return for its callers
