@@ -204,3 +204,12 @@ def test_the_ambient_facts_carry_them_not_the_summary_and_a_module_without_hazar
         """
     )
     assert Float16Hazards.export(quiet, "quiet.py") == {}
+
+
+def test_the_project_pass_knows_every_hazard_code():
+    # `ambient.HAZARD_CODES` is written out (the engine imports it without LibCST): it must
+    # stay the hazard sites' codes, or a `# noqa` of a new one would not be judged.
+    from amplint.analyses.hazard_sites import BANNED_LOSS
+    from amplint.project.ambient import HAZARD_CODES
+
+    assert sorted(HAZARD_CODES) == sorted({OVERFLOWING_FILL, OVERFLOWING_WHERE, ROUNDED_EPSILON, WRITE_INTO_FLOAT32, BANNED_LOSS})
