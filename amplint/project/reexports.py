@@ -59,6 +59,7 @@ class ReExports:
         self.specs = dict(specs)
         self._made: Dict[str, Tuple[Tuple[int, ...], dict]] = {}
         self._seen: Dict[Tuple[str, str], dict] = {}  # (package, importer) -> what it saw last
+        self._names: Dict[Tuple[str, int], Dict[str, Dict[str, str]]] = {}  # names_from, once each
 
     @classmethod
     def found(cls, paths: Iterable[str], read, index: "PathIndex") -> "ReExports":
@@ -105,12 +106,21 @@ class ReExports:
                 break
         return seen
 
-    def names_from(self, package: Optional[str], depth: int = MAX_DEPTH) -> Dict[str, Dict[str, str]]:
+    def names_from(self, package: Optional[str], depth: int = MAX_DEPTH) -> Mapping[str, Mapping[str, str]]:
         """The files the package `package` re-exports from, followed through the packages it
         re-exports from in turn: each with the names the package gives them (name there ->
-        name in the package; "*": every public name, as it is)."""
+        name in the package; "*": every public name, as it is). Worked out once per package
+        and depth (asked for each import of a package, by every importer; a package of many
+        names re-exported through packages of many names is their product): read only."""
+        key = (package or "", depth)
+        found = self._names.get(key)
+        if found is None:
+            found = self._names[key] = self._names_from(package or "", depth)
+        return found
+
+    def _names_from(self, package: str, depth: int) -> Dict[str, Dict[str, str]]:
         found: Dict[str, Dict[str, str]] = {}
-        for local, origin, there in self.specs.get(package or "", ()) if depth > 0 else ():
+        for local, origin, there in self.specs.get(package, ()) if depth > 0 else ():
             found.setdefault(origin, {})[there] = local
             for path, names in self.names_from(origin, depth - 1).items():
                 for inner, here in names.items():
