@@ -80,6 +80,29 @@ def test_a_warm_run_lints_nothing_and_reports_the_same(project, tmp_path):
     assert warm[2].error.message.startswith("syntax error")
 
 
+def test_a_warm_run_of_a_project_reads_no_facts(project, tmp_path, monkeypatch):
+    """The summaries, imports and ambient facts (most of the cache's bytes) are for linting
+    other files; a run over the same files only reports, and never reads their shards. A
+    lint of one file reads them with its result."""
+    names = ("train.py", "clean.py", "broken.py", "nb.ipynb")
+
+    def run(paths=names):
+        with Runner(workers=1, cache=Cache(str(tmp_path / "cache"), fingerprint="test-build")) as runner:
+            return runner.lint_project([Job(str(project / name), CODES) for name in paths]), runner
+
+    cold, _ = run()
+    assert list((tmp_path / "cache" / "test-build").glob("facts-*.json"))
+    read = []
+    parse = Cache._parse_shard
+    monkeypatch.setattr(Cache, "_parse_shard", lambda self, data, name: read.append(name) or parse(self, data, name))
+    warm, runner = run()
+    assert runner.linted == 0 and read and not [name for name in read if name.startswith("facts-")]
+    assert [(r.path, r.findings, r.error, r.skipped) for r in warm] == [(r.path, r.findings, r.error, r.skipped) for r in cold]
+    (one,), _ = run(("train.py",))  # another set of files: its result comes with its facts
+    assert one.imports == cold[0].imports and one.imports
+    assert [name for name in read if name.startswith("facts-")]
+
+
 def test_a_changed_file_is_linted_again_and_only_it(project, tmp_path):
     lint(project, tmp_path / "cache")
     (project / "clean.py").write_text(BUGGY)
@@ -364,15 +387,15 @@ def test_cache_files_are_made_with_the_umasks_mode(project, tmp_path, umask):
 # --------------------------------------------------------------------------- a cache cannot be planted
 
 
-def _shards(cache_dir):
-    return sorted(Path(cache_dir).glob("*/files-*.json"))
+def _shards(cache_dir, kind="files"):
+    return sorted(Path(cache_dir).glob(f"*/{kind}-*.json"))
 
 
-def _rewrite(cache_dir, change, seal=True):
+def _rewrite(cache_dir, change, seal=True, kind="files"):
     """Rewrite every shard's JSON with `change`, sealed with this user's key (what a bug in
     amplint or a shared key could leave) or, with `seal` False, with the MAC left as it was
     (what anyone else can write)."""
-    for shard in _shards(cache_dir):
+    for shard in _shards(cache_dir, kind):
         head, _, body = shard.read_bytes().partition(b"\n")
         body = change(json.loads(body))
         body = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -529,20 +552,36 @@ CORRUPTIONS = {
     "short finding rows": _every_finding_row(lambda row: row[:3]),
     "a finding row's line a string": _every_finding_row(lambda row: ["8", *row[1:]] if row else ["8"] * 14),
     "a broken fix": _every_finding_row(lambda row: [*row[:-1], ["title"]] if row else [None] * 14),
-    "imports of strings": _every_result(lambda result: dict(result, imports=["torch"])),
-    "summary functions a list": _every_result(lambda result: dict(result, summary={"functions": ["f"]})),
     "skipped a string": _every_result(lambda result: dict(result, skipped="no")),
 }
 
 
-@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def _every_fact(change):
+    return _every_record(lambda record: {key: change(facts) for key, facts in record.items()})
+
+
+# The facts shards beside: a result's summary, imports and ambient facts.
+FACT_CORRUPTIONS = {
+    "empty": lambda data: b"",
+    "truncated": lambda data: json.dumps(data).encode()[:-40],
+    "another format": lambda data: dict(data, format=1),
+    "record a list": _every_record(lambda record: [record]),
+    "facts a string": _every_fact(lambda facts: "x"),
+    "imports of strings": _every_fact(lambda facts: dict(facts, imports=["torch"])),
+    "summary functions a list": _every_fact(lambda facts: dict(facts, summary={"functions": ["f"]})),
+    "ambient a list": _every_fact(lambda facts: dict(facts, ambient=[1])),
+}
+
+
+@pytest.mark.parametrize("kind, name", [("files", name) for name in CORRUPTIONS] + [("facts", name) for name in FACT_CORRUPTIONS])
 @pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "unsealed"])
-def test_a_corrupt_cache_is_a_miss_whatever_its_shape(project, tmp_path, name, sealed):
-    """D6: each corruption of the reliability report (and more), with the MAC this user's
-    key gives it (what only a bug could write) or not: the files are linted again, with the
-    same results, and the cache is whole again afterwards."""
+def test_a_corrupt_cache_is_a_miss_whatever_its_shape(project, tmp_path, kind, name, sealed):
+    """D6: each corruption of the reliability report (and more), of the records' shards or
+    of the facts' beside them, with the MAC this user's key gives it (what only a bug could
+    write) or not: the files are linted again, with the same results, and the cache is whole
+    again afterwards."""
     cold, _ = lint(project, tmp_path / "cache")
-    _rewrite(tmp_path / "cache", CORRUPTIONS[name], seal=sealed)
+    _rewrite(tmp_path / "cache", (CORRUPTIONS if kind == "files" else FACT_CORRUPTIONS)[name], seal=sealed, kind=kind)
     results, runner = lint(project, tmp_path / "cache")
     assert [(r.path, r.findings, r.error, r.skipped) for r in results] == [(r.path, r.findings, r.error, r.skipped) for r in cold]
     assert runner.linted == 4

@@ -263,6 +263,27 @@ def test_model_code_in_another_package_is_reported_with_the_way_in(amplint, proj
     assert amplint("--no-cache", "--concise", "train.py", "models/net.py", "models/__init__.py", cwd=root).stdout == result.stdout
 
 
+def test_a_warm_run_takes_the_ambient_findings_from_the_cache(amplint, project, monkeypatch):
+    """The ways are worked out when a file is linted; a run over unchanged files takes the
+    results they made, chain and all, from the cache (the warm run's largest cost before)."""
+    from amplint.project import ambient
+
+    root = _project(project)
+    cold = amplint("--no-cache", "--output-format", "json", ".", cwd=root).stdout
+    assert amplint("--output-format", "json", ".", cwd=root).stdout == cold  # fills the cache
+
+    def worked_out(*args, **kwargs):
+        raise AssertionError("a warm run worked the ambient findings out again")
+
+    monkeypatch.setattr(ambient, "report", worked_out)
+    assert amplint("--output-format", "json", ".", cwd=root).stdout == cold
+    # A change to either end lints again, and finds the ways again.
+    net = root / "models" / "net.py"
+    net.write_text(net.read_text() + "\n")
+    monkeypatch.undo()
+    assert json.loads(amplint("--output-format", "json", ".", cwd=root).stdout)[0]["code"] == "AMP020"
+
+
 def test_no_way_in_no_finding(amplint, project):
     # bfloat16 keeps float32's range: -1e9 fits.
     assert amplint("--no-cache", ".", cwd=_project(project, "torch.bfloat16")).stdout == "All checks passed!\n"

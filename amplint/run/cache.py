@@ -8,6 +8,7 @@ Layout, after ruff's `.ruff_cache` (the design and its reasons: docs/cache.md):
         <version>-<16 hex>/          one directory per amplint build (see `engine_fingerprint`)
             lock                     serialises the writers
             files-<xx>.json          the records of the files whose path hashes to <xx>
+            facts-<xx>.json          their results' summaries, imports and ambient facts
             runs.json                what the second phase made of the last runs' first
 
 A record belongs to one path and holds:
@@ -20,7 +21,9 @@ A record belongs to one path and holds:
   the rules selected for the file, the settings, and the digest of the other modules'
   summaries it was linted with (the second phase of a run). A key changes whenever anything
   the result depends on changes, so an entry is never stale, only unused; the few most
-  recent are kept.
+  recent are kept. The parts of a result that only the linting of other files reads (a
+  module's summary, its imports, its ambient facts: most of the bytes) are in the facts
+  shard beside, under the same keys: a warm run, which only reports, never reads them.
 
 The cache owns only what it made. It writes into a directory only if it created it (and
 marked it with its own CACHEDIR.TAG), never replaces a file it did not name, follows no
@@ -65,7 +68,12 @@ CACHE_DIR_NAME = ".amplint_cache"
 ENV_CACHE_DIR = "AMPLINT_CACHE_DIR"
 # The file holding this user's cache key (default: $XDG_CACHE_HOME/amplint/key).
 ENV_KEY_FILE = "AMPLINT_CACHE_KEY_FILE"
-_FORMAT = 2  # bump when the record layout changes
+_FORMAT = 3  # bump when the record layout changes
+# The parts of a result that only the linting of other files reads (a module's summary, its
+# imports, what its analysis looked up, the ambient pass's facts): most of a shard's bytes,
+# kept in shards of their own (facts-XX.json) that a run reads only when it lints a file. A
+# warm run, which reports what it finds in the cache, reads none of them.
+_FACT_FIELDS = ("summary", "imports", "import_words", "lookups", "ambient")
 _SHARDS = 256
 # Results kept per file. One run may store several for a file (its own lint, a whole lint
 # for its summary, one per round of the second phase: amplint.project.link.MAX_ROUNDS), and
@@ -75,6 +83,7 @@ _RESULTS_PER_FILE = 12
 # Runs remembered (`Cache.run`): a few projects, or selections, linted in turn.
 _RUNS_KEPT = 16
 _RUNS_NAME = "runs.json"
+_FILES, _FACTS = "files", "facts"  # the two kinds of shard: records and results; facts
 # A stat is trusted only for content read at least this long after the file's last change:
 # coarse file-system clocks (FAT: 2 s) cannot then hide an edit made right after the read.
 _RACY_NS = 2_000_000_000
@@ -90,7 +99,7 @@ _TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache dire
 _OLD_TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# This directory is amplint's cache.\n"
 _GITIGNORE = "# Created by amplint.\n*\n"
 _BUILD_NAME = re.compile(r"[A-Za-z0-9.+!_]+-[0-9a-f]{16}\Z")  # engine_fingerprint's
-_OWN_FILE = re.compile(r"(?:lock|runs\.json|files-[0-9a-f]{2}\.json|\.tmp-[0-9a-f]{16}\.part)\Z")
+_OWN_FILE = re.compile(r"(?:lock|runs\.json|(?:files|facts)-[0-9a-f]{2}\.json|\.tmp-[0-9a-f]{16}\.part)\Z")
 _MAGIC = b"amplint-cache-%d " % _FORMAT  # then the MAC in hex, a newline and the JSON
 _KEY_TEXT = re.compile(rb"[0-9a-f]{64}\n?\Z")
 
@@ -281,8 +290,8 @@ class Cache:
             if self.key is None:
                 self.root = None
         self.directory = os.path.join(self.root, self.fingerprint) if self.root is not None else None
-        self._shards: Dict[int, Dict[str, dict]] = {}
-        self._dirty: Dict[int, Dict[str, dict]] = {}  # shard -> the records this run wrote
+        self._shards: Dict[str, Dict[str, dict]] = {}  # shard's name -> its records
+        self._dirty: Dict[str, Dict[str, dict]] = {}  # shard's name -> the records this run wrote
         self._places: Dict[str, Tuple[str, int]] = {}  # path -> (record key, shard)
         self._runs: Optional[Dict[str, List[List[Any]]]] = None  # run key -> what its second phase changed
         self._dirty_runs: Dict[str, List[List[Any]]] = {}
@@ -311,12 +320,16 @@ class Cache:
 
     # ------------------------------------------------------------------ results
 
-    def get(self, path: str, key: str) -> Optional[Payload]:
+    def get(self, path: str, key: str, facts: bool = True) -> Optional[Payload]:
         """The result stored under `key`, if there is one of the shape `amplint.run.driver`
-        writes (anything else is a miss)."""
+        writes (anything else is a miss). `facts`: with the parts only other files' linting
+        reads (`_FACT_FIELDS`); without, none of them is read."""
         record = self._record(path)
         results = record.get("results") if record else None
         payload = results.get(key) if results else None
+        if payload is not None and facts:
+            kept = (self._record(path, _FACTS) or {}).get(key)
+            payload = {**payload, **kept} if type(kept) is dict else None
         if payload is not None and valid_result(payload):
             self.hits += 1
             return payload
@@ -327,10 +340,14 @@ class Cache:
         record = self._writable(path)
         results = dict(record.get("results") or {})
         results.pop(key, None)
-        results[key] = payload
+        results[key] = {name: value for name, value in payload.items() if name not in _FACT_FIELDS}
         while len(results) > _RESULTS_PER_FILE:
             results.pop(next(iter(results)))
         record["results"] = results
+        kept = self._writable(path, _FACTS)  # the same keys, pushed out in the same order
+        for stale in [k for k in kept if k not in results or k == key]:
+            del kept[stale]
+        kept[key] = {name: payload[name] for name in _FACT_FIELDS if name in payload}
 
     # ------------------------------------------------------------------ runs
 
@@ -379,8 +396,7 @@ class Cache:
             build = os.open(self.fingerprint, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=root)
             try:
                 with _Lock(build):
-                    for shard, records in dirty.items():
-                        name = _shard_name(shard)
+                    for name, records in dirty.items():
                         merged = self._parse_shard(_read_regular(name, build), name)
                         merged.update(records)
                         body = json.dumps({"format": _FORMAT, "files": _prune(merged)}, separators=(",", ":"))
@@ -425,26 +441,26 @@ class Cache:
             found = self._places[path] = (key, _shard_of(key))
         return found
 
-    def _record(self, path: str) -> Optional[dict]:
+    def _record(self, path: str, kind: str = _FILES) -> Optional[dict]:
         key, shard = self._where(path)
-        return self._shard(shard).get(key)
+        return self._shard(_shard_name(shard, kind)).get(key)
 
-    def _writable(self, path: str) -> dict:
+    def _writable(self, path: str, kind: str = _FILES) -> dict:
         key, shard = self._where(path)
-        records = self._shard(shard)
+        name = _shard_name(shard, kind)
+        records = self._shard(name)
         record = dict(records.get(key) or {})
         records[key] = record
-        self._dirty.setdefault(shard, {})[key] = record
+        self._dirty.setdefault(name, {})[key] = record
         return record
 
-    def _shard(self, shard: int) -> Dict[str, dict]:
-        if shard not in self._shards:
+    def _shard(self, name: str) -> Dict[str, dict]:
+        if name not in self._shards:
             records: Dict[str, dict] = {}
             if self.directory is not None:
-                name = _shard_name(shard)
                 records = self._parse_shard(_read_regular(os.path.join(self.directory, name)), name)
-            self._shards[shard] = records
-        return self._shards[shard]
+            self._shards[name] = records
+        return self._shards[name]
 
     def _mac(self, name: str, body: bytes) -> bytes:
         assert self.key is not None
@@ -460,7 +476,8 @@ class Cache:
         value = self._unseal(data, name)
         if value is None or type(value.get("files")) is not dict:
             return {}
-        return {path: record for path, record in value["files"].items() if _valid_record(record)}
+        valid = _valid_facts if name.startswith(_FACTS) else _valid_record
+        return {path: record for path, record in value["files"].items() if valid(record)}
 
     def _unseal(self, data: Optional[bytes], name: str) -> Optional[Dict[str, Any]]:
         """The JSON object of a file named `name` that this user's amplint sealed in this
@@ -603,8 +620,8 @@ def _remove_stale_builds(root: int, keep: str) -> None:
 # --------------------------------------------------------------------------- files
 
 
-def _shard_name(shard: int) -> str:
-    return f"files-{shard:02x}.json"
+def _shard_name(shard: int, kind: str = _FILES) -> str:
+    return f"{kind}-{shard:02x}.json"
 
 
 def _path_key(path: str) -> str:
@@ -880,6 +897,12 @@ _RECORD_CHECKS: Dict[str, Callable[[Any], bool]] = {
 
 # What `Cache.run` holds: [place, result key] rows.
 _RUN_ROWS = _list_of(_row_of(_is_int, _is_str))
+
+
+def _valid_facts(record: Any) -> bool:
+    """A facts shard's record: result key -> the result's `_FACT_FIELDS` (checked with the
+    rest of the result when asked for)."""
+    return type(record) is dict and all(type(payload) is dict for payload in record.values())
 
 
 def _valid_record(record: Any) -> bool:

@@ -195,8 +195,8 @@ class Runner:
         where a summary it uses changed since (an import cycle, a module analysed late:
         `amplint.project.link`).
 
-        With a cache, each file's final result key is remembered (`Cache.run`) under a key
-        of every file's path and content: a run over the same files takes every result from
+        With a cache, each file's final result key (with what the project's ambient autocast
+        added to it) is remembered (`Cache.run`) under a key of every file's path and content: a run over the same files takes every result from
         the cache without reading a file or working out again which files import which (a
         warm run's largest cost)."""
         bases = [self._base_key(job) for job in jobs]
@@ -204,7 +204,7 @@ class Runner:
         if run is not None:
             remembered = self._remembered(run, jobs, bases)
             if remembered is not None:
-                return _with_ambient(remembered, {job.path: job.codes for job in jobs})
+                return remembered
         from amplint.project.link import link, read_text
         from amplint.project.order import lint_in_order
 
@@ -222,11 +222,23 @@ class Runner:
         codes = {job.path: job.codes for job in jobs}
         results = link(results, lambda relinted: self.lint([Job(path, codes[path], summaries, whole=True) for path, summaries in relinted]), read, linked)
         results = self._ambient_completed(results, read, codes)
+        reported = _with_ambient(results, codes)
         if run is not None and self.cache is not None:
             final = [self._key_of(result) for result in results]
             if all(final):
-                self.cache.put_run(run, [(place, key) for place, key in enumerate(final) if key is not None])
-        return _with_ambient(results, codes)
+                self.cache.put_run(run, [(place, self._remember_ambient(run, key, result, reported[place])) for place, (key, result) in enumerate(zip(final, results)) if key is not None])
+        return reported
+
+    def _remember_ambient(self, run: str, key: str, result: FileResult, reported: FileResult) -> str:
+        """The key of the file's final result: its own, or, where the run's ambient autocast
+        added findings to it, that of the result with them (cached under a key of the run's, so
+        that a warm run neither reads the project's facts again nor works out their ways)."""
+        if reported is result:
+            return key
+        assert self.cache is not None
+        key = json_digest(["ambient", run, key])
+        self.cache.put(reported.path, key, _to_payload(reported))
+        return key
 
     def _ambient_completed(self, results: List[FileResult], read: Any, codes: Mapping[str, Tuple[str, ...]]) -> List[FileResult]:
         """`results`, with the files the regions' calls lead into analysed whole, round after
@@ -305,7 +317,7 @@ class Runner:
         for place, ((row, key), job, (_, data)) in enumerate(zip(final, jobs, bases)):
             if row != place:
                 return None
-            result = self._cached(job.path, key, content_digest(data) if data is not None else self._digest_of(job.path), data)
+            result = self._cached(job.path, key, content_digest(data) if data is not None else self._digest_of(job.path), data, facts=False)
             if result is None:
                 return None  # pushed out of the cache since: the run lints again
             results.append(result)
@@ -327,11 +339,13 @@ class Runner:
         self._keyed[id(result)] = (result, key)
         return result
 
-    def _cached(self, path: str, key: str, digest: Optional[str], data: Optional[bytes] = None) -> Optional[FileResult]:
+    def _cached(self, path: str, key: str, digest: Optional[str], data: Optional[bytes] = None, facts: bool = True) -> Optional[FileResult]:
         """The result the cache holds under `key`, with the text its code frames show (read
-        now, for the few files with findings, and only if it is still the text of `digest`)."""
+        now, for the few files with findings, and only if it is still the text of `digest`).
+        `facts`: with what only the linting of other files reads (its summary, imports,
+        ambient facts); a run's remembered results, which are only reported, go without."""
         assert self.cache is not None
-        payload = self.cache.get(path, key)
+        payload = self.cache.get(path, key, facts)
         if payload is None:
             return None
         result = _from_payload(path, payload)
@@ -547,9 +561,10 @@ class Runner:
 def _with_ambient(results: List[FileResult], codes: Mapping[str, Tuple[str, ...]]) -> List[FileResult]:
     """`results` with what the project's ambient autocast adds to them: the hazards model code
     hits under regions other files open (`amplint.project.ambient`), of the codes selected for
-    the file they are in. Worked out again every run, from what each result says of its file
-    (kept in the cache): the regions and the model code may be in different files, and either
-    may change."""
+    the file they are in. Worked out again every run that lints a file, from what each result
+    says of its file (kept in the cache): the regions and the model code may be in different
+    files, and either may change; a run over the same files as one before takes the results
+    with them from the cache (`Runner._remember_ambient`)."""
     if not any(result.ambient for result in results):
         return results
     from amplint.project.ambient import report
