@@ -50,6 +50,7 @@ def lint_bytes(
     torch_target: Optional[TorchVersion] = None,
     summary: bool = True,
     every_syntax: bool = False,
+    hazards: bool = False,
 ) -> FileResult:
     """Lint a file's contents, read from disk or standard input: a notebook, or Python source.
     `external`: summaries of the other linted modules it may import (see `amplint.project.link`).
@@ -61,13 +62,16 @@ def lint_bytes(
     fix that needs a newer one is unsafe. `summary`: export the module's summary for the files
     that import it (a run's second phase needs it; the editor, linting one file, does not).
     `every_syntax`: a syntax error is reported for a file the engine does not analyse too (by
-    default only for those it analyses: the files with some rule's words)."""
+    default only for those it analyses: the files with some rule's words). `hazards`: work
+    out the float16 hazards of its functions for the ambient pass now (a file the way from a
+    region in another file reaches: `amplint.project.ambient`); without, its facts say they
+    are to come, unless a `# noqa` names one."""
     if is_notebook(path):
-        return _lint_notebook(data, path, rules, external, target, whole, analysis_limit, torch_target, summary, every_syntax)
+        return _lint_notebook(data, path, rules, external, target, whole, analysis_limit, torch_target, summary, every_syntax, hazards)
     source = decode_python(data, path)
     if isinstance(source, FileError):
         return FileResult(path, error=source)
-    return lint_source(source, path, rules, external=external, target=target, whole=whole, analysis_limit=analysis_limit, torch_target=torch_target, summary=summary, every_syntax=every_syntax)
+    return lint_source(source, path, rules, external=external, target=target, whole=whole, analysis_limit=analysis_limit, torch_target=torch_target, summary=summary, every_syntax=every_syntax, hazards=hazards)
 
 
 def _lint_notebook(
@@ -81,6 +85,7 @@ def _lint_notebook(
     torch_target: Optional[TorchVersion] = None,
     summary: bool = True,
     every_syntax: bool = False,
+    hazards: bool = False,
 ) -> FileResult:
     text = decode_notebook(data, path)
     notebook = parse_notebook(text, path) if isinstance(text, str) else text
@@ -91,7 +96,7 @@ def _lint_notebook(
     too_large = size_error(path, len(notebook.python.encode("utf-8")), what="code in notebook")
     if too_large:
         return FileResult(path, error=too_large)
-    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole, analysis_limit, torch_target, summary=summary, every_syntax=every_syntax)
+    result = lint_source(notebook.python, path, rules, notebook.cells, external, target, whole, analysis_limit, torch_target, summary=summary, every_syntax=every_syntax, hazards=hazards)
     result.skipped_functions = [
         replace(s, file_row=notebook.file_span(s.row, s.column, s.row, s.column)[0]) for s in result.skipped_functions
     ]
@@ -128,6 +133,7 @@ def lint_source(
     torch_target: Optional[TorchVersion] = None,
     summary: bool = True,
     every_syntax: bool = False,
+    hazards: bool = False,
 ) -> FileResult:
     """Lint Python source; `cells` when it is a notebook's joined code cells.
 
@@ -141,7 +147,7 @@ def lint_source(
     with recursion_room(), quiet_collector():
         try:
             with work.metered(analysis_limit):
-                return _lint_source(source, path, rules, cells, external, target, whole, torch_target, summary, every_syntax)
+                return _lint_source(source, path, rules, cells, external, target, whole, torch_target, summary, every_syntax, hazards)
         except work.WorkLimitExceeded:
             return FileResult(path, error=FileError(path, work.limit_message(analysis_limit or 1.0)))
 
@@ -157,6 +163,7 @@ def _lint_source(
     torch_target: Optional[TorchVersion] = None,
     summary: bool = True,
     every_syntax: bool = False,
+    hazards: bool = False,
 ) -> FileResult:
     result = FileResult(path)
     # The unused-noqa check reads comments, never the tree: it alone is no reason to parse.
@@ -195,8 +202,12 @@ def _lint_source(
             result.may_export = bool(found & evidence.EXPORTS)
     cpython_accepts = tree is not None
     # A float16 hazard needs a product and a fill, clamp, epsilon or write (evidence.FLOAT16_HAZARD):
-    # without one, the file has none to export for other files' regions.
+    # without one, the file has none to export for other files' regions. With one, they are
+    # worked out where a region's way is known to reach the file (`hazards`: most files
+    # never run under another file's autocast), or where a `# noqa` names one (whether it
+    # suppresses something is theirs to say); elsewhere the facts say they are to come.
     may_hazard = tree is not None and summary and evidence.FLOAT16_HAZARD in (found if found is not None else evidence.marks(tree))
+    later = may_hazard and not hazards and not names_a_hazard(source)
     del tree  # not kept through LibCST's parse
     if result.skipped:
         return _nothing_to_find(result, source, cells, rules)
@@ -232,10 +243,10 @@ def _lint_source(
         # Fixes are shown only for a tree of the file as written (a normalised one cannot be written back).
         # What other files' regions may report here (hazards of model code: amplint.project.ambient)
         # is not what a `# noqa` on its line would suppress in vain.
-        hazards = hazards_of(model) if may_hazard else {}
-        result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact, latent=hazard_rows(hazards))
+        found_hazards = hazards_of(model) if may_hazard and not later else {}
+        result.findings = _locate(module, reports, path, source, cells, rules=rules, fixes=exact, latent=hazard_rows(found_hazards))
         result.summary = export_summary(model, path) if summary else None
-        result.ambient = ambient_facts(model, module, source if exact else None, hazards) if summary else None
+        result.ambient = ambient_facts(model, module, source if exact else None, found_hazards, later) if summary else None
         result.imports = imports_of(model.index)
         if recorder is not None:
             if result.imports:

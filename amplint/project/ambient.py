@@ -56,10 +56,12 @@ def names_a_hazard(source: str) -> bool:
 
 
 
-def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, List[Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
+def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, List[Dict[str, Any]]], later: bool = False) -> Optional[Dict[str, Any]]:
     """What a file tells the ambient pass (plain JSON, cached with its result): its regions
     and the calls made in them, each function's calls under its caller's autocast, and the
-    hazards each function hits per context (`hazards_of`). None when it has none of them."""
+    hazards each function hits per context (`hazards_of`), or, with `later`, that it may
+    have some, worked out when a region's way reaches the file ("later": `to_analyse`).
+    None when it has none of them."""
     from amplint.analyses.call_graph import CallGraph
     from amplint.lint.positions import code_ranges
     from amplint.semantic import dotted_name, iter_tree
@@ -120,9 +122,9 @@ def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, 
                     "calls": [[edge.target.to_json(), *place(seed.unit, edge.call)] for edge in seed.edges],
                 }
             )
-    if not units and not exported:
+    if not units and not exported and not later:
         return None
-    return {"regions": exported, "units": units}
+    return {"regions": exported, "units": units, **({"later": True} if later else {})}
 
 
 def hazards_of(model: Any) -> Dict[str, List[Dict[str, Any]]]:
@@ -166,6 +168,8 @@ class Ambient:
         self._callers: Optional[Dict[Node, List[Tuple[str, Dict[str, Any]]]]] = None
         # (file, top-level name) a call on a way from a region goes to, in a file with no facts (not analysed).
         self.missing: Set[Tuple[str, str]] = set()
+        # The files a way from a region goes into whose hazards are still to come (`facts`' "later").
+        self.later: Set[str] = set()
 
     # ---------------------------------------------------------------- resolution
     def target(self, path: str, target: Sequence[Any]) -> Optional[Node]:
@@ -192,6 +196,8 @@ class Ambient:
         node = self.resolve(path, target)
         if node is not None and node[0] not in self.facts:
             self.missing.add((node[0], node[1].split(".")[0]))  # not analysed (no AMP words): `to_analyse` asks for it
+        elif node is not None and self.facts[node[0]].get("later"):
+            self.later.add(node[0])  # its hazards are worked out next round: `to_analyse`
         entry = self.facts.get(node[0], {}).get("units", {}).get(node[1]) if node is not None else None
         return [node] if node is not None and entry is not None and not entry.get("own") else []
 
@@ -422,8 +428,10 @@ def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexp
     class, a factory, a sub-module of another file) and that was not analysed (no AMP words:
     model code never says `autocast`); and, for a region that calls a parameter (`model(x)`
     in `def train_one_epoch(model, ...)`), the files that import its file and name the
-    function (what they pass for it is what runs). Called round after round until none is
-    left, so only the files on the ways from regions are analysed; none without a region. (A
+    function (what they pass for it is what runs); and each file a way goes into whose
+    hazards are still to come (`facts`' "later": analysed again as it was, with them). Called
+    round after round until none is left, so only the files on the ways from regions are
+    analysed, and only theirs have their hazards worked out; none without a region. (A
     file the pre-check deferred, with AMP words but no code a rule needs, is not analysed for
     its own regions: an inference script's, or a configuration's `mixed_precision`.)"""
     tried = tried if tried is not None else set()
@@ -434,11 +442,8 @@ def to_analyse(results: Sequence[FileResult], read: Any, index: PathIndex, reexp
     wanted = {path for path, name in ambient.missing if re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b", read(path) or "", re.M)}
     if not tried:  # the first round: the regions' files are all analysed already
         wanted |= _callers_of_parameters(results, read, index, reexports)
-    return sorted(
-        place[path]
-        for path in wanted
-        if path in place and path not in tried and path.endswith(".py") and results[place[path]].ambient is None and results[place[path]].error is None
-    )
+    wanted = {path for path in wanted if path in place and results[place[path]].ambient is None} | {path for path in ambient.later if path in place}
+    return sorted(place[path] for path in wanted if path not in tried and path.endswith(".py") and results[place[path]].error is None)
 
 
 def _callers_of_parameters(results: Sequence[FileResult], read: Any, index: PathIndex, reexports: Optional[ReExports]) -> Set[str]:

@@ -134,11 +134,13 @@ def result_key(
     settings: Mapping[str, Any] = {},
     imported: Optional[Mapping[str, Any]] = None,
     whole: bool = False,
+    hazards: bool = False,
 ) -> str:
     """The key of one lint result: the content, the path (summaries and relative imports
     name it), the rules selected for this file, every setting that changes what linting
-    reports, the summaries of the imported modules it was linted with, and whether it was
-    analysed whole (the second phase of a run).
+    reports, the summaries of the imported modules it was linted with, whether it was
+    analysed whole (the second phase of a run), and whether its float16 hazards were worked
+    out for the ambient pass.
 
     The parts are joined with NUL, which no path, rule code, digest or JSON text holds, so
     different parts never make one text; the settings' JSON is made once per settings
@@ -152,6 +154,7 @@ def result_key(
             _settings_text(settings),
             _summaries_text(imported) if imported else "",
             "whole" if whole else "",
+            "hazards" if hazards else "",
         )
     )
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()

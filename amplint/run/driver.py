@@ -102,6 +102,8 @@ class Job(NamedTuple):
     # Fix the contents (`data`) instead, with these fixes (`Runner.fix`): the `--fix` loop in a
     # worker, under the same budget, isolation and cancelling as a lint.
     fix: Optional[FixRequest] = None
+    # Work out its functions' float16 hazards for the ambient pass now (`engine.lint_bytes`).
+    hazards: bool = False
 
 
 class _Task(NamedTuple):
@@ -117,6 +119,7 @@ class _Task(NamedTuple):
     summary: bool = True
     every_syntax: bool = False  # the syntax verdict of files the engine does not analyse too
     fix: Optional[FixRequest] = None
+    hazards: bool = False
 
 
 class Runner:
@@ -173,6 +176,7 @@ class Runner:
         # The cache key of each result this runner returned that the cache holds, by the
         # result's identity (the result kept with it, so that its id is not reused).
         self._keyed: Dict[int, Tuple[FileResult, str]] = {}
+        self._made_by: Dict[int, Tuple[FileResult, Job]] = {}  # id(result) -> the job it is the result of
 
     def __enter__(self) -> "Runner":
         return self
@@ -243,7 +247,9 @@ class Runner:
     def _ambient_completed(self, results: List[FileResult], read: Any, codes: Mapping[str, Tuple[str, ...]]) -> List[FileResult]:
         """`results`, with the files the regions' calls lead into analysed whole, round after
         round along the ways (`amplint.project.ambient.to_analyse`): the model code a training
-        script runs under its autocast, which never says `autocast` itself."""
+        script runs under its autocast, which never says `autocast` itself; and those analysed
+        already whose float16 hazards are still to come analysed again as they were (with the
+        same summaries), with them."""
         from amplint.project.ambient import MAX_ROUNDS, to_analyse
         from amplint.project.import_paths import PathIndex
         from amplint.project.reexports import ReExports
@@ -259,10 +265,18 @@ class Runner:
             if not wanted:
                 break
             tried.update(results[place].path for place in wanted)
-            for place, result in zip(wanted, self.lint([Job(results[place].path, codes.get(results[place].path, ()), whole=True) for place in wanted])):
+            for place, result in zip(wanted, self.lint([self._with_hazards(results[place], codes) for place in wanted])):
                 if result.error is None:
                     results[place] = result
         return results
+
+    def _with_hazards(self, result: FileResult, codes: Mapping[str, Tuple[str, ...]]) -> Job:
+        """The job that analyses `result`'s file with its float16 hazards: the one `result` is
+        of, again, where its facts say they are to come; else the file whole."""
+        made = self._made_by.get(id(result))
+        if made is not None and made[0] is result and result.ambient and result.ambient.get("later"):
+            return made[1]._replace(hazards=True)
+        return Job(result.path, codes.get(result.path, ()), whole=True, hazards=True)
 
     def _base_key(self, job: Job) -> Tuple[Optional[str], Optional[bytes]]:
         """The key of the file's result linted alone (`result_key` without summaries), and
@@ -386,7 +400,9 @@ class Runner:
                         path, key = keys[task.index]
                         self.cache.put(path, key, _to_payload(result))
                         self._keep(result, key)
-        return [r if r is not None else FileResult(j.path, error=FileError(j.path, "not linted")) for r, j in zip(results, jobs)]
+        done = [r if r is not None else FileResult(j.path, error=FileError(j.path, "not linted")) for r, j in zip(results, jobs)]
+        self._made_by.update((id(result), (result, job)) for result, job in zip(done, jobs))
+        return done
 
     def _advance(self) -> None:
         if self.progress is not None:
@@ -418,7 +434,7 @@ class Runner:
                 return self._task(index, job, data)
             digest = content_digest(data)
             cache.note_content(job.path, st, digest, read_at)
-        cached = self._cached(job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole), digest, data)
+        cached = self._cached(job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole, job.hazards), digest, data)
         if cached is not None:
             return cached
         if data is None:  # the stat was trusted, but the file changed since: lint what is there now
@@ -426,11 +442,11 @@ class Runner:
             if isinstance(data, FileResult):
                 return data
         digest = content_digest(data)
-        keys[index] = (job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole))
+        keys[index] = (job.path, result_key(digest, job.path, job.codes, self.settings, job.imported, job.whole, job.hazards))
         return self._task(index, job, data)
 
     def _task(self, index: int, job: Job, data: bytes) -> _Task:
-        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary, self.every_syntax, job.fix)
+        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary, self.every_syntax, job.fix, job.hazards)
 
     # ------------------------------------------------------------------ execution
 
@@ -641,7 +657,7 @@ def _syntax_only(task: _Task) -> FileResult:
         from amplint.semantic import ExternalModules
 
         external = ExternalModules(task.path, task.imported) if task.imported else None
-        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target, summary=task.summary, every_syntax=task.every_syntax)
+        return lint_source(source, task.path, [r for r in ALL_RULES if r.code in task.codes], external=external, target=task.target, whole=task.whole, analysis_limit=task.analysis_limit, torch_target=task.torch_target, summary=task.summary, every_syntax=task.every_syntax, hazards=task.hazards)
     if not task.every_syntax:
         return FileResult(task.path, skipped=True, import_words=import_words(source))
     with recursion_room(), quiet_collector():
@@ -845,7 +861,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
             if task.fix is not None:
                 result = _fix(task, rules, external)
             elif engine:
-                result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target, task.summary, task.every_syntax)
+                result = lint_bytes(task.data, task.path, rules, external, task.target, task.whole, task.analysis_limit, task.torch_target, task.summary, task.every_syntax, task.hazards)
             else:
                 result = _syntax_only(task)
         finally:
