@@ -284,6 +284,28 @@ def test_a_warm_run_takes_the_ambient_findings_from_the_cache(amplint, project, 
     assert json.loads(amplint("--output-format", "json", ".", cwd=root).stdout)[0]["code"] == "AMP020"
 
 
+def test_hazards_are_worked_out_only_in_the_files_a_region_leads_into(project, monkeypatch):
+    """A file with AMP words is linted before any way is known: its facts say its hazards
+    are to come, and only a file a region's way goes into has them worked out (again, as it
+    was linted, with the same summaries), once."""
+    from amplint.lint import engine
+    from amplint.rules import ALL_RULES
+    from amplint.run.driver import Job, Runner
+
+    inference = '\n\ndef predict(model, x):\n    with torch.autocast("cuda", dtype=torch.bfloat16):\n        return model(x)\n'
+    root = _project(project, model=MODEL + inference)
+    project({"models/unused.py": MODEL + inference})  # the same hazard, on no region's way
+    asked = []
+    real = engine.hazards_of
+    monkeypatch.setattr(engine, "hazards_of", lambda model: asked.append(model) or real(model))
+    names = ("train.py", "models/__init__.py", "models/net.py", "models/unused.py")
+    with Runner(isolate=False) as runner:
+        results = dict(zip(names, runner.lint_project([Job(str(root / name), tuple(r.code for r in ALL_RULES)) for name in names])))
+    assert [f.code for f in results["models/net.py"].findings] == ["AMP020"]
+    assert not results["models/unused.py"].findings and results["models/unused.py"].ambient["later"]
+    assert "later" not in results["models/net.py"].ambient and len(asked) == 1
+
+
 def test_no_way_in_no_finding(amplint, project):
     # bfloat16 keeps float32's range: -1e9 fits.
     assert amplint("--no-cache", ".", cwd=_project(project, "torch.bfloat16")).stdout == "All checks passed!\n"
