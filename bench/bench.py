@@ -278,6 +278,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
         (engine, "_locate", "positions+noqa"),
         (engine, "export_summary", "summary export"),
         (engine, "ambient_facts", "ambient facts"),
+        (engine, "hazards_of", "float16 hazards (files a region's way reaches)"),
         (driver, "_syntax_only", "files without AMP words (read, words)"),
     ]
     saved = []
