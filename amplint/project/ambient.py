@@ -110,12 +110,18 @@ def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, 
         units[unit.name] = entry
     exported = []
     if seeds:
-        anchors = code_ranges(module, [seed.anchor for seed in seeds], source)
+        # Where each region is: as a call of its function, counted like the calls on its ways
+        # (found from the text in the few files a finding's chain passes through: `_Locator`);
+        # an anchor that is no such call (a Trainer's precision, in another function) has its
+        # position printed here.
+        counted_anchor = {id(seed): place(seed.unit, seed.anchor) if type(seed.anchor).__name__ == "Call" else ("", -1) for seed in seeds}
+        printed = [seed.anchor for seed in seeds if not counted_anchor[id(seed)][0] or counted_anchor[id(seed)][1] < 0]
+        anchors = code_ranges(module, printed, source) if printed else {}
         for seed in seeds:
-            start = anchors[seed.anchor].start
+            at: Dict[str, Any] = {"call": list(counted_anchor[id(seed)])} if seed.anchor not in anchors else {"at": [anchors[seed.anchor].start.line, anchors[seed.anchor].start.column + 1]}
             exported.append(
                 {
-                    "at": [start.line, start.column + 1],
+                    **at,
                     "unit": seed.unit.name,
                     "text": _short(seed.words),
                     "contexts": [list(c) for c in seed.contexts],
@@ -339,9 +345,10 @@ class Ambient:
         device, dtype = context
         _, path, place, *_ = hops[0]
         region = self.facts[path]["regions"][place]
-        where = f"{os.path.relpath(path, os.path.dirname(node[0]) or os.curdir)}:{region['at'][0]}"
+        at = region["at"] if "at" in region else locator.call(path, region["unit"], *region["call"])
+        where = f"{os.path.relpath(path, os.path.dirname(node[0]) or os.curdir)}:{at[0]}"
         parts = [f"{where} {region['text']} ({dtype}, {_DEVICE_WORDS.get(device, device)})"]
-        related = [Related(path, region["at"][0], region["at"][1], f"the autocast region ({dtype}, {_DEVICE_WORDS.get(device, device)}): {region['text']}")]
+        related = [Related(path, at[0], at[1], f"the autocast region ({dtype}, {_DEVICE_WORDS.get(device, device)}): {region['text']}")]
         for index, (kind, hop_path, owner, name, k, *passer) in enumerate(hops):
             unit = region["unit"] if kind == "region" else owner
             callee_path, callee = (hops[index + 1][1], hops[index + 1][2]) if index + 1 < len(hops) else node
