@@ -9,7 +9,7 @@ client reads further: an unpacking (`q, k = x.chunk(2, -1)`) or an augmented ass
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -24,6 +24,7 @@ class StraightLineValues:
 
     def __init__(self) -> None:
         self._parents: Dict[int, Dict[int, cst.CSTNode]] = {}
+        self._bound: Dict[int, FrozenSet[str]] = {}  # id(node) -> the names it binds (`_bound_names`), the tree alive with it
 
     def value_at(self, name: cst.Name, unit: CodeUnit) -> Optional[cst.BaseExpression]:
         """The value the variable `name` holds where it is read, when the code on the way
@@ -61,7 +62,7 @@ class StraightLineValues:
             if parent is None:
                 return None
             if isinstance(parent, (cst.For, cst.While)):
-                if _binds(parent, wanted):
+                if _binds(parent, wanted, self._bound):
                     return None  # an iteration variable, or rebound on an earlier iteration
             elif isinstance(parent, cst.With):
                 if any(item.asname is not None and wanted in names_bound(item.asname.name) for item in parent.items):
@@ -74,9 +75,9 @@ class StraightLineValues:
                 position = next((i for i, statement in enumerate(body) if statement is current), None)
                 if position is not None:
                     for statement in reversed(body[:position]):
-                        found = _binding_in(statement, wanted)
+                        found = _binding_in(statement, wanted, self._bound)
                         if found is _UNKNOWN and branches and isinstance(statement, cst.If):
-                            inside = _branch_bindings(statement, wanted)
+                            inside = _branch_bindings(statement, wanted, self._bound)
                             if inside is None:
                                 return None
                             bindings, falls_through = inside
@@ -109,17 +110,17 @@ class StraightLineValues:
         return self._parents[key]
 
 
-def _branch_bindings(statement: cst.If, name: str) -> Optional[Tuple[List, bool]]:
+def _branch_bindings(statement: cst.If, name: str, bound: Dict[int, FrozenSet[str]]) -> Optional[Tuple[List, bool]]:
     """The last assignment of `name` in each branch of an `if` (its `elif`s and `else`), and
     whether some branch leaves it as it was; None where a branch binds it otherwise."""
-    if _binds(statement.test, name):
+    if _binds(statement.test, name, bound):
         return None
     found: List = []
     falls_through = False
     branch: Optional[cst.CSTNode] = statement
     while branch is not None:
         block = branch.body if isinstance(branch, (cst.If, cst.Else)) else None
-        inside = _block_bindings(block, name) if block is not None else None
+        inside = _block_bindings(block, name, bound) if block is not None else None
         if inside is None:
             return None
         found.extend(inside[0])
@@ -127,7 +128,7 @@ def _branch_bindings(statement: cst.If, name: str) -> Optional[Tuple[List, bool]
         if isinstance(branch, cst.If):
             if branch.orelse is None:
                 falls_through = True
-            elif isinstance(branch.orelse, cst.If) and _binds(branch.orelse.test, name):
+            elif isinstance(branch.orelse, cst.If) and _binds(branch.orelse.test, name, bound):
                 return None
             branch = branch.orelse
         else:
@@ -135,7 +136,7 @@ def _branch_bindings(statement: cst.If, name: str) -> Optional[Tuple[List, bool]
     return found, falls_through
 
 
-def _block_bindings(block: cst.BaseSuite, name: str) -> Optional[Tuple[List, bool]]:
+def _block_bindings(block: cst.BaseSuite, name: str, bound: Dict[int, FrozenSet[str]]) -> Optional[Tuple[List, bool]]:
     """The last assignment of `name` in a block (through the `if`s in it), and whether the
     block may leave it unbound there."""
     body = _statements(block)
@@ -143,13 +144,13 @@ def _block_bindings(block: cst.BaseSuite, name: str) -> Optional[Tuple[List, boo
         return None
     found: List = []
     for statement in reversed(body):
-        binding = _binding_in(statement, name)
+        binding = _binding_in(statement, name, bound)
         if binding is _NOT_BOUND:
             continue
         if binding is _UNKNOWN:
             if not isinstance(statement, cst.If):
                 return None
-            inside = _branch_bindings(statement, name)
+            inside = _branch_bindings(statement, name, bound)
             if inside is None:
                 return None
             found.extend(inside[0])
@@ -167,35 +168,48 @@ def _statements(node: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
     return None
 
 
-def _binding_in(statement: cst.CSTNode, name: str) -> object:
+def _binding_in(statement: cst.CSTNode, name: str, bound: Dict[int, FrozenSet[str]]) -> object:
     """The assignment in `statement` that binds `name`: `name = value`, an unpacking, `name
     op= value`; _UNKNOWN for any other binding of it (in a branch, a loop, a `with`);
     _NOT_BOUND when it does not bind it."""
     if isinstance(statement, cst.SimpleStatementLine):
         for small in reversed(statement.body):
-            found = _binding_in(small, name)
+            found = _binding_in(small, name, bound)
             if found is not _NOT_BOUND:
                 return found
         return _NOT_BOUND
     if isinstance(statement, cst.Assign):
         if not any(name in names_bound(target.target) for target in statement.targets):
-            return _NOT_BOUND if not _binds(statement.value, name) else _UNKNOWN
+            return _NOT_BOUND if not _binds(statement.value, name, bound) else _UNKNOWN
         return statement
     if isinstance(statement, cst.AnnAssign):
         if name in names_bound(statement.target):
             return statement if statement.value is not None else _UNKNOWN
         return _NOT_BOUND
     if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name) and statement.target.value == name:
-        return statement if not _binds(statement.value, name) else _UNKNOWN
-    return _UNKNOWN if _binds(statement, name) else _NOT_BOUND
+        return statement if not _binds(statement.value, name, bound) else _UNKNOWN
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        # A definition binds its own name; what its body assigns is its own (a walk of every
+        # function before a module-level read was the square of the module's size).
+        return _UNKNOWN if statement.name.value == name else _NOT_BOUND
+    return _UNKNOWN if _binds(statement, name, bound) else _NOT_BOUND
 
 
-def _binds(node: cst.CSTNode, name: str) -> bool:
-    """Whether anything in `node` (not in nested functions' bodies) binds `name`."""
+def _binds(node: cst.CSTNode, name: str, bound: Dict[int, FrozenSet[str]]) -> bool:
+    """Whether anything in `node` (not in nested functions' bodies) binds `name`. The names
+    a node binds are gathered once (`bound`: id(node) -> them): a read looks back over every
+    statement before it, and a module's reads over all its statements."""
+    names = bound.get(id(node))
+    if names is None:
+        names = bound[id(node)] = _bound_names(node)
+    return name in names
 
+
+def _bound_names(node: cst.CSTNode) -> FrozenSet[str]:
     def descend(current: cst.CSTNode) -> bool:
         return current is node or not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda))
 
+    found: Set[str] = set()
     for current in iter_tree(node, descend):
         targets: List[cst.CSTNode] = []
         if isinstance(current, cst.Assign):
@@ -209,14 +223,12 @@ def _binds(node: cst.CSTNode, name: str) -> bool:
         elif isinstance(current, cst.Del):
             targets = [current.target]
         elif isinstance(current, (cst.FunctionDef, cst.ClassDef)) and current is not node:
-            if current.name.value == name:
-                return True
+            found.add(current.name.value)
         elif isinstance(current, (cst.Import, cst.ImportFrom)) and not isinstance(getattr(current, "names", None), cst.ImportStar):
             for alias in current.names:  # type: ignore[union-attr]
                 local = alias.asname.name if alias.asname is not None else alias.name
-                if (dotted_name(local) or "").split(".")[0] == name:  # type: ignore[arg-type]
-                    return True
+                found.add((dotted_name(local) or "").split(".")[0])  # type: ignore[arg-type]
         for target in targets:
-            if isinstance(target, cst.BaseExpression) and name in names_bound(target):
-                return True
-    return False
+            if isinstance(target, cst.BaseExpression):
+                found.update(names_bound(target))
+    return frozenset(found)
