@@ -200,9 +200,9 @@ class Runner:
         `amplint.project.link`).
 
         With a cache, each file's final result key (with what the project's ambient autocast
-        added to it) is remembered (`Cache.run`) under a key of every file's path and content: a run over the same files takes every result from
-        the cache without reading a file or working out again which files import which (a
-        warm run's largest cost)."""
+        added to it) is remembered (`Cache.run`) under a key of every file's path and
+        content: a run over the same files takes every result from the cache without reading
+        a file or working out again which files import which (a warm run's largest cost)."""
         bases = [self._base_key(job) for job in jobs]
         run = json_digest([[job.path, key] for job, (key, _) in zip(jobs, bases)]) if self.cache is not None and all(key for key, _ in bases) else None
         if run is not None:
@@ -226,6 +226,7 @@ class Runner:
         codes = {job.path: job.codes for job in jobs}
         results = link(results, lambda relinted: self.lint([Job(path, codes[path], summaries, whole=True) for path, summaries in relinted]), read, linked)
         results = self._ambient_completed(results, read, codes)
+        self._made_by.clear()  # kept for the ambient rounds only
         reported = _with_ambient(results, codes)
         if run is not None and self.cache is not None:
             final = [self._key_of(result) for result in results]
