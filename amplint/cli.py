@@ -303,7 +303,8 @@ def _check(options: argparse.Namespace, watched: Optional[List[str]] = None) -> 
                 settings = {"ignore-noqa": True} if ignoring_directives() else None
                 with Runner(workers, options.file_budget, cache, settings, target=target, progress=shown, analysis_limit=analysis_limit, torch_target=torch_target, memory=options.file_memory, every_syntax=every_syntax) as runner:
                     # Files that import linted modules are linted again with what those modules' functions do.
-                    return runner.lint_project([Job(path, codes) for path, codes in codes_by_path.items()])
+                    # Fixes follow other modules' functions as the lint did: only they need the summaries.
+                    return runner.lint_project([Job(path, codes) for path, codes in codes_by_path.items()], facts=fixing)
             finally:
                 shown.close()
 

@@ -88,7 +88,7 @@ def test_a_warm_run_of_a_project_reads_no_facts(project, tmp_path, monkeypatch):
 
     def run(paths=names):
         with Runner(workers=1, cache=Cache(str(tmp_path / "cache"), fingerprint="test-build")) as runner:
-            return runner.lint_project([Job(str(project / name), CODES) for name in paths]), runner
+            return runner.lint_project([Job(str(project / name), CODES) for name in paths], facts=False), runner
 
     cold, _ = run()
     assert list((tmp_path / "cache" / "test-build").glob("facts-*.json"))
@@ -101,6 +101,24 @@ def test_a_warm_run_of_a_project_reads_no_facts(project, tmp_path, monkeypatch):
     (one,), _ = run(("train.py",))  # another set of files: its result comes with its facts
     assert one.imports == cold[0].imports and one.imports
     assert [name for name in read if name.startswith("facts-")]
+
+
+def test_a_warm_fix_follows_another_modules_functions_as_the_lint_did(amplint, tmp_path):
+    """A run that fixes takes its remembered results with their facts: the step fixed after a
+    helper of another module scaled the backward, warm as cold."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "helpers.py").write_text("import torch\n\n\ndef scaled_backward(scaler, loss):\n    scaler.scale(loss).backward()\n")
+    (root / "train.py").write_text(
+        "import torch\n\nfrom helpers import scaled_backward\n\n\ndef train(model, optimizer, loader):\n"
+        '    scaler = torch.amp.GradScaler("cuda")\n    for x in loader:\n        with torch.autocast("cuda"):\n'
+        "            loss = model(x)\n        scaled_backward(scaler, loss)\n        optimizer.step()\n        scaler.update()\n"
+    )
+    cache = str(tmp_path / "cache")
+    cold = amplint("--no-cache", "--diff", ".", cwd=root).stdout
+    assert "+        scaler.step(optimizer)" in cold
+    assert "AMP005" in amplint("--cache-dir", cache, "--concise", ".", cwd=root).stdout  # remembers the run
+    assert amplint("--cache-dir", cache, "--diff", ".", cwd=root).stdout == cold
 
 
 def test_a_changed_file_is_linted_again_and_only_it(project, tmp_path):

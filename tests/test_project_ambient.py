@@ -5,6 +5,8 @@ reported there with the way in, and only where a region reaches it."""
 import json
 import os
 
+import pytest
+
 from amplint.lint.diagnostics import FileResult
 from amplint.project.ambient import Ambient
 
@@ -306,6 +308,61 @@ def test_hazards_are_worked_out_only_in_the_files_a_region_leads_into(project, m
     assert [f.code for f in results["models/net.py"].findings] == ["AMP020"]
     assert not results["models/unused.py"].findings and results["models/unused.py"].ambient["later"]
     assert "later" not in results["models/net.py"].ambient and len(asked) == 1
+
+
+LIT_MODEL = """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def forward(self, x, mask):
+        scores = x @ x.transpose(-1, -2)
+        return scores.masked_fill(mask, -1e9)
+"""
+
+LIT_TRAIN = """\
+import lightning as L
+import torch
+
+from model import Net
+
+
+class Lit(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+
+    def training_step(self, batch, batch_idx):
+        x, mask = batch
+        return self.net(x, mask).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters())
+
+
+def main():
+    trainer = L.Trainer(precision="16-mixed")
+    model = Lit()
+    trainer.fit(model)
+"""
+
+
+def test_a_region_opened_in_another_function_is_placed_where_it_is_opened(amplint, project):
+    """A Trainer's precision in `main` runs `training_step` under autocast: the chain starts at
+    the Trainer's line, not at a call counted in the hook (which has none of that name)."""
+    root = project({"train.py": LIT_TRAIN, "model.py": LIT_MODEL})
+    (item,) = json.loads(amplint("--no-cache", "--output-format", "json", ".", cwd=root).stdout)
+    assert item["code"] == "AMP020" and "train.py:21 " in item["help"]
+    assert (os.path.basename(item["related"][0]["filename"]), item["related"][0]["location"]["row"]) == ("train.py", 21)
+
+
+@pytest.mark.parametrize("directive", ["# noqa: AMP020", "# NOQA: AMP020", "# noqa: amp020"])
+def test_a_noqa_of_a_hazard_in_any_case_is_judged_by_the_hazards(amplint, project, directive):
+    """Whether a `# noqa` for a hazard suppresses something is the hazards' to say, however the
+    directive is written (amplint.lint.noqa reads it in any case): never an unused AMP100."""
+    model = LIT_MODEL.replace("-1e9)", "-1e9)  " + directive) + '\n\ndef infer(model, x):\n    with torch.autocast("cuda", dtype=torch.bfloat16):\n        return model(x)\n'
+    root = project({"model.py": model})
+    assert amplint("--no-cache", "--extend-select", "AMP100", ".", cwd=root).stdout == "All checks passed!\n"
 
 
 def test_no_way_in_no_finding(amplint, project):

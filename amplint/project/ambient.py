@@ -51,8 +51,13 @@ HAZARD_CODES = ("AMP013", "AMP020", "AMP021", "AMP022", "AMP023")
 
 def names_a_hazard(source: str) -> bool:
     """The text may hold a `# noqa` for a hazard's code: whether it suppresses something only
-    an analysis of the file can tell (`hazard_rows`), whatever words the file has."""
-    return "noqa" in source and any(code in source for code in HAZARD_CODES)
+    an analysis of the file can tell (`hazard_rows`), whatever words the file has. In any
+    case, as `amplint.lint.noqa` reads directives (`# NOQA: amp020`)."""
+    return _NOQA_WORD.search(source) is not None and _HAZARD_CODE.search(source) is not None
+
+
+_NOQA_WORD = re.compile("noqa", re.IGNORECASE)
+_HAZARD_CODE = re.compile("|".join(HAZARD_CODES), re.IGNORECASE)
 
 
 
@@ -69,20 +74,22 @@ def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, 
     graph = model.facts(CallGraph)
     seeds = graph.seeds()
     units: Dict[str, Any] = {}
-    order: Dict[int, Tuple[str, int]] = {}  # id(call) -> (its callee's name, k-th such call in its unit)
-    counted: Set[int] = set()
+    # id(unit) -> id(call) -> (its callee's name, k-th such call in the unit)
+    order: Dict[int, Dict[int, Tuple[str, int]]] = {}
 
     def place(unit: Any, call: Any) -> Tuple[str, int]:
-        if id(unit) not in counted:
-            counted.add(id(unit))
+        """The call's name and its count among the unit's calls of that name; ("", -1) for a
+        call that is not the unit's own (a region's anchor in another function)."""
+        if id(unit) not in order:
+            numbered = order[id(unit)] = {}
             counts: Dict[str, int] = {}
             body = unit.node.body if not unit.is_module else unit.node
             for node in iter_tree(body, lambda n: not _nested(n)):
                 if type(node).__name__ == "Call":
                     name = dotted_name(node.func) or ""
-                    order[id(node)] = (name, counts.get(name, 0))
+                    numbered[id(node)] = (name, counts.get(name, 0))
                     counts[name] = counts.get(name, 0) + 1
-        return order.get(id(call), ("", -1))
+        return order[id(unit)].get(id(call), ("", -1))
 
     for unit in model.units:
         if unit.is_module:

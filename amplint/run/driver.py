@@ -176,7 +176,8 @@ class Runner:
         # The cache key of each result this runner returned that the cache holds, by the
         # result's identity (the result kept with it, so that its id is not reused).
         self._keyed: Dict[int, Tuple[FileResult, str]] = {}
-        self._made_by: Dict[int, Tuple[FileResult, Job]] = {}  # id(result) -> the job it is the result of
+        # id(result) -> the job it is the result of, kept through a project's run only (`lint_project`)
+        self._made_by: Optional[Dict[int, Tuple[FileResult, Job]]] = None
 
     def __enter__(self) -> "Runner":
         return self
@@ -193,7 +194,7 @@ class Runner:
 
     # ------------------------------------------------------------------ a whole run
 
-    def lint_project(self, jobs: Sequence[Job]) -> List[FileResult]:
+    def lint_project(self, jobs: Sequence[Job], facts: bool = True) -> List[FileResult]:
         """The jobs' results: each file the pre-check lets through linted after the linted
         modules it imports, with their summaries (`amplint.project.order`), then again only
         where a summary it uses changed since (an import cycle, a module analysed late:
@@ -202,11 +203,14 @@ class Runner:
         With a cache, each file's final result key (with what the project's ambient autocast
         added to it) is remembered (`Cache.run`) under a key of every file's path and
         content: a run over the same files takes every result from the cache without reading
-        a file or working out again which files import which (a warm run's largest cost)."""
+        a file or working out again which files import which (a warm run's largest cost).
+        `facts`: the results come with their summaries, imports and ambient facts (`--fix`
+        follows another module's functions as the lint did); a run that only reports them
+        asks without, and a warm one then reads no facts from the cache."""
         bases = [self._base_key(job) for job in jobs]
         run = json_digest([[job.path, key] for job, (key, _) in zip(jobs, bases)]) if self.cache is not None and all(key for key, _ in bases) else None
         if run is not None:
-            remembered = self._remembered(run, jobs, bases)
+            remembered = self._remembered(run, jobs, bases, facts)
             if remembered is not None:
                 return remembered
         from amplint.project.link import link, read_text
@@ -221,12 +225,13 @@ class Runner:
         def lint_wave(items: Sequence[Tuple[int, Optional[Dict[str, dict]], bool]]) -> List[FileResult]:
             return self.lint([Job(jobs[place].path, jobs[place].codes, used, whole=whole) for place, used, whole in items])
 
+        self._made_by = {}
         results, linked = lint_in_order([job.path for job in jobs], texts, lint_wave, read)
         self.progress = None  # what is linted again is not counted twice
         codes = {job.path: job.codes for job in jobs}
         results = link(results, lambda relinted: self.lint([Job(path, codes[path], summaries, whole=True) for path, summaries in relinted]), read, linked)
         results = self._ambient_completed(results, read, codes)
-        self._made_by.clear()  # kept for the ambient rounds only
+        self._made_by = None  # kept for the ambient rounds only
         reported = _with_ambient(results, codes)
         if run is not None and self.cache is not None:
             final = [self._key_of(result) for result in results]
@@ -266,15 +271,19 @@ class Runner:
             if not wanted:
                 break
             tried.update(results[place].path for place in wanted)
+            analysed = {place for place in wanted if results[place].ambient is not None}
             for place, result in zip(wanted, self.lint([self._with_hazards(results[place], codes) for place in wanted])):
-                if result.error is None:
+                # A model file the pre-check passed by that cannot be analysed stays passed by;
+                # one analysed already whose hazards fail (over the work limit) says so, as it
+                # would have when they were worked out with the rest.
+                if result.error is None or place in analysed:
                     results[place] = result
         return results
 
     def _with_hazards(self, result: FileResult, codes: Mapping[str, Tuple[str, ...]]) -> Job:
         """The job that analyses `result`'s file with its float16 hazards: the one `result` is
         of, again, where its facts say they are to come; else the file whole."""
-        made = self._made_by.get(id(result))
+        made = self._made_by.get(id(result)) if self._made_by is not None else None
         if made is not None and made[0] is result and result.ambient and result.ambient.get("later"):
             return made[1]._replace(hazards=True)
         return Job(result.path, codes.get(result.path, ()), whole=True, hazards=True)
@@ -322,7 +331,7 @@ class Runner:
                 texts[job.path] = text
         return texts
 
-    def _remembered(self, run: str, jobs: Sequence[Job], bases: Sequence[Tuple[Optional[str], Optional[bytes]]]) -> Optional[List[FileResult]]:
+    def _remembered(self, run: str, jobs: Sequence[Job], bases: Sequence[Tuple[Optional[str], Optional[bytes]]], facts: bool = True) -> Optional[List[FileResult]]:
         """The results the run `run` ended with, from the cache; None when it does not have them all."""
         assert self.cache is not None
         final = self.cache.run(run)
@@ -332,7 +341,7 @@ class Runner:
         for place, ((row, key), job, (_, data)) in enumerate(zip(final, jobs, bases)):
             if row != place:
                 return None
-            result = self._cached(job.path, key, content_digest(data) if data is not None else self._digest_of(job.path), data, facts=False)
+            result = self._cached(job.path, key, content_digest(data) if data is not None else self._digest_of(job.path), data, facts)
             if result is None:
                 return None  # pushed out of the cache since: the run lints again
             results.append(result)
@@ -402,7 +411,8 @@ class Runner:
                         self.cache.put(path, key, _to_payload(result))
                         self._keep(result, key)
         done = [r if r is not None else FileResult(j.path, error=FileError(j.path, "not linted")) for r, j in zip(results, jobs)]
-        self._made_by.update((id(result), (result, job)) for result, job in zip(done, jobs))
+        if self._made_by is not None:
+            self._made_by.update((id(result), (result, job)) for result, job in zip(done, jobs))
         return done
 
     def _advance(self) -> None:
