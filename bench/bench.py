@@ -375,6 +375,7 @@ def replay(roots: Sequence[str], save_costs: Optional[str], worst: int = 5) -> d
     return {
         "files": len(files),
         "lints": kinds,
+        "lint_cpu_s": {kind: sum(cpu for lints in by_path.values() for k, _, cpu in lints if k == kind) for kind in kinds},
         "phase_seconds": spent,
         "total_cpu_s": total_cpu,
         "max_file_cpu_s": ranked[0] if ranked else 0.0,
