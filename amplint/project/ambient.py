@@ -121,11 +121,10 @@ def facts(model: Any, module: Any, source: Optional[str], hazards: Mapping[str, 
         # (found from the text in the few files a finding's chain passes through: `_Locator`);
         # an anchor that is no such call (a Trainer's precision, in another function) has its
         # position printed here.
-        counted_anchor = {id(seed): place(seed.unit, seed.anchor) if type(seed.anchor).__name__ == "Call" else ("", -1) for seed in seeds}
-        printed = [seed.anchor for seed in seeds if not counted_anchor[id(seed)][0] or counted_anchor[id(seed)][1] < 0]
-        anchors = code_ranges(module, printed, source) if printed else {}
+        placed = {id(seed): place(seed.unit, seed.anchor) for seed in seeds}
+        anchors = code_ranges(module, [seed.anchor for seed in seeds if not placed[id(seed)][0]], source)
         for seed in seeds:
-            at: Dict[str, Any] = {"call": list(counted_anchor[id(seed)])} if seed.anchor not in anchors else {"at": [anchors[seed.anchor].start.line, anchors[seed.anchor].start.column + 1]}
+            at: Dict[str, Any] = {"call": list(placed[id(seed)])} if seed.anchor not in anchors else {"at": [anchors[seed.anchor].start.line, anchors[seed.anchor].start.column + 1]}
             exported.append(
                 {
                     **at,
