@@ -6,6 +6,7 @@ worker is cancelled through its ticket."""
 
 import asyncio
 import os
+import sys
 import threading
 
 import pytest
@@ -254,6 +255,57 @@ def fixes(server):
     return [ticket for text, ticket in server.linter.started if text.startswith("fix ")]
 
 
+@pytest.mark.asyncio
+async def test_a_cancelled_fix_all_is_answered_at_once_while_its_lane_stops(monkeypatch):
+    from amplint.lsp import linting
+
+    release = threading.Event()
+
+    def held(name, path, text, ticket=None):  # the lane's fix, not done until the test says
+        release.wait(60)
+        return text + "# fixed\n"
+
+    monkeypatch.setattr(linting, "fix_document", held)
+    linter, ticket = linting.Linter(), Ticket()
+    try:
+        request = asyncio.ensure_future(linter.fix_all("train.py", None, "v1\n", ticket))
+        await asyncio.sleep(0.05)
+        assert not request.done()
+        ticket.cancel()
+        await until(request.done, "the cancelled fixAll is answered")
+        assert request.result() is None
+        assert not release.is_set()  # answered while its lane was still busy
+        release.set()
+        assert await linter.fix_all("train.py", None, "v1\n", Ticket()) == "v1\n# fixed\n"
+    finally:
+        release.set()
+        linter.executor.shutdown(wait=True)
+
+
+@pytest.mark.asyncio
+async def test_a_fix_done_as_its_fix_all_was_superseded_is_dropped(monkeypatch):
+    from amplint.lsp import linting
+
+    def superseded_as_it_ends(name, path, text, ticket=None):  # a newer fixAll comes as it returns
+        ticket.cancel()
+        return text + "# fixed\n"
+
+    monkeypatch.setattr(linting, "fix_document", superseded_as_it_ends)
+    linter = linting.Linter()
+    try:
+        assert await linter.fix_all("train.py", None, "v1\n", Ticket()) is None
+    finally:
+        linter.executor.shutdown(wait=True)
+
+
+@pytest.mark.asyncio
+async def test_a_ticket_cancelled_before_it_is_watched_is_stopped_already():
+    ticket = Ticket()
+    ticket.cancel()
+    stopped = ticket.stopped()
+    assert stopped.done()
+
+
 def _fix_forever(*args, **kwargs):
     while True:
         pass
@@ -269,6 +321,39 @@ def test_a_fix_runs_in_a_worker_within_the_budget(tmp_path, monkeypatch):
     with Runner(1, budget=1) as runner:
         result = runner.fix(Job("train.py", CODES, data=BUGGY.encode(), summary=False, fix=FixRequest()))
     assert result.error.message == "analysis exceeded the 1 s CPU safety limit; not linted (raise it with --file-budget)"
+
+
+class CancelledAsItIsHandedOut:
+    """A `cancel` set just after the runner's first look: the ticket's `interrupt` came while
+    no worker had a unit yet, so it stopped nothing."""
+
+    def __init__(self):
+        self.looks = 0
+
+    def is_set(self):
+        self.looks += 1
+        return self.looks > 1
+
+
+def test_a_cancel_that_comes_as_a_fix_is_handed_out_stops_it_at_once(monkeypatch):
+    import multiprocessing.connection
+
+    import amplint.lint.fix_loop
+
+    monkeypatch.setattr(amplint.lint.fix_loop, "fix_file", _fix_forever)
+    waits = []  # the runner's waits on its busy workers
+    wait = multiprocessing.connection.wait
+
+    def watched(*args, **kwargs):
+        if sys._getframe(1).f_code.co_name == "_execute":
+            waits.append(args)
+        return wait(*args, **kwargs)
+
+    monkeypatch.setattr(multiprocessing.connection, "wait", watched)
+    with Runner(1) as runner:
+        result = runner.fix(Job("train.py", CODES, data=BUGGY.encode(), summary=False, fix=FixRequest()), CancelledAsItIsHandedOut())
+    # Not a wait on the worker first (a whole file, or the wait's timeout, before it is stopped).
+    assert result.error.message == "not linted" and waits == []
 
 
 def test_a_cancelled_fix_stops_its_worker(monkeypatch):

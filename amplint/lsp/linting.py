@@ -35,7 +35,7 @@ import gc
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 if TYPE_CHECKING:
     from amplint.lint.diagnostics import FileResult, Finding
@@ -86,9 +86,31 @@ class Linter:
         return await asyncio.get_running_loop().run_in_executor(self.executor, lint_document, name, path, data, ticket)
 
     async def fix_all(self, name: str, path: Optional[str], text: str, ticket: Optional["Ticket"] = None) -> Optional[str]:
-        """`text` with every safe fix applied; None when there is none, or `ticket` was cancelled."""
+        """`text` with every safe fix applied; None when there is none, or `ticket` was
+        cancelled: then at once, not when its lane is done (a superseded fixAll is answered
+        before anything that comes after it, and a fix finished as it was cancelled is
+        dropped)."""
         await asyncio.wrap_future(self.load())
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fix_document, name, path, text, ticket)
+        work = asyncio.get_running_loop().run_in_executor(self.executor, fix_document, name, path, text, ticket)
+        if ticket is None:
+            return await work
+        stopped = ticket.stopped()
+        cancelled = True  # unless the wait ends (a `$/cancelRequest` ends the coroutine here)
+        try:
+            await asyncio.wait([work, stopped], return_when=asyncio.FIRST_COMPLETED)
+            cancelled = ticket.cancelled.is_set()
+        finally:
+            stopped.cancel()
+            if cancelled:
+                # The lane goes on until its worker is killed; what it returns is nobody's.
+                work.add_done_callback(_dropped)
+        return None if cancelled else work.result()
+
+
+def _dropped(work: "asyncio.Future[Any]") -> None:
+    """Retrieve what a lane returned to nobody (so asyncio does not log it as lost)."""
+    if not work.cancelled():
+        work.exception()
 
 
 class Ticket:
@@ -99,12 +121,38 @@ class Ticket:
         self.cancelled = threading.Event()
         self._lock = threading.Lock()
         self._runner: Optional["Runner"] = None
+        self._waiting: List[Callable[[], None]] = []
 
     def cancel(self) -> None:
         with self._lock:
             self.cancelled.set()
             if self._runner is not None:
                 self._runner.interrupt()
+            waiting, self._waiting = self._waiting, []
+        for wake in waiting:
+            wake()
+
+    def stopped(self) -> "asyncio.Future[None]":
+        """A future of the running loop, done once the ticket is cancelled (from any thread)."""
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[None]" = loop.create_future()
+
+        def done() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(done)
+            except RuntimeError:  # the loop has closed: nobody waits
+                pass
+
+        with self._lock:
+            if not self.cancelled.is_set():
+                self._waiting.append(wake)
+                return future
+        done()
+        return future
 
     def attach(self, runner: "Runner") -> bool:
         """`runner` is about to lint for this ticket; False if it is cancelled already."""

@@ -513,7 +513,9 @@ class Runner:
                 self._pool.append(worker)
                 worker.assign(queue.popleft(), by_index)
             busy = [w for w in self._pool if w.unit is not None]
-            if not busy:
+            if not busy or (cancel is not None and cancel.is_set()):
+                # Cancelled while units were handed out: `interrupt` found no unit to stop, so
+                # the loop's top does (a wait would last a whole file).
                 continue
             from multiprocessing.connection import wait
 
