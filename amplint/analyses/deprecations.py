@@ -61,6 +61,7 @@ from amplint.semantic import (
     Scope,
     SemanticModel,
     all_bindings,
+    children,
     dotted_name,
     iter_tree,
     source_text,
@@ -276,7 +277,7 @@ class _Finder:
                 qualified = self.resolver.qualified(node.func) or ""
                 if _is_new_api(qualified):
                     called.add(qualified.rsplit(".", 1)[-1])
-            waiting.extend(node.children)
+            waiting.extend(children(node))
         return called
 
     def _shim_test(self, test: cst.BaseExpression, helpers: Set[str]) -> bool:
