@@ -137,6 +137,41 @@ def test_words_an_encoding_hides_from_the_byte_search_still_get_the_engine(hidde
     assert full.findings and _syntax_only(task).findings == full.findings
 
 
+def test_the_pre_check_searches_a_file_once_and_the_worker_keeps_its_verdict(monkeypatch):
+    # The parent's task carries the verdict; neither the worker nor the syntax-only path
+    # searches the text for the rules' words again (it was up to four searches a file).
+    from amplint.lint import catalogue
+    from amplint.run.driver import Job, Runner
+
+    plain = b"import os\nprint(os.sep)\n"
+    task = Runner(1)._task(0, Job("m.py", ALL_CODES), plain)
+    assert task.parse is False and Runner(1)._task(0, Job("m.py", ALL_CODES), BUGGY.encode()).parse is True
+    searches = []
+    for name in ("might_use_amp", "rules_matching_words"):
+        original = getattr(catalogue, name)
+        monkeypatch.setattr(catalogue, name, lambda *args, _original=original: searches.append(args) or _original(*args))
+    assert not _needs_engine(task) and _syntax_only(task).skipped
+    assert searches == []
+    assert _needs_engine(task._replace(parse=True))  # the verdict decides, not the bytes
+
+
+@pytest.mark.parametrize(
+    "data, same",
+    [
+        (b"import torch\n", True),
+        ("# \u00e9t\u00e9\nimport torch\n".encode("utf-8"), True),
+        (b"\xef\xbb\xbfimport torch\n", True),  # a BOM
+        (b"# coding: unicode_escape\nx = '\\x61utocast'\n", False),
+        (b"# coding: latin-1\nx = '\xe9'\n", False),  # searched again: another encoding
+    ],
+)
+def test_a_decoded_text_is_searched_again_only_where_its_encoding_may_change_the_words(data, same):
+    from amplint.run.driver import _words_as_searched
+    from amplint.run.source import decode_python
+
+    assert _words_as_searched(data, decode_python(data, "m.py")) is same
+
+
 def test_a_deselected_rule_does_not_call_for_the_engine():
     task = _Task(0, "m.py", b"import os  # noqa: AMP003\n", tuple(c for c in ALL_CODES if c != "AMP100"), None, None)
     assert not _needs_engine(task)

@@ -120,6 +120,9 @@ class _Task(NamedTuple):
     every_syntax: bool = False  # the syntax verdict of files the engine does not analyse too
     fix: Optional[FixRequest] = None
     hazards: bool = False
+    # The pre-check's verdict on `data` (`_will_parse`), made once in the parent, which needs
+    # it to plan: the worker does not search the text for the rules' words again.
+    parse: Optional[bool] = None
 
 
 class Runner:
@@ -178,6 +181,9 @@ class Runner:
         self._keyed: Dict[int, Tuple[FileResult, str]] = {}
         # id(result) -> the job it is the result of, kept through a project's run only (`lint_project`)
         self._made_by: Optional[Dict[int, Tuple[FileResult, Job]]] = None
+        # (path, codes) -> (hash of the bytes, whether the pre-check let them through), from a
+        # project's ordering (`_analysable_texts`): its task takes the verdict for the same bytes.
+        self._searched: Dict[Tuple[str, Tuple[str, ...]], Tuple[int, bool]] = {}
 
     def __enter__(self) -> "Runner":
         return self
@@ -317,6 +323,7 @@ class Runner:
         from amplint.lint.catalogue import RULES, might_use_amp
 
         texts: Dict[str, str] = {}
+        self._searched = {}
         for job, (_, data) in zip(jobs, bases):
             rules = [rule for rule in RULES if rule.code in job.codes and rule.code != UNUSED_NOQA]
             if not rules or is_notebook(job.path):
@@ -327,7 +334,9 @@ class Runner:
                     continue
                 data = read
             text = data.decode("latin-1")
-            if might_use_amp(text, rules):
+            found = might_use_amp(text, rules)
+            self._searched[job.path, job.codes] = (hash(data), found)
+            if found:
                 texts[job.path] = text
         return texts
 
@@ -457,7 +466,11 @@ class Runner:
         return self._task(index, job, data)
 
     def _task(self, index: int, job: Job, data: bytes) -> _Task:
-        return _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary, self.every_syntax, job.fix, job.hazards)
+        task = _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary, self.every_syntax, job.fix, job.hazards)
+        searched = self._searched.get((job.path, job.codes))
+        if searched is not None and searched[0] == hash(data):
+            return task._replace(parse=task.whole or searched[1])
+        return task._replace(parse=_will_parse(task))
 
     # ------------------------------------------------------------------ execution
 
@@ -638,6 +651,8 @@ def _will_parse(task: _Task) -> bool:
     in any encoding Python source may use, and in a notebook's JSON."""
     from amplint.lint.catalogue import RULES, might_use_amp
 
+    if task.parse is not None:
+        return task.parse
     # The unused-noqa check reads comments: it alone never has a file parsed.
     rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
     # Linted whole, a file is analysed whatever its words (a helper module another imports).
@@ -663,7 +678,7 @@ def _syntax_only(task: _Task) -> FileResult:
     if isinstance(source, FileError):
         return FileResult(task.path, error=source)
     rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
-    if rules_matching_words(source, rules) or (UNUSED_NOQA in task.codes and might_have_reportable_directives(source)):
+    if (not _words_as_searched(task.data, source) and rules_matching_words(source, rules)) or (UNUSED_NOQA in task.codes and might_have_reportable_directives(source)):
         # Its encoding hid a word from the byte search (`# coding: unicode_escape`): the engine.
         from amplint.lint.engine import lint_source
         from amplint.rules import ALL_RULES
@@ -675,6 +690,20 @@ def _syntax_only(task: _Task) -> FileResult:
         return FileResult(task.path, skipped=True, import_words=import_words(source))
     with recursion_room(), quiet_collector():
         return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target), import_words=import_words(source))
+
+
+def _words_as_searched(data: bytes, source: str) -> bool:
+    """Whether `source`, decoded from `data`, has exactly the ASCII words the pre-check found
+    in `data` read as Latin-1 (the rules' words are ASCII): the same text, or UTF-8, which
+    writes an ASCII character as its byte and every other as bytes above 127. Another
+    encoding may hide a word (`# coding: unicode_escape`) or show one the bytes do not have."""
+    import io
+    import tokenize
+
+    if data.isascii():
+        return len(source) == len(data) and source == data.decode("ascii")
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return encoding in ("utf-8", "utf-8-sig")
 
 
 def plan(files: Sequence[Tuple[int, bool]]) -> List[List[int]]:
