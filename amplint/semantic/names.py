@@ -14,6 +14,11 @@ _EMPTY_MODULE = cst.Module(body=[])
 
 def dotted_name(node: cst.BaseExpression) -> Optional[str]:
     """`self.scaler` for an attribute chain of plain names; None for anything else."""
+    kind = type(node)
+    if kind is cst.Name:  # most of the calls: nothing to join
+        return node.value  # type: ignore[attr-defined]
+    if kind is not cst.Attribute:
+        return None
     parts = []
     while type(node) is cst.Attribute:
         parts.append(node.attr.value)  # type: ignore[attr-defined]
