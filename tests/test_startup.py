@@ -155,6 +155,22 @@ def test_the_pre_check_searches_a_file_once_and_the_worker_keeps_its_verdict(mon
     assert _needs_engine(task._replace(parse=True))  # the verdict decides, not the bytes
 
 
+def test_a_project_run_takes_its_ordering_verdict_for_the_same_bytes_only(tmp_path, monkeypatch):
+    from amplint.lint import catalogue
+    from amplint.run.driver import Job, Runner
+
+    path = tmp_path / "m.py"
+    path.write_bytes(b"import os\n")
+    runner, job = Runner(1), Job(str(path), ALL_CODES)
+    assert runner._analysable_texts([job], [(None, None)]) == {}
+    searches = []
+    original = catalogue.might_use_amp
+    monkeypatch.setattr(catalogue, "might_use_amp", lambda *args: searches.append(args) or original(*args))
+    assert runner._task(0, job, b"import os\n").parse is False and searches == []
+    # Changed since the ordering read it: searched again, and let through.
+    assert runner._task(0, job, BUGGY.encode()).parse is True and len(searches) == 1
+
+
 @pytest.mark.parametrize(
     "data, same",
     [
