@@ -46,7 +46,7 @@ from amplint.lint.diagnostics import FileError, FileResult, Finding, FixSuggesti
 from amplint.lint.noqa import UNUSED_NOQA, might_have_reportable_directives
 from amplint.run.notebook import is_notebook
 from amplint.run.progress import Progress
-from amplint.run.source import decode_notebook, decode_python, read_file, size_error
+from amplint.run.source import decode_notebook, decode_python, read_file, size_error, source_encoding
 from amplint.lint.syntax import PythonVersion
 
 if TYPE_CHECKING:
@@ -468,9 +468,8 @@ class Runner:
     def _task(self, index: int, job: Job, data: bytes) -> _Task:
         task = _Task(index, job.path, data, job.codes, job.imported, self.target, job.whole, self.analysis_limit, self.torch_target, job.summary, self.every_syntax, job.fix, job.hazards)
         searched = self._searched.get((job.path, job.codes))
-        if searched is not None and searched[0] == hash(data):
-            return task._replace(parse=task.whole or searched[1])
-        return task._replace(parse=_will_parse(task))
+        found = searched[1] if searched is not None and searched[0] == hash(data) else None
+        return task._replace(parse=_will_parse(task, found))
 
     # ------------------------------------------------------------------ execution
 
@@ -645,10 +644,11 @@ def _estimate(task: _Task) -> Tuple[int, bool]:
     return len(task.data), _will_parse(task)
 
 
-def _will_parse(task: _Task) -> bool:
+def _will_parse(task: _Task, found: Optional[bool] = None) -> bool:
     """Whether the pre-check will let the file through to a LibCST parse. Latin-1 maps bytes
     to characters one to one, so the ASCII words the pre-check looks for are found as they are
-    in any encoding Python source may use, and in a notebook's JSON."""
+    in any encoding Python source may use, and in a notebook's JSON. `found`: what the text
+    search (`might_use_amp`) already said of these bytes, if it was made."""
     from amplint.lint.catalogue import RULES, might_use_amp
 
     if task.parse is not None:
@@ -656,7 +656,9 @@ def _will_parse(task: _Task) -> bool:
     # The unused-noqa check reads comments: it alone never has a file parsed.
     rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
     # Linted whole, a file is analysed whatever its words (a helper module another imports).
-    return bool(rules) and (task.whole or might_use_amp(task.data.decode("latin-1"), rules))
+    if not rules or task.whole:
+        return bool(rules)
+    return found if found is not None else might_use_amp(task.data.decode("latin-1"), rules)
 
 
 def _needs_engine(task: _Task) -> bool:
@@ -697,13 +699,9 @@ def _words_as_searched(data: bytes, source: str) -> bool:
     in `data` read as Latin-1 (the rules' words are ASCII): the same text, or UTF-8, which
     writes an ASCII character as its byte and every other as bytes above 127. Another
     encoding may hide a word (`# coding: unicode_escape`) or show one the bytes do not have."""
-    import io
-    import tokenize
-
     if data.isascii():
-        return len(source) == len(data) and source == data.decode("ascii")
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return encoding in ("utf-8", "utf-8-sig")
+        return source == data.decode("ascii")
+    return source_encoding(data) in ("utf-8", "utf-8-sig")
 
 
 def plan(files: Sequence[Tuple[int, bool]]) -> List[List[int]]:

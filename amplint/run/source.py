@@ -103,13 +103,19 @@ def _too_large(path: str, size: int, limit: int, what: str) -> FileError:
     return FileError(path, f"{what} ({size / 2**20:.1f} MiB > {limit / 2**20:g} MiB)")
 
 
+def source_encoding(data: bytes) -> str:
+    """The encoding Python reads `data` in: its BOM or PEP 263 coding line, else UTF-8
+    (SyntaxError for a coding line that names none)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return encoding
+
+
 def decode_python(data: bytes, path: str) -> Union[str, FileError]:
     """Decode as Python does: a BOM or PEP 263 coding line, else UTF-8."""
     if b"\x00" in data:
         return FileError(path, "binary file (contains NUL bytes), not Python source")
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        text = data.decode(encoding)
+        text = data.decode(source_encoding(data))
     except (SyntaxError, LookupError) as error:
         return FileError(path, f"cannot decode: {error}")
     except UnicodeDecodeError as error:
@@ -121,7 +127,7 @@ def decode_python(data: bytes, path: str) -> Union[str, FileError]:
 
 def encode_like(text: str, original: bytes) -> bytes:
     """`text` encoded as `original` was: its PEP 263 encoding, and its BOM if it had one."""
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
+    encoding = source_encoding(original)
     if encoding == "utf-8-sig" or original.startswith(b"\xef\xbb\xbf"):
         return b"\xef\xbb\xbf" + text.encode("utf-8")
     return text.encode(encoding)
