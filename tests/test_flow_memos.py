@@ -216,3 +216,48 @@ def test_the_calls_a_statement_runs_from_those_nested_in_it():
     for statement in statements:  # and outer first, from a fresh one
         fresh = analyze(found.module).facts(Precision).successors
         assert fresh.calls_within([statement]) == calls_within([statement])
+
+
+def test_a_nodes_remembered_children_are_the_ones_worked_out_afresh():
+    from amplint.semantic.walk import _MEMO, children, remembered_children
+
+    module = cst.parse_module("x = f(a, b[1]) + g(*c)\nif x:\n    y = 2\n")
+    nodes = list(iter_tree(module))
+    assert _MEMO.get() is None  # no memo outside a lint
+    fresh = [tuple(children(node)) for node in nodes]
+    with remembered_children():
+        first = [children(node) for node in nodes]
+        again = [children(node) for node in nodes]
+        assert [tuple(kids) for kids in first] == fresh
+        assert all(a is b for a, b in zip(first, again))  # the very tuples found first
+    assert _MEMO.get() is None  # forgotten with the lint
+
+
+def test_a_remembered_childrens_node_is_never_another_with_its_id():
+    from amplint.semantic.walk import _MEMO, children, remembered_children
+
+    node = cst.parse_expression("f(a)")
+    other = cst.parse_expression("g(b, c)")
+    with remembered_children():
+        _MEMO.get()[id(node)] = (other, tuple(children(other)))  # an id reused by another node
+        assert [dotted for dotted in map(source_text, children(node))] == ["f", "a"]
+
+
+def test_the_work_meter_counts_a_remembered_expansion_as_a_step():
+    # The file's work limit must not depend on what the walks remember.
+    from amplint.semantic.walk import remembered_children
+
+    module = cst.parse_module("for p in params:\n    p.grad.mul_(scale(x) + 1)\n" * 20)
+
+    def spent(remember: bool) -> int:
+        with work.metered(1.0) as meter:
+            if remember:
+                with remembered_children():
+                    for _ in range(3):
+                        list(iter_tree(module))
+            else:
+                for _ in range(3):
+                    list(iter_tree(module))
+        return meter.spent
+
+    assert spent(True) == spent(False) == 3 * len(list(iter_tree(module)))

@@ -33,6 +33,7 @@ from amplint.semantic import (
     SemanticModel,
     analyze,
     imports_of,
+    remembered_children,
 )
 from amplint.run.source import decode_notebook, decode_python, size_error
 from amplint.lint.syntax import PythonVersion, parse_module_exactly, python_tree, quiet_collector, recursion_room, syntax_error, where
@@ -143,8 +144,9 @@ def lint_source(
     The cyclic collector is paused meanwhile: its passes would walk every node of the trees
     again and again (a fifth of the analysis time), and the trees hold no cycles, so they
     are freed as soon as the file is done; the little the analysis leaves in cycles is
-    collected with the next young generation, once the trees are gone."""
-    with recursion_room(), quiet_collector():
+    collected with the next young generation, once the trees are gone. The walks over the
+    trees remember each node's children meanwhile (`amplint.semantic.walk`)."""
+    with recursion_room(), quiet_collector(), remembered_children():
         try:
             with work.metered(analysis_limit):
                 return _lint_source(source, path, rules, cells, external, target, whole, torch_target, summary, every_syntax, hazards)

@@ -90,7 +90,7 @@ from amplint.semantic.types import (
     Ref,
     ScalerInfo,
 )
-from amplint.semantic.walk import children, iter_tree, own_returns
+from amplint.semantic.walk import children, iter_tree, own_returns, remembered_children
 
 __all__ = [
     # The model and what it is built from
@@ -137,6 +137,7 @@ __all__ = [
     "names_read",
     "names_used",
     "own_returns",
+    "remembered_children",
     "roots",
     "source_text",
     # Values and arguments
