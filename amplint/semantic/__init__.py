@@ -7,6 +7,8 @@ package only (its `__all__`, the core's public surface), or PyTorch's data from
 
 The core is per-file and generic; each part in its own module:
 - `walk`: a fast read-only walk over LibCST trees;
+- `node_classes`: `isinstance` against LibCST's node classes without ABCMeta's slow check
+  (given to the classes when the core is imported);
 - `names`: names as written (`dotted_name`, `source_text`, `names_read`, `names_used`);
 - `index`: one walk collecting scopes, bindings, code units and every call with its context;
 - `resolve`: what a name refers to, and which dtypes and devices an expression can be;
@@ -35,7 +37,11 @@ says where a new fact goes.
 
 from __future__ import annotations
 
-from amplint.semantic.calls import Classified, HelperCall
+from amplint.semantic.node_classes import plain_checks
+
+plain_checks()  # before any tree is read: every isinstance against a node class is cheaper
+
+from amplint.semantic.calls import Classified, HelperCall  # noqa: E402
 from amplint.semantic.conditions import Assumption, assumptions
 from amplint.semantic.foreign import (
     SUMMARY_VERSION,
