@@ -7,6 +7,7 @@ finding; fixes that touch the same statement are applied one per round, never me
 
 import json
 import textwrap
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -580,3 +581,111 @@ def test_amp014_leaves_no_unused_import_in_a_try_block_or_after_a_semicolon():
             y = model(x)
         """
     )
+
+
+# --------------------------------------------------------------------------- suggestions print only what changes
+
+
+def _suggestions(source, whole):
+    """Every finding's fix suggestion, computed printing only the statement a fix changes
+    (as linting does), or with `whole`, printing each top-level statement it is in whole."""
+    from amplint.lint import fix as fix_module
+
+    narrow = fix_module.Suggestions._rewritten_in
+    if whole:
+        fix_module.Suggestions._rewritten_in = lambda *args: None
+    try:
+        return [(f.code, f.row, f.fix) for f in lint_text(source) if f.fix is not None]
+    finally:
+        fix_module.Suggestions._rewritten_in = narrow
+
+
+NESTED = [
+    # in a branch, an elif, an else, an except, a finally, a decorated method's loop
+    """
+    import torch
+
+    class Trainer:
+        @staticmethod
+        def fit(model, opt, loader, scaler, use_amp):
+            for x, y in loader:
+                if use_amp:
+                    with torch.cuda.amp.autocast():
+                        loss = model(x, y)
+                elif x is None:
+                    continue
+                else:
+                    try:
+                        loss = model(x, y)
+                    except RuntimeError:
+                        with torch.cuda.amp.autocast():  # retried
+                            loss = model(x, y)
+                    finally:
+                        pass
+                scaler.scale(loss).backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+    """,
+    # tabs, and a block indented its own way
+    "import torch\ndef train(model, opt, scaler, loader):\n\tfor x in loader:\n\t\tloss = model(x)\n\t\tscaler.scale(loss).backward()\n\t\ttorch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n\t\tscaler.step(opt)\n\t\tscaler.update()\n",
+    "import torch\ndef train(model, opt, scaler, loader):\n  for x in loader:\n        loss = model(x)\n        scaler.scale(loss).backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n        scaler.step(opt)\n        scaler.update()\n",
+    # the same statement twice in one function: its code is not found once, so printed whole
+    """
+    import torch
+
+    def train(model, opt, scaler, a, b):
+        with torch.cuda.amp.autocast():
+            loss = model(a)
+        with torch.cuda.amp.autocast():
+            loss = model(a)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    """,
+    # a match statement's case (not followed into: its cases add an indentation of their own)
+    """
+    import torch
+
+    def train(model, opt, scaler, x, mode):
+        match mode:
+            case "amp":
+                with torch.cuda.amp.autocast():
+                    loss = model(x)
+            case _:
+                loss = model(x)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    """,
+]
+
+
+FIXTURES = sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("AMP*/buggy*.py"))
+
+
+@pytest.mark.parametrize("source", [textwrap.dedent(s) for s in NESTED] + [path.read_text(encoding="utf-8") for path in FIXTURES])
+def test_a_suggestion_printing_only_the_changed_statement_is_the_one_printing_it_all(source):
+    narrow = _suggestions(source, whole=False)
+    assert narrow == _suggestions(source, whole=True)
+
+
+def test_suggestions_print_only_the_changed_statement_where_they_can():
+    from amplint.lint import fix as fix_module
+
+    taken = []
+    narrow = fix_module.Suggestions._rewritten_in
+
+    def noting(*args):
+        found = narrow(*args)
+        taken.append(found is not None)
+        return found
+
+    fix_module.Suggestions._rewritten_in = noting
+    try:
+        for source in NESTED:
+            lint_text(textwrap.dedent(source))
+    finally:
+        fix_module.Suggestions._rewritten_in = narrow
+    # Printed whole: the statement written twice, and inside the match statement.
+    assert taken.count(True) >= 4 and taken.count(False) >= 2, taken

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 from libcst.metadata import CodeRange
 
 from amplint.escape import visible
@@ -410,9 +411,13 @@ class Suggestions:
         rows = sorted({positions[node].start.line for node in fix.nodes() if node in positions})
         changes: List[Edit] = []
         for start, item in self._holding(rows):
-            applier = _Applier([fix], within=self._way_to(item, fix.nodes()))
-            new = "".join(self.module.code_for_node(node) for node in applier._body([item.visit(applier)]))
-            changes.extend(edits(self._code(item), new, start - len(item.leading_lines)))
+            way = self._way_to(item, fix.nodes())
+            old = self._code(item)
+            new = self._rewritten_in(item, old, fix, way)
+            if new is None:
+                applier = _Applier([fix], within=way)
+                new = "".join(self.module.code_for_node(node) for node in applier._body([item.visit(applier)]))
+            changes.extend(edits(old, new, start - len(item.leading_lines)))
         found = tuple((e.row, e.column, e.end_row, e.end_column, e.content) for e in changes)
         return FixSuggestion(fix.title, fix.applicability, found)
 
@@ -444,6 +449,40 @@ class Suggestions:
             code = self._codes[id(item)] = self.module.code_for_node(item)
         return code
 
+    def _rewritten_in(self, item: cst.CSTNode, code: str, fix: Fix, way: Optional[Set[int]]) -> Optional[str]:
+        """`item`'s code with `fix` applied, printing only the innermost statement of a block
+        that holds all the fix changes in it: its code as the fix leaves it, put in place of
+        its code as it is, in `code` (`item`'s). None where that cannot be said (the fix
+        changes `item` itself or several of its statements, or the statement's code is not
+        found once, at the start of a line): then `item` is printed whole.
+
+        A statement prints the same alone as in its module, given its block's indentation
+        (`CodegenState.indent_tokens`): LibCST's blocks print their statements one after the
+        other, each from the state alone."""
+        if way is None:
+            return None
+        changed = {id(node) for node in fix.nodes()}
+        inner, indents = _innermost_statement(item, way, changed, self.module.default_indent)
+        if inner is None:
+            return None
+        try:
+            old = self._printed(inner, indents)
+        except Exception:  # LibCST's printing changed under this private state: print it whole
+            return None
+        at = code.find(old)
+        if at < 0 or code.find(old, at + 1) >= 0 or (at > 0 and code[at - 1] not in "\r\n"):
+            return None
+        applier = _Applier([fix], within=way)
+        new = "".join(self._printed(node, indents) for node in applier._body([inner.visit(applier)]))
+        return code[:at] + new + code[at + len(old) :]
+
+    def _printed(self, statement: cst.CSTNode, indents: Sequence[str]) -> str:
+        """`statement`'s code in a block indented by `indents` (outermost first)."""
+        state = CodegenState(default_indent=self.module.default_indent, default_newline=self.module.default_newline)
+        state.indent_tokens = list(indents)
+        statement._codegen(state)
+        return "".join(state.tokens)
+
     def _way_to(self, item: cst.CSTNode, nodes: Sequence[cst.CSTNode]) -> Optional[Set[int]]:
         """The ids of `item` and of every node between it and those of `nodes` inside it; None
         (visit everything) where one inside it is off the code-carrying walk."""
@@ -467,6 +506,48 @@ class Suggestions:
         decorators = getattr(item, "decorators", ())
         first = self.positions[decorators[0]].start.line if decorators else outer.start.line
         return span.end.line < first or span.start.line > outer.end.line
+
+
+# Where the way to a fix's nodes may go on down towards a statement of an inner block: the
+# parts of compound statements that print their block at one more indentation (a `match`'s
+# cases add one of their own: not followed).
+_ENCLOSING = (
+    cst.FunctionDef,
+    cst.ClassDef,
+    cst.If,
+    cst.Else,
+    cst.For,
+    cst.While,
+    cst.With,
+    cst.Try,
+    cst.TryStar,
+    cst.ExceptHandler,
+    cst.ExceptStarHandler,
+    cst.Finally,
+)
+
+
+def _innermost_statement(item: cst.CSTNode, way: Set[int], changed: Set[int], default_indent: str) -> Tuple[Optional[cst.CSTNode], List[str]]:
+    """The deepest statement of an indented block inside `item` that the whole `way` goes
+    through (the ids of the nodes from `item` down to a fix's nodes), at or above every node
+    the fix changes (`changed`), with its block's indentation (outermost first); (None, [])
+    where the way parts, or goes into anything but compound statements and their blocks,
+    before it reaches one."""
+    found: Optional[cst.CSTNode] = None
+    indents: List[str] = []
+    found_indents: List[str] = []
+    current = item
+    while id(current) not in changed:
+        onward = [child for child in children(current) if id(child) in way]
+        if len(onward) != 1:
+            break
+        if isinstance(current, cst.IndentedBlock):
+            indents.append(default_indent if current.indent is None else current.indent)
+            found, found_indents = onward[0], list(indents)
+        elif not isinstance(current, _ENCLOSING):
+            break
+        current = onward[0]
+    return found, found_indents
 
 
 def _holds(item: cst.CSTNode, remaining: Set[int]) -> bool:
