@@ -261,3 +261,70 @@ def test_the_work_meter_counts_a_remembered_expansion_as_a_step():
         return meter.spent
 
     assert spent(True) == spent(False) == 3 * len(list(iter_tree(module)))
+
+
+DEVICE_OPTIONS = """
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+parser.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "fp32"])
+args = parser.parse_args()
+DTYPE = torch.float16 if args.precision == "fp16" else torch.bfloat16
+
+def step(model, x, device):
+    with torch.autocast(device_type=device, dtype=DTYPE):
+        y = model(x)
+    with torch.autocast(device_type=device, enabled=args.precision != "fp32"):
+        return model(y)
+
+def train(model, opt, loader, scaler):
+    for x in loader:
+        with torch.autocast(device_type=args.device, dtype=DTYPE):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        with torch.autocast(args.device):
+            step(model, x, args.device)
+    with torch.autocast(device_type=str(args.device)):
+        step(model, x, "cuda" if args.device == "cuda" else "cpu")
+"""
+
+
+def _linted(source, remember):
+    from amplint.lint.engine import run_rules
+    from amplint.rules import ALL_RULES
+    from amplint.semantic import remembered_children
+    from amplint.semantic.resolve import Resolver
+
+    real = Resolver._remembered
+    if not remember:
+        Resolver._remembered = lambda self, query, value, scope, depth, find: find(value, scope, depth)
+    try:
+        with work.metered(1.0) as meter, remembered_children():
+            found = model(source)
+            reports = sorted((rule.code, str(report.message)) for rule, _, report in run_rules(found, ALL_RULES))
+            regions = [(r.device, sorted(r.possible_devices), r.dtype) for r in found.regions.all]
+            return reports, regions, meter.spent, found.resolver
+    finally:
+        Resolver._remembered = real
+
+
+def test_a_resolvers_remembered_answers_are_the_ones_found_afresh_and_cost_the_same_work():
+    reports, regions, spent, resolver = _linted(DEVICE_OPTIONS, remember=True)
+    assert (reports, regions, spent) == _linted(DEVICE_OPTIONS, remember=False)[:3]
+    assert regions and all(devices == ["cpu", "cuda"] or devices == ["cuda"] for _, devices, _ in regions)
+    assert resolver._answers  # the regions asked, and the answers were kept
+
+
+def test_a_resolvers_remembered_answer_is_never_another_values():
+    from amplint.semantic.resolve import Resolver
+
+    found = model("device = 'cpu'\nother = 'cuda'\n")
+    resolver: Resolver = found.resolver
+    scope = found.index.module_scope
+    cpu, cuda = (statement.body[0].value for statement in found.module.body)
+    resolver._answers[("devices", id(cpu), id(scope), 0)] = (cuda, scope, frozenset({"cuda"}), 0)  # an id reused
+    assert resolver.devices(cpu, scope) == frozenset({"cpu"})

@@ -46,6 +46,10 @@ class Resolver:
         self.aliases = index.aliases
         self._options: Optional[Dict[str, List[Tuple[cst.Call, Scope]]]] = None
         self._imported_constant = imported_constant
+        # What `devices` and `settings` found, by (query, id(value), id(scope), depth): the
+        # value and scope themselves (never another's id), the answer, and the work steps
+        # finding it took, charged again each time it is given (`_remembered`).
+        self._answers: Dict[Tuple[str, int, int, int], Tuple[Any, Any, Any, int]] = {}
 
     # names
     def qualified(self, node: cst.BaseExpression) -> Optional[str]:
@@ -276,6 +280,25 @@ class Resolver:
     def devices(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int = 0) -> FrozenSet[str]:
         """The device types `value` can name: `"cuda:0"`, `torch.device("cuda" if ok else
         "cpu")`, `str(device)`, `device.type`, f"cuda:{rank}"; empty when unknown."""
+        return self._remembered("devices", value, scope, depth, self._devices)
+
+    def _remembered(self, query: str, value: Any, scope: Scope, depth: int, find: Any) -> Any:
+        """`find(value, scope, depth)`, worked out once per file: every autocast region of a
+        training script asks for the device of the same `args.device`, through the same
+        argparse options and callers. A remembered answer charges the work meter the steps
+        finding it took, so the file's work limit counts the same steps either way."""
+        key = (query, id(value), id(scope), depth)
+        known = self._answers.get(key)
+        if known is not None and known[0] is value and known[1] is scope:
+            work.charge(known[3])
+            return known[2]
+        meter = work.current()
+        before = meter.spent if meter is not None else 0
+        found = find(value, scope, depth)
+        self._answers[key] = (value, scope, found, meter.spent - before if meter is not None else 0)
+        return found
+
+    def _devices(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int) -> FrozenSet[str]:
         if value is None or depth > _MAX_DEPTH:
             return frozenset()
         if isinstance(value, cst.SimpleString):
@@ -329,6 +352,9 @@ class Resolver:
         default is known) and a config class of this file (`config.mixed_precision` where
         `config = TrainingConfig()`: the class's default or the keyword passed). Anything
         else, None included, is unknown: it adds no value and makes the answer incomplete."""
+        return self._remembered("settings", value, scope, depth, self._settings)
+
+    def _settings(self, value: Optional[cst.BaseExpression], scope: Scope, depth: int) -> Tuple[FrozenSet[str], bool]:
         if value is None or depth > _MAX_DEPTH or is_none(value):
             return frozenset(), False
         if isinstance(value, cst.SimpleString):
