@@ -240,7 +240,7 @@ def test_a_remembered_childrens_node_is_never_another_with_its_id():
     other = cst.parse_expression("g(b, c)")
     with remembered_children():
         _MEMO.get()[id(node)] = (other, tuple(children(other)))  # an id reused by another node
-        assert [dotted for dotted in map(source_text, children(node))] == ["f", "a"]
+        assert list(map(source_text, children(node))) == ["f", "a"]
 
 
 def test_the_work_meter_counts_a_remembered_expansion_as_a_step():

@@ -1,7 +1,7 @@
 """LibCST's node classes answer `isinstance` with `type`'s check once the semantic core is
-imported (`amplint.semantic.node_classes`), and the answers are ABCMeta's: on every node of a
-real file, for every node class; and ABCMeta answers again as soon as anything registers a
-virtual subclass."""
+imported (`amplint.semantic.node_classes`), and the answers are ABCMeta's: on every kind of
+node the fixtures hold, for every node class; and ABCMeta answers again as soon as anything
+registers a virtual subclass."""
 
 import abc
 import subprocess
