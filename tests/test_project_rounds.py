@@ -190,8 +190,12 @@ def test_the_lookups_are_what_the_analysis_asks_of_other_modules():
     result = lint_source(source, "pkg/train.py", ALL_RULES)
     assert {("steps", 1, "clip"), ("pkg.utils", 0, "sync"), ("loops", 1, "Looper.fit")} <= set(result.lookups)
     assert not any(function == "LIMIT" for _, _, function in result.lookups)
-    # Linted with summaries, a file's lookups are not noted (the first lint's stand).
-    assert lint_source(source, "pkg/train.py", ALL_RULES, external=ExternalModules("pkg/train.py", {})).lookups is None
+    # Linted with summaries, its lookups are noted the same way: with none, the same ones.
+    assert lint_source(source, "pkg/train.py", ALL_RULES, external=ExternalModules("pkg/train.py", {})).lookups == result.lookups
+    steps = lint_source(textwrap.dedent(STEPS).replace("scaled_step", "clip"), "pkg/steps.py", ALL_RULES, whole=True).summary
+    assert steps is not None and "clip" in steps["functions"]
+    found = lint_source(source, "pkg/train.py", ALL_RULES, external=ExternalModules("pkg/train.py", {"pkg/steps.py": steps}))
+    assert {("steps", 1, "clip"), ("pkg.utils", 0, "sync"), ("loops", 1, "Looper.fit")} <= set(found.lookups)
 
 
 def test_the_lookups_are_kept_in_the_cache_with_the_result(tmp_path):
@@ -218,3 +222,87 @@ def test_the_recorder_has_nothing_and_notes_every_way_a_summary_is_read():
     assert recorder.summaries[recorder.path_of("trainers", 1) or ""] == {}  # a summary read whole
     assert list(functions.items()) == [] and recorder.scaler("ext:pkg/steps.py:scaler") is None
     assert recorder.lookups == {("steps", 1, "scaled_step"), ("steps", 1, "Looper.fit"), ("trainers", 1, None), ("steps", 1, None)}
+
+
+def test_the_recorder_with_summaries_answers_as_they_do_and_notes_what_it_asked():
+    from amplint.semantic.foreign import LookupRecorder
+
+    steps = lint_source(textwrap.dedent(STEPS), "pkg/steps.py", ALL_RULES, whole=True).summary
+    plain = ExternalModules("pkg/train.py", {"pkg/steps.py": steps})
+    recorder = LookupRecorder("pkg/train.py", {"pkg/steps.py": steps})
+    functions = recorder.module("steps", 1).functions
+    assert functions.get("scaled_step") == plain.module("steps", 1).functions["scaled_step"]
+    assert "missing" not in functions and recorder.module("other", 1).functions.get("f") is None
+    assert recorder.raw("steps", 1) is steps and recorder.path_of("steps", 1) == "pkg/steps.py"
+    assert recorder.lookups == {("steps", 1, "scaled_step"), ("steps", 1, "missing"), ("other", 1, "f"), ("steps", 1, None)}
+    # A scaler of another module: every module asked for counts whole, found there or not.
+    recorder.lookups.clear()
+    assert recorder.scaler("ext:pkg/steps.py:nothing") is None
+    assert recorder.lookups == {("steps", 1, None), ("other", 1, None)}
+
+
+def test_a_lookup_is_answered_otherwise_only_where_the_summaries_differ_at_it():
+    from amplint.project.link import _answered_otherwise
+
+    step = {"params": ["scaler", "optimizer"], "events": [{"kind": "step", "text": "`s.step(o)`"}]}
+    steps = {"version": 4, "functions": {"scaled_step": step, "log": {"params": [], "events": []}}}
+    logged = {**steps, "functions": {**steps["functions"], "log": {"params": ["x"], "events": []}}}
+    asked = [("steps", 1, "scaled_step")]
+    here = "pkg/train.py"
+    same = lambda before, now, lookups=asked: not _answered_otherwise(here, before, now, lookups)  # noqa: E731
+    assert same({"pkg/steps.py": steps}, {"pkg/steps.py": logged})  # another function changed
+    assert not same({"pkg/steps.py": steps}, {"pkg/steps.py": {**steps, "functions": {"scaled_step": {**step, "params": []}}}})
+    assert not same({"pkg/steps.py": steps}, {"pkg/steps.py": logged}, [("steps", 1, None)])  # read whole
+    assert not same({"pkg/steps.py": steps}, {"pkg/steps.py": {**steps, "version": 5}})
+    # A module that has a summary only now: what was asked of it decides.
+    assert same({}, {"pkg/steps.py": {**steps, "functions": {"log": {}}}})
+    assert not same({}, {"pkg/steps.py": steps})
+    assert not same({}, {"pkg/steps.py": steps}, [("steps", 1, None)])
+    # A name in a fact family, the state table or the constants counts as a function does.
+    for table in ({"facts": {"precision": {"scaled_step": {"dtype": "float16"}}}}, {"state": {"scaled_step": {}}}, {"constants": {"scaled_step": {}}}):
+        assert not same({"pkg/steps.py": {"version": 4}}, {"pkg/steps.py": {"version": 4, **table}})
+    # Another module answers (now two files could be `steps`, or another one is nearer).
+    assert not same({"pkg/steps.py": steps}, {"steps.py": steps})
+    # A summary telling of the classes another module trains is read whole.
+    assert not same({"pkg/steps.py": steps}, {"pkg/steps.py": steps, "pkg/fit.py": {"trains_here": {"classes": []}}})
+
+
+def test_a_result_linted_with_summaries_is_kept_where_a_changed_summary_answers_its_lookups_alike(tmp_path):
+    # monitor.py calls scaled_step and imports update without calling it: when update.py's
+    # summary changes (it learns what scaled_step does), nothing monitor.py asked changes.
+    monitor = """
+    import torch
+
+    from .steps import scaled_step
+    from .update import update  # (not called here)
+
+
+    def run(scaler, optimizer, model, x):
+        with torch.autocast("cuda"):
+            loss = model(x)
+            scaler.scale(loss).backward()
+            scaled_step(scaler, optimizer)
+    """
+    paths = _write(tmp_path, {"steps.py": STEPS, "update.py": UPDATE, "monitor.py": monitor})
+    relint = _Relint()
+    results = link(_first(paths), relint)
+    assert relint.rounds == [["steps.py", "update.py"], ["monitor.py", "update.py"]]
+    assert _codes(results[2]) == [(11, "AMP006")]
+    # ... which is what linting it again with the summaries it would have had gives.
+    again = relint([(paths[2], {paths[0]: results[0].summary, paths[1]: results[1].summary})])[0]
+    assert (again.findings, again.summary, again.ambient, again.skipped_functions) == (results[2].findings, results[2].summary, results[2].ambient, results[2].skipped_functions)
+    # Without its lookups (a result from an older cache) it is linted again in that round.
+    relint = _Relint()
+    original = link.__globals__["_relint_finding"]
+
+    def forgetting(jobs, results, relint, trained=()):
+        for index, _, _ in jobs:
+            results[index].lookups = None
+        return original(jobs, results, relint, trained)
+
+    link.__globals__["_relint_finding"] = forgetting
+    try:
+        link(_first(paths), relint)
+    finally:
+        link.__globals__["_relint_finding"] = original
+    assert relint.rounds == [["steps.py", "update.py"], ["monitor.py", "update.py"], ["monitor.py"]]

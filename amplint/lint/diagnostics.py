@@ -150,8 +150,9 @@ class FileResult:
     imports: Tuple[Tuple[str, int], ...] = ()
     # Skipped for having no AMP words: the names on its import lines (`catalogue.import_words`).
     import_words: Tuple[str, ...] = ()
-    # What its analysis looked up in other modules' summaries (`foreign.Lookup`), in a lint
-    # without them; None: not known (amplint.project.link then lints it again with them).
+    # What its analysis looked up in other modules' summaries (`foreign.Lookup`), with those it
+    # was linted with (none, in a first lint); None: not known (amplint.project.link then lints
+    # it again whenever they change).
     lookups: Optional[Tuple[Tuple[Optional[str], int, Optional[str]], ...]] = None
     # Functions too complex to follow within the analysis limit: analysed no further, and reported.
     skipped_functions: List[NotAnalysed] = field(default_factory=list)

@@ -235,10 +235,10 @@ def _lint_source(
             f"(at {where(module.raw_line, module.raw_column + 1, cells)}: {module.message.splitlines()[0]})",
         )
         return result
-    # Without other modules' summaries, what the analysis would look up in them is noted:
-    # linted again with summaries that have none of it, the file has this same result (not
-    # for a lint that exports no summary: no second phase follows it).
-    recorder = LookupRecorder(path) if external is None and summary else None
+    # What the analysis looks up in other modules' summaries is noted: linted again with
+    # summaries that answer each lookup as these did, the file has this same result (not for a
+    # lint that exports no summary: no second phase follows it).
+    recorder = LookupRecorder(path, None if external is None else external.summaries) if summary else None
     try:
         model = analyze(module, external if recorder is None else recorder, torch_target)
         reports = run_rules(model, parsing_rules)

@@ -94,21 +94,23 @@ def link(
     if wanted:
         for index, result in zip(wanted, relint([(results[index].path, {}) for index in wanted])):
             results[index] = result
-    first = list(results)  # each file's result without summaries
     summaries: Dict[str, dict] = {r.path: r.summary for r in results if r.summary}
     if not summaries:  # nothing to import (a run whose files mention no AMP code: no LibCST)
         return results
     paths = every_path()
     _read_imports_of_scaler_users(results, summaries, read, paths)
-    # The summaries each file was last linted with, the objects themselves: a summary that
-    # changes is replaced in `summaries` by a new one, an unchanged one stays the same object.
+    # The summaries each file's result in `results` was linted with, the objects themselves: a
+    # summary that changes is replaced in `summaries` by a new one, an unchanged one stays the
+    # same object.
     done: Dict[str, Dict[str, dict]] = dict(linked_with or {})
+    for index in wanted:
+        done.pop(results[index].path, None)  # linted again above, without summaries
     handed: Dict[Tuple[str, str], Tuple[dict, dict]] = {}  # what `trained_by_importers` handed, kept
     for _ in range(MAX_ROUNDS):
         # A module whose classes a script trains is linted with that script's summary too.
         trained = trained_by_importers(summaries, paths, handed, reexports)
         visible = reexports.apply(summaries)
-        jobs: List[Tuple[int, Dict[str, dict]]] = []
+        jobs: List[Tuple[int, Dict[str, dict], Dict[str, dict]]] = []
         for index, result in enumerate(results):
             given = trained.get(result.path, {})
             if result.error is not None or not (result.imports or given):
@@ -118,12 +120,12 @@ def link(
             before = done.get(result.path)
             if used and not _same(before, used) and not reexports.only_packages_changed(before, used):
                 done[result.path] = used
-                jobs.append((index, used))
+                jobs.append((index, used, before or {}))
         if not jobs:
             break
-        relinted = _relint_finding(jobs, results, first, relint, set(trained))
+        relinted = _relint_finding(jobs, results, relint, set(trained))
         changed = False
-        for (index, _), result in zip(jobs, relinted):
+        for (index, _, _), result in zip(jobs, relinted):
             results[index] = result
             if result.summary and summaries.get(result.path) != result.summary:
                 summaries[result.path] = result.summary  # (also a module that exports only now: a subclass of an imported class)
@@ -204,17 +206,18 @@ def _scaler_sources(summary: Mapping[str, object]) -> List[str]:
 
 
 def _relint_finding(
-    jobs: Sequence[Tuple[int, Dict[str, dict]]], results: Sequence[FileResult], first: Sequence[FileResult], relint: Relint, trained: Collection[str] = ()
+    jobs: Sequence[Tuple[int, Dict[str, dict], Dict[str, dict]]], results: Sequence[FileResult], relint: Relint, trained: Collection[str] = ()
 ) -> List[FileResult]:
-    """The results of `jobs` (index, summaries): linted again only where the file's analysis
-    looks up something the summaries have, or another file trains its classes (`trained`);
-    elsewhere its first result (`first`, linted without summaries), which is the one it
-    would get."""
-    out = [first[index] for index, _ in jobs]
+    """The results of `jobs` (index, the summaries to lint with, those its result in `results`
+    was linted with): linted again only where one of the lookups its analysis made
+    (`FileResult.lookups`) is answered otherwise by the new summaries than by those it had, or
+    another file trains its classes (`trained`); elsewhere the result it has, which is the one
+    it would get."""
+    out = [results[index] for index, _, _ in jobs]
     wanted = [
         position
-        for position, (index, used) in enumerate(jobs)
-        if first[index].lookups is None or first[index].path in trained or _finds_any(first[index].path, used, first[index].lookups)
+        for position, (index, used, before) in enumerate(jobs)
+        if results[index].lookups is None or results[index].path in trained or _answered_otherwise(results[index].path, before, used, results[index].lookups)
     ]
     if wanted:
         for position, result in zip(wanted, relint([(results[jobs[p][0]].path, jobs[p][1]) for p in wanted])):
@@ -222,18 +225,43 @@ def _relint_finding(
     return out
 
 
-def _finds_any(importer: str, used: Mapping[str, dict], lookups: Collection[Tuple[Optional[str], int, Optional[str]]]) -> bool:
-    """Whether one of `importer`'s `lookups` (`foreign.Lookup`) finds something in the
-    summaries `used`, resolved as `foreign.ExternalModules` resolves them (without importing
-    the semantic core: a warm run decides this for every cached file)."""
+def _answered_otherwise(
+    importer: str, before: Mapping[str, dict], now: Mapping[str, dict], lookups: Collection[Tuple[Optional[str], int, Optional[str]]]
+) -> bool:
+    """Whether one of `importer`'s `lookups` (`foreign.Lookup`), made with the summaries
+    `before`, finds something else in the summaries `now`, resolved as
+    `foreign.ExternalModules` resolves them (without importing the semantic core: a warm run
+    decides this for every cached file): another module, another entry for a name asked, or
+    another summary where it was read whole. A summary telling a module of the classes
+    another one trains (`trains_here`) counts whole: `trained_here` reads every summary."""
     from amplint.project.import_paths import PathIndex
 
-    index = PathIndex(used)
-    for module, level, function in lookups:
-        path = index.path_of(importer, module, level)
-        if path is not None and (function is None or function in used[path].get("functions", {}) or function in _fact_names(used[path])):
+    if any("trains_here" in summary for summaries in (before, now) for summary in summaries.values()):
+        return True
+    was, index = PathIndex(before), PathIndex(now)
+    for module, level, name in lookups:
+        then, found = was.path_of(importer, module, level), index.path_of(importer, module, level)
+        if then is not None and found is not None and then != found:
+            return True  # another module (its events would be quoted as another file's)
+        old, new = before.get(then) if then is not None else None, now.get(found) if found is not None else None
+        if old is new:
+            continue
+        if name is None or (old is not None and new is not None and old.get("version") != new.get("version")):
+            return True
+        if _entries(old, name) != _entries(new, name):
             return True
     return False
+
+
+def _entries(summary: Optional[Mapping[str, object]], name: str) -> List[object]:
+    """What a summary says of `name` in each of its tables: its functions, the facts of each
+    fact family, its state table, its constants (`_fact_names`); nothing, for no summary."""
+    if summary is None:
+        return []
+    facts = summary.get("facts")
+    families = sorted(facts.items()) if isinstance(facts, dict) else []
+    tables = [("functions", summary.get("functions")), *families, ("state", summary.get("state")), ("constants", summary.get("constants"))]
+    return [(key, table[name]) for key, table in tables if isinstance(table, dict) and name in table]
 
 
 def _fact_names(summary: Mapping[str, object]) -> List[str]:

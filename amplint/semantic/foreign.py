@@ -13,8 +13,8 @@ the family's `SUMMARY_KEY`): the core carries them without reading them
 (`ForeignModule.facts`), and an importing module's analysis asks for them with
 `SemanticModel.exported_facts`.
 
-A file linted without summaries notes what it would have looked up (`LookupRecorder`): linted
-again with summaries that have none of it, its result is the same.
+A file's lint notes what its analysis looked up (`LookupRecorder`): linted again with summaries
+that answer each of these lookups as the ones it had did, its result is the same.
 """
 
 from __future__ import annotations
@@ -200,19 +200,13 @@ class ExternalModules:
     _index: Optional["PathIndex"] = None
 
     def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
-        target = self.path_of(name, level)
-        if target is None:
-            return None
-        if target not in self._loaded:
-            self._loaded[target] = load_summary(target, self.summaries[target])
-        return self._loaded[target]
+        return self._load(self._target(name, level))
 
     def raw(self, name: Optional[str], level: int) -> Optional[Mapping[str, Any]]:
         """The summary, as exported, of the linted module `from <level dots><name> import`
         refers to (when this file is linted with it): its functions copied as they are."""
-        if self.module(name, level) is None:
-            return None
-        return self.summaries[self.path_of(name, level) or ""]
+        target = self._target(name, level)
+        return self.summaries[target] if self._load(target) is not None else None
 
     def constant(self, name: Optional[str], level: int, key: str) -> Optional[Mapping[str, Any]]:
         """What the summary of the linted module `from <level dots><name> import` refers to
@@ -270,9 +264,19 @@ class ExternalModules:
 
     def path_of(self, name: Optional[str], level: int) -> Optional[str]:
         """The linted file `from <level dots><name> import ...` refers to, if any."""
+        return self._target(name, level)
+
+    def _target(self, name: Optional[str], level: int) -> Optional[str]:
         if self._index is None:
             self._index = PathIndex(self.summaries)
         return self._index.path_of(self.path, name, level)
+
+    def _load(self, target: Optional[str]) -> Optional[ForeignModule]:
+        if target is None:
+            return None
+        if target not in self._loaded:
+            self._loaded[target] = load_summary(target, self.summaries[target])
+        return self._loaded[target]
 
 
 # What a file asks of other modules: (module, relative level, the function or method looked
@@ -281,58 +285,66 @@ Lookup = Tuple[Optional[str], int, Optional[str]]
 
 
 class _Asked(dict):
-    """A summary's functions that has none, and notes each name looked up in it."""
+    """A family of a summary (its functions, its state table, one of its fact families), as
+    the summary has it (nothing, for a module without one), noting each name looked up in it
+    and, read whole, None."""
 
-    def __init__(self, noted: Callable[[Optional[str]], None]) -> None:
-        super().__init__()
+    def __init__(self, noted: Callable[[Optional[str]], None], entries: Mapping[str, Any] = {}) -> None:  # noqa: B006 (never changed)
+        super().__init__(entries)
         self._noted = noted
 
     def get(self, key: Any, default: Any = None) -> Any:
         self._noted(key if isinstance(key, str) else None)
-        return default
+        return dict.get(self, key, default)
 
     def __contains__(self, key: object) -> bool:
         self._noted(key if isinstance(key, str) else None)
-        return False
+        return dict.__contains__(self, key)
 
     def __getitem__(self, key: Any) -> Any:
         self._noted(key if isinstance(key, str) else None)
-        raise KeyError(key)
+        return dict.__getitem__(self, key)
 
-    # Read whole: every function counts.
+    # Read whole: every name counts.
     def __iter__(self) -> Any:
         self._noted(None)
-        return iter(())
+        return dict.__iter__(self)
 
     def __len__(self) -> int:
         self._noted(None)
-        return 0
+        return dict.__len__(self)
 
     def keys(self) -> Any:
         self._noted(None)
-        return {}.keys()
+        return dict.keys(self)
 
     def values(self) -> Any:
         self._noted(None)
-        return {}.values()
+        return dict.values(self)
 
     def items(self) -> Any:
         self._noted(None)
-        return {}.items()
+        return dict.items(self)
+
+    def copy(self) -> Any:
+        self._noted(None)
+        return dict(dict.items(self))
 
 
 class _AskedFamilies(dict):
-    """A summary's facts that has none: each family asked for notes the names looked up in it."""
+    """A summary's fact families: each family asked for (one the summary lacks too) notes the
+    names looked up in it."""
 
-    def __init__(self, noted: Callable[[Optional[str]], None]) -> None:
+    def __init__(self, noted: Callable[[Optional[str]], None], families: Mapping[str, Mapping[str, Any]] = {}) -> None:  # noqa: B006 (never changed)
         super().__init__()
         self._noted = noted
+        self._families = families
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return _Asked(self._noted)
+        return _Asked(self._noted, self._families.get(key) or {})
 
     def __getitem__(self, key: Any) -> Any:
-        return _Asked(self._noted)
+        return _Asked(self._noted, self._families.get(key) or {})
 
 
 class _NoSummaries(Mapping):
@@ -349,28 +361,55 @@ class _NoSummaries(Mapping):
 
 
 class LookupRecorder(ExternalModules):
-    """Stands in for `ExternalModules` in a file's lint without other modules' summaries: every
-    module it looks up has nothing, so the analysis is the one without summaries, and what it
-    looked up is noted (`lookups`). Linted again with summaries in which none of these is
-    found, the file's analysis would be that same one (`amplint.project.link` then keeps its first
-    result). Every way the analysis reads another module's summary goes through `module` or
-    `path_of`, and so is noted here."""
+    """Stands in for `ExternalModules` in a file's lint and notes what its analysis looked up in
+    other modules' summaries (`lookups`): each name asked of a module (a function, a method, a
+    class's facts or saved state, a constant), or the module whole (its summary read as it is,
+    the scalers it holds, where it is). Without summaries (`summaries` None) every module it
+    looks up has nothing, so the analysis is the one without them.
 
-    def __init__(self, path: str) -> None:
-        super().__init__(path, _NoSummaries())
+    Linted again with other summaries that answer each of these lookups as these did
+    (`amplint.project.link`), the file's analysis asks the same and finds the same, and so
+    has the same result: the analysis reads other modules only through this object. A module
+    without a summary has nothing for each name asked of it, as a module with an empty
+    summary would (the names are noted all the same: a summary that comes later may have
+    them). The words of the summaries' code (`words`) only pick the rules that run, and a
+    rule cannot fire on what the analysis did not find; a class another module trains
+    (`trained_here`) is linted again whenever it is (`link.trained_by_importers`)."""
+
+    def __init__(self, path: str, summaries: Optional[Mapping[str, Mapping[str, Any]]] = None) -> None:
+        super().__init__(path, _NoSummaries() if summaries is None else summaries)
         self.lookups: Set[Lookup] = set()
+        self._asked: Set[Tuple[Optional[str], int]] = set()  # the modules asked for, as named
 
     def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
         noted: Callable[[Optional[str]], None] = lambda function: self.lookups.add((name, level, function))  # noqa: E731
-        return ForeignModule("", _Asked(noted), {}, state=_Asked(noted), facts=_AskedFamilies(noted))
+        self._asked.add((name, level))
+        found = self._load(self._target(name, level))
+        if found is None:
+            return ForeignModule("", _Asked(noted), {}, state=_Asked(noted), facts=_AskedFamilies(noted))
+        return ForeignModule(found.path, _Asked(noted, found.functions), found.scalers, state=_Asked(noted, found.state), facts=_AskedFamilies(noted, found.facts))
 
-    def path_of(self, name: Optional[str], level: int) -> Optional[str]:
+    def raw(self, name: Optional[str], level: int) -> Optional[Mapping[str, Any]]:
         self.lookups.add((name, level, None))
-        return None
+        target = self._target(name, level)
+        return self.summaries[target] if self._load(target) is not None else {}
 
     def constant(self, name: Optional[str], level: int, key: str) -> Optional[Mapping[str, Any]]:
         self.lookups.add((name, level, key))  # found again only where a summary has that constant
-        return None
+        target = self._target(name, level)
+        constants = self.summaries[target].get("constants") if self._load(target) is not None else None
+        entry = constants.get(key) if isinstance(constants, Mapping) else None
+        return entry if isinstance(entry, Mapping) else None
+
+    def path_of(self, name: Optional[str], level: int) -> Optional[str]:
+        self.lookups.add((name, level, None))
+        return self._target(name, level)
+
+    def scaler(self, key: str) -> Optional[ScalerInfo]:
+        # Found in the first module loaded that holds it: every module asked for counts whole
+        # (one without a summary here may have one, and the scaler, in another lint).
+        self.lookups.update((name, level, None) for name, level in self._asked)
+        return super().scaler(key)
 
 
 def imported_module(binding_node: cst.CSTNode, local: str) -> Optional[Tuple[Optional[str], int, Optional[str]]]:
