@@ -235,6 +235,9 @@ def test_the_recorder_with_summaries_answers_as_they_do_and_notes_what_it_asked(
     assert "missing" not in functions and recorder.module("other", 1).functions.get("f") is None
     assert recorder.raw("steps", 1) is steps and recorder.path_of("steps", 1) == "pkg/steps.py"
     assert recorder.lookups == {("steps", 1, "scaled_step"), ("steps", 1, "missing"), ("other", 1, "f"), ("steps", 1, None)}
+    # A module without a summary is read whole as nothing, as `ExternalModules` reads it: the
+    # caller goes on to the next place the name may come from.
+    assert recorder.raw("other", 1) is None and plain.raw("other", 1) is None and ("other", 1, None) in recorder.lookups
     # A scaler of another module: every module asked for counts whole, found there or not.
     recorder.lookups.clear()
     assert recorder.scaler("ext:pkg/steps.py:nothing") is None
@@ -291,18 +294,17 @@ def test_a_result_linted_with_summaries_is_kept_where_a_changed_summary_answers_
     # ... which is what linting it again with the summaries it would have had gives.
     again = relint([(paths[2], {paths[0]: results[0].summary, paths[1]: results[1].summary})])[0]
     assert (again.findings, again.summary, again.ambient, again.skipped_functions) == (results[2].findings, results[2].summary, results[2].ambient, results[2].skipped_functions)
-    # Without its lookups (a result from an older cache) it is linted again in that round.
-    relint = _Relint()
-    original = link.__globals__["_relint_finding"]
+    # A result that does not say what its analysis looked up is linted again in that round.
+    forgetting = _Forgetting()
+    link(_first(paths), forgetting)
+    assert forgetting.rounds == [["steps.py", "update.py"], ["monitor.py", "update.py"], ["monitor.py"]]
 
-    def forgetting(jobs, results, relint, trained=()):
-        for index, _, _ in jobs:
-            results[index].lookups = None
-        return original(jobs, results, relint, trained)
 
-    link.__globals__["_relint_finding"] = forgetting
-    try:
-        link(_first(paths), relint)
-    finally:
-        link.__globals__["_relint_finding"] = original
-    assert relint.rounds == [["steps.py", "update.py"], ["monitor.py", "update.py"], ["monitor.py"]]
+class _Forgetting(_Relint):
+    """Lints as the driver does, and forgets what each analysis looked up."""
+
+    def __call__(self, jobs):
+        results = super().__call__(jobs)
+        for result in results:
+            result.lookups = None
+        return results

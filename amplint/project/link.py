@@ -25,14 +25,17 @@ found of it (`trained_by_importers`), so its LightningModule has the Trainer's s
 were built beside it; a deferred script that may be such one is analysed for its summary
 first (`trainer_scripts`).
 
-Nor is a file whose analysis looks up nothing the summaries have. Linted without summaries,
-each file notes what its analysis would look up in another module's (`FileResult.lookups`:
-the module as imported, and the function or method asked for; every call is classified for
-it, whether a rule asked or not). Linted again with summaries in which none of these is
-found, its analysis would be the same as without them, and so would its result: it keeps its
-first one (the phase-1 result, or for a deferred file the one it was analysed for its summary
-with). Only a file without noted lookups (deferred and not yet analysed, or a result from an
-older cache) is linted again whenever its text names a function of a summary it imports.
+Nor is a file linted again where new summaries answer all its analysis asked as the old did. Each
+lint notes what its analysis looked up in other modules' summaries (`FileResult.lookups`: the
+module as imported, and the function, method, class or constant asked for, or the module
+whole; every call is classified for it, whether a rule asked or not), with the summaries it
+had: none, in a file's first lint. Linted again with summaries that answer each of these as
+those did (the same entry for each name asked, the same summary where one was read whole),
+its analysis would ask the same and find the same, and so would its result: it keeps the one
+it has. A file of an import cycle, linted first with the summaries of the modules outside the
+cycle, is so linted again only where a member's summary has a name it asked. Only a file
+without noted lookups (deferred and not yet analysed, or a result from an older cache) is
+linted again whenever a summary it imports changes.
 """
 
 from __future__ import annotations

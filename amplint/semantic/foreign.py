@@ -205,14 +205,13 @@ class ExternalModules:
     def raw(self, name: Optional[str], level: int) -> Optional[Mapping[str, Any]]:
         """The summary, as exported, of the linted module `from <level dots><name> import`
         refers to (when this file is linted with it): its functions copied as they are."""
-        target = self._target(name, level)
-        return self.summaries[target] if self._load(target) is not None else None
+        return self._raw(name, level)
 
     def constant(self, name: Optional[str], level: int, key: str) -> Optional[Mapping[str, Any]]:
         """What the summary of the linted module `from <level dots><name> import` refers to
         says of its constant `key` (`AMP_DTYPE`, `TrainConfig.mixed_precision`: an entry of
         its `constants`), or None."""
-        raw = self.raw(name, level)
+        raw = self._raw(name, level)
         constants = raw.get("constants") if isinstance(raw, Mapping) else None
         entry = constants.get(key) if isinstance(constants, Mapping) else None
         return entry if isinstance(entry, Mapping) else None
@@ -270,6 +269,10 @@ class ExternalModules:
         if self._index is None:
             self._index = PathIndex(self.summaries)
         return self._index.path_of(self.path, name, level)
+
+    def _raw(self, name: Optional[str], level: int) -> Optional[Mapping[str, Any]]:
+        target = self._target(name, level)
+        return self.summaries[target] if self._load(target) is not None else None
 
     def _load(self, target: Optional[str]) -> Optional[ForeignModule]:
         if target is None:
@@ -391,15 +394,11 @@ class LookupRecorder(ExternalModules):
 
     def raw(self, name: Optional[str], level: int) -> Optional[Mapping[str, Any]]:
         self.lookups.add((name, level, None))
-        target = self._target(name, level)
-        return self.summaries[target] if self._load(target) is not None else {}
+        return super().raw(name, level)
 
     def constant(self, name: Optional[str], level: int, key: str) -> Optional[Mapping[str, Any]]:
         self.lookups.add((name, level, key))  # found again only where a summary has that constant
-        target = self._target(name, level)
-        constants = self.summaries[target].get("constants") if self._load(target) is not None else None
-        entry = constants.get(key) if isinstance(constants, Mapping) else None
-        return entry if isinstance(entry, Mapping) else None
+        return super().constant(name, level, key)
 
     def path_of(self, name: Optional[str], level: int) -> Optional[str]:
         self.lookups.add((name, level, None))
