@@ -238,6 +238,11 @@ def test_the_recorder_with_summaries_answers_as_they_do_and_notes_what_it_asked(
     # A module without a summary is read whole as nothing, as `ExternalModules` reads it: the
     # caller goes on to the next place the name may come from.
     assert recorder.raw("other", 1) is None and plain.raw("other", 1) is None and ("other", 1, None) in recorder.lookups
+    # A base class's methods; whether a name is listed (a class, a function, a state entry).
+    recorder.lookups.clear()
+    assert recorder.methods("steps", 1, "Looper") == ({}, {}) and recorder.methods("other", 1, "Looper") is None
+    assert recorder.lists("steps", 1, "scaled_step") is True and recorder.lists("other", 1, "scaled_step") is None
+    assert recorder.lookups == {("steps", 1, "Looper.*"), ("other", 1, "Looper.*"), ("steps", 1, "?scaled_step"), ("other", 1, "?scaled_step")}
     # A scaler of another module: every module asked for counts whole, found there or not.
     recorder.lookups.clear()
     assert recorder.scaler("ext:pkg/steps.py:nothing") is None
@@ -264,6 +269,18 @@ def test_a_lookup_is_answered_otherwise_only_where_the_summaries_differ_at_it():
     # A name in a fact family, the state table or the constants counts as a function does.
     for table in ({"facts": {"precision": {"scaled_step": {"dtype": "float16"}}}}, {"state": {"scaled_step": {}}}, {"constants": {"scaled_step": {}}}):
         assert not same({"pkg/steps.py": {"version": 4}}, {"pkg/steps.py": {"version": 4, **table}})
+    # A class's methods (`Looper.*`): only the methods of that class, and then the scalers.
+    looper = {**steps, "functions": {**steps["functions"], "Looper.fit": step, "Looper.fit.inner": {}}}
+    methods = [("steps", 1, "Looper.*")]
+    assert same({"pkg/steps.py": steps}, {"pkg/steps.py": logged}, methods) and same({}, {"pkg/steps.py": steps}, methods)
+    assert not same({"pkg/steps.py": steps}, {"pkg/steps.py": looper}, methods)
+    assert same({"pkg/steps.py": looper}, {"pkg/steps.py": {**looper, "functions": {**looper["functions"], "Looper.fit.inner": step}}}, methods)
+    assert not same({"pkg/steps.py": looper}, {"pkg/steps.py": {**looper, "scalers": {"s": {}}}}, methods)
+    # Whether a name is listed (`?name`): the answer, wherever the summary lists it.
+    listed = [("steps", 1, "?Looper")]
+    assert not same({}, {"pkg/steps.py": {"version": 4}}, listed)  # None, then False
+    assert same({"pkg/steps.py": {"version": 4, "classes": {"Looper": {}}}}, {"pkg/steps.py": {"version": 4, "state": {"Looper": {"x": 1}}}}, listed)
+    assert not same({"pkg/steps.py": {"version": 4, "classes": {"Looper": {}}}}, {"pkg/steps.py": {"version": 4, "classes": {}}}, listed)
     # Another module answers (now two files could be `steps`, or another one is nearer).
     assert not same({"pkg/steps.py": steps}, {"steps.py": steps})
     # A summary telling of the classes another module trains is read whole.

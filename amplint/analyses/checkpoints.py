@@ -269,9 +269,9 @@ class Checkpoints(Analysis):
             return False
         name = dotted_name(func) or ""
         for target, level, qualified in import_targets(name, self.resolver.bindings(name.partition(".")[0], record.unit.scope)):
-            raw = external.raw(target, level)
-            if raw is not None:
-                return qualified in raw.get("classes", {}) or qualified in raw.get("functions", {}) or qualified in raw.get("state", {})
+            listed = external.lists(target, level, qualified)
+            if listed is not None:
+                return listed
         return False
 
     def _foreign(self, name: str, scope: Scope) -> Optional[Tuple[Any, str]]:

@@ -258,9 +258,18 @@ def _answered_otherwise(
 
 def _entries(summary: Optional[Mapping[str, object]], name: str) -> List[object]:
     """What a summary says of `name` in each of its tables: its functions, the facts of each
-    fact family, its state table, its constants (`_fact_names`); nothing, for no summary."""
+    fact family, its state table, its constants (`_fact_names`); for `Class.*`, the class's
+    methods and, if it has any, the module's scalers (`ExternalModules.methods`); for
+    `?name`, whether it lists the name (`ExternalModules.lists`); nothing, for no summary."""
+    if name.startswith("?"):
+        return [None if summary is None else any(isinstance(summary.get(table), dict) and name[1:] in summary[table] for table in ("classes", "functions", "state"))]  # type: ignore[operator]
     if summary is None:
         return []
+    if name.endswith(".*"):
+        prefix = name[:-1]
+        functions = summary.get("functions")
+        methods = sorted((key, value) for key, value in functions.items() if key.startswith(prefix) and "." not in key[len(prefix) :]) if isinstance(functions, dict) else []
+        return [methods, summary.get("scalers")] if methods else []
     facts = summary.get("facts")
     families = sorted(facts.items()) if isinstance(facts, dict) else []
     tables = [("functions", summary.get("functions")), *families, ("state", summary.get("state")), ("constants", summary.get("constants"))]

@@ -311,13 +311,12 @@ def _inherited(model: SemanticModel, classes: Mapping[str, Mapping[str, Any]]) -
                 if imported is None:
                     continue
                 module, level, base = imported
-                raw = external.raw(module, level)
-                if raw is None:
+                found = external.methods(module, level, base)
+                if found is None:
                     continue
-                prefix = base + "."
-                for qualified, function in raw.get("functions", {}).items():
-                    method = qualified[len(prefix) :] if qualified.startswith(prefix) else None
-                    if method is None or "." in method or method in defined:
+                methods, held = found
+                for method, function in methods.items():
+                    if method in defined:
                         continue
                     if function.get("framework_hooks"):
                         # A hook the subclass overrides is its own, not the base's.
@@ -327,7 +326,7 @@ def _inherited(model: SemanticModel, classes: Mapping[str, Mapping[str, Any]]) -
                         function = {**function, "framework_hooks": hooks}
                     functions.setdefault(f"{name}.{method}", function)
                     text = repr(function)
-                    scalers.update((key, value) for key, value in raw.get("scalers", {}).items() if key in text)
+                    scalers.update((key, value) for key, value in held.items() if key in text)
     return functions, scalers
 
 

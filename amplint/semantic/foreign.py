@@ -216,6 +216,26 @@ class ExternalModules:
         entry = constants.get(key) if isinstance(constants, Mapping) else None
         return entry if isinstance(entry, Mapping) else None
 
+    def methods(self, name: Optional[str], level: int, cls: str) -> Optional[Tuple[Dict[str, Any], Mapping[str, Any]]]:
+        """The methods of the class `cls` that the summary of the linted module `from <level
+        dots><name> import` refers to exports (method name -> its function, as exported), and
+        the scalers of that module (key -> as exported); None when it has no summary."""
+        raw = self._raw(name, level)
+        if raw is None:
+            return None
+        prefix = cls + "."
+        found = {qualified[len(prefix) :]: function for qualified, function in raw.get("functions", {}).items() if qualified.startswith(prefix) and "." not in qualified[len(prefix) :]}
+        return found, raw.get("scalers", {})
+
+    def lists(self, name: Optional[str], level: int, qualified: str) -> Optional[bool]:
+        """Whether the summary of the linted module `from <level dots><name> import` refers to
+        lists the class or function `qualified` (among its classes, functions or state
+        table); None when it has no summary."""
+        raw = self._raw(name, level)
+        if raw is None:
+            return None
+        return any(qualified in raw.get(table, {}) for table in ("classes", "functions", "state"))
+
     def words(self) -> str:
         """The code the summaries quote (each event's call, each scaler built), for the words
         a rule looks for before a file is parsed: a file that calls a helper which builds a
@@ -283,7 +303,8 @@ class ExternalModules:
 
 
 # What a file asks of other modules: (module, relative level, the function or method looked
-# up in its summary; None: the summary as a whole).
+# up in its summary, `Class.*`: the class's methods, `?name`: whether it lists the name;
+# None: the summary as a whole).
 Lookup = Tuple[Optional[str], int, Optional[str]]
 
 
@@ -292,8 +313,8 @@ class _Asked(dict):
     the summary has it (nothing, for a module without one), noting each name looked up in it
     and, read whole, None."""
 
-    def __init__(self, noted: Callable[[Optional[str]], None], entries: Mapping[str, Any] = {}) -> None:  # noqa: B006 (never changed)
-        super().__init__(entries)
+    def __init__(self, noted: Callable[[Optional[str]], None], entries: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(entries or {})
         self._noted = noted
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -338,10 +359,10 @@ class _AskedFamilies(dict):
     """A summary's fact families: each family asked for (one the summary lacks too) notes the
     names looked up in it."""
 
-    def __init__(self, noted: Callable[[Optional[str]], None], families: Mapping[str, Mapping[str, Any]] = {}) -> None:  # noqa: B006 (never changed)
+    def __init__(self, noted: Callable[[Optional[str]], None], families: Optional[Mapping[str, Mapping[str, Any]]] = None) -> None:
         super().__init__()
         self._noted = noted
-        self._families = families
+        self._families = families or {}
 
     def get(self, key: Any, default: Any = None) -> Any:
         return _Asked(self._noted, self._families.get(key) or {})
@@ -382,15 +403,19 @@ class LookupRecorder(ExternalModules):
     def __init__(self, path: str, summaries: Optional[Mapping[str, Mapping[str, Any]]] = None) -> None:
         super().__init__(path, _NoSummaries() if summaries is None else summaries)
         self.lookups: Set[Lookup] = set()
-        self._asked: Set[Tuple[Optional[str], int]] = set()  # the modules asked for, as named
+        self._asked: Dict[Tuple[Optional[str], int], ForeignModule] = {}  # each module asked for, as named
 
     def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
-        noted: Callable[[Optional[str]], None] = lambda function: self.lookups.add((name, level, function))  # noqa: E731
-        self._asked.add((name, level))
-        found = self._load(self._target(name, level))
-        if found is None:
-            return ForeignModule("", _Asked(noted), {}, state=_Asked(noted), facts=_AskedFamilies(noted))
-        return ForeignModule(found.path, _Asked(noted, found.functions), found.scalers, state=_Asked(noted, found.state), facts=_AskedFamilies(noted, found.facts))
+        asked = self._asked.get((name, level))
+        if asked is None:
+            noted: Callable[[Optional[str]], None] = lambda function: self.lookups.add((name, level, function))  # noqa: E731
+            found = self._load(self._target(name, level))
+            if found is None:
+                asked = ForeignModule("", _Asked(noted), {}, state=_Asked(noted), facts=_AskedFamilies(noted))
+            else:
+                asked = ForeignModule(found.path, _Asked(noted, found.functions), found.scalers, state=_Asked(noted, found.state), facts=_AskedFamilies(noted, found.facts))
+            self._asked[(name, level)] = asked
+        return asked
 
     def raw(self, name: Optional[str], level: int) -> Optional[Mapping[str, Any]]:
         self.lookups.add((name, level, None))
@@ -399,6 +424,14 @@ class LookupRecorder(ExternalModules):
     def constant(self, name: Optional[str], level: int, key: str) -> Optional[Mapping[str, Any]]:
         self.lookups.add((name, level, key))  # found again only where a summary has that constant
         return super().constant(name, level, key)
+
+    def methods(self, name: Optional[str], level: int, cls: str) -> Optional[Tuple[Dict[str, Any], Mapping[str, Any]]]:
+        self.lookups.add((name, level, cls + ".*"))  # the class's methods, and the scalers if it has any
+        return super().methods(name, level, cls)
+
+    def lists(self, name: Optional[str], level: int, qualified: str) -> Optional[bool]:
+        self.lookups.add((name, level, "?" + qualified))  # (its answer: `link._entries`)
+        return super().lists(name, level, qualified)
 
     def path_of(self, name: Optional[str], level: int) -> Optional[str]:
         self.lookups.add((name, level, None))
