@@ -278,7 +278,10 @@ class Checkpoints(Analysis):
         """The summary of the linted module that defines the dotted `name` as this file
         imports it (`ForeignModule`), and its name there; None when it is no such import."""
         assert self.model.external is not None
-        for target, level, qualified in import_targets(name, self.resolver.bindings(name.partition(".")[0], scope)):
+        targets = list(import_targets(name, self.resolver.bindings(name.partition(".")[0], scope)))
+        for place, (target, level, qualified) in enumerate(targets):
+            if place < len(targets) - 1 and not self.model.external.has(target, level):
+                continue  # the next place it may come from (`try: from .fast import save ... except ImportError: ...`)
             foreign = self.model.external.module(target, level)
             if foreign is not None:
                 return foreign, qualified

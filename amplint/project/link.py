@@ -260,7 +260,10 @@ def _entries(summary: Optional[Mapping[str, object]], name: str) -> List[object]
     """What a summary says of `name` in each of its tables: its functions, the facts of each
     fact family, its state table, its constants (`_fact_names`); for `Class.*`, the class's
     methods and, if it has any, the module's scalers (`ExternalModules.methods`); for
-    `?name`, whether it lists the name (`ExternalModules.lists`); nothing, for no summary."""
+    `?name`, whether it lists the name (`ExternalModules.lists`); for "", that it has one
+    (`ExternalModules.has`); nothing, for no summary."""
+    if not name:
+        return [summary is not None]
     if name.startswith("?"):
         return [None if summary is None else any(isinstance(summary.get(table), dict) and name[1:] in summary[table] for table in ("classes", "functions", "state"))]  # type: ignore[operator]
     if summary is None:

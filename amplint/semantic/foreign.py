@@ -227,6 +227,11 @@ class ExternalModules:
         found = {qualified[len(prefix) :]: function for qualified, function in raw.get("functions", {}).items() if qualified.startswith(prefix) and "." not in qualified[len(prefix) :]}
         return found, raw.get("scalers", {})
 
+    def has(self, name: Optional[str], level: int) -> bool:
+        """Whether the linted module `from <level dots><name> import` refers to has a summary
+        this file is linted with."""
+        return self._raw(name, level) is not None
+
     def lists(self, name: Optional[str], level: int, qualified: str) -> Optional[bool]:
         """Whether the summary of the linted module `from <level dots><name> import` refers to
         lists the class or function `qualified` (among its classes, functions or state
@@ -303,8 +308,8 @@ class ExternalModules:
 
 
 # What a file asks of other modules: (module, relative level, the function or method looked
-# up in its summary, `Class.*`: the class's methods, `?name`: whether it lists the name;
-# None: the summary as a whole).
+# up in its summary, `Class.*`: the class's methods, `?name`: whether it lists the name, "":
+# whether it has a summary; None: the summary as a whole).
 Lookup = Tuple[Optional[str], int, Optional[str]]
 
 
@@ -370,6 +375,31 @@ class _AskedFamilies(dict):
     def __getitem__(self, key: Any) -> Any:
         return _Asked(self._noted, self._families.get(key) or {})
 
+    # Which families there are: the summary read whole.
+    def __contains__(self, key: object) -> bool:
+        self._noted(None)
+        return key in self._families
+
+    def __iter__(self) -> Any:
+        self._noted(None)
+        return iter(self._families)
+
+    def __len__(self) -> int:
+        self._noted(None)
+        return len(self._families)
+
+    def keys(self) -> Any:
+        self._noted(None)
+        return self._families.keys()
+
+    def values(self) -> Any:
+        self._noted(None)
+        return self._families.values()
+
+    def items(self) -> Any:
+        self._noted(None)
+        return self._families.items()
+
 
 class _NoSummaries(Mapping):
     """Every module's summary, empty."""
@@ -393,21 +423,27 @@ class LookupRecorder(ExternalModules):
 
     Linted again with other summaries that answer each of these lookups as these did
     (`amplint.project.link`), the file's analysis asks the same and finds the same, and so
-    has the same result: the analysis reads other modules only through this object. A module
-    without a summary has nothing for each name asked of it, as a module with an empty
-    summary would (the names are noted all the same: a summary that comes later may have
-    them). The words of the summaries' code (`words`) only pick the rules that run, and a
-    rule cannot fire on what the analysis did not find; a class another module trains
-    (`trained_here`) is linted again whenever it is (`link.trained_by_importers`)."""
+    has the same result: the analysis reads other modules' summaries through this object's
+    lookups. A module without a summary has nothing for each name asked of it, as a module
+    with an empty summary would (the names are noted all the same: a summary that comes
+    later may have them); where the first of two places an import may come from is taken,
+    whether it has a summary is asked (`has`). Two reads are not noted: the words of the
+    summaries' code (`words`, read before the analysis) only pick the rules that run, and a
+    rule they alone pick can fire only on what the analysis found in a summary, which its
+    lookups noted (the premise a file's first lint already rested on); a class another
+    module trains (`trained_here`) is linted again whenever it is
+    (`link.trained_by_importers`)."""
 
     def __init__(self, path: str, summaries: Optional[Mapping[str, Mapping[str, Any]]] = None) -> None:
         super().__init__(path, _NoSummaries() if summaries is None else summaries)
         self.lookups: Set[Lookup] = set()
-        self._asked: Dict[Tuple[Optional[str], int], ForeignModule] = {}  # each module asked for, as named
+        self._asked: Dict[Tuple[Optional[str], int], ForeignModule] = {}  # each module `module` gave, as named
+        self._reached: Set[Tuple[Optional[str], int]] = set()  # each module asked anything of, as named
 
     def module(self, name: Optional[str], level: int) -> Optional[ForeignModule]:
         asked = self._asked.get((name, level))
         if asked is None:
+            self._reached.add((name, level))
             noted: Callable[[Optional[str]], None] = lambda function: self.lookups.add((name, level, function))  # noqa: E731
             found = self._load(self._target(name, level))
             if found is None:
@@ -433,14 +469,22 @@ class LookupRecorder(ExternalModules):
         self.lookups.add((name, level, "?" + qualified))  # (its answer: `link._entries`)
         return super().lists(name, level, qualified)
 
+    def has(self, name: Optional[str], level: int) -> bool:
+        self.lookups.add((name, level, ""))  # (its answer: `link._entries`)
+        return super().has(name, level)
+
+    def _raw(self, name: Optional[str], level: int) -> Optional[Mapping[str, Any]]:
+        self._reached.add((name, level))
+        return super()._raw(name, level)
+
     def path_of(self, name: Optional[str], level: int) -> Optional[str]:
         self.lookups.add((name, level, None))
         return self._target(name, level)
 
     def scaler(self, key: str) -> Optional[ScalerInfo]:
-        # Found in the first module loaded that holds it: every module asked for counts whole
-        # (one without a summary here may have one, and the scaler, in another lint).
-        self.lookups.update((name, level, None) for name, level in self._asked)
+        # Found in the first module loaded that holds it: every module asked anything of counts
+        # whole (one without a summary here may have one, and the scaler, in another lint).
+        self.lookups.update((name, level, None) for name, level in self._reached)
         return super().scaler(key)
 
 
