@@ -328,55 +328,22 @@ class _Forgetting(_Relint):
         return results
 
 
-CHECKPOINT_HELPERS = """
-import torch
-
-
-def save_checkpoint(path, epoch, model, optimizer, scaler):
-    torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, path)
-
-
-def load_checkpoint(path, model, optimizer):
-    ckpt = torch.load(path, map_location="cpu")
-    model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    return ckpt["epoch"] + 1
-"""
-
-RESUMING = """
-import torch
-try:
-    from .FIRST import load_checkpoint, save_checkpoint
-except ImportError:
-    from .SECOND import load_checkpoint, save_checkpoint
-
-
-def main(args, model, loader):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler = torch.amp.GradScaler("cuda")
-    start = load_checkpoint(args.resume, model, optimizer) if args.resume else 0
-    for epoch in range(start, args.epochs):
-        for x, y in loader:
-            with torch.autocast("cuda", dtype=torch.float16):
-                loss = model(x, y)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad()
-        save_checkpoint("last.pt", epoch, model, optimizer, scaler)
-"""
-
-
 def test_the_recorder_finds_what_the_summaries_give_where_an_import_has_two_places():
     # The helpers are linted in checkpoint.py, the other place is not: the lint that notes its
     # lookups finds what a plain lint with the same summaries finds (the scaler is saved, never
     # restored), whichever place is tried first.
-    helpers = lint_source(textwrap.dedent(CHECKPOINT_HELPERS), "pkg/checkpoint.py", ALL_RULES, whole=True).summary
+    from tests.test_protocol_reach import CHECKPOINT_HELPERS, RESUMING
+
+    helpers = lint_source(CHECKPOINT_HELPERS.replace("{scaler_parameter}", "").replace("{scaler_restore}", ""), "pkg/checkpoint.py", ALL_RULES, whole=True).summary
+    resuming = RESUMING.replace("{scaler_argument}", "")
+    one_place = "from utils.checkpoint import load_checkpoint, save_checkpoint\n"
+    assert one_place in resuming
     for first, second in (("fast", "checkpoint"), ("checkpoint", "fast")):
-        source = textwrap.dedent(RESUMING).replace("FIRST", first).replace("SECOND", second)
+        two_places = f"try:\n    from .{first} import load_checkpoint, save_checkpoint\nexcept ImportError:\n    from .{second} import load_checkpoint, save_checkpoint\n"
+        source = resuming.replace(one_place, two_places)
         noted = lint_source(source, "pkg/train.py", ALL_RULES, external=ExternalModules("pkg/train.py", {"pkg/checkpoint.py": helpers}), whole=True)
         plain = lint_source(source, "pkg/train.py", ALL_RULES, external=ExternalModules("pkg/train.py", {"pkg/checkpoint.py": helpers}), whole=True, summary=False)
-        assert _codes(noted) == _codes(plain) == [(12, "AMP007")]
+        assert _codes(noted) == _codes(plain) == [(12, "AMP007")]  # the resume
         # Whether `.fast` has a summary was asked: one there later would be tried first.
         assert ("fast", 1, "") in noted.lookups or first == "checkpoint"
 
