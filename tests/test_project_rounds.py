@@ -262,6 +262,7 @@ def test_a_lookup_is_answered_otherwise_only_where_the_summaries_differ_at_it():
     assert same({"pkg/steps.py": steps}, {"pkg/steps.py": logged})  # another function changed
     assert not same({"pkg/steps.py": steps}, {"pkg/steps.py": {**steps, "functions": {"scaled_step": {**step, "params": []}}}})
     assert not same({"pkg/steps.py": steps}, {"pkg/steps.py": logged}, [("steps", 1, None)])  # read whole
+    assert same({"pkg/steps.py": steps}, {"pkg/steps.py": dict(steps)}, [("steps", 1, None)])  # ... the same again
     assert not same({"pkg/steps.py": steps}, {"pkg/steps.py": {**steps, "version": 5}})
     # A module that has a summary only now: what was asked of it decides.
     assert same({}, {"pkg/steps.py": {**steps, "functions": {"log": {}}}})

@@ -249,9 +249,11 @@ def _answered_otherwise(
         old, new = before.get(then) if then is not None else None, now.get(found) if found is not None else None
         if old is new:
             continue
-        if name is None or (old is not None and new is not None and old.get("version") != new.get("version")):
-            return True
-        if _entries(old, name) != _entries(new, name):
+        if name is None:
+            if old != new:  # (an equal one: a package's view made again)
+                return True
+            continue
+        if (old is not None and new is not None and old.get("version") != new.get("version")) or _entries(old, name) != _entries(new, name):
             return True
     return False
 
