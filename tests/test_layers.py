@@ -36,7 +36,7 @@ PACKAGES = {"amplint": os.path.join(ROOT, "amplint"), "amplint.rules": os.path.j
 RULE_MODULES = ("amplint.lint.rule", "amplint.semantic", "amplint.lint.evidence", "amplint.lint.fix", "amplint.lint.noqa")
 RULE_PACKAGES = ("amplint.analyses", "amplint.semantic.pytorch")
 # Leaves: they import nothing of amplint, so any layer may use them.
-LEAVES = ("amplint.work", "amplint.escape", "amplint.project.import_paths")
+LEAVES = ("amplint.work", "amplint.escape", "amplint.project.import_paths", "amplint.project.summary_reads")
 
 
 

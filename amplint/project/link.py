@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Dict, FrozenSet, Iterato
 from amplint.lint.diagnostics import FileResult
 from amplint.run.source import read_file
 from amplint.project.reexports import ReExports
+from amplint.project.summary_reads import class_methods, lists_name
 
 if TYPE_CHECKING:
     from amplint.project.import_paths import PathIndex
@@ -267,14 +268,12 @@ def _entries(summary: Optional[Mapping[str, object]], name: str) -> List[object]
     if not name:
         return [summary is not None]
     if name.startswith("?"):
-        return [None if summary is None else any(isinstance(summary.get(table), dict) and name[1:] in summary[table] for table in ("classes", "functions", "state"))]  # type: ignore[operator]
+        return [None if summary is None else lists_name(summary, name[1:])]
     if summary is None:
         return []
     if name.endswith(".*"):
-        prefix = name[:-1]
-        functions = summary.get("functions")
-        methods = sorted((key, value) for key, value in functions.items() if key.startswith(prefix) and "." not in key[len(prefix) :]) if isinstance(functions, dict) else []
-        return [methods, summary.get("scalers")] if methods else []
+        methods = class_methods(summary, name[:-2])
+        return [sorted(methods.items()), summary.get("scalers")] if methods else []
     facts = summary.get("facts")
     families = sorted(facts.items()) if isinstance(facts, dict) else []
     tables = [("functions", summary.get("functions")), *families, ("state", summary.get("state")), ("constants", summary.get("constants"))]

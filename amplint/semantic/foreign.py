@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Map
 import libcst as cst
 
 from amplint.project.import_paths import PathIndex
+from amplint.project.summary_reads import class_methods, lists_name
 from amplint.semantic.conditions import Assumption, Condition
 from amplint.semantic.types import EventKind, Ref, ScalerInfo
 from amplint.semantic.names import dotted_name
@@ -223,9 +224,7 @@ class ExternalModules:
         raw = self._raw(name, level)
         if raw is None:
             return None
-        prefix = cls + "."
-        found = {qualified[len(prefix) :]: function for qualified, function in raw.get("functions", {}).items() if qualified.startswith(prefix) and "." not in qualified[len(prefix) :]}
-        return found, raw.get("scalers", {})
+        return class_methods(raw, cls), raw.get("scalers", {})
 
     def has(self, name: Optional[str], level: int) -> bool:
         """Whether the linted module `from <level dots><name> import` refers to has a summary
@@ -237,9 +236,7 @@ class ExternalModules:
         lists the class or function `qualified` (among its classes, functions or state
         table); None when it has no summary."""
         raw = self._raw(name, level)
-        if raw is None:
-            return None
-        return any(qualified in raw.get(table, {}) for table in ("classes", "functions", "state"))
+        return None if raw is None else lists_name(raw, qualified)
 
     def words(self) -> str:
         """The code the summaries quote (each event's call, each scaler built), for the words
