@@ -14,7 +14,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 
 import libcst as cst
 
-from amplint.lint import evidence
+from amplint.lint import evidence, reparse
 from amplint import work
 from amplint.lint.catalogue import import_words, might_use_amp, rules_matching_words  # noqa: F401 (the text pre-check; `might_use_amp` for callers)
 from amplint.lint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed
@@ -210,6 +210,9 @@ def _lint_source(
     # suppresses something is theirs to say); elsewhere the facts say they are to come.
     may_hazard = tree is not None and summary and evidence.FLOAT16_HAZARD in (found if found is not None else evidence.marks(tree))
     later = may_hazard and not hazards and not names_a_hazard(source)
+    # In the editor's workers, the statements of the pieces parsed before are kept (amplint.lint.reparse).
+    kept = reparse.active()
+    texts = reparse.pieces(source, tree) if kept is not None and tree is not None else None
     del tree  # not kept through LibCST's parse
     if result.skipped:
         return _nothing_to_find(result, source, cells, rules)
@@ -222,7 +225,10 @@ def _lint_source(
     # LibCST's native parse cannot be counted from inside: it is charged by its size first.
     work.charge(len(source) // work.PARSE_CHARACTERS_PER_STEP)
     try:
-        module, exact = parse_module_exactly(source, cpython_accepts=cpython_accepts)
+        module = kept.parse(texts) if kept is not None and texts is not None else None
+        exact = module is not None
+        if module is None:
+            module, exact = parse_module_exactly(source, cpython_accepts=cpython_accepts)
     except RecursionError:
         result.error = FileError(path, "could not parse: nesting too deep")
         return result

@@ -224,6 +224,13 @@ def parse_module_exactly(source: str, cpython_accepts: bool = False) -> Tuple[Un
         return first, False
 
 
+def parse_accepted(source: str) -> Union[cst.Module, cst.ParserSyntaxError]:
+    """LibCST's tree of code CPython's parser accepted, as written (never normalised), its
+    nodes unvalidated (`_trusting_libcsts_parser`); else LibCST's error."""
+    with _trusting_libcsts_parser():
+        return _libcst_parse(source)
+
+
 _TRUST = threading.Lock()
 _trusting = 0  # parses under way that skip validation
 

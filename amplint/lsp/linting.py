@@ -227,7 +227,8 @@ def lint_isolated(
         if runner is not None:
             runner.close()
         # The command's budget; the Python and torch the code runs on are the runner's.
-        runner = runners[key] = Runner(1, DEFAULT_BUDGET, target=target, torch_target=torch_target)
+        # Its worker keeps the statements of what it parses: an edit's lint parses what changed.
+        runner = runners[key] = Runner(1, DEFAULT_BUDGET, target=target, torch_target=torch_target, keep_statements=True)
     if ticket is not None and not ticket.attach(runner):
         return FileResult(name, error=FileError(name, "not linted"))
     try:

@@ -145,6 +145,7 @@ class Runner:
         torch_target: Optional[Tuple[int, int]] = None,
         memory: int = DEFAULT_MEMORY,
         every_syntax: bool = False,
+        keep_statements: bool = False,
     ) -> None:
         self.workers = max(1, workers)
         self.budget = budget
@@ -158,6 +159,9 @@ class Runner:
         self.torch_target = torch_target
         # Syntax errors of the files the engine analyses only (the default), or of every file.
         self.every_syntax = every_syntax
+        # The workers keep the statements they parse for the next lints of the same files: the
+        # editor's, which lint a file after each edit (`amplint.lint.reparse`).
+        self.keep_statements = keep_statements
         self.settings = dict(
             settings or {},
             target=str(target) if target is not None else None,
@@ -512,7 +516,7 @@ class Runner:
                 if worker.unit is None and queue:
                     worker.assign(queue.popleft(), by_index)
             while queue and len(self._pool) < wanted:
-                worker = _Worker.start(self.budget, self.memory)
+                worker = _Worker.start(self.budget, self.memory, self.keep_statements)
                 if worker is None:  # cannot fork: lint here rather than not at all
                     if not self._pool:
                         for index in queue.popleft():
@@ -756,10 +760,10 @@ class _Worker:
         self.last_progress = time.monotonic()
 
     @classmethod
-    def start(cls, budget: float, memory: int = DEFAULT_MEMORY) -> Optional["_Worker"]:
+    def start(cls, budget: float, memory: int = DEFAULT_MEMORY, keep_statements: bool = False) -> Optional["_Worker"]:
         context = _context()
         ours, theirs = context.Pipe()
-        process = context.Process(target=_worker_main, args=(theirs, budget, memory), daemon=True, name="amplint-worker")
+        process = context.Process(target=_worker_main, args=(theirs, budget, memory, keep_statements), daemon=True, name="amplint-worker")
         try:
             process.start()
         except OSError:
@@ -820,7 +824,7 @@ def _preload_engine() -> None:
     gc.freeze()
 
 
-def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY) -> None:
+def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY, keep_statements: bool = False) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import faulthandler
 
@@ -837,6 +841,10 @@ def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY) -> None
     except ImportError:
         pass
     _limit_memory(memory)
+    if keep_statements:
+        from amplint.lint import reparse
+
+        reparse.keep_statements()
     parent = os.getppid()
     while True:
         try:
