@@ -15,6 +15,7 @@ import pytest
 from amplint.lint import reparse
 from amplint.lint.engine import lint_source
 from amplint.lint.reparse import StatementCache, pieces
+from amplint.lint.syntax import parse_accepted
 from amplint.rules import ALL_RULES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,6 +34,9 @@ TRICKY = {
     "strings across lines": 'x = """\n# not a comment\n\n"""\ny = (1,\n# inside brackets\n     2)\nz = 3\n',
     "whitespace-only line": "def f():\n    x = 1\n    \ny = 2\n",
     "tabs": "def f():\n\tx = 1\n\ny = 2\n\n\ndef g():\n\treturn 1\n",
+    # Valid Python that LibCST's node validation refuses (no space after the keyword): a
+    # piece's first statement is made again with the lines before it, unvalidated too.
+    "keywords against numbers": "x = 1\n\nif.5:pass\n# c\nwhile.1:\n    break\n\nfor i in.5,:\n    pass\n",
 }
 
 
@@ -45,7 +49,7 @@ def _joined(source: str, cache: Optional[StatementCache] = None) -> Optional[cst
 
 def _assert_same_tree(source: str, cache: Optional[StatementCache] = None) -> None:
     joined = _joined(source, cache)
-    whole = cst.parse_module(source)
+    whole = parse_accepted(source)  # as the engine parses code CPython accepts
     assert joined is not None
     assert joined.deep_equals(whole)
     assert joined.default_indent == whole.default_indent and joined.has_trailing_newline == whole.has_trailing_newline
@@ -116,6 +120,39 @@ def test_a_statement_stands_once_in_a_tree() -> None:
     assert cache.parsed == 3 and cache.kept == 0
 
 
+def test_a_file_larger_than_the_cache_is_parsed_whole() -> None:
+    cache = StatementCache(limit=14)  # 13 characters fit, 19 do not
+    assert _joined("a = 1\n\n\nb = 2\n", cache) is not None
+    assert _joined("a = 1\n\n\nb = 2222222\n", cache) is None
+
+
+def test_the_work_counted_is_the_same_whatever_was_kept(monkeypatch) -> None:
+    """The work meter's verdict never depends on what a worker kept: a lint takes as many
+    steps with every piece parsed anew, with every piece kept, and without pieces."""
+    from contextlib import contextmanager
+
+    from amplint import work
+
+    spent: List[int] = []
+    real = work.metered
+
+    @contextmanager
+    def metered(factor=1.0):
+        with real(factor) as meter:
+            yield meter
+            spent.append(meter.spent)
+
+    monkeypatch.setattr(work, "metered", metered)
+    with open(os.path.join(REPO, "fixtures", "AMP001", "buggy.py"), encoding="utf-8") as handle:
+        source = handle.read()
+    cache = StatementCache()
+    for active in (None, cache, cache):  # whole, every piece new, every piece kept
+        monkeypatch.setattr(reparse, "_ACTIVE", active)
+        lint_source(source, "buggy.py", ALL_RULES, summary=False)
+    assert cache.parsed > 1 and cache.kept == cache.parsed
+    assert spent[0] == spent[1] == spent[2]
+
+
 def test_the_least_recently_used_pieces_are_dropped_past_the_limit() -> None:
     cache = StatementCache(limit=40)
     first = "a = 1\n\n\nb = 2\n"
@@ -133,7 +170,13 @@ def test_the_editors_lint_finds_what_a_whole_parse_finds(path: str) -> None:
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
     lines = source.splitlines(keepends=True)
-    edits = [source, "import os\n" + source, "".join(lines[: len(lines) // 2] + ["\n\nLR = 0.1\n\n"] + lines[len(lines) // 2 :]), source + "\nLR = 0.2\n"]
+    edits = [
+        source,
+        "import os\n" + source,
+        "".join(lines[: len(lines) // 2] + ["\n\nLR = 0.1\n\n"] + lines[len(lines) // 2 :]),
+        source + "\nLR = 0.2\n",
+        source + "\n\nif.5:pass\n",
+    ]
     cache = StatementCache()
     for text in edits:
         reparse._ACTIVE = None

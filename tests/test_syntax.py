@@ -278,10 +278,10 @@ def test_validation_is_back_after_a_trusted_parse_even_one_that_fails():
 def test_nodes_made_while_trusting_the_parser_are_not_validated():
     import libcst as cst
 
-    from amplint.lint.syntax import _trusting_libcsts_parser
+    from amplint.lint.syntax import trusting_libcsts_parser
 
-    with _trusting_libcsts_parser():
-        with _trusting_libcsts_parser():
+    with trusting_libcsts_parser():
+        with trusting_libcsts_parser():
             cst.Name("")  # no CSTValidationError: validation is off
         cst.Name("")  # still off until the outer one ends
     with pytest.raises(cst.CSTValidationError):

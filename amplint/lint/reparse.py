@@ -39,8 +39,6 @@ from typing import List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from amplint.semantic import iter_tree
-
 # Characters of source whose statements a worker keeps: the pieces of a few large files.
 # LibCST's tree takes 16-30 bytes of Python objects per character of text (measured on
 # accelerate's accelerator.py, yolov5's train.py, imagen-pytorch's trainer.py): ~30 MiB.
@@ -89,38 +87,48 @@ class StatementCache:
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self.limit = limit
         self._pieces: "OrderedDict[str, _Piece]" = OrderedDict()
-        self._size = 0
         self.parsed = self.kept = 0  # pieces parsed and pieces taken as kept, for tests and benchmarks
 
     def parse(self, texts: Sequence[str]) -> Optional[cst.Module]:
         """LibCST's tree of the file the pieces `texts` make, or None where they cannot give
-        it (a piece LibCST does not parse alone, an indentation that is not the file's)."""
+        it (a piece LibCST does not parse alone, an indentation that is not the file's, a
+        file larger than the cache). Code CPython accepted: LibCST's nodes, those made here
+        included, are not validated (`syntax.trusting_libcsts_parser`), as in a whole
+        parse of it (`if.5:pass` is valid Python that LibCST's validation refuses)."""
+        from amplint.lint.syntax import trusting_libcsts_parser
+
+        if sum(map(len, texts)) > self.limit:
+            return None  # its pieces would only push each other out
         found: List[_Piece] = []
         used: Set[int] = set()
-        for text in texts:
-            piece = self._pieces.get(text)
-            if piece is not None and id(piece) not in used:
-                self._pieces.move_to_end(text)
-                self.kept += 1
-            else:
-                piece = _parse(text)
-                if piece is None:
-                    return None
-                self.parsed += 1
-                if text not in self._pieces:
-                    self._keep(text, piece)
-            used.add(id(piece))
-            found.append(piece)
-        return _joined(found)
+        with trusting_libcsts_parser():
+            for text in texts:
+                piece = self._pieces.get(text)
+                if piece is not None and id(piece) not in used:
+                    self._pieces.move_to_end(text)
+                    self.kept += 1
+                else:
+                    piece = _parse(text)
+                    if piece is None:
+                        return None
+                    self.parsed += 1
+                    if text not in self._pieces:
+                        self._keep(text, piece)
+                used.add(id(piece))
+                found.append(piece)
+            return _joined(found)
+
+    def forget(self) -> None:
+        self._pieces.clear()
 
     def _keep(self, text: str, piece: _Piece) -> None:
-        if len(text) > self.limit:
-            return
         self._pieces[text] = piece
-        self._size += len(text)
-        while self._size > self.limit:
+        # Counted afresh each time: a CPU budget's exception between two updates of a
+        # running count would leave it wrong for the worker's life.
+        size = sum(map(len, self._pieces))
+        while size > self.limit:
             dropped, _ = self._pieces.popitem(last=False)
-            self._size -= len(dropped)
+            size -= len(dropped)
 
 
 def _parse(text: str) -> Optional[_Piece]:
@@ -133,12 +141,27 @@ def _parse(text: str) -> Optional[_Piece]:
     return _Piece(tuple(module.body), module.header, module.footer, module.has_trailing_newline, module.default_indent, indented)
 
 
+# The fields in which a statement holds blocks and statements: `if`'s body and `elif`/`else`,
+# `try`'s handlers and `finally`, a block's statements.
+_BLOCK_FIELDS = ("body", "orelse", "handlers", "finalbody")
+
+
 def _has_block(statement: cst.BaseStatement) -> bool:
-    """Whether an indented block is in it (what LibCST takes the default indentation from)."""
-    return any(
-        type(node) is cst.IndentedBlock or type(node) is cst.Match
-        for node in iter_tree(statement, lambda node: not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement)))
-    )
+    """Whether an indented block is in it (what LibCST takes the default indentation from).
+    Walked through the fields that hold blocks and statements alone, never an expression,
+    and unmetered: a lint's steps are the same whatever was kept (`amplint.work`)."""
+    pending: List[object] = [statement]
+    while pending:
+        node = pending.pop()
+        if type(node) is cst.IndentedBlock or type(node) is cst.Match:
+            return True
+        for name in _BLOCK_FIELDS:
+            value = getattr(node, name, None)
+            if isinstance(value, (list, tuple)):
+                pending.extend(value)
+            elif isinstance(value, cst.CSTNode):
+                pending.append(value)
+    return False
 
 
 def _joined(found: Sequence[_Piece]) -> Optional[cst.Module]:
@@ -181,3 +204,9 @@ def keep_statements(limit: int = DEFAULT_LIMIT) -> None:
 
 def active() -> Optional[StatementCache]:
     return _ACTIVE
+
+
+def forget() -> None:
+    """Drop what this process keeps (a lint ran out of memory: the next starts lighter)."""
+    if _ACTIVE is not None:
+        _ACTIVE.forget()

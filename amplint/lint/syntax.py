@@ -212,7 +212,7 @@ def parse_module_exactly(source: str, cpython_accepts: bool = False) -> Tuple[Un
     accepted `source` (the caller built its tree), so LibCST's nodes need no validation."""
     import libcst as cst
 
-    with _trusting_libcsts_parser() if cpython_accepts else nullcontext():
+    with trusting_libcsts_parser() if cpython_accepts else nullcontext():
         first = _libcst_parse(source)
         if isinstance(first, cst.Module):
             return first, True
@@ -226,8 +226,8 @@ def parse_module_exactly(source: str, cpython_accepts: bool = False) -> Tuple[Un
 
 def parse_accepted(source: str) -> Union[cst.Module, cst.ParserSyntaxError]:
     """LibCST's tree of code CPython's parser accepted, as written (never normalised), its
-    nodes unvalidated (`_trusting_libcsts_parser`); else LibCST's error."""
-    with _trusting_libcsts_parser():
+    nodes unvalidated (`trusting_libcsts_parser`); else LibCST's error."""
+    with trusting_libcsts_parser():
         return _libcst_parse(source)
 
 
@@ -236,7 +236,7 @@ _trusting = 0  # parses under way that skip validation
 
 
 @contextmanager
-def _trusting_libcsts_parser() -> Iterator[None]:
+def trusting_libcsts_parser() -> Iterator[None]:
     """No validation of the nodes LibCST's parser builds, a sixth of its parse.
 
     Every node runs `CSTNode._validate` when it is made, which is for nodes a program builds

@@ -925,6 +925,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
         if _fired:  # LibCST turned the interruption into an error of its own
             return FileResult(task.path, error=_budget_error(task.path, budget)), False, time.process_time() - started
         if memory and _out_of_memory(error):  # past the worker's limit: what the file held is freed by now
+            _forget_kept_statements()
             return FileResult(task.path, error=_memory_error(task.path, memory)), False, time.process_time() - started
         return FileResult(task.path, error=FileError(task.path, internal_error(error))), False, time.process_time() - started
 
@@ -947,6 +948,14 @@ def internal_error(error: BaseException) -> str:
     if len(text) > 200:
         text = text[:200].rstrip() + " ..."
     return f"internal error while linting: {type(error).__name__}: {text}"
+
+
+def _forget_kept_statements() -> None:
+    """An editor's worker drops the statements it keeps of the files before (`amplint.lint.
+    reparse`) when a lint runs out of memory: the next lint starts with nothing of them."""
+    reparse = sys.modules.get("amplint.lint.reparse")
+    if reparse is not None:
+        reparse.forget()
 
 
 def _out_of_memory(error: BaseException) -> bool:
