@@ -216,3 +216,16 @@ def test_the_editors_workers_keep_statements(tmp_path, monkeypatch) -> None:
     assert found == expected and found[0]
     linting.lint_isolated("train.py", codes, source.encode(), None)
     assert all(runner.keep_statements for runner in linting._lane.runners.values())
+
+
+def test_a_worker_out_of_memory_drops_what_it_kept(monkeypatch) -> None:
+    from amplint.run import driver
+
+    cache = StatementCache()
+    source = "a = 1\n\n\nb = 2\n"
+    _joined(source, cache)
+    monkeypatch.setattr(reparse, "_ACTIVE", cache)
+    driver._forget_kept_statements()
+    parsed = cache.parsed
+    _joined(source, cache)
+    assert cache.parsed == parsed + 2
