@@ -109,6 +109,26 @@ def run_amplint_in_process(*args, cwd=None, input=None, env=None):
 
 
 @pytest.fixture
+def meter_steps(monkeypatch):
+    """The steps each metered lint took (`amplint.work.metered`), one per lint, in order."""
+    from contextlib import contextmanager
+
+    from amplint import work
+
+    spent: List[int] = []
+    real = work.metered
+
+    @contextmanager
+    def metered(*args, **kwargs):
+        with real(*args, **kwargs) as meter:
+            yield meter
+            spent.append(meter.spent)
+
+    monkeypatch.setattr(work, "metered", metered)
+    return spent
+
+
+@pytest.fixture
 def amplint():
     """The command, run in-process (see run_amplint_in_process); `run_amplint` is the same
     through a real `python -m amplint` subprocess, for what only a process can show."""

@@ -21,14 +21,11 @@ def test_findings_do_not_depend_on_the_hash_seed():
     assert {result.stdout for result in outputs.values()} == {outputs["0"].stdout}
 
 
-def test_the_work_counted_for_a_file_is_the_same_every_time(monkeypatch):
+def test_the_work_counted_for_a_file_is_the_same_every_time(meter_steps):
     """The per-file limit counts steps (amplint.work); the count must not depend on the run.
     `x *= y` is read as the value `(x, y)`: built anew at each visit, a node could share the id
     of one freed before it and hit another statement's cached answer (and count fewer steps)."""
-    import contextlib
-
     from amplint.lint import engine
-    from amplint import work
     from amplint.rules import ALL_RULES
 
     source = "import torch\nscaler = torch.amp.GradScaler('cuda')\n" + "".join(
@@ -44,16 +41,7 @@ def test_the_work_counted_for_a_file_is_the_same_every_time(monkeypatch):
         f"        scaler.update()\n"
         for i in range(40)
     )
-    spent = []
-    real = work.metered
-
-    @contextlib.contextmanager
-    def keep(*args, **kwargs):
-        with real(*args, **kwargs) as meter:
-            yield meter
-            spent.append(meter.spent)
-
-    monkeypatch.setattr(engine.work, "metered", keep)
+    spent = meter_steps
     for _ in range(6):
         engine.lint_source(source, "train.py", list(ALL_RULES))
     assert len(spent) == 6 and len(set(spent)) == 1, spent

@@ -126,23 +126,10 @@ def test_a_file_larger_than_the_cache_is_parsed_whole() -> None:
     assert _joined("a = 1\n\n\nb = 2222222\n", cache) is None
 
 
-def test_the_work_counted_is_the_same_whatever_was_kept(monkeypatch) -> None:
+def test_the_work_counted_is_the_same_whatever_was_kept(monkeypatch, meter_steps) -> None:
     """The work meter's verdict never depends on what a worker kept: a lint takes as many
     steps with every piece parsed anew, with every piece kept, and without pieces."""
-    from contextlib import contextmanager
-
-    from amplint import work
-
-    spent: List[int] = []
-    real = work.metered
-
-    @contextmanager
-    def metered(factor=1.0):
-        with real(factor) as meter:
-            yield meter
-            spent.append(meter.spent)
-
-    monkeypatch.setattr(work, "metered", metered)
+    spent = meter_steps
     with open(os.path.join(REPO, "fixtures", "AMP001", "buggy.py"), encoding="utf-8") as handle:
         source = handle.read()
     cache = StatementCache()

@@ -11,11 +11,9 @@ count), the same on any machine under any load. Nothing here measures time."""
 
 import cProfile
 import pstats
-from contextlib import contextmanager
 
 import pytest
 
-from amplint import work
 from amplint.lint.engine import lint_source
 from amplint.rules import ALL_RULES
 
@@ -62,18 +60,9 @@ GENERATED = [("examples", examples, 1), ("module lines", module_lines, 400), ("f
 
 
 @pytest.fixture
-def counted(monkeypatch):
+def counted(meter_steps):
     """counted(source, rules): (steps, operations) of one lint of `source`."""
-    spent = []
-    real = work.metered
-
-    @contextmanager
-    def metered(factor=1.0, limited=True):
-        with real(factor, limited) as meter:
-            yield meter
-            spent.append(meter.spent)
-
-    monkeypatch.setattr(work, "metered", metered)
+    spent = meter_steps
 
     def count(source, rules):
         spent.clear()

@@ -3,7 +3,6 @@ same file gets the same verdict on any machine under any load, in this process o
 at -j1 or -j2, cold or warm. Nothing here measures time."""
 
 import json
-from contextlib import contextmanager
 
 import pytest
 
@@ -27,18 +26,9 @@ def heavy(functions: int) -> str:
 
 
 @pytest.fixture
-def steps(monkeypatch):
+def steps(meter_steps):
     """steps(source, factor): the exact steps a lint of `source` took."""
-    spent = []
-    real = work.metered
-
-    @contextmanager
-    def metered(factor=1.0):
-        with real(factor) as meter:
-            yield meter
-            spent.append(meter.spent)
-
-    monkeypatch.setattr(work, "metered", metered)
+    spent = meter_steps
 
     def count(source, factor=1.0):
         spent.clear()

@@ -39,6 +39,8 @@ from typing import List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from amplint.lint.syntax import parse_accepted, trusting_libcsts_parser
+
 # Characters of source whose statements a worker keeps: the pieces of a few large files.
 # LibCST's tree takes 16-30 bytes of Python objects per character of text (measured on
 # accelerate's accelerator.py, yolov5's train.py, imagen-pytorch's trainer.py): ~30 MiB.
@@ -95,8 +97,6 @@ class StatementCache:
         file larger than the cache). Code CPython accepted: LibCST's nodes, those made here
         included, are not validated (`syntax.trusting_libcsts_parser`), as in a whole
         parse of it (`if.5:pass` is valid Python that LibCST's validation refuses)."""
-        from amplint.lint.syntax import trusting_libcsts_parser
-
         if sum(map(len, texts)) > self.limit:
             return None  # its pieces would only push each other out
         found: List[_Piece] = []
@@ -132,8 +132,6 @@ class StatementCache:
 
 
 def _parse(text: str) -> Optional[_Piece]:
-    from amplint.lint.syntax import parse_accepted
-
     module = parse_accepted(text)
     if not isinstance(module, cst.Module) or not module.body:
         return None
