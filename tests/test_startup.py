@@ -89,6 +89,56 @@ def test_a_run_on_files_without_amp_code_imports_neither_libcst_nor_the_rules(tm
     assert "libcst" in imported_by("from amplint.cli import main\nmain(['--no-cache', '-q', '.'])", tmp_path)
 
 
+def test_the_workers_of_a_run_on_files_without_amp_code_import_no_libcst(tmp_path):
+    # The workers are forked from the process that runs this: every import of LibCST in any
+    # of them is noted in a file.
+    (tmp_path / "plain.py").write_text("import os\n\n\ndef f(x):\n    return x\n")
+    (tmp_path / "other.py").write_text("print(1)\n")
+    code = textwrap.dedent(
+        """\
+        import os, sys
+        from amplint.cli import main
+
+        class Noting:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "libcst":
+                    with open("imported.txt", "a") as handle:
+                        handle.write(f"{os.getpid()} {name}\\n")
+                return None
+
+        sys.meta_path.insert(0, Noting())
+        assert main(['--no-cache', '-q', '-j2', 'plain.py', 'other.py']) == 0
+        """
+    )
+    assert imported_by(code, tmp_path) == []
+    assert not (tmp_path / "imported.txt").exists(), (tmp_path / "imported.txt").read_text()
+
+
+def test_a_worker_started_without_the_engine_loads_it_below_its_memory_cap(tmp_path):
+    # In a fresh interpreter: the first lint needs no engine, so the worker starts without it
+    # and caps its memory; the second needs it. Loaded under a cap this small, the engine
+    # would crash the worker (a MemoryError on import; the unit then goes to a fresh worker):
+    # loaded first, it leaves the file its verdict: its findings, or the cap's error.
+    (tmp_path / "plain.py").write_text("import os\n")
+    (tmp_path / "train.py").write_text(BUGGY)
+    code = textwrap.dedent(
+        """\
+        import sys
+        from amplint.lint.catalogue import RULES
+        from amplint.run.driver import Job, Runner
+
+        codes = tuple(rule.code for rule in RULES)
+        with Runner(workers=1, memory=1) as runner:
+            first = runner.lint([Job("plain.py", codes)])
+            assert "libcst" not in sys.modules and first[0].error is None and first[0].skipped
+            second = runner.lint([Job("train.py", codes)])
+        assert second[0].findings or "memory safety limit" in second[0].error.message, second[0]
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
 SOURCES = {
     "plain": "import os\nx = 1\n",
     "syntax error": "def f(:\n    pass\n",

@@ -39,7 +39,7 @@ import signal
 import sys
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from amplint.run.cache import Cache, content_digest, json_digest, result_key
 from amplint.lint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed, Related
@@ -818,9 +818,7 @@ def _preload_engine() -> None:
     collector off what is already loaded, so a worker does not copy every page it walks."""
     import gc
 
-    import amplint.lint.engine  # noqa: F401
-    import amplint.rules  # noqa: F401
-
+    _load_engine()
     gc.freeze()
 
 
@@ -836,10 +834,11 @@ def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY, keep_st
         resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     except (ImportError, ValueError, OSError):
         pass
-    try:  # mapped before the cap: loading it past the cap would fail as a parse error
-        from libcst import native  # noqa: F401
-    except ImportError:
-        pass
+    # The engine, with LibCST's native parser, is loaded below the cap (loading it past the cap
+    # would fail as a parse error): by the parent before it forked, for this run's files
+    # (`_preload_engine`), else here when a file first needs it. A run on files without AMP
+    # code (most pre-commit runs) never loads it.
+    engine = "libcst.native" in sys.modules
     _limit_memory(memory)
     if keep_statements:
         from amplint.lint import reparse
@@ -860,8 +859,36 @@ def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY, keep_st
         if unit is None:
             return
         for task in unit:
+            if not engine and _needs_engine(task):
+                _uncapped(_load_engine, memory)
+                engine = True
             result, ok, cpu = _lint_task(task, budget, memory=memory)
             conn.send((task.index, result, ok, cpu))
+
+
+def _load_engine() -> None:
+    """The linter, and LibCST's native parser (which it loads at its first parse)."""
+    import amplint.lint.engine  # noqa: F401
+    import amplint.rules  # noqa: F401
+
+    try:
+        from libcst import native  # noqa: F401
+    except ImportError:
+        pass
+
+
+def _uncapped(load: Callable[[], None], memory: int) -> None:
+    """`load()` without the worker's memory cap, which is then set again above what the
+    worker holds now (as for a worker that started with what `load` loaded)."""
+    try:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+    except (ImportError, OSError, ValueError):
+        pass
+    load()
+    _limit_memory(memory)
 
 
 class BudgetExceeded(BaseException):
