@@ -878,17 +878,24 @@ def _load_engine() -> None:
 
 
 def _uncapped(load: Callable[[], None], memory: int) -> None:
-    """`load()` without the worker's memory cap, which is then set again above what the
-    worker holds now (as for a worker that started with what `load` loaded)."""
-    try:
-        import resource
+    """`load()` without the worker's memory cap (`memory` MiB above what it held: 0, none),
+    which is then set again above what the worker holds now, as for a worker that started
+    with what `load` loaded. What fails to load is the next file's error (`_lint_task` loads
+    it again)."""
+    if memory > 0:
+        try:
+            import resource
 
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
-    except (ImportError, OSError, ValueError):
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        except (ImportError, OSError, ValueError):
+            pass
+    try:
+        load()
+    except (ImportError, MemoryError):
         pass
-    load()
-    _limit_memory(memory)
+    finally:
+        _limit_memory(memory)
 
 
 class BudgetExceeded(BaseException):
