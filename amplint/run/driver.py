@@ -39,7 +39,7 @@ import signal
 import sys
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from amplint.run.cache import Cache, content_digest, json_digest, result_key
 from amplint.lint.diagnostics import FileError, FileResult, Finding, FixSuggestion, NotAnalysed, Related
@@ -686,6 +686,7 @@ def _syntax_only(task: _Task) -> FileResult:
     rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
     if (not _words_as_searched(task.data, source) and rules_matching_words(source, rules)) or (UNUSED_NOQA in task.codes and might_have_reportable_directives(source)):
         # Its encoding hid a word from the byte search (`# coding: unicode_escape`): the engine.
+        _load_engine()
         from amplint.lint.engine import lint_source
         from amplint.rules import ALL_RULES
         from amplint.semantic import ExternalModules
@@ -807,15 +808,16 @@ def _context() -> Any:
     import multiprocessing
 
     # fork is cheap and the child inherits the imported engine; elsewhere the platform's
-    # default (spawn) re-imports it once per worker.
+    # default (spawn) imports it in each worker a file needs it in (`_load_engine`).
     if sys.platform.startswith("linux"):
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context()
 
 
 def _preload_engine() -> None:
-    """Import the linter before forking, so workers start with it loaded; and keep the
-    collector off what is already loaded, so a worker does not copy every page it walks."""
+    """Load the linter and LibCST's native parser before forking, so workers start with them
+    loaded; and keep the collector off what is already loaded, so a worker does not copy
+    every page it walks."""
     import gc
 
     _load_engine()
@@ -834,11 +836,12 @@ def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY, keep_st
         resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     except (ImportError, ValueError, OSError):
         pass
-    # The engine, with LibCST's native parser, is loaded below the cap (loading it past the cap
-    # would fail as a parse error): by the parent before it forked, for this run's files
-    # (`_preload_engine`), else here when a file first needs it. A run on files without AMP
-    # code (most pre-commit runs) never loads it.
-    engine = "libcst.native" in sys.modules
+    # The engine, with LibCST's native parser, is loaded outside the cap (loading it past the
+    # cap would fail as a parse error): by the parent before it forked, for this run's files
+    # (`_preload_engine`), else when a file first needs it (`_load_engine`). A run on files
+    # without AMP code (most pre-commit runs) never loads it.
+    global _cap
+    _cap = _Cap(memory, _soft_memory_limit())
     _limit_memory(memory)
     if keep_statements:
         from amplint.lint import reparse
@@ -859,43 +862,54 @@ def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY, keep_st
         if unit is None:
             return
         for task in unit:
-            if not engine and _needs_engine(task):
-                _uncapped(_load_engine, memory)
-                engine = True
             result, ok, cpu = _lint_task(task, budget, memory=memory)
             conn.send((task.index, result, ok, cpu))
 
 
-def _load_engine() -> None:
-    """The linter, and LibCST's native parser (which it loads at its first parse)."""
-    import amplint.lint.engine  # noqa: F401
-    import amplint.rules  # noqa: F401
+class _Cap(NamedTuple):
+    """A worker's memory cap: `memory` MiB above what it holds (0: none), under the soft
+    limit it started with (the user's `ulimit -v`; None: unknown)."""
 
+    memory: int
+    soft: Optional[int]
+
+
+_cap: Optional[_Cap] = None  # this worker's; None in any other process
+
+
+def _soft_memory_limit() -> Optional[int]:
     try:
-        from libcst import native  # noqa: F401
-    except ImportError:
-        pass
+        import resource
+
+        return resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
 
 
-def _uncapped(load: Callable[[], None], memory: int) -> None:
-    """`load()` without the worker's memory cap (`memory` MiB above what it held: 0, none),
-    which is then set again above what the worker holds now, as for a worker that started
-    with what `load` loaded. What fails to load is the next file's error (`_lint_task` loads
-    it again)."""
-    if memory > 0:
+def _load_engine() -> None:
+    """Load the linter and LibCST's native parser (which LibCST loads at its first parse), if
+    not loaded yet. In a capped worker, outside the cap, which is then set again above what
+    the worker holds now, as for a worker that started with them loaded. What fails to load
+    is left to the imports that need it (the file's error)."""
+    if "libcst.native" in sys.modules and "amplint.rules" in sys.modules:
+        return
+    capped = _cap is not None and _cap.memory > 0 and _cap.soft is not None
+    if capped:
         try:
             import resource
 
-            _, hard = resource.getrlimit(resource.RLIMIT_AS)
-            resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+            resource.setrlimit(resource.RLIMIT_AS, (_cap.soft, resource.getrlimit(resource.RLIMIT_AS)[1]))
         except (ImportError, OSError, ValueError):
             pass
     try:
-        load()
-    except (ImportError, MemoryError):
+        import amplint.lint.engine  # noqa: F401
+        import amplint.rules  # noqa: F401
+        from libcst import native  # noqa: F401
+    except Exception:  # noqa: B902 (ImportError, MemoryError: tried again where it is needed)
         pass
     finally:
-        _limit_memory(memory)
+        if capped:
+            _limit_memory(_cap.memory)
 
 
 class BudgetExceeded(BaseException):
@@ -924,6 +938,7 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
     try:
         engine = _needs_engine(task)
         if engine:  # imported before the CPU timer starts: its cost is not the file's
+            _load_engine()
             from amplint.lint.engine import lint_bytes
             from amplint.rules import ALL_RULES
             from amplint.semantic import ExternalModules
