@@ -4,6 +4,7 @@ does not depend on the machine's load). The catalogue the command line selects r
 is generated from the rules' own metadata, and must be regenerated when they change."""
 
 import json
+import resource
 import subprocess
 import sys
 import textwrap
@@ -89,6 +90,15 @@ def test_a_run_on_files_without_amp_code_imports_neither_libcst_nor_the_rules(tm
     assert "libcst" in imported_by("from amplint.cli import main\nmain(['--no-cache', '-q', '.'])", tmp_path)
 
 
+# The driver forks its workers on Linux only (`driver._context`): the import hooks below are
+# inherited from the process that forks them.
+FORKED = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+# A soft address-space limit a user may set (`ulimit -v`), where the hard limit allows it.
+_HARD = resource.getrlimit(resource.RLIMIT_AS)[1]
+USER_LIMIT = 16 << 30 if _HARD == resource.RLIM_INFINITY or _HARD > 16 << 30 else None
+
+
+@FORKED
 def test_the_workers_of_a_run_on_files_without_amp_code_import_no_libcst(tmp_path):
     # The workers are forked from the process that runs this: every import of LibCST in any
     # of them is noted in a file.
@@ -114,7 +124,11 @@ def test_the_workers_of_a_run_on_files_without_amp_code_import_no_libcst(tmp_pat
     assert not (tmp_path / "imported.txt").exists(), (tmp_path / "imported.txt").read_text()
 
 
-@pytest.mark.parametrize("first, ulimit", [("plain", None), ("none", None), ("plain", 16 << 30)])
+@FORKED
+@pytest.mark.parametrize(
+    "first, ulimit",
+    [("plain", None), ("none", None), pytest.param("plain", USER_LIMIT, marks=pytest.mark.skipif(USER_LIMIT is None, reason="the hard address-space limit is below 16 GiB"))],
+)
 def test_a_worker_started_without_the_engine_loads_it_outside_its_memory_cap(tmp_path, first, ulimit):
     # In a fresh interpreter, whose workers are forked from it: the worker starts without the
     # engine (the first lint needs none, or there is no first lint) and caps its memory. It
@@ -164,6 +178,53 @@ def test_a_worker_started_without_the_engine_loads_it_outside_its_memory_cap(tmp
     # hidden.py: loaded by its worker. train.py: by the parent, which preloads it for a file
     # the pre-check lets through, and by the worker forked before that, if one was.
     assert loads == [started] * (3 if first == "plain" else 2), (loads, started)
+
+
+@FORKED
+def test_a_worker_whose_engine_fails_to_load_lints_on(tmp_path):
+    # The worker's first load of LibCST's parser raises (a RuntimeError, as a broken install
+    # might): the worker goes on, and the file's first parse imports it again.
+    (tmp_path / "plain.py").write_text("import os\n")
+    (tmp_path / "train.py").write_text(BUGGY)
+    code = textwrap.dedent(
+        """\
+        import os, sys
+        from amplint.lint.catalogue import RULES
+        from amplint.run.driver import Job, Runner
+
+        parent = os.getpid()
+        failed = []
+
+        class Failing:
+            def find_spec(self, name, path=None, target=None):
+                if name == "libcst.native" and os.getpid() != parent and not failed:
+                    failed.append(name)
+                    with open("failed.txt", "w") as handle:
+                        handle.write(name)
+                    raise RuntimeError("cannot load")
+                return None
+
+        sys.meta_path.insert(0, Failing())
+        codes = tuple(rule.code for rule in RULES)
+        with Runner(workers=1, memory=64) as runner:
+            runner.lint([Job("plain.py", codes)])
+            result = runner.lint([Job("train.py", codes)])[0]
+        assert result.error is None and result.findings, result.error
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (tmp_path / "failed.txt").read_text() == "libcst.native"
+
+
+def test_the_language_servers_load_leaves_its_lanes_nothing_to_import(tmp_path):
+    # Its two lanes fork workers: one importing a module (LibCST's parser, at a lint's
+    # preload) while the other forks leaves that module's import lock held in the child for
+    # good. So the server loads everything a lint or its workers import before any lane runs.
+    code = "import sys\nfrom amplint.lsp.linting import load_engine\nload_engine()\nprint(sorted(m for m in ('libcst.native', 'amplint.rules', 'amplint.lint.engine', 'amplint.lint.fix_loop') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "['amplint.lint.engine', 'amplint.lint.fix_loop', 'amplint.rules', 'libcst.native']"
 
 
 SOURCES = {

@@ -22,10 +22,10 @@ per-file budget, a few documents at a time, off the event loop.
   lane's worker (`Runner.fix`), under the budget, stopped by its `Ticket` (a newer version, a
   `$/cancelRequest`, a newer fixAll of the document), as `amplint --fix` does after its lint
   pass: only for a version whose lint, in a worker within the budget, found a safe fix.
-- **Start.** The engine (LibCST, the rules, the driver) is imported in a lane once the server
-  has answered `initialize` (`Linter.load`), not before: an editor waits for that answer.
-  Every lint and fix waits for it, so no lane forks a worker while a module is half imported
-  (the child would find its import lock held for good).
+- **Start.** The engine (LibCST with its native parser, the rules, the driver) is imported
+  in a lane once the server has answered `initialize` (`Linter.load`), not before: an editor
+  waits for that answer. Every lint and fix waits for it, so no lane forks a worker while a
+  module is half imported (the child would find its import lock held for good).
 """
 
 from __future__ import annotations
@@ -58,13 +58,14 @@ class Outcome(NamedTuple):
 
 
 def load_engine() -> None:
-    """Import what a lint needs, workers included (they are forked with it loaded)."""
-    import amplint.lint.engine  # noqa: F401
+    """Import what a lint needs, workers included (they are forked with it loaded), LibCST's
+    native parser too (`driver.load_engine`)."""
     import amplint.lint.fix  # noqa: F401
     import amplint.lint.fix_loop  # noqa: F401
     import amplint.lsp.settings  # noqa: F401
-    import amplint.rules  # noqa: F401
-    import amplint.run.driver  # noqa: F401
+    from amplint.run import driver
+
+    driver.load_engine()
 
 
 class Linter:

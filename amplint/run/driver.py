@@ -677,16 +677,15 @@ def _needs_engine(task: _Task) -> bool:
 def _syntax_only(task: _Task) -> FileResult:
     """What `engine.lint_bytes` makes of a Python file in which no selected rule can find
     anything and with no `# noqa` to judge: its syntax verdict, without importing LibCST."""
-    from amplint.lint.catalogue import RULES, import_words, rules_matching_words
+    from amplint.lint.catalogue import import_words
     from amplint.lint.syntax import quiet_collector, recursion_room, syntax_error
 
     source = decode_python(task.data, task.path)
     if isinstance(source, FileError):
         return FileResult(task.path, error=source)
-    rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
-    if (not _words_as_searched(task.data, source) and rules_matching_words(source, rules)) or (UNUSED_NOQA in task.codes and might_have_reportable_directives(source)):
-        # Its encoding hid a word from the byte search (`# coding: unicode_escape`): the engine.
-        _load_engine()
+    if _engine_once_decoded(task, source):
+        # Its encoding hid a word from the byte search (`# coding: unicode_escape`): the engine
+        # (loaded before the file's CPU timer started: `_hidden_words`).
         from amplint.lint.engine import lint_source
         from amplint.rules import ALL_RULES
         from amplint.semantic import ExternalModules
@@ -697,6 +696,28 @@ def _syntax_only(task: _Task) -> FileResult:
         return FileResult(task.path, skipped=True, import_words=import_words(source))
     with recursion_room(), quiet_collector():
         return FileResult(task.path, skipped=True, error=syntax_error(source, task.path, task.target), import_words=import_words(source))
+
+
+def _hidden_words(task: _Task) -> bool:
+    """Whether the file's encoding hides from the byte search a word that calls for the engine
+    (`_syntax_only` then hands the file to it). Only a source in another encoding than UTF-8
+    can (read from its first two lines: the text is decoded only then)."""
+    try:
+        if source_encoding(task.data) in ("utf-8", "utf-8-sig"):
+            return False
+    except (SyntaxError, LookupError):
+        return False  # it cannot be decoded: its error is `_syntax_only`'s
+    source = decode_python(task.data, task.path)
+    return not isinstance(source, FileError) and _engine_once_decoded(task, source)
+
+
+def _engine_once_decoded(task: _Task, source: str) -> bool:
+    """Whether `source`, the file decoded, has a word of a selected rule its bytes did not
+    show (`_words_as_searched`), or a `# noqa` the unused-noqa check may judge."""
+    from amplint.lint.catalogue import RULES, rules_matching_words
+
+    rules = [rule for rule in RULES if rule.code in task.codes and rule.code != UNUSED_NOQA]
+    return bool(not _words_as_searched(task.data, source) and rules_matching_words(source, rules)) or (UNUSED_NOQA in task.codes and might_have_reportable_directives(source))
 
 
 def _words_as_searched(data: bytes, source: str) -> bool:
@@ -808,7 +829,8 @@ def _context() -> Any:
     import multiprocessing
 
     # fork is cheap and the child inherits the imported engine; elsewhere the platform's
-    # default (spawn) imports it in each worker a file needs it in (`_load_engine`).
+    # default start method (spawn on macOS and Windows) imports it in each worker a file
+    # needs it in (`load_engine`).
     if sys.platform.startswith("linux"):
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context()
@@ -820,7 +842,7 @@ def _preload_engine() -> None:
     every page it walks."""
     import gc
 
-    _load_engine()
+    load_engine()
     gc.freeze()
 
 
@@ -838,7 +860,7 @@ def _worker_main(conn: Any, budget: float, memory: int = DEFAULT_MEMORY, keep_st
         pass
     # The engine, with LibCST's native parser, is loaded outside the cap (loading it past the
     # cap would fail as a parse error): by the parent before it forked, for this run's files
-    # (`_preload_engine`), else when a file first needs it (`_load_engine`). A run on files
+    # (`_preload_engine`), else when a file first needs it (`load_engine`). A run on files
     # without AMP code (most pre-commit runs) never loads it.
     global _cap
     _cap = _Cap(memory, _soft_memory_limit())
@@ -886,12 +908,14 @@ def _soft_memory_limit() -> Optional[int]:
         return None
 
 
-def _load_engine() -> None:
+def load_engine() -> None:
     """Load the linter and LibCST's native parser (which LibCST loads at its first parse), if
-    not loaded yet. In a capped worker, outside the cap, which is then set again above what
-    the worker holds now, as for a worker that started with them loaded. What fails to load
-    is left to the imports that need it (the file's error)."""
-    if "libcst.native" in sys.modules and "amplint.rules" in sys.modules:
+    not loaded yet: in a process that forks workers, before it does (`_preload_engine`, the
+    language server's `load_engine`); in a capped worker, outside the cap, which is then set
+    again above what the worker holds now, as for a worker that started with them loaded.
+    What fails to load is imported again where it is needed (LibCST's parser, under the cap,
+    at the file's first parse)."""
+    if "libcst.native" in sys.modules and "amplint.rules" in sys.modules and "amplint.lint.engine" in sys.modules:
         return
     capped = _cap is not None and _cap.memory > 0 and _cap.soft is not None
     if capped:
@@ -937,8 +961,9 @@ def _lint_task(task: _Task, budget: float, in_process: bool = False, memory: int
     _fired = False
     try:
         engine = _needs_engine(task)
-        if engine:  # imported before the CPU timer starts: its cost is not the file's
-            _load_engine()
+        if engine or _hidden_words(task):  # loaded before the CPU timer starts: its cost is not the file's
+            load_engine()
+        if engine:
             from amplint.lint.engine import lint_bytes
             from amplint.rules import ALL_RULES
             from amplint.semantic import ExternalModules
