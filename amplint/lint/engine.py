@@ -210,9 +210,11 @@ def _lint_source(
     # suppresses something is theirs to say); elsewhere the facts say they are to come.
     may_hazard = tree is not None and summary and evidence.FLOAT16_HAZARD in (found if found is not None else evidence.marks(tree))
     later = may_hazard and not hazards and not names_a_hazard(source)
-    # In the editor's workers, the statements of the pieces parsed before are kept (amplint.lint.reparse).
+    # In the editor's workers, the statements of the pieces parsed before are kept (amplint.lint.reparse):
+    # the file is cut into pieces where it is to be parsed.
     kept = reparse.active()
-    texts = reparse.pieces(source, tree) if kept is not None and tree is not None else None
+    to_parse = tree is not None and not result.skipped and result.error is None
+    texts = reparse.pieces(source, tree) if kept is not None and to_parse else None
     del tree  # not kept through LibCST's parse
     if result.skipped:
         return _nothing_to_find(result, source, cells, rules)
