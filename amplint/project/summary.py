@@ -32,7 +32,7 @@ and nothing in the core calls back into it.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -78,8 +78,18 @@ def export_summary(model: SemanticModel, path: str, families: Sequence[ExportsFa
     fresh = _fresh_scalers(model)
     scaled_gradients = model.facts(ScaledGradients)
 
+    # An event's code, printed once: a function's ways through repeat its events, and a
+    # caller's summary repeats its helpers' (about 30 exports of each event node).
+    printed: Dict[int, str] = {}
+
+    def quoted(node) -> str:
+        text = printed.get(id(node))
+        if text is None:
+            text = printed[id(node)] = f"`{source_text(node)}`"
+        return text
+
     def export(event) -> Dict[str, Any]:
-        return _event(event, path, origin, referenced, confirmed, scaled_gradients.corrupts(event.event))
+        return _event(event, path, origin, referenced, confirmed, scaled_gradients.corrupts(event.event), quoted)
 
     referenced = set()
     for unit in model.units:
@@ -374,12 +384,12 @@ def _outlives_the_call(ref: Optional[Ref], unit) -> Optional[str]:
     return None
 
 
-def _event(event, path: str, origin: str, referenced: set, confirmed, use: Optional[str]) -> Dict[str, Any]:
+def _event(event, path: str, origin: str, referenced: set, confirmed, use: Optional[str], quoted: Callable[[cst.CSTNode], str]) -> Dict[str, Any]:
     exported = {
         "reported": event.event.reported_where_written or id(event.event) in confirmed,
         "use": use,
         "kind": event.event.kind.value,
-        "text": event.event.foreign or f"`{source_text(event.event.node)}`",
+        "text": event.event.foreign or quoted(event.event.node),
         "receiver": _ref(event.receiver, path),
         "argument": _ref(event.argument, path),
         "scaled": _key(event.scaled, path),
