@@ -50,11 +50,19 @@ class Resolver:
         # value and scope themselves (never another's id), the answer, and the work steps
         # finding it took, charged again each time it is given (`_remembered`).
         self._answers: Dict[Tuple[str, int, int, int], Tuple[Any, Any, Any, int]] = {}
+        # id(node) -> (the node, its qualified name): the analyses ask of each name about
+        # seven times; the node is kept so that its id is not another's meanwhile.
+        self._qualified: Dict[int, Tuple[cst.BaseExpression, Optional[str]]] = {}
 
     # names
     def qualified(self, node: cst.BaseExpression) -> Optional[str]:
         """The imported dotted path `node` stands for (`torch.cuda.amp.autocast`), or None."""
-        return self.aliases.resolve(node)
+        known = self._qualified.get(id(node))
+        if known is not None and known[0] is node:
+            return known[1]
+        found = self.aliases.resolve(node)
+        self._qualified[id(node)] = (node, found)
+        return found
 
     def bindings(self, name: str, scope: Scope) -> List[Binding]:
         """Every binding `name`, read in `scope`, may refer to. Each is a step of the file's
